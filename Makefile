@@ -1,0 +1,68 @@
+# The README's two commands: `make demo` and `make test`. Each does the whole set-up on a fresh
+# clone: the virtual environment, the PostgreSQL server binaries (Debian package) when missing,
+# Kafka's jars (Maven, inside `spectral dev up`), the local stack and the migrations.
+
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed-stamp
+SPECTRAL := $(BIN)/spectral
+PYTEST_ARGS ?=
+
+.PHONY: all install postgres-binaries up down status migrate demo test unit lint bench clean
+
+all: test
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+# PostgreSQL refuses to run as root; Debian's package brings the server and the `postgres` user.
+postgres-binaries:
+	@if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 && ! command -v initdb >/dev/null 2>&1; then \
+		echo "installing Debian's postgresql package (server binaries)"; \
+		if [ "$$(id -u)" = 0 ]; then \
+			apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null; \
+		else \
+			echo "PostgreSQL server binaries missing: run 'sudo apt-get install -y postgresql'" >&2; exit 1; \
+		fi; \
+	fi
+
+up: install postgres-binaries
+	$(SPECTRAL) dev up
+
+migrate: up
+	$(SPECTRAL) db migrate
+
+down:
+	@if [ -x $(SPECTRAL) ]; then $(SPECTRAL) dev down; fi
+
+status: install
+	$(SPECTRAL) dev status
+
+demo: migrate
+	$(SPECTRAL) demo
+
+lint: install
+	$(BIN)/ruff check .
+	$(BIN)/mypy
+
+unit: install
+	$(BIN)/pytest tests/unit -q
+
+# The whole suite against the real broker and database; the stack is stopped afterwards even
+# when tests fail, so no process is left behind.
+test: install postgres-binaries lint
+	$(SPECTRAL) dev up
+	@status=0; $(BIN)/pytest -q -p no:cacheprovider $(PYTEST_ARGS) || status=$$?; \
+		$(SPECTRAL) dev down; exit $$status
+
+bench: migrate
+	$(BIN)/python -m benchmarks
+
+clean: down
+	rm -rf .spectral $(VENV)

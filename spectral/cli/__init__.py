@@ -1,0 +1,37 @@
+"""The composition root: the `spectral` command wires concrete pieces together.
+
+Each command group lives in its own module and is registered here.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import typer
+
+from spectral.cli import db, dev
+from spectral.errors import ConfigurationError, SpectralError, TransientError
+
+app = typer.Typer(
+    name="spectral",
+    help="Typed events on Kafka, materialized exactly once into PostgreSQL.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,  # errors are reported as one clear line (see main)
+)
+app.add_typer(dev.app, name="dev")
+app.add_typer(db.app, name="db")
+
+
+def main() -> None:
+    """Console-script entry point: spectral errors become one line on stderr and an exit code."""
+    try:
+        app()
+    except ConfigurationError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        sys.exit(2)
+    except TransientError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        sys.exit(3)
+    except SpectralError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        sys.exit(1)

@@ -1,0 +1,43 @@
+"""What every CLI command shares: settings, logging, error reporting, running coroutines."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from collections.abc import Coroutine
+from typing import Any, NoReturn, TypeVar
+
+import typer
+
+from spectral.observability.logging import configure_logging
+from spectral.settings import Settings, load_settings
+
+T = TypeVar("T")
+
+EXIT_FAILURE = 1
+EXIT_CONFIGURATION = 2
+EXIT_UNAVAILABLE = 3
+
+
+def settings() -> Settings:
+    """The process settings, with logging configured from them (once per command)."""
+    try:
+        current = load_settings()
+    except ValueError as exc:  # pydantic ValidationError is a ValueError
+        fail(f"invalid SPECTRAL_* settings: {exc}", EXIT_CONFIGURATION)
+    configure_logging(current.log_level, current.log_format)
+    return current
+
+
+def fail(message: str, code: int = EXIT_FAILURE) -> NoReturn:
+    """Print ``message`` on stderr and exit with ``code``."""
+    typer.echo(f"error: {message}", err=True)
+    raise typer.Exit(code)
+
+
+def run(coro: Coroutine[Any, Any, T]) -> T:
+    """Run a coroutine; spectral errors propagate to ``main``, which reports them."""
+    try:
+        return asyncio.run(coro)
+    except KeyboardInterrupt:
+        sys.exit(130)

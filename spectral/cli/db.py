@@ -1,0 +1,21 @@
+"""`spectral db migrate`."""
+
+from __future__ import annotations
+
+import typer
+
+from spectral.cli._common import run, settings
+from spectral.db.migrate import migrate as apply_migrations
+from spectral.devstack import resolve_database_url
+
+app = typer.Typer(help="Database schema.", no_args_is_help=True)
+
+
+@app.command()
+def migrate() -> None:
+    """Apply pending migrations from schemas/sql (once each, in order)."""
+    url = resolve_database_url(settings())
+    report = run(apply_migrations(url))
+    for name in report.applied:
+        typer.echo(f"applied {name}")
+    typer.echo(f"{len(report.applied)} applied, {len(report.already)} already applied")

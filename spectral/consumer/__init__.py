@@ -1,0 +1,1 @@
+"""The idempotent consumer engine: Kafka in, exactly-once effects in PostgreSQL out."""

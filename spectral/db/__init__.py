@@ -1,0 +1,1 @@
+"""PostgreSQL adapter: connections, named queries from .sql files, migrations."""

@@ -1,0 +1,104 @@
+"""Connections and pools, with driver errors translated to spectral's error classes."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from typing import TypeVar
+
+import asyncpg
+
+from spectral.errors import PermanentError, SpectralError, TransientError
+
+T = TypeVar("T")
+
+# SQLSTATE classes/codes that mean "the database, not the data": try again later.
+_TRANSIENT_SQLSTATES = frozenset({"40001", "40P01", "55P03", "53300", "53400"})
+_TRANSIENT_CLASSES = ("08", "57", "53", "58")
+
+
+def is_transient(exc: BaseException) -> bool:
+    """True for faults of the infrastructure (connection lost, server shutting down, ...)."""
+    if isinstance(exc, TransientError):
+        return True
+    if isinstance(exc, SpectralError):
+        return False
+    if isinstance(exc, (OSError, ConnectionError, asyncio.TimeoutError)):
+        return True
+    if isinstance(
+        exc,
+        asyncpg.PostgresConnectionError
+        | asyncpg.InterfaceError
+        | asyncpg.exceptions.InternalClientError,
+    ):
+        return True
+    if isinstance(exc, asyncpg.PostgresError):
+        state = getattr(exc, "sqlstate", None) or ""
+        return state in _TRANSIENT_SQLSTATES or state.startswith(_TRANSIENT_CLASSES)
+    return False
+
+
+def translate(exc: BaseException, what: str) -> SpectralError:
+    """Wrap a driver exception as TransientError or PermanentError."""
+    if is_transient(exc):
+        return TransientError(f"{what}: database unavailable ({type(exc).__name__}: {exc})")
+    return PermanentError(f"{what}: {type(exc).__name__}: {exc}")
+
+
+async def connect(dsn: str, *, role: str | None = None, timeout: float = 10.0) -> asyncpg.Connection:
+    """One connection; ``role`` makes the session act as that database role from the start."""
+    settings = {"role": role} if role else None
+    try:
+        conn: asyncpg.Connection = await asyncpg.connect(
+            dsn, server_settings=settings, timeout=timeout
+        )
+    except Exception as exc:
+        raise translate(exc, "connect") from exc
+    return conn
+
+
+async def create_pool(
+    dsn: str,
+    *,
+    role: str | None = None,
+    min_size: int = 1,
+    max_size: int = 4,
+    timeout: float = 10.0,
+) -> asyncpg.Pool:
+    """A connection pool whose sessions act as ``role`` (when given)."""
+    settings = {"role": role} if role else None
+    try:
+        pool: asyncpg.Pool = await asyncpg.create_pool(
+            dsn,
+            min_size=min_size,
+            max_size=max_size,
+            server_settings=settings,
+            timeout=timeout,
+            command_timeout=60,
+        )
+    except Exception as exc:
+        raise translate(exc, "create pool") from exc
+    return pool
+
+
+@asynccontextmanager
+async def pooled(
+    dsn: str, *, role: str | None = None, max_size: int = 4
+) -> AsyncIterator[asyncpg.Pool]:
+    """``async with pooled(dsn) as pool`` — a pool closed on exit."""
+    pool = await create_pool(dsn, role=role, max_size=max_size)
+    try:
+        yield pool
+    finally:
+        await pool.close()
+
+
+async def guarded(what: str, operation: Callable[[], Awaitable[T]]) -> T:
+    """Await ``operation`` translating driver errors (for repository methods)."""
+    try:
+        return await operation()
+    except SpectralError:
+        raise
+    except Exception as exc:
+        raise translate(exc, what) from exc

@@ -1,0 +1,1 @@
+"""Kafka adapter: client configuration, topics, producing and consuming helpers."""

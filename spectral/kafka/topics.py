@@ -1,0 +1,19 @@
+"""Topic naming: the topic of an event is its event_type (behind an optional prefix)."""
+
+from __future__ import annotations
+
+DLQ_SUFFIX = ".dlq"
+
+
+def topic_for(event_type: str, prefix: str = "") -> str:
+    """The topic that carries events of ``event_type``."""
+    return f"{prefix}{event_type}"
+
+
+def dlq_topic(topic: str) -> str:
+    """Dead letters of topic T go to T.dlq."""
+    return f"{topic}{DLQ_SUFFIX}"
+
+
+def is_dlq(topic: str) -> bool:
+    return topic.endswith(DLQ_SUFFIX)

@@ -1,0 +1,44 @@
+"""THE SEAM. Every paid model call in spectral goes through ``Synthesizer``.
+
+Business code asks for a *function key* (e.g. ``"rule_stub"``, ``"story_generate"``) and never
+names a model: a router resolves the key (and an optional org) to a model from configuration.
+The default implementation is a deterministic stub; a real implementation talks to any
+OpenAI-compatible chat-completions endpoint. Do not change this protocol without changing every
+implementation and the golden files that lock the stub's output shape.
+
+Errors: implementations raise ``spectral.errors.TransientError`` for failures worth retrying
+(timeouts, 5xx, 429, connection refused) and ``spectral.errors.PermanentError`` for the rest
+(4xx other than 429, a response that is not what the protocol promises).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+
+@dataclass(frozen=True)
+class SynthesisRequest:
+    """What to synthesize. ``idempotency_key`` is passed to gateways that accept one, so a
+    retried call for the same attempt is not paid twice where the provider supports it."""
+
+    function_key: str
+    prompt: str
+    input: Mapping[str, Any]
+    idempotency_key: str
+    org_id: str | None = None
+
+
+@dataclass(frozen=True)
+class SynthesisResponse:
+    """What came back, exactly as received (``content``), plus who answered and the usage."""
+
+    content: str
+    model: str
+    usage: Mapping[str, int] = field(default_factory=dict)
+
+
+@runtime_checkable
+class Synthesizer(Protocol):
+    async def synthesize(self, request: SynthesisRequest) -> SynthesisResponse: ...

@@ -1,0 +1,1 @@
+"""Logs and metrics shared by every spectral process."""

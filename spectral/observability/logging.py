@@ -1,0 +1,72 @@
+"""structlog, configured once: JSON lines off a terminal, a readable console on one.
+
+Context (consumer name, batch id, ...) is bound with ``structlog.contextvars`` and merged into
+every line. The ``redact_secrets`` processor masks anything that looks like a secret before a line
+is rendered, so a password cannot leak through a log call by accident.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import sys
+from collections.abc import MutableMapping
+from typing import Any, TextIO
+
+import structlog
+
+_SECRET_KEYS = re.compile(r"(password|passwd|secret|token|api_key|apikey|authorization)", re.I)
+_URL_PASSWORD = re.compile(r"(?P<scheme>[a-z][a-z0-9+.-]*://)(?P<user>[^:/@\s]*):(?P<pw>[^@/\s]+)@")
+_MASK = "********"
+_configured = False
+
+
+def _mask(value: Any) -> Any:
+    if isinstance(value, str):
+        return _URL_PASSWORD.sub(lambda m: f"{m['scheme']}{m['user']}:{_MASK}@", value)
+    return value
+
+
+def redact_secrets(
+    _logger: Any, _method: str, event_dict: MutableMapping[str, Any]
+) -> MutableMapping[str, Any]:
+    """Mask secret-looking keys and passwords embedded in URLs."""
+    for key, value in list(event_dict.items()):
+        if _SECRET_KEYS.search(key) and value is not None:
+            event_dict[key] = _MASK
+        else:
+            event_dict[key] = _mask(value)
+    return event_dict
+
+
+def configure_logging(level: str = "INFO", fmt: str = "auto", stream: TextIO | None = None) -> None:
+    """Configure structlog and the stdlib root logger. Safe to call more than once."""
+    global _configured  # noqa: PLW0603 - logging is process-global by nature
+    out = stream or sys.stderr
+    use_json = fmt == "json" or (fmt == "auto" and not out.isatty())
+    renderer: Any = (
+        structlog.processors.JSONRenderer()
+        if use_json
+        else structlog.dev.ConsoleRenderer(colors=out.isatty())
+    )
+    numeric = logging.getLevelNamesMapping().get(level.upper(), logging.INFO)
+    structlog.configure(
+        processors=[
+            structlog.contextvars.merge_contextvars,
+            structlog.processors.add_log_level,
+            structlog.processors.TimeStamper(fmt="iso", utc=True),
+            structlog.processors.format_exc_info,
+            redact_secrets,
+            renderer,
+        ],
+        wrapper_class=structlog.make_filtering_bound_logger(numeric),
+        logger_factory=structlog.PrintLoggerFactory(file=out),
+        cache_logger_on_first_use=False,
+    )
+    logging.basicConfig(level=max(numeric, logging.WARNING), stream=out, force=True)
+    _configured = True
+
+
+def get_logger(name: str) -> Any:
+    """A bound structlog logger named after its module."""
+    return structlog.get_logger(name)

@@ -1,0 +1,137 @@
+"""Fixtures: a real Kafka broker and a real PostgreSQL server for the whole session.
+
+Where they come from, in order: (a) SPECTRAL_KAFKA_BOOTSTRAP / SPECTRAL_DATABASE_URL when set;
+(b) testcontainers when a Docker engine answers; (c) the local stack (`spectral dev up`). When
+none can be had the tests that need them FAIL — they are never skipped.
+
+Each test gets its own database (cloned from a migrated template, so it is cheap) and its own
+topic prefix, so tests never see each other's data.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator, Callable, Iterator
+from typing import Any
+
+import asyncpg
+import pytest
+
+from spectral import devstack
+from spectral.db.migrate import migrate
+from spectral.devstack import Endpoints
+from spectral.settings import Settings, load_settings
+from tests.support import unique_name, with_database
+
+
+def _docker_answers() -> bool:
+    try:
+        import docker  # noqa: PLC0415
+
+        docker.from_env(timeout=2).ping()
+    except Exception:  # noqa: BLE001 - any failure means "no engine"
+        return False
+    return True
+
+
+@pytest.fixture(scope="session")
+def stack() -> Iterator[Endpoints]:
+    """Kafka bootstrap and an admin database URL for the session."""
+    base = load_settings()
+    if base.kafka_bootstrap and base.database_url:
+        yield Endpoints(base.kafka_bootstrap, base.database_url.get_secret_value())
+        return
+    if os.environ.get("SPECTRAL_TEST_DOCKER", "auto") != "never" and _docker_answers():
+        from testcontainers.kafka import KafkaContainer  # noqa: PLC0415
+        from testcontainers.postgres import PostgresContainer  # noqa: PLC0415
+
+        with KafkaContainer().with_kraft() as kafka, PostgresContainer("postgres:15") as pg:
+            url = pg.get_connection_url().replace("postgresql+psycopg2", "postgresql")
+            yield Endpoints(kafka.get_bootstrap_server(), url)
+        return
+    try:
+        yield devstack.up(base)
+    except Exception as exc:  # noqa: BLE001
+        pytest.fail(
+            f"no Kafka/PostgreSQL for the tests and the local stack could not start: {exc}",
+            pytrace=False,
+        )
+
+
+@pytest.fixture(scope="session")
+async def template_database(stack: Endpoints) -> AsyncIterator[str]:
+    """A migrated database that every test database is cloned from."""
+    name = f"spectral_tpl_{os.getpid()}"
+    admin = await asyncpg.connect(with_database(stack.database_url, "postgres"))
+    try:
+        await admin.execute(f'DROP DATABASE IF EXISTS "{name}"')
+        await admin.execute(f'CREATE DATABASE "{name}"')
+        await migrate(with_database(stack.database_url, name))
+        yield name
+        await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    finally:
+        await admin.close()
+
+
+@pytest.fixture
+async def database_url(stack: Endpoints, template_database: str) -> AsyncIterator[str]:
+    """A fresh, migrated database of the test's own, dropped afterwards."""
+    name = unique_name("spectral_t_")
+    admin = await asyncpg.connect(with_database(stack.database_url, "postgres"))
+    try:
+        await admin.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template_database}"')
+        yield with_database(stack.database_url, name)
+        await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    finally:
+        await admin.close()
+
+
+@pytest.fixture
+def kafka_bootstrap(stack: Endpoints) -> str:
+    return stack.kafka_bootstrap
+
+
+@pytest.fixture
+def topic_prefix() -> str:
+    """A unique topic prefix per test: topics never collide across tests or runs."""
+    return unique_name("t") + "."
+
+
+@pytest.fixture
+def settings_factory(
+    kafka_bootstrap: str, database_url: str, topic_prefix: str
+) -> Callable[..., Settings]:
+    """Settings pointing at this test's database, the session's broker and a unique prefix."""
+
+    def make(**overrides: Any) -> Settings:
+        values: dict[str, Any] = {
+            "kafka_bootstrap": kafka_bootstrap,
+            "database_url": database_url,
+            "topic_prefix": topic_prefix,
+        }
+        values.update(overrides)
+        return load_settings(**values)
+
+    return make
+
+
+@pytest.fixture
+def settings(settings_factory: Callable[..., Settings]) -> Settings:
+    return settings_factory()
+
+
+@pytest.fixture
+def spectral_env(settings: Settings) -> dict[str, str]:
+    """Environment for running `spectral` subprocesses against this test's stack."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SPECTRAL_")}
+    env.update(
+        {
+            "SPECTRAL_KAFKA_BOOTSTRAP": settings.kafka_bootstrap or "",
+            "SPECTRAL_DATABASE_URL": settings.database_url.get_secret_value()
+            if settings.database_url
+            else "",
+            "SPECTRAL_TOPIC_PREFIX": settings.topic_prefix,
+            "SPECTRAL_LOG_FORMAT": "json",
+        }
+    )
+    return env

@@ -1,0 +1,57 @@
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import asyncpg
+import pytest
+
+from spectral.db.migrate import MIGRATIONS_DIR, discover, migrate
+from spectral.errors import PermanentError
+from tests.support import unique_name, with_database
+
+pytestmark = pytest.mark.integration
+
+
+async def _fresh_database(admin_url: str) -> tuple[str, str]:
+    name = unique_name("spectral_m_")
+    admin = await asyncpg.connect(with_database(admin_url, "postgres"))
+    try:
+        await admin.execute(f'CREATE DATABASE "{name}"')
+    finally:
+        await admin.close()
+    return name, with_database(admin_url, name)
+
+
+async def test_migrating_twice_is_a_no_op(stack) -> None:  # type: ignore[no-untyped-def]
+    _, url = await _fresh_database(stack.database_url)
+    first = await migrate(url)
+    second = await migrate(url)
+    assert len(first.applied) == len(discover())
+    assert second.applied == ()
+    assert len(second.already) == len(first.applied)
+
+
+async def test_two_migrators_at_once_apply_each_file_once(stack) -> None:  # type: ignore[no-untyped-def]
+    _, url = await _fresh_database(stack.database_url)
+    one, two = await asyncio.gather(migrate(url), migrate(url))
+    assert sorted(one.applied + two.applied) == sorted(
+        f"{m.version:04d}_{m.name}" for m in discover()
+    )
+    conn = await asyncpg.connect(url)
+    try:
+        count = await conn.fetchval("SELECT count(*) FROM core.schema_migrations")
+    finally:
+        await conn.close()
+    assert count == len(discover())
+
+
+async def test_an_edited_migration_is_refused(stack, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    _, url = await _fresh_database(stack.database_url)
+    for path in MIGRATIONS_DIR.glob("*.sql"):
+        (tmp_path / path.name).write_text(path.read_text())
+    await migrate(url, tmp_path)
+    first = sorted(tmp_path.glob("*.sql"))[0]
+    first.write_text(first.read_text() + "\n-- edited\n")
+    with pytest.raises(PermanentError, match="append-only"):
+        await migrate(url, tmp_path)

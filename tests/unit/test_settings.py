@@ -1,0 +1,60 @@
+from __future__ import annotations
+
+import io
+import json
+
+import pytest
+import structlog
+
+from spectral.observability.logging import configure_logging, get_logger
+from spectral.settings import Settings, redact_url
+
+CANARY = "canary-Zq81xV"
+
+
+def test_settings_come_from_spectral_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SPECTRAL_KAFKA_BOOTSTRAP", "127.0.0.1:1234")
+    monkeypatch.setenv("SPECTRAL_TOPIC_PREFIX", "x.")
+    monkeypatch.setenv("SPECTRAL_KAFKA_SECURITY_PROTOCOL", "SASL_SSL")
+    monkeypatch.setenv("SPECTRAL_KAFKA_SASL_MECHANISM", "SCRAM-SHA-512")
+    current = Settings()
+    assert current.kafka_bootstrap == "127.0.0.1:1234"
+    assert current.topic_prefix == "x."
+    assert current.kafka_security_protocol.value == "SASL_SSL"
+    assert current.kafka_sasl_mechanism is not None
+    assert current.kafka_sasl_mechanism.value == "SCRAM-SHA-512"
+
+
+def test_bad_topic_prefix_is_refused() -> None:
+    with pytest.raises(ValueError, match="topic_prefix"):
+        Settings(topic_prefix="a b")
+
+
+def test_passwords_never_appear_in_repr_or_describe(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SPECTRAL_DATABASE_URL", f"postgresql://app:{CANARY}@db:5432/spectral")
+    monkeypatch.setenv("SPECTRAL_KAFKA_SASL_PASSWORD", CANARY)
+    current = Settings()
+    assert CANARY not in repr(current)
+    assert CANARY not in str(current)
+    assert CANARY not in json.dumps(current.describe())
+    assert current.describe()["database_url"] == "postgresql://app:********@db:5432/spectral"
+
+
+def test_redact_url_keeps_urls_without_password() -> None:
+    url = "postgresql://app@db/x?passfile=/p"
+    assert redact_url(url) == url
+
+
+def test_logs_mask_secrets(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SPECTRAL_DATABASE_URL", f"postgresql://app:{CANARY}@db:5432/spectral")
+    stream = io.StringIO()
+    configure_logging("INFO", "json", stream=stream)
+    log = get_logger("test")
+    current = Settings()
+    secret_url = current.database_url.get_secret_value() if current.database_url else ""
+    log.info("connecting", url=secret_url, password=CANARY, settings=current)
+    log.info(f"dsn is {secret_url}")
+    structlog.reset_defaults()
+    out = stream.getvalue()
+    assert "connecting" in out
+    assert CANARY not in out
