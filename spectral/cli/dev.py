@@ -7,7 +7,9 @@ import typer
 from spectral import devstack
 from spectral.cli._common import settings
 
-app = typer.Typer(help="Run a real Kafka broker (KRaft) and PostgreSQL locally.", no_args_is_help=True)
+app = typer.Typer(
+    help="Run a real Kafka broker (KRaft) and PostgreSQL locally.", no_args_is_help=True
+)
 
 
 @app.command()

@@ -46,12 +46,14 @@ def translate(exc: BaseException, what: str) -> SpectralError:
     return PermanentError(f"{what}: {type(exc).__name__}: {exc}")
 
 
-async def connect(dsn: str, *, role: str | None = None, timeout: float = 10.0) -> asyncpg.Connection:
+async def connect(
+    dsn: str, *, role: str | None = None, connect_timeout: float = 10.0
+) -> asyncpg.Connection:
     """One connection; ``role`` makes the session act as that database role from the start."""
     settings = {"role": role} if role else None
     try:
         conn: asyncpg.Connection = await asyncpg.connect(
-            dsn, server_settings=settings, timeout=timeout
+            dsn, server_settings=settings, timeout=connect_timeout
         )
     except Exception as exc:
         raise translate(exc, "connect") from exc
@@ -64,7 +66,7 @@ async def create_pool(
     role: str | None = None,
     min_size: int = 1,
     max_size: int = 4,
-    timeout: float = 10.0,
+    connect_timeout: float = 10.0,
 ) -> asyncpg.Pool:
     """A connection pool whose sessions act as ``role`` (when given)."""
     settings = {"role": role} if role else None
@@ -74,7 +76,7 @@ async def create_pool(
             min_size=min_size,
             max_size=max_size,
             server_settings=settings,
-            timeout=timeout,
+            timeout=connect_timeout,
             command_timeout=60,
         )
     except Exception as exc:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import pwd
 import secrets
 import shutil
 import subprocess
@@ -116,8 +117,17 @@ class LocalPostgres:
         if pid_alive(pid) and pid is not None:
             bin_dir = find_bin_dir()
             self._run(
-                [str(bin_dir / "pg_ctl"), "stop", "-D", str(self.data_dir), "-m", "fast", "-w",
-                 "-t", str(int(timeout))],
+                [
+                    str(bin_dir / "pg_ctl"),
+                    "stop",
+                    "-D",
+                    str(self.data_dir),
+                    "-m",
+                    "fast",
+                    "-w",
+                    "-t",
+                    str(int(timeout)),
+                ],
                 check=False,
             )
             if pid_alive(pid):
@@ -170,8 +180,8 @@ class LocalPostgres:
     def _initdb(self, bin_dir: Path) -> None:
         if self._as_root:
             try:
-                subprocess.run(["id", "-u", SUPERUSER], check=True, capture_output=True)  # noqa: S607
-            except subprocess.CalledProcessError as exc:
+                pwd.getpwnam(SUPERUSER)
+            except KeyError as exc:
                 raise ConfigurationError(
                     "PostgreSQL refuses to run as root and there is no `postgres` OS user; "
                     "install the server with `apt-get install -y postgresql` (it creates the user)."
@@ -188,9 +198,20 @@ class LocalPostgres:
         pwfile.chmod(0o600)
         try:
             self._run(
-                [str(bin_dir / "initdb"), "-D", str(self.data_dir), "-U", SUPERUSER,
-                 "--auth-local=scram-sha-256", "--auth-host=scram-sha-256",
-                 f"--pwfile={pwfile}", "-E", "UTF8", "--locale=C.UTF-8", "--no-instructions"],
+                [
+                    str(bin_dir / "initdb"),
+                    "-D",
+                    str(self.data_dir),
+                    "-U",
+                    SUPERUSER,
+                    "--auth-local=scram-sha-256",
+                    "--auth-host=scram-sha-256",
+                    f"--pwfile={pwfile}",
+                    "-E",
+                    "UTF8",
+                    "--locale=C.UTF-8",
+                    "--no-instructions",
+                ],
             )
         finally:
             pwfile.unlink(missing_ok=True)
@@ -216,8 +237,19 @@ class LocalPostgres:
             self.log_file.touch()
             shutil.chown(self.log_file, user=SUPERUSER, group=SUPERUSER)
         result = self._run(
-            [str(bin_dir / "pg_ctl"), "start", "-D", str(self.data_dir), "-l", str(self.log_file),
-             "-o", f"-p {port}", "-w", "-t", str(int(timeout))],
+            [
+                str(bin_dir / "pg_ctl"),
+                "start",
+                "-D",
+                str(self.data_dir),
+                "-l",
+                str(self.log_file),
+                "-o",
+                f"-p {port}",
+                "-w",
+                "-t",
+                str(int(timeout)),
+            ],
             check=False,
         )
         deadline = time.monotonic() + timeout
@@ -232,16 +264,33 @@ class LocalPostgres:
     def _ensure_database(self, bin_dir: Path, port: int) -> None:
         env_pw = {"PGPASSWORD": self._password()}
         exists = subprocess.run(  # noqa: S603
-            [str(bin_dir / "psql"), "-h", HOST, "-p", str(port), "-U", SUPERUSER, "-d", "postgres",
-             "-tAc", f"SELECT 1 FROM pg_database WHERE datname = '{DATABASE}'"],
-            capture_output=True, text=True, env={**os.environ, **env_pw}, check=False,
+            [
+                str(bin_dir / "psql"),
+                "-h",
+                HOST,
+                "-p",
+                str(port),
+                "-U",
+                SUPERUSER,
+                "-d",
+                "postgres",
+                "-tAc",
+                f"SELECT 1 FROM pg_database WHERE datname = '{DATABASE}'",
+            ],
+            capture_output=True,
+            text=True,
+            env={**os.environ, **env_pw},
+            check=False,
         )
         if exists.returncode != 0:
             raise TransientError(f"PostgreSQL refused the connection: {exists.stderr.strip()}")
         if exists.stdout.strip() != "1":
             subprocess.run(  # noqa: S603
                 [str(bin_dir / "createdb"), "-h", HOST, "-p", str(port), "-U", SUPERUSER, DATABASE],
-                capture_output=True, text=True, env={**os.environ, **env_pw}, check=True,
+                capture_output=True,
+                text=True,
+                env={**os.environ, **env_pw},
+                check=True,
             )
 
     def _postmaster_pid(self) -> int | None:

@@ -23,6 +23,8 @@ def client_kwargs(settings: Settings, bootstrap: str) -> dict[str, Any]:
         kwargs["sasl_mechanism"] = settings.kafka_sasl_mechanism.value
         kwargs["sasl_plain_username"] = settings.kafka_sasl_username
         kwargs["sasl_plain_password"] = (
-            settings.kafka_sasl_password.get_secret_value() if settings.kafka_sasl_password else None
+            settings.kafka_sasl_password.get_secret_value()
+            if settings.kafka_sasl_password
+            else None
         )
     return kwargs

@@ -15,7 +15,9 @@ from typing import Any, TextIO
 
 import structlog
 
-_SECRET_KEYS = re.compile(r"(password|passwd|secret|token|api_key|apikey|authorization)", re.I)
+_SECRET_KEYS = re.compile(
+    r"(password|passwd|secret|token|api_key|apikey|authorization)", re.IGNORECASE
+)
 _URL_PASSWORD = re.compile(r"(?P<scheme>[a-z][a-z0-9+.-]*://)(?P<user>[^:/@\s]*):(?P<pw>[^@/\s]+)@")
 _MASK = "********"
 _configured = False

@@ -7,6 +7,7 @@ import asyncpg
 import pytest
 
 from spectral.db.migrate import MIGRATIONS_DIR, discover, migrate
+from spectral.devstack import Endpoints
 from spectral.errors import PermanentError
 from tests.support import unique_name, with_database
 
@@ -23,7 +24,7 @@ async def _fresh_database(admin_url: str) -> tuple[str, str]:
     return name, with_database(admin_url, name)
 
 
-async def test_migrating_twice_is_a_no_op(stack) -> None:  # type: ignore[no-untyped-def]
+async def test_migrating_twice_is_a_no_op(stack: Endpoints) -> None:
     _, url = await _fresh_database(stack.database_url)
     first = await migrate(url)
     second = await migrate(url)
@@ -32,7 +33,7 @@ async def test_migrating_twice_is_a_no_op(stack) -> None:  # type: ignore[no-unt
     assert len(second.already) == len(first.applied)
 
 
-async def test_two_migrators_at_once_apply_each_file_once(stack) -> None:  # type: ignore[no-untyped-def]
+async def test_two_migrators_at_once_apply_each_file_once(stack: Endpoints) -> None:
     _, url = await _fresh_database(stack.database_url)
     one, two = await asyncio.gather(migrate(url), migrate(url))
     assert sorted(one.applied + two.applied) == sorted(
@@ -46,12 +47,12 @@ async def test_two_migrators_at_once_apply_each_file_once(stack) -> None:  # typ
     assert count == len(discover())
 
 
-async def test_an_edited_migration_is_refused(stack, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+async def test_an_edited_migration_is_refused(stack: Endpoints, tmp_path: Path) -> None:
     _, url = await _fresh_database(stack.database_url)
     for path in MIGRATIONS_DIR.glob("*.sql"):
         (tmp_path / path.name).write_text(path.read_text())
     await migrate(url, tmp_path)
-    first = sorted(tmp_path.glob("*.sql"))[0]
+    first = min(tmp_path.glob("*.sql"))
     first.write_text(first.read_text() + "\n-- edited\n")
     with pytest.raises(PermanentError, match="append-only"):
         await migrate(url, tmp_path)

@@ -53,7 +53,7 @@ def test_logs_mask_secrets(monkeypatch: pytest.MonkeyPatch) -> None:
     current = Settings()
     secret_url = current.database_url.get_secret_value() if current.database_url else ""
     log.info("connecting", url=secret_url, password=CANARY, settings=current)
-    log.info(f"dsn is {secret_url}")
+    log.info("dsn is %s", secret_url)
     structlog.reset_defaults()
     out = stream.getvalue()
     assert "connecting" in out

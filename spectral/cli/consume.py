@@ -1,0 +1,40 @@
+"""`spectral consume NAME`: run a consumer deployment as a member of its consumer group."""
+
+from __future__ import annotations
+
+import typer
+from prometheus_client import REGISTRY
+
+from spectral.cli._common import run, settings
+from spectral.consumer.deployments import factory
+from spectral.consumer.engine import ConsumerEngine, EngineOptions, RunSummary
+from spectral.devstack import resolve_endpoints
+from spectral.observability.metrics import serve_metrics
+
+
+def consume(
+    name: str = typer.Argument(..., help="Deployment: rule-candidates | work-executor."),
+    group: str | None = typer.Option(None, help="Consumer group (default: the deployment name)."),
+    stop_when_idle: float | None = typer.Option(
+        None, "--stop-when-idle", help="Exit 0 once no record arrived for this many seconds."
+    ),
+    max_batch: int = typer.Option(2000, help="Most records per batch (one transaction)."),
+    metrics_port: int | None = typer.Option(None, help="Serve Prometheus /metrics on this port."),
+) -> None:
+    """Apply a deployment's events exactly once; SIGTERM/SIGINT commit, leave the group, exit 0."""
+    current = settings()
+    endpoints = resolve_endpoints(current)
+    handler = factory(name)(current, endpoints.database_url, REGISTRY)
+    serve_metrics(metrics_port)
+    engine = ConsumerEngine(
+        handler,
+        current,
+        kafka_bootstrap=endpoints.kafka_bootstrap,
+        database_url=endpoints.database_url,
+        options=EngineOptions(group=group, max_batch=max_batch, stop_when_idle=stop_when_idle),
+    )
+    summary: RunSummary = run(engine.run())
+    typer.echo(
+        " ".join(f"{outcome.value}={count}" for outcome, count in summary.counts.items()),
+        err=True,
+    )

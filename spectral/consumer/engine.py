@@ -1,0 +1,502 @@
+"""The idempotent consumer engine.
+
+Runs one handler (a consumer deployment) as a member of a Kafka consumer group and guarantees:
+
+* exactly-once effects: the dedup row in ``core.event_handled`` is written in the same
+  transaction as the handler's effect, and offsets are committed only after that commit;
+* nothing lost: every fetched record ends applied, deduplicated, stale, or in ``T.dlq`` with
+  its reason before its offset is committed; a poison record never blocks its partition;
+* infrastructure faults pause and retry (capped exponential backoff) — they never dead-letter.
+
+One batch = one transaction with set-based SQL (the dedup insert is one statement over arrays;
+handlers do the same). See handler.py for the per-batch flow.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
+from aiokafka.errors import CommitFailedError, IllegalStateError, KafkaError
+from prometheus_client import REGISTRY, CollectorRegistry
+
+from contracts import DecodeError, EventEnvelope, decode
+from spectral.consumer.handler import (
+    AfterCommit,
+    BatchReport,
+    Delivery,
+    Handler,
+    HandlerResult,
+    Outcome,
+    Rejection,
+)
+from spectral.consumer.metrics import ConsumerMetrics
+from spectral.db.connect import create_pool, is_transient
+from spectral.db.queries import load_queries
+from spectral.errors import PermanentError, TransientError
+from spectral.kafka.config import client_kwargs
+from spectral.kafka.dlq import DeadLetter
+from spectral.kafka.topics import dlq_topic, topic_for
+from spectral.observability.logging import get_logger
+from spectral.retry import Backoff
+from spectral.settings import Settings
+
+log = get_logger(__name__)
+
+_SQL = load_queries(Path(__file__).with_name("queries.sql"))
+
+Decoder = Callable[[bytes], EventEnvelope[Any]]
+
+
+@dataclass(frozen=True)
+class EngineOptions:
+    group: str | None = None
+    max_batch: int = 2000
+    poll_timeout_ms: int = 200
+    stop_when_idle: float | None = None
+    periodic_interval: float = 30.0
+    auto_offset_reset: str = "earliest"
+    backoff: Backoff = field(default_factory=lambda: Backoff(base=0.5, cap=10.0))
+
+
+@dataclass
+class RunSummary:
+    """Totals of one ``run``: outcomes counted over every batch."""
+
+    counts: dict[Outcome, int] = field(default_factory=lambda: dict.fromkeys(Outcome, 0))
+    facts: dict[str, int] = field(default_factory=dict)
+    batches: int = 0
+    records: int = 0
+
+    def add(self, report: BatchReport) -> None:
+        self.batches += 1
+        for outcome, count in report.counts.items():
+            self.counts[outcome] += count
+            self.records += count
+        for name, value in report.facts.items():
+            self.facts[name] = self.facts.get(name, 0) + value
+
+
+class _Revocations(ConsumerRebalanceListener):  # type: ignore[misc]
+    """Before partitions move, wait for the in-flight batch (which commits its own offsets)."""
+
+    def __init__(self, engine: ConsumerEngine) -> None:
+        self._engine = engine
+
+    async def on_partitions_revoked(self, revoked: list[TopicPartition]) -> None:
+        async with self._engine.batch_lock:
+            for tp in revoked:
+                self._engine.metrics.forget_partition(tp.topic, tp.partition)
+        if revoked:
+            log.info(
+                "partitions revoked", partitions=[f"{tp.topic}:{tp.partition}" for tp in revoked]
+            )
+
+    async def on_partitions_assigned(self, assigned: list[TopicPartition]) -> None:
+        if assigned:
+            log.info(
+                "partitions assigned", partitions=[f"{tp.topic}:{tp.partition}" for tp in assigned]
+            )
+
+
+class ConsumerEngine:
+    """Consume the handler's topics and apply each event exactly once."""
+
+    def __init__(
+        self,
+        handler: Handler,
+        settings: Settings,
+        *,
+        kafka_bootstrap: str,
+        database_url: str,
+        options: EngineOptions | None = None,
+        registry: CollectorRegistry = REGISTRY,
+        decoder: Decoder = decode,
+    ) -> None:
+        self.handler = handler
+        self.settings = settings
+        self.options = options or EngineOptions()
+        self.metrics = ConsumerMetrics(registry, handler.name)
+        self.batch_lock = asyncio.Lock()
+        self.summary = RunSummary()
+        self._bootstrap = kafka_bootstrap
+        self._database_url = database_url
+        self._decode = decoder
+        self._stop = asyncio.Event()
+        self._topics = {topic_for(t, settings.topic_prefix): t for t in handler.event_types}
+        self._pool: asyncpg.Pool | None = None
+        self._consumer: AIOKafkaConsumer | None = None
+        self._producer: AIOKafkaProducer | None = None
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    def stop(self) -> None:
+        """Ask the run loop to finish the current batch, commit, leave the group and return."""
+        self._stop.set()
+
+    async def run(self) -> RunSummary:
+        """Consume until stopped (SIGTERM/SIGINT, ``stop()``, or idle for ``stop_when_idle``)."""
+        loop = asyncio.get_running_loop()
+        installed: list[signal.Signals] = []
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+                loop.add_signal_handler(sig, self.stop)
+                installed.append(sig)
+        try:
+            await self._start()
+            await self._loop()
+        finally:
+            for sig in installed:
+                loop.remove_signal_handler(sig)
+            await self._close()
+        return self.summary
+
+    async def _start(self) -> None:
+        role = getattr(self.handler, "database_role", None)
+        self._pool = await self._with_retry(
+            "database", lambda: create_pool(self._database_url, role=role, min_size=1, max_size=2)
+        )
+        kafka = client_kwargs(self.settings, self._bootstrap)
+        self._producer = AIOKafkaProducer(**kafka, acks="all", enable_idempotence=True, linger_ms=5)
+        self._consumer = AIOKafkaConsumer(
+            **kafka,
+            group_id=self.options.group or self.handler.name,
+            client_id=f"spectral-{self.handler.name}",
+            enable_auto_commit=False,
+            auto_offset_reset=self.options.auto_offset_reset,
+            max_poll_records=self.options.max_batch,
+            fetch_max_bytes=64 * 1024 * 1024,
+            max_partition_fetch_bytes=8 * 1024 * 1024,
+            max_poll_interval_ms=600_000,
+            isolation_level="read_committed",
+        )
+        await self._with_retry("kafka", self._producer.start)
+        await self._with_retry("kafka", self._consumer.start)
+        self._consumer.subscribe(topics=list(self._topics), listener=_Revocations(self))
+        log.info("consumer started", consumer=self.handler.name, topics=sorted(self._topics))
+
+    async def _close(self) -> None:
+        if self._consumer is not None:
+            with contextlib.suppress(Exception):
+                await self._consumer.stop()  # leaves the group
+        if self._producer is not None:
+            with contextlib.suppress(Exception):
+                await self._producer.stop()
+        if self._pool is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self._pool.close(), timeout=5)
+        log.info(
+            "consumer stopped",
+            consumer=self.handler.name,
+            batches=self.summary.batches,
+            **{o.value: n for o, n in self.summary.counts.items()},
+        )
+
+    async def _loop(self) -> None:
+        assert self._consumer is not None  # noqa: S101 - started above
+        last_record = time.monotonic()
+        last_periodic = 0.0
+        while not self._stop.is_set():
+            if time.monotonic() - last_periodic >= self.options.periodic_interval:
+                await self._periodic()
+                last_periodic = time.monotonic()
+            try:
+                fetched = await self._consumer.getmany(
+                    timeout_ms=self.options.poll_timeout_ms, max_records=self.options.max_batch
+                )
+            except KafkaError as exc:
+                self.metrics.retried("kafka")
+                log.warning("fetch failed; retrying", error=str(exc))
+                await asyncio.sleep(self.options.backoff.base)
+                continue
+            records = [r for batch in fetched.values() for r in batch]
+            if not records:
+                idle = self.options.stop_when_idle
+                if idle is not None and time.monotonic() - last_record >= idle:
+                    log.info("idle; stopping", consumer=self.handler.name, idle_seconds=idle)
+                    return
+                continue
+            last_record = time.monotonic()
+            async with self.batch_lock:
+                report = await self.process(records)
+            self.summary.add(report)
+
+    async def _periodic(self) -> None:
+        periodic = getattr(self.handler, "periodic", None)
+        if periodic is None or self._pool is None:
+            return
+        try:
+            await periodic(self._pool)
+        except Exception as exc:  # noqa: BLE001 - periodic chores never stop consumption
+            log.warning("periodic task failed", consumer=self.handler.name, error=str(exc))
+
+    # -- one batch -------------------------------------------------------------------------
+
+    async def process(self, records: Sequence[Any]) -> BatchReport:
+        """Decode, apply in one transaction, dead-letter, commit offsets. Returns the counts."""
+        started = time.perf_counter()
+        self.metrics.consumed.inc(len(records))
+        deliveries, dead = self._decode_all(records)
+        counts = dict.fromkeys(Outcome, 0)
+        facts: dict[str, int] = {}
+        result = HandlerResult()
+        if deliveries:
+            result, fresh_count, duplicates = await self._apply(deliveries, dead)
+            counts[Outcome.DEDUPLICATED] = duplicates
+            counts[Outcome.STALE] = len(result.stale)
+            counts[Outcome.APPLIED] = fresh_count - len(result.stale) - len(result.rejected)
+            facts = dict(result.facts)
+        counts[Outcome.DEAD_LETTERED] = len(dead)
+        await self._dead_letter(dead)
+        await self._commit_offsets(records)
+        if isinstance(self.handler, AfterCommit) and deliveries:
+            await self._with_retry("database", lambda: self.handler.after_commit(result))  # type: ignore[attr-defined]
+        for outcome in (Outcome.APPLIED, Outcome.STALE, Outcome.DEDUPLICATED):
+            self.metrics.outcomes[outcome].inc(counts[outcome])
+        elapsed = time.perf_counter() - started
+        self.metrics.batch_size.observe(len(records))
+        self.metrics.batch_duration.observe(elapsed)
+        log.info(
+            "batch",
+            consumer=self.handler.name,
+            records=len(records),
+            seconds=round(elapsed, 4),
+            **{o.value: n for o, n in counts.items()},
+            **facts,
+        )
+        return BatchReport(counts=counts, facts=facts)
+
+    def _decode_all(self, records: Sequence[Any]) -> tuple[list[Delivery], list[DeadLetter]]:
+        deliveries: list[Delivery] = []
+        dead: list[DeadLetter] = []
+        for record in records:
+            value: bytes = record.value if record.value is not None else b""
+            try:
+                envelope = self._decode(value)
+            except DecodeError as exc:
+                dead.append(self._dead(record, exc.reason.value, exc.detail))
+                continue
+            expected = self._topics.get(record.topic)
+            if envelope.event_type != expected:
+                dead.append(
+                    self._dead(
+                        record,
+                        "unexpected_event_type",
+                        f"{envelope.event_type!r} on the topic of {expected!r}",
+                    )
+                )
+                continue
+            deliveries.append(
+                Delivery(
+                    envelope=envelope,
+                    topic=record.topic,
+                    partition=record.partition,
+                    offset=record.offset,
+                    key=record.key,
+                    raw=value,
+                    timestamp_ms=record.timestamp or 0,
+                )
+            )
+        return deliveries, dead
+
+    def _dead(self, record: Any, reason: str, detail: str) -> DeadLetter:
+        return DeadLetter(
+            reason=reason,
+            detail=detail,
+            source_topic=record.topic,
+            source_partition=record.partition,
+            source_offset=record.offset,
+            consumer=self.handler.name,
+            key=record.key,
+            value=record.value if record.value is not None else b"",
+            original_headers=tuple(record.headers or ()),
+        )
+
+    async def _apply(
+        self, deliveries: list[Delivery], dead: list[DeadLetter]
+    ) -> tuple[HandlerResult, int, int]:
+        """Apply the batch in one transaction; fall back to one-by-one on a data error."""
+        # First occurrence of each key wins inside a batch; later ones are duplicates.
+        unique: dict[str, Delivery] = {}
+        for delivery in deliveries:
+            unique.setdefault(delivery.idempotency_key, delivery)
+        in_batch_duplicates = len(deliveries) - len(unique)
+        batch = list(unique.values())
+        try:
+            result, fresh = await self._with_retry("database", lambda: self._transaction(batch))
+        except PermanentError as exc:
+            log.warning(
+                "batch failed for a data reason; applying one by one",
+                consumer=self.handler.name,
+                error=str(exc),
+            )
+            result, fresh = await self._one_by_one(batch, dead)
+        dead.extend(self._rejected(rejection) for rejection in result.rejected)
+        duplicates = in_batch_duplicates + len(batch) - fresh
+        return result, fresh, duplicates
+
+    async def _transaction(self, batch: list[Delivery]) -> tuple[HandlerResult, int]:
+        assert self._pool is not None  # noqa: S101
+        try:
+            async with self._pool.acquire() as conn, conn.transaction():
+                fresh_keys = {
+                    row[0]
+                    for row in await conn.fetch(
+                        _SQL["claim_keys"],
+                        self.handler.name,
+                        [d.idempotency_key for d in batch],
+                        [d.envelope.event_id for d in batch],
+                        [d.partition for d in batch],
+                        [d.offset for d in batch],
+                    )
+                }
+                fresh = [d for d in batch if d.idempotency_key in fresh_keys]
+                result = await self.handler.apply(conn, fresh) if fresh else HandlerResult()
+                if result.stale:
+                    await conn.execute(_SQL["mark_stale"], self.handler.name, sorted(result.stale))
+                if result.rejected:
+                    await conn.execute(
+                        _SQL["forget"],
+                        self.handler.name,
+                        [r.delivery.idempotency_key for r in result.rejected],
+                    )
+        except (TransientError, PermanentError):
+            raise
+        except Exception as exc:
+            if is_transient(exc):
+                raise TransientError(f"{type(exc).__name__}: {exc}") from exc
+            raise PermanentError(f"{type(exc).__name__}: {exc}") from exc
+        return result, len(fresh)
+
+    async def _one_by_one(
+        self, batch: list[Delivery], dead: list[DeadLetter]
+    ) -> tuple[HandlerResult, int]:
+        merged = HandlerResult()
+        fresh_total = 0
+        for delivery in batch:
+            try:
+                result, fresh = await self._with_retry(
+                    "database",
+                    lambda d=delivery: self._transaction([d]),  # type: ignore[misc]
+                )
+            except PermanentError as exc:
+                dead.append(
+                    DeadLetter(
+                        reason="handler_error",
+                        detail=str(exc),
+                        source_topic=delivery.topic,
+                        source_partition=delivery.partition,
+                        source_offset=delivery.offset,
+                        consumer=self.handler.name,
+                        key=delivery.key,
+                        value=delivery.raw,
+                    )
+                )
+                continue
+            fresh_total += fresh
+            merged.stale |= result.stale
+            merged.rejected.extend(result.rejected)
+            for name, value in result.facts.items():
+                merged.facts[name] = merged.facts.get(name, 0) + value
+        return merged, fresh_total
+
+    def _rejected(self, rejection: Rejection) -> DeadLetter:
+        d = rejection.delivery
+        return DeadLetter(
+            reason="handler_rejected",
+            detail=f"{rejection.reason}: {rejection.detail}",
+            source_topic=d.topic,
+            source_partition=d.partition,
+            source_offset=d.offset,
+            consumer=self.handler.name,
+            key=d.key,
+            value=d.raw,
+        )
+
+    async def _dead_letter(self, dead: list[DeadLetter]) -> None:
+        if not dead:
+            return
+        assert self._producer is not None  # noqa: S101
+        producer = self._producer
+
+        async def send_all() -> None:
+            futures = [
+                await producer.send(
+                    dlq_topic(d.source_topic), value=d.value, key=d.key, headers=d.headers()
+                )
+                for d in dead
+            ]
+            await asyncio.gather(*futures)
+
+        await self._with_retry("kafka", send_all)
+        for letter in dead:
+            self.metrics.dead_lettered(letter.reason)
+            log.warning(
+                "dead letter",
+                consumer=self.handler.name,
+                reason=letter.reason,
+                detail=letter.detail[:300],
+                topic=letter.source_topic,
+                partition=letter.source_partition,
+                offset=letter.source_offset,
+            )
+
+    async def _commit_offsets(self, records: Sequence[Any]) -> None:
+        assert self._consumer is not None  # noqa: S101
+        consumer = self._consumer
+        offsets: dict[TopicPartition, int] = {}
+        for record in records:
+            tp = TopicPartition(record.topic, record.partition)
+            offsets[tp] = max(offsets.get(tp, -1), record.offset + 1)
+        assigned = consumer.assignment()
+        owned = {tp: off for tp, off in offsets.items() if tp in assigned}
+        if owned:
+            try:
+                await self._with_retry("kafka", lambda: consumer.commit(owned))
+            except (CommitFailedError, IllegalStateError) as exc:
+                # The partitions moved to another member mid-batch: it re-reads from the last
+                # committed offset and finds these events deduplicated.
+                log.warning("offset commit refused after a rebalance", error=str(exc))
+        for tp, offset in owned.items():
+            highwater = consumer.highwater(tp)
+            if highwater is not None:
+                self.metrics.lag(tp.topic, tp.partition, max(highwater - offset, 0))
+
+    # -- infrastructure retries ---------------------------------------------------------------
+
+    async def _with_retry(self, component: str, operation: Callable[[], Any]) -> Any:
+        """Await ``operation()`` until it succeeds; only transient faults are retried."""
+        attempt = 0
+        while True:
+            try:
+                return await operation()
+            except (CommitFailedError, IllegalStateError):
+                raise
+            except PermanentError:
+                raise
+            except Exception as exc:
+                transient = isinstance(exc, KafkaError) or is_transient(exc)
+                if not transient:
+                    raise
+                attempt += 1
+                if self._stop.is_set() and attempt > 3:  # noqa: PLR2004
+                    raise TransientError(f"{component} unavailable while stopping: {exc}") from exc
+                delay = self.options.backoff.delay(attempt)
+                self.metrics.retried(component)
+                log.warning(
+                    "infrastructure fault; pausing before retry",
+                    consumer=self.handler.name,
+                    component=component,
+                    attempt=attempt,
+                    delay=delay,
+                    error=f"{type(exc).__name__}: {exc}",
+                )
+                await asyncio.sleep(delay)

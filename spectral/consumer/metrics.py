@@ -1,0 +1,97 @@
+"""The consumer engine's instruments, in one place, with label sets fixed at construction.
+
+Labels: ``consumer`` (one per deployment), ``outcome`` (the four Outcome values), ``reason`` (the
+decode reasons plus the engine's own, folded to ``other`` if unknown), ``component``
+(database | kafka), and topic/partition for lag (bounded by the partition count).
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from spectral.consumer.handler import Outcome
+
+DEAD_LETTER_REASONS = frozenset(
+    {
+        "not_json",
+        "not_an_object",
+        "unknown_event_type",
+        "invalid_envelope",
+        "invalid_payload",
+        "hash_mismatch",
+        "key_mismatch",
+        "too_large",
+        "unexpected_event_type",
+        "handler_rejected",
+        "handler_error",
+    }
+)
+_BATCH_BUCKETS = (1, 10, 50, 100, 250, 500, 1000, 2500, 5000, 10000)
+_DURATION_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
+
+
+class ConsumerMetrics:
+    def __init__(self, registry: CollectorRegistry, consumer: str) -> None:
+        self.consumer = consumer
+        self.consumed = Counter(
+            "spectral_consumer_records_consumed_total",
+            "Records fetched from Kafka by a consumer deployment.",
+            ["consumer"],
+            registry=registry,
+        ).labels(consumer)
+        outcomes = Counter(
+            "spectral_consumer_events_total",
+            "Consumed records by outcome: applied, stale, deduplicated, dead_lettered.",
+            ["consumer", "outcome"],
+            registry=registry,
+        )
+        self.outcomes = {outcome: outcomes.labels(consumer, outcome.value) for outcome in Outcome}
+        self._dead_letters = Counter(
+            "spectral_consumer_dead_letters_total",
+            "Records sent to the dead-letter topic, by reason.",
+            ["consumer", "reason"],
+            registry=registry,
+        )
+        self.batch_size = Histogram(
+            "spectral_consumer_batch_size",
+            "Records per processed batch.",
+            ["consumer"],
+            buckets=_BATCH_BUCKETS,
+            registry=registry,
+        ).labels(consumer)
+        self.batch_duration = Histogram(
+            "spectral_consumer_batch_duration_seconds",
+            "Time from a batch's fetch to its offset commit.",
+            ["consumer"],
+            buckets=_DURATION_BUCKETS,
+            registry=registry,
+        ).labels(consumer)
+        self._retries = Counter(
+            "spectral_consumer_infrastructure_retries_total",
+            "Retries after an infrastructure fault (never dead-lettered).",
+            ["consumer", "component"],
+            registry=registry,
+        )
+        self._lag = Gauge(
+            "spectral_consumer_lag",
+            "Records behind the partition's high watermark after the last commit.",
+            ["consumer", "topic", "partition"],
+            registry=registry,
+        )
+
+    def dead_lettered(self, reason: str) -> None:
+        label = reason if reason in DEAD_LETTER_REASONS else "other"
+        self._dead_letters.labels(self.consumer, label).inc()
+        self.outcomes[Outcome.DEAD_LETTERED].inc()
+
+    def retried(self, component: str) -> None:
+        self._retries.labels(self.consumer, component).inc()
+
+    def lag(self, topic: str, partition: int, value: int) -> None:
+        self._lag.labels(self.consumer, topic, str(partition)).set(value)
+
+    def forget_partition(self, topic: str, partition: int) -> None:
+        with contextlib.suppress(KeyError):
+            self._lag.remove(self.consumer, topic, str(partition))

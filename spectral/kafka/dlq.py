@@ -1,0 +1,97 @@
+"""Dead letters: the wire form of a record that could not be applied.
+
+A dead letter of topic T is produced to ``T.dlq`` with the ORIGINAL key and value bytes, and
+headers saying why and where from:
+
+  dlq.reason            machine-readable reason (a decode reason, ``handler_error``, ...)
+  dlq.detail            human-readable detail (at most 1,000 characters)
+  dlq.source.topic      the topic it was consumed from
+  dlq.source.partition  partition (decimal)
+  dlq.source.offset     offset (decimal)
+  dlq.consumer          the consumer deployment's name
+  dlq.failed_at         RFC 3339 UTC time of the failure
+  dlq.history           JSON list of earlier failures of the same record ({reason, detail,
+                        consumer, failed_at, source}), oldest first — grows on every redrive
+
+Original headers (event_type, idempotency_key) are carried over unchanged.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+PREFIX = "dlq."
+DETAIL_LIMIT = 1000
+
+
+@dataclass(frozen=True)
+class DeadLetter:
+    reason: str
+    detail: str
+    source_topic: str
+    source_partition: int
+    source_offset: int
+    consumer: str
+    key: bytes | None
+    value: bytes
+    original_headers: tuple[tuple[str, bytes], ...] = ()
+    failed_at: datetime = field(default_factory=lambda: datetime.now(UTC))
+    history: tuple[dict[str, Any], ...] = ()
+
+    def headers(self) -> list[tuple[str, bytes]]:
+        own = [
+            ("dlq.reason", self.reason),
+            ("dlq.detail", self.detail[:DETAIL_LIMIT]),
+            ("dlq.source.topic", self.source_topic),
+            ("dlq.source.partition", str(self.source_partition)),
+            ("dlq.source.offset", str(self.source_offset)),
+            ("dlq.consumer", self.consumer),
+            ("dlq.failed_at", self.failed_at.isoformat().replace("+00:00", "Z")),
+            ("dlq.history", json.dumps(list(self.history), separators=(",", ":"))),
+        ]
+        carried = [(k, v) for k, v in self.original_headers if not k.startswith(PREFIX)]
+        return carried + [(k, v.encode()) for k, v in own]
+
+    def as_history_item(self) -> dict[str, Any]:
+        return {
+            "reason": self.reason,
+            "detail": self.detail[:DETAIL_LIMIT],
+            "consumer": self.consumer,
+            "failed_at": self.failed_at.isoformat().replace("+00:00", "Z"),
+            "source": f"{self.source_topic}:{self.source_partition}:{self.source_offset}",
+        }
+
+
+def parse_headers(headers: Sequence[tuple[str, bytes]]) -> dict[str, str]:
+    """The dlq.* headers of a dead-letter record, decoded."""
+    return {k: v.decode("utf-8", "replace") for k, v in headers if k.startswith(PREFIX)}
+
+
+def history_of(headers: Sequence[tuple[str, bytes]]) -> list[dict[str, Any]]:
+    """Earlier failures recorded on a dead-letter record plus the failure it records itself."""
+    parsed = parse_headers(headers)
+    try:
+        earlier = json.loads(parsed.get("dlq.history", "[]"))
+    except ValueError:
+        earlier = []
+    if not isinstance(earlier, list):
+        earlier = []
+    if "dlq.reason" in parsed:
+        earlier.append(
+            {
+                "reason": parsed["dlq.reason"],
+                "detail": parsed.get("dlq.detail", ""),
+                "consumer": parsed.get("dlq.consumer", ""),
+                "failed_at": parsed.get("dlq.failed_at", ""),
+                "source": "{}:{}:{}".format(
+                    parsed.get("dlq.source.topic", ""),
+                    parsed.get("dlq.source.partition", ""),
+                    parsed.get("dlq.source.offset", ""),
+                ),
+            }
+        )
+    return earlier
