@@ -36,7 +36,7 @@ STUB_MODEL: Final = "stub-deterministic-v1"
 
 _MAX_STORIES: Final = 10
 _VERBS: Final = ("review", "plan", "track", "export", "configure", "audit", "share", "archive")
-_ROLES: Final = ("user", "operator", "admin", "reviewer")
+_ROLES: Final = ("a user", "an operator", "an admin", "a reviewer")
 
 
 def _utc_now() -> datetime:
@@ -72,13 +72,13 @@ def _stories(request: SynthesisRequest, digest: str) -> list[dict[str, Any]]:
     description = str(data.get("epic_description") or "").strip()
     count = _story_count(data.get("story_count"), digest)
     stories: list[dict[str, Any]] = []
+    start = int(digest[:4], 16)
     for index in range(count):
-        seed = int(digest[index * 4 : index * 4 + 4], 16)
-        verb = _VERBS[seed % len(_VERBS)]
-        role = _ROLES[(seed // len(_VERBS)) % len(_ROLES)]
-        article = "an" if role[0] in "aeiou" else "a"
+        seed = int(digest[index * 4 + 4 : index * 4 + 8], 16)
+        verb = _VERBS[(start + index) % len(_VERBS)]
+        role = _ROLES[seed % len(_ROLES)]
         criteria = [
-            f"Given {article} {role}, when they {verb} {title}, then the change is saved",
+            f"Given {role}, when they {verb} {title}, then the change is saved",
             f"The {verb} action is recorded with who did it and when",
         ]
         if description:
@@ -86,7 +86,7 @@ def _stories(request: SynthesisRequest, digest: str) -> list[dict[str, Any]]:
         stories.append(
             {
                 "story_key": f"{epic_id}-{index + 1}",
-                "title": f"As {article} {role} I can {verb} {title}",
+                "title": f"As {role} I can {verb} {title}",
                 "description": f"Story {index + 1} of {count} for epic {title}.",
                 "acceptance_criteria": criteria,
             }

@@ -122,7 +122,7 @@ async def test_rule_stub_text_does_not_depend_on_time() -> None:
     one = json.loads((await StubSynthesizer(clock=lambda: FIXED).synthesize(request)).content)
     two = json.loads((await StubSynthesizer().synthesize(request)).content)
     assert one["rule_stub"] == two["rule_stub"]
-    assert one["rule_stub"].startswith("WHEN failure_class = \"timeout\"")
+    assert one["rule_stub"].startswith('WHEN failure_class = "timeout"')
 
 
 def test_the_stub_satisfies_the_seam() -> None:
