@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from enum import StrEnum
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 from urllib.parse import urlsplit, urlunsplit
 
 from pydantic import Field, SecretStr, field_validator
@@ -27,6 +27,9 @@ class SaslMechanism(StrEnum):
     PLAIN = "PLAIN"
     SCRAM_SHA_256 = "SCRAM-SHA-256"
     SCRAM_SHA_512 = "SCRAM-SHA-512"
+
+
+SynthesizerKind = Literal["stub", "openai"]
 
 
 def _default_cache_dir() -> Path:
@@ -62,6 +65,38 @@ class Settings(BaseSettings):
     cache_dir: Path = Field(default_factory=_default_cache_dir, description="Kafka jars cache.")
     log_level: str = "INFO"
     log_format: str = Field(default="auto", description="auto | json | console")
+
+    # -- durable LLM work (issue 6: ADR-035, ADR-0008, ADR-0023) --------------------------------
+    synthesizer: SynthesizerKind = Field(
+        default="stub",
+        description="stub = the deterministic StubSynthesizer; openai = llm_base_url "
+        "(any OpenAI-compatible chat-completions endpoint).",
+    )
+    llm_base_url: str | None = Field(
+        default=None, description="e.g. https://gateway.example/v1 (POST {url}/chat/completions)."
+    )
+    llm_api_key: SecretStr | None = Field(default=None, description="Bearer token of the gateway.")
+    llm_timeout_seconds: float = Field(default=60.0, gt=0, description="One model call, at most.")
+    llm_routes: dict[str, str] = Field(
+        default_factory=dict,
+        description='function key -> model, JSON: {"story_generate": "m", "org-1/story_generate": '
+        '"m2", "*": "default-model"}. No model names in business code.',
+    )
+    llm_routes_file: Path | None = Field(
+        default=None, description="A JSON file of routes (same form as llm_routes, which wins)."
+    )
+    work_max_attempts: int = Field(
+        default=3, ge=1, description="Paid calls per work item, at most."
+    )
+    work_retry_base_seconds: float = Field(
+        default=1.0, gt=0, description="Backoff before retry n: min(base * 2^(n-1), base * 10)."
+    )
+    work_lease_timeout_seconds: float = Field(
+        default=300.0,
+        gt=0,
+        description="A lease older than this is stale and re-claimed; must exceed llm_timeout.",
+    )
+    work_pool_size: int = Field(default=4, ge=1, description="Concurrent items per executor.")
 
     @field_validator("topic_prefix")
     @classmethod
