@@ -1,0 +1,93 @@
+"""Function key (and optional org) -> model, from configuration only.
+
+Business code names a *function* ("story_generate"), never a model. Routes come from settings
+(``SPECTRAL_LLM_ROUTES``, a JSON object) and/or a JSON routes file; the most specific route wins:
+
+1. ``"{org_id}/{function_key}"`` — an org's override of one function;
+2. ``"{function_key}"``;
+3. ``"{org_id}/*"`` — an org's default;
+4. ``"*"`` — the platform default.
+
+No route -> ``RouteError`` (a ``ConfigurationError``: retrying cannot help).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from types import MappingProxyType
+
+from spectral.errors import ConfigurationError
+from spectral.settings import Settings
+
+WILDCARD = "*"
+
+
+class RouteError(ConfigurationError):
+    """No model is configured for a function key (and org)."""
+
+
+@dataclass(frozen=True)
+class ResolvedModel:
+    """The model a call goes to, and the route that chose it (for logs and ledger entries)."""
+
+    model: str
+    route: str
+
+
+class ModelRouter:
+    """Resolves ``(function_key, org_id)`` to a model with the precedence in the module doc."""
+
+    def __init__(self, routes: Mapping[str, str]) -> None:
+        for key, model in routes.items():
+            if not key or not isinstance(model, str) or not model.strip():
+                raise ConfigurationError(f"llm route {key!r}: the model must be a non-empty text")
+            if key.count("/") > 1:
+                raise ConfigurationError(f"llm route {key!r}: use 'function' or 'org/function'")
+        self._routes = MappingProxyType(dict(routes))
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> ModelRouter:
+        """Routes of the routes file, overridden by ``llm_routes``."""
+        routes: dict[str, str] = {}
+        if settings.llm_routes_file is not None:
+            routes.update(load_routes_file(settings.llm_routes_file))
+        routes.update(settings.llm_routes)
+        return cls(routes)
+
+    @property
+    def routes(self) -> Mapping[str, str]:
+        return self._routes
+
+    def resolve(self, function_key: str, org_id: str | None = None) -> ResolvedModel:
+        candidates = []
+        if org_id:
+            candidates.append(f"{org_id}/{function_key}")
+        candidates.append(function_key)
+        if org_id:
+            candidates.append(f"{org_id}/{WILDCARD}")
+        candidates.append(WILDCARD)
+        for key in candidates:
+            model = self._routes.get(key)
+            if model is not None:
+                return ResolvedModel(model=model, route=key)
+        raise RouteError(
+            f"no model configured for function {function_key!r}"
+            + (f" (org {org_id!r})" if org_id else "")
+            + ": add it to SPECTRAL_LLM_ROUTES or the routes file, or a '*' default"
+        )
+
+
+def load_routes_file(path: Path) -> dict[str, str]:
+    """Read a JSON object of routes; anything else is a configuration error."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise ConfigurationError(f"llm routes file {path}: {exc}") from exc
+    if not isinstance(data, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in data.items()
+    ):
+        raise ConfigurationError(f"llm routes file {path}: expected a JSON object of strings")
+    return data

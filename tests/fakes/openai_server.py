@@ -1,0 +1,165 @@
+"""A fake OpenAI-compatible chat-completions server on loopback that records every request.
+
+It runs uvicorn in a daemon thread of the test process, so an executor in *another* process
+(the fault tests SIGKILL it) calls it over real HTTP and the test counts the paid calls here.
+
+Behaviour is scripted by markers in the prompt (the executor's prompt carries the epic title):
+
+* ``[slow:S]``         — sleep S seconds before answering (a call in flight to kill the caller in);
+* ``[transient:N]``    — answer 503 to the first N calls of that work item (key prefix), then OK;
+* ``[permanent]``      — answer 400;
+* ``[invalid]``        — answer 200 with content that is not the promised JSON;
+* otherwise            — 200 with a valid ``{"stories": [...]}`` JSON content.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import socket
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Self
+
+import uvicorn
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, Response
+
+_SLOW = re.compile(r"\[slow:(\d+(?:\.\d+)?)\]")
+_TRANSIENT = re.compile(r"\[transient:(\d+)\]")
+_EPIC = re.compile(r"epic (\S+?):")
+
+
+@dataclass(frozen=True)
+class RecordedCall:
+    idempotency_key: str | None
+    authorization: str | None
+    body: dict[str, Any]
+    received_at: float
+
+    @property
+    def item(self) -> str:
+        return (self.idempotency_key or "").split(":")[0]
+
+    @property
+    def prompt(self) -> str:
+        messages = self.body.get("messages") or [{}]
+        return str(messages[-1].get("content", ""))
+
+
+@dataclass
+class FakeModelServer:
+    """``with FakeModelServer() as server: server.url`` — calls land in ``server.calls``."""
+
+    model: str = "fake-model-1"
+    calls: list[RecordedCall] = field(default_factory=list)
+    answered: list[str] = field(default_factory=list)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+    _server: uvicorn.Server | None = None
+    _thread: threading.Thread | None = None
+    port: int = 0
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    def calls_for(self, item: str) -> list[RecordedCall]:
+        with self._lock:
+            return [c for c in self.calls if c.item == item]
+
+    def snapshot(self) -> list[RecordedCall]:
+        with self._lock:
+            return list(self.calls)
+
+    def _app(self) -> FastAPI:
+        app = FastAPI()
+
+        @app.post("/v1/chat/completions")
+        async def complete(request: Request) -> Response:
+            body = await request.json()
+            call = RecordedCall(
+                idempotency_key=request.headers.get("idempotency-key"),
+                authorization=request.headers.get("authorization"),
+                body=body,
+                received_at=time.time(),
+            )
+            with self._lock:
+                self.calls.append(call)
+                earlier = sum(1 for c in self.calls if c.item == call.item) - 1
+            prompt = call.prompt
+            slow = _SLOW.search(prompt)
+            if slow:
+                await asyncio.sleep(float(slow.group(1)))
+            transient = _TRANSIENT.search(prompt)
+            if transient and earlier < int(transient.group(1)):
+                return JSONResponse({"error": {"message": "overloaded"}}, status_code=503)
+            if "[permanent]" in prompt:
+                return JSONResponse({"error": {"message": "bad request"}}, status_code=400)
+            content = "this is not JSON" if "[invalid]" in prompt else self.stories(prompt)
+            with self._lock:
+                self.answered.append(call.idempotency_key or "")
+            return JSONResponse(
+                {
+                    "id": "chatcmpl-fake",
+                    "object": "chat.completion",
+                    "model": self.model,
+                    "choices": [
+                        {
+                            "index": 0,
+                            "message": {"role": "assistant", "content": content},
+                            "finish_reason": "stop",
+                        }
+                    ],
+                    "usage": {"prompt_tokens": 11, "completion_tokens": 22, "total_tokens": 33},
+                }
+            )
+
+        return app
+
+    @staticmethod
+    def stories(prompt: str) -> str:
+        match = _EPIC.search(prompt)
+        epic = match.group(1) if match else "epic"
+        return json.dumps(
+            {
+                "stories": [
+                    {
+                        "story_key": f"{epic}-1",
+                        "title": f"As a user I can use {epic}",
+                        "description": "From the fake model.",
+                        "acceptance_criteria": ["it works"],
+                    }
+                ]
+            }
+        )
+
+    def start(self) -> Self:
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            self.port = probe.getsockname()[1]
+        config = uvicorn.Config(
+            self._app(), host="127.0.0.1", port=self.port, log_level="warning", lifespan="off"
+        )
+        self._server = uvicorn.Server(config)
+        self._thread = threading.Thread(target=self._server.run, daemon=True)
+        self._thread.start()
+        deadline = time.monotonic() + 10
+        while not self._server.started:
+            if time.monotonic() > deadline:
+                raise RuntimeError("fake model server did not start")
+            time.sleep(0.02)
+        return self
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.should_exit = True
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(self, *_: object) -> None:
+        self.stop()
