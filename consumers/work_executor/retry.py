@@ -1,0 +1,82 @@
+"""Pure retry policy of a work item (ADR-0008 §1-2, ADR-035 §10). No I/O, no clock: callers
+pass ``now``.
+
+* An *attempt* is one paid model call. It is counted when it starts (the ``prompt`` ledger entry
+  and ``attempt + 1`` commit together before the call), so a call whose outcome is unknown —
+  the worker died or lost its lease mid-call — has used its attempt.
+* Transient failure of attempt n (n < max_attempts): retry at ``now + min(base * 2^(n-1),
+  base * 10)``; with the defaults (base 1 s, 3 attempts) the schedule is 1 s, 2 s, then give up.
+* Permanent failure, or a transient one of the last attempt: dead letter.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from enum import StrEnum
+
+from spectral.retry import Backoff
+from spectral.settings import Settings
+
+CAP_FACTOR = 10
+
+
+class FailureKind(StrEnum):
+    TRANSIENT = "transient"
+    PERMANENT = "permanent"
+    OUTCOME_UNKNOWN = "outcome_unknown"  # a stale lease whose call never recorded a response
+
+
+class DeadLetterReason(StrEnum):
+    """Why an item was dead-lettered: the label set of the dead-letter counter."""
+
+    PERMANENT_FAILURE = "permanent_failure"
+    INVALID_OUTPUT = "invalid_output"
+    MAX_ATTEMPTS_EXCEEDED = "max_attempts_exceeded"
+    CANCELED = "canceled"
+
+
+@dataclass(frozen=True)
+class RetryAt:
+    """Try again (attempt ``next_attempt``) once ``not_before`` has passed."""
+
+    not_before: datetime
+    next_attempt: int
+
+
+@dataclass(frozen=True)
+class GiveUp:
+    reason: DeadLetterReason
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    max_attempts: int = 3
+    base_seconds: float = 1.0
+
+    def __post_init__(self) -> None:
+        if self.max_attempts < 1 or self.base_seconds <= 0:
+            raise ValueError("max_attempts >= 1 and base_seconds > 0")
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> RetryPolicy:
+        return cls(settings.work_max_attempts, settings.work_retry_base_seconds)
+
+    def backoff(self, attempt: int) -> timedelta:
+        """Wait after the failure of attempt ``attempt`` (1-based)."""
+        backoff = Backoff(base=self.base_seconds, cap=self.base_seconds * CAP_FACTOR)
+        return timedelta(seconds=backoff.delay(attempt))
+
+    def may_start_attempt(self, attempts_started: int) -> bool:
+        """May another paid call be made after ``attempts_started`` calls?"""
+        return attempts_started < self.max_attempts
+
+    def after_failure(self, attempt: int, kind: FailureKind, now: datetime) -> RetryAt | GiveUp:
+        """What to do once attempt ``attempt`` failed with ``kind``."""
+        if attempt < 1:
+            raise ValueError("attempt numbers start at 1")
+        if kind is FailureKind.PERMANENT:
+            return GiveUp(DeadLetterReason.PERMANENT_FAILURE)
+        if not self.may_start_attempt(attempt):
+            return GiveUp(DeadLetterReason.MAX_ATTEMPTS_EXCEEDED)
+        return RetryAt(not_before=now + self.backoff(attempt), next_attempt=attempt + 1)

@@ -1,0 +1,168 @@
+"""Execution history reconstructed from ledger entries alone (ADR-035 §15: "thread state can
+reconstruct execution post-hoc"). Pure: give it the entries of a thread (and of its children),
+get per work item the attempts, what was paid for, what was received, and how it ended — plus
+the inconsistencies, if any (a hash that does not match its payload, a response without its
+prompt, a gap in attempt numbers).
+
+Payloads written by the executor (see consumers/work_executor/ledger_payloads.py):
+prompt {function_key, prompt, input, idempotency_key}; response {content, model, usage,
+duration_ms}; parse_report {ok, errors, story_count, response_attempt}; mutation_report
+{mutation_id, document_id, epic_id, operation, base_version, result_version};
+error {kind, reason, message, disposition: retry|dead_letter, not_before?}.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from enum import StrEnum
+from typing import Any
+from uuid import UUID
+
+from spectral.work.hashing import content_hash
+from spectral.work.model import EntryType, LedgerEntry
+
+
+class ItemOutcome(StrEnum):
+    APPLIED = "applied"
+    DEAD_LETTER = "dead_letter"
+    RETRY_SCHEDULED = "retry_scheduled"
+    IN_FLIGHT = "in_flight"  # a prompt without response or error: the call runs (or ran, unknown)
+    RESPONSE_RECORDED = "response_recorded"  # paid for, not yet applied
+    NOT_STARTED = "not_started"
+
+
+@dataclass
+class AttemptHistory:
+    attempt: int
+    prompt_at: datetime | None = None
+    response_at: datetime | None = None
+    model: str | None = None
+    errors: list[Mapping[str, Any]] = field(default_factory=list)
+    parse_ok: bool | None = None
+    mutation: Mapping[str, Any] | None = None
+
+    @property
+    def paid(self) -> bool:
+        """A prompt was recorded: a paid call was started for this attempt."""
+        return self.prompt_at is not None
+
+
+@dataclass
+class ItemHistory:
+    work_item_id: UUID
+    thread_id: UUID
+    attempts: dict[int, AttemptHistory] = field(default_factory=dict)
+    outcome: ItemOutcome = ItemOutcome.NOT_STARTED
+    entries: list[LedgerEntry] = field(default_factory=list)
+
+    @property
+    def paid_calls(self) -> int:
+        return sum(1 for a in self.attempts.values() if a.paid)
+
+    @property
+    def responses(self) -> int:
+        return sum(1 for a in self.attempts.values() if a.response_at is not None)
+
+
+@dataclass(frozen=True)
+class History:
+    items: Mapping[UUID, ItemHistory]
+    problems: tuple[str, ...]
+
+    @property
+    def consistent(self) -> bool:
+        return not self.problems
+
+
+def reconstruct(entries: Iterable[LedgerEntry]) -> History:
+    """Replay ``entries`` (any order; sorted by seq here) into per-item histories."""
+    items: dict[UUID, ItemHistory] = {}
+    problems: list[str] = []
+    for entry in sorted(entries, key=lambda e: e.seq):
+        if content_hash(entry.payload) != entry.hash:
+            problems.append(f"entry {entry.entry_id}: hash does not match its payload")
+        if entry.work_item_id is None:
+            continue
+        item = items.get(entry.work_item_id)
+        if item is None:
+            item = items[entry.work_item_id] = ItemHistory(entry.work_item_id, entry.thread_id)
+        item.entries.append(entry)
+        _apply(item, entry, problems)
+    for item in items.values():
+        numbers = sorted(n for n, a in item.attempts.items() if a.paid)
+        if numbers and numbers != list(range(1, len(numbers) + 1)):
+            problems.append(f"item {item.work_item_id}: paid attempts {numbers} are not 1..n")
+        item.outcome = _outcome(item)
+    return History(items=items, problems=tuple(problems))
+
+
+def _apply(item: ItemHistory, entry: LedgerEntry, problems: list[str]) -> None:
+    attempt = item.attempts.setdefault(entry.attempt, AttemptHistory(entry.attempt))
+    payload = entry.payload
+    if entry.entry_type is EntryType.PROMPT:
+        attempt.prompt_at = entry.created_at
+    elif entry.entry_type is EntryType.RESPONSE:
+        if attempt.prompt_at is None:
+            problems.append(
+                f"item {item.work_item_id}: response of attempt {entry.attempt} has no prompt"
+            )
+        attempt.response_at = entry.created_at
+        attempt.model = str(payload.get("model")) if payload.get("model") is not None else None
+    elif entry.entry_type is EntryType.PARSE_REPORT:
+        attempt.parse_ok = bool(payload.get("ok"))
+    elif entry.entry_type is EntryType.MUTATION_REPORT:
+        attempt.mutation = payload
+    elif entry.entry_type is EntryType.ERROR:
+        attempt.errors.append(payload)
+
+
+def _outcome(item: ItemHistory) -> ItemOutcome:
+    last = item.entries[-1] if item.entries else None
+    if last is None:
+        return ItemOutcome.NOT_STARTED
+    if any(a.mutation is not None for a in item.attempts.values()):
+        return ItemOutcome.APPLIED
+    if last.entry_type is EntryType.ERROR:
+        disposition = last.payload.get("disposition")
+        if disposition == "dead_letter":
+            return ItemOutcome.DEAD_LETTER
+        return ItemOutcome.RETRY_SCHEDULED
+    if any(a.response_at is not None and a.parse_ok is not False for a in item.attempts.values()):
+        return ItemOutcome.RESPONSE_RECORDED
+    return ItemOutcome.IN_FLIGHT
+
+
+def describe(entry: LedgerEntry) -> str:
+    """One human line per entry (``spectral threads history``)."""
+    p = entry.payload
+    if entry.entry_type is EntryType.PROMPT:
+        detail = (
+            f"paid call started, function {p.get('function_key')}, "
+            f"key {p.get('idempotency_key')}"
+        )
+    elif entry.entry_type is EntryType.RESPONSE:
+        detail = (
+            f"response from {p.get('model')} in {p.get('duration_ms')} ms, "
+            f"usage {p.get('usage')}"
+        )
+    elif entry.entry_type is EntryType.PARSE_REPORT:
+        detail = (
+            f"valid, {p.get('story_count')} stories"
+            if p.get("ok")
+            else f"INVALID: {'; '.join(str(e) for e in p.get('errors', []))[:200]}"
+        )
+    elif entry.entry_type is EntryType.MUTATION_REPORT:
+        detail = (
+            f"{p.get('operation')} on {p.get('document_id')} epic {p.get('epic_id')}: "
+            f"version {p.get('base_version')} -> {p.get('result_version')}"
+        )
+    else:
+        detail = (
+            f"{p.get('kind')} ({p.get('reason')}): {p.get('message')} "
+            f"-> {p.get('disposition')}"
+        )
+        if p.get("not_before"):
+            detail += f" at {p.get('not_before')}"
+    return detail
