@@ -1,0 +1,48 @@
+"""Why a record could not be decoded: one error type with a machine-readable reason.
+
+Consumers route dead letters on :attr:`DecodeError.reason` (a bounded set, safe as a metric
+label) and keep :attr:`DecodeError.detail` (human text) for people.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class DecodeReason(StrEnum):
+    """The fixed set of reasons a record is rejected; the values are the wire/DLQ spelling."""
+
+    NOT_JSON = "not_json"
+    """Not UTF-8 JSON text (syntax error, invalid UTF-8, lone surrogate escape, NaN, BOM)."""
+    NOT_AN_OBJECT = "not_an_object"
+    """Valid JSON, but the top level is not an object."""
+    UNKNOWN_EVENT_TYPE = "unknown_event_type"
+    """``event_type`` names no registered payload (or not the one the caller expected)."""
+    INVALID_ENVELOPE = "invalid_envelope"
+    """An envelope field is missing or breaks its rule (``event_type`` missing counts here)."""
+    INVALID_PAYLOAD = "invalid_payload"
+    """The payload breaks its model: a type, a bound, or (hashed payloads) a non-integer number."""
+    HASH_MISMATCH = "hash_mismatch"
+    """``payload.snapshot_hash`` is not the hash of the payload as it is on the wire."""
+    KEY_MISMATCH = "key_mismatch"
+    """``idempotency_key`` is not the key the event type derives from its payload."""
+    TOO_LARGE = "too_large"
+    """The record is over the size limit (checked before parsing)."""
+
+
+class DecodeError(ValueError):
+    """A record that cannot be accepted; ``reason`` says why, ``detail`` says where."""
+
+    def __init__(self, reason: DecodeReason, detail: str, *, event_type: str | None = None) -> None:
+        super().__init__(f"{reason.value}: {detail}")
+        self.reason = reason
+        self.detail = detail
+        self.event_type = event_type
+
+    def __reduce__(self) -> tuple[object, ...]:
+        # keep the error picklable (multiprocessing, logging handlers) despite keyword arguments
+        return (_rebuild, (self.reason, self.detail, self.event_type))
+
+
+def _rebuild(reason: DecodeReason, detail: str, event_type: str | None) -> DecodeError:
+    return DecodeError(reason, detail, event_type=event_type)

@@ -1,0 +1,216 @@
+"""ADR-057: the ``platform.failure_cluster.detected`` snapshot signal.
+
+Payload (schema_version 1), every field always written (``null`` included)::
+
+    cluster_id           UUID     stable identity minted by FailureClusterService (D1)
+    snapshot_hash        string   32 lowercase hex digits, see below
+    rule_id              UUID
+    workspace_id         UUID
+    severity             "low" | "medium" | "high"  (D4)
+    failure_count        integer  >= 1
+    first_observed_at    timestamp  <= last_observed_at
+    last_observed_at     timestamp
+    evidence_bundle      array of FailureRef, at most 10
+    suggested_rule_stub  string of at most 20,000 characters, or null
+
+    FailureRef: failure_id (string, 1..256 characters), observed_at (timestamp),
+                summary (string of at most 2,000 characters)
+
+Fields this version does not know are accepted, kept, and hashed.
+
+``snapshot_hash`` = xxh3-128, as 32 lowercase hex digits, of the RFC 8785 canonical JSON of
+the payload object as it is on the wire minus the keys ``cluster_id`` and ``snapshot_hash``
+(:func:`contracts.canonical.snapshot_hash`).
+``idempotency_key`` = ``"{cluster_id}:{snapshot_hash}"`` with cluster_id lowercase and hyphenated.
+The Kafka record key is the cluster_id, so one cluster's snapshots stay in order on one partition.
+
+Producers build envelopes only through :func:`failure_cluster_detected_event`, which computes
+both; :func:`contracts.decode` verifies both (``hash_mismatch``, ``key_mismatch``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from typing import Annotated, Any, Final, Literal, Self
+from uuid import UUID
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
+
+from contracts.canonical import (
+    CanonicalizationError,
+    check_json_values,
+    snapshot_hash,
+    snapshot_hash_prechecked,
+)
+from contracts.envelope import EventEnvelope
+from contracts.errors import DecodeError, DecodeReason
+from contracts.fields import PositiveInt, UtcDatetime
+from contracts.spec import EventSpec
+from contracts.wire import parse_json_object
+
+FAILURE_CLUSTER_DETECTED: Final = "platform.failure_cluster.detected"
+FAILURE_CLUSTER_SCHEMA_VERSION: Final = 1
+MAX_EVIDENCE_ITEMS: Final = 10
+MAX_SUMMARY_CHARS: Final = 2_000
+MAX_RULE_STUB_CHARS: Final = 20_000
+MAX_FAILURE_ID_CHARS: Final = 256
+
+Severity = Literal["low", "medium", "high"]
+"""ADR-057 D4: the three-tier severity."""
+
+SnapshotHash = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{32}$")]
+RuleStub = Annotated[str, StringConstraints(max_length=MAX_RULE_STUB_CHARS)]
+
+
+class FailureRef(BaseModel):
+    """One representative failure of a cluster (a small, typed evidence record)."""
+
+    model_config = ConfigDict(frozen=True, extra="allow", use_attribute_docstrings=True)
+
+    failure_id: Annotated[str, StringConstraints(min_length=1, max_length=MAX_FAILURE_ID_CHARS)]
+    """The failure's identifier in the scan system (opaque text)."""
+    observed_at: UtcDatetime
+    """When the failure was observed."""
+    summary: Annotated[str, StringConstraints(max_length=MAX_SUMMARY_CHARS)]
+    """Human-readable description of the failure."""
+
+
+class FailureClusterDetectedPayload(BaseModel):
+    """The full current snapshot of one failure cluster (ADR-057 D3)."""
+
+    model_config = ConfigDict(frozen=True, extra="allow", use_attribute_docstrings=True)
+
+    cluster_id: UUID
+    """Stable identity of the cluster, minted by FailureClusterService at first detection."""
+    snapshot_hash: SnapshotHash
+    """xxh3-128 of the canonical payload without cluster_id and snapshot_hash (32 hex digits)."""
+    rule_id: UUID
+    """The rule whose evaluations failed."""
+    workspace_id: UUID
+    """The workspace the failures were observed in."""
+    severity: Severity
+    """Three-tier severity derived by FailureClusterService."""
+    failure_count: PositiveInt
+    """Number of failures in the cluster."""
+    first_observed_at: UtcDatetime
+    """Earliest failure observed in the cluster."""
+    last_observed_at: UtcDatetime
+    """Latest failure observed in the cluster (not before first_observed_at)."""
+    evidence_bundle: Annotated[tuple[FailureRef, ...], Field(max_length=MAX_EVIDENCE_ITEMS)]
+    """Up to ten representative failures."""
+    suggested_rule_stub: RuleStub | None = None
+    """Optional model-written rule stub for the operator to start from."""
+
+    @model_validator(mode="after")
+    def _observed_in_order(self) -> Self:
+        if self.first_observed_at > self.last_observed_at:
+            raise ValueError("first_observed_at is after last_observed_at")
+        return self
+
+
+def _idempotency_key(payload: FailureClusterDetectedPayload) -> str:
+    return f"{payload.cluster_id}:{payload.snapshot_hash}"
+
+
+def _record_key(payload: FailureClusterDetectedPayload) -> str:
+    return str(payload.cluster_id)
+
+
+def _verify_hash(raw: Mapping[str, Any], payload: FailureClusterDetectedPayload) -> None:
+    """``raw`` (the wire payload) hashes to ``payload.snapshot_hash``.
+
+    Every known field was validated as a string, an integer or null, so only the unknown
+    fields (top level and per evidence item) need the JSON-value check before hashing.
+    """
+    try:
+        if payload.__pydantic_extra__:
+            check_json_values(payload.__pydantic_extra__, "payload")
+        for index, ref in enumerate(payload.evidence_bundle):
+            if ref.__pydantic_extra__:
+                check_json_values(ref.__pydantic_extra__, f"payload.evidence_bundle[{index}]")
+        actual = snapshot_hash_prechecked(raw)
+    except CanonicalizationError as exc:
+        raise DecodeError(
+            DecodeReason.INVALID_PAYLOAD, str(exc), event_type=FAILURE_CLUSTER_DETECTED
+        ) from None
+    if actual != payload.snapshot_hash:
+        raise DecodeError(
+            DecodeReason.HASH_MISMATCH,
+            f"payload.snapshot_hash is {payload.snapshot_hash} but the payload hashes to {actual}",
+            event_type=FAILURE_CLUSTER_DETECTED,
+        )
+
+
+FAILURE_CLUSTER_SPEC: Final = EventSpec(
+    event_type=FAILURE_CLUSTER_DETECTED,
+    schema_version=FAILURE_CLUSTER_SCHEMA_VERSION,
+    payload_model=FailureClusterDetectedPayload,
+    idempotency_key=_idempotency_key,
+    record_key=_record_key,
+    default_source="platform",
+    default_target="platform",
+    verify_wire=_verify_hash,
+)
+
+_PLACEHOLDER_HASH: Final = "0" * 32
+
+
+def failure_cluster_detected_event(
+    *,
+    cluster_id: UUID,
+    rule_id: UUID,
+    workspace_id: UUID,
+    severity: Severity,
+    failure_count: int,
+    first_observed_at: datetime,
+    last_observed_at: datetime,
+    evidence_bundle: Sequence[FailureRef],
+    suggested_rule_stub: str | None = None,
+    event_id: UUID | None = None,
+    occurred_at: datetime | None = None,
+    correlation_id: UUID | None = None,
+    causation_id: UUID | None = None,
+) -> EventEnvelope[FailureClusterDetectedPayload]:
+    """The one way to build a failure-cluster event: snapshot_hash and idempotency_key computed.
+
+    The hash is taken over exactly the JSON the payload is written as, so the event decodes.
+    Raises ``pydantic.ValidationError`` when a field breaks its bound.
+    """
+    draft = FailureClusterDetectedPayload(
+        cluster_id=cluster_id,
+        snapshot_hash=_PLACEHOLDER_HASH,
+        rule_id=rule_id,
+        workspace_id=workspace_id,
+        severity=severity,
+        failure_count=failure_count,
+        first_observed_at=first_observed_at,
+        last_observed_at=last_observed_at,
+        evidence_bundle=tuple(evidence_bundle),
+        suggested_rule_stub=suggested_rule_stub,
+    )
+    wire = draft.model_dump(mode="json")
+    wire["snapshot_hash"] = snapshot_hash(wire)
+    payload = FailureClusterDetectedPayload.model_validate(wire)
+    return FAILURE_CLUSTER_SPEC.envelope(
+        payload,
+        event_id=event_id,
+        occurred_at=occurred_at,
+        correlation_id=correlation_id,
+        causation_id=causation_id,
+    )
+
+
+def snapshot_hash_of_json(data: bytes) -> str:
+    """The snapshot_hash of a payload given as JSON text (``spectral contracts hash``).
+
+    Any JSON object is accepted (the hash is defined on objects; fields are not validated).
+    Raises :class:`DecodeError` with ``too_large``, ``not_json``, ``not_an_object`` or
+    ``invalid_payload`` (a float, an integer beyond 2**53 - 1).
+    """
+    value = parse_json_object(data)
+    try:
+        return snapshot_hash(value)
+    except CanonicalizationError as exc:
+        detail = str(exc).replace("$", "payload", 1)
+        raise DecodeError(DecodeReason.INVALID_PAYLOAD, detail) from None

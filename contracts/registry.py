@@ -1,0 +1,211 @@
+"""event_type -> payload model and version; ``decode`` and ``encode`` of whole records.
+
+``decode(data)`` order of checks (the first failing one is the reason):
+
+1. ``too_large``: more than :data:`MAX_RECORD_BYTES` bytes (before parsing);
+2. ``not_json`` / ``not_an_object``: one parse of the UTF-8 JSON text;
+3. ``invalid_envelope``: ``event_type`` missing or not a string;
+4. ``unknown_event_type``: no payload model registered for it;
+5. ``invalid_envelope`` / ``invalid_payload``: pydantic validation of the envelope with its typed
+   payload (an envelope error wins when both are present; a missing payload is an envelope error);
+6. the type's wire checks on the payload object as parsed: for failure clusters a non-integer
+   number is ``invalid_payload`` and a wrong ``snapshot_hash`` is ``hash_mismatch``;
+7. ``key_mismatch``: ``idempotency_key`` differs from the key the type derives from its payload.
+
+``encode(envelope)`` writes the envelope as JSON (UTF-8, timestamps and UUIDs in their wire form,
+unknown fields kept) and by default decodes the result before returning it, raising the same
+:class:`DecodeError` a consumer would: no producer can publish a record consumers refuse.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any, Final, TypeVar, cast
+
+from pydantic import BaseModel, ValidationError
+
+from contracts.envelope import EventEnvelope
+from contracts.errors import DecodeError, DecodeReason
+from contracts.failure_cluster import FAILURE_CLUSTER_SPEC
+from contracts.spec import EventSpec
+from contracts.wire import MAX_RECORD_BYTES, parse_json_object
+from contracts.work import WORK_SPECS
+
+P = TypeVar("P", bound=BaseModel)
+
+_MAX_ERRORS_SHOWN: Final = 3
+_MAX_ECHO_CHARS: Final = 200
+
+
+class EventRegistry:
+    """An immutable set of event specs, with decode and encode over them."""
+
+    __slots__ = ("_specs",)
+
+    def __init__(self, specs: Iterable[EventSpec[Any]]) -> None:
+        table: dict[str, EventSpec[Any]] = {}
+        for spec in specs:
+            if spec.event_type in table:
+                raise ValueError(f"event type {spec.event_type!r} registered twice")
+            table[spec.event_type] = spec
+        self._specs = table
+
+    def event_types(self) -> tuple[str, ...]:
+        """Registered event types, sorted."""
+        return tuple(sorted(self._specs))
+
+    def specs(self) -> tuple[EventSpec[Any], ...]:
+        """Registered specs, sorted by event type."""
+        return tuple(self._specs[name] for name in sorted(self._specs))
+
+    def spec(self, event_type: str) -> EventSpec[Any]:
+        """The spec of ``event_type``; KeyError when it is not registered."""
+        return self._specs[event_type]
+
+    def decode(self, data: bytes) -> EventEnvelope[Any]:
+        """Bytes of one record value -> a validated envelope, or DecodeError with the reason."""
+        obj = parse_json_object(data)
+        event_type = obj.get("event_type")
+        if type(event_type) is not str:
+            raise DecodeError(DecodeReason.INVALID_ENVELOPE, "event_type: missing or not a string")
+        spec = self._specs.get(event_type)
+        if spec is None:
+            raise DecodeError(
+                DecodeReason.UNKNOWN_EVENT_TYPE,
+                f"no payload model is registered for {_echo(event_type)}",
+            )
+        try:
+            envelope: EventEnvelope[Any] = spec.envelope_model.model_validate(obj)
+        except ValidationError as exc:
+            raise _validation_failure(exc, event_type) from None
+        if spec.verify_wire is not None:
+            spec.verify_wire(obj["payload"], envelope.payload)
+        expected = spec.idempotency_key(envelope.payload)
+        if envelope.idempotency_key != expected:
+            raise DecodeError(
+                DecodeReason.KEY_MISMATCH,
+                f"idempotency_key is {_echo(envelope.idempotency_key)}, "
+                f"{event_type} derives {expected!r}",
+                event_type=event_type,
+            )
+        return envelope
+
+    def decode_as(self, data: bytes, payload_type: type[P]) -> EventEnvelope[P]:
+        """``decode``, then ``unknown_event_type`` unless the payload is a ``payload_type``."""
+        envelope = self.decode(data)
+        if not isinstance(envelope.payload, payload_type):
+            raise DecodeError(
+                DecodeReason.UNKNOWN_EVENT_TYPE,
+                f"expected a {payload_type.__name__} event, got {envelope.event_type}",
+                event_type=envelope.event_type,
+            )
+        return cast("EventEnvelope[P]", envelope)
+
+    def encode(self, envelope: EventEnvelope[Any], *, verify: bool = True) -> bytes:
+        """The record value of ``envelope`` (UTF-8 JSON); checked by decoding unless ``verify``
+        is false (then the caller vouches for it, e.g. a benchmark re-encoding decoded events).
+        """
+        spec = self._specs.get(envelope.event_type)
+        if spec is None:
+            raise DecodeError(
+                DecodeReason.UNKNOWN_EVENT_TYPE,
+                f"no payload model is registered for {_echo(envelope.event_type)}",
+            )
+        if not isinstance(envelope.payload, spec.payload_model):
+            raise DecodeError(
+                DecodeReason.INVALID_PAYLOAD,
+                f"{envelope.event_type} carries {spec.payload_model.__name__}, "
+                f"not {type(envelope.payload).__name__}",
+                event_type=envelope.event_type,
+            )
+        data = envelope.__pydantic_serializer__.to_json(envelope, serialize_as_any=True)
+        if verify:
+            self.decode(data)
+        return data
+
+    def record_key(self, envelope: EventEnvelope[Any]) -> bytes:
+        """The Kafka record key: the entity the event is about (cluster_id, lock scope, ...)."""
+        return self._specs[envelope.event_type].record_key(envelope.payload).encode()
+
+
+def envelope_headers(envelope: EventEnvelope[Any]) -> list[tuple[str, bytes]]:
+    """Kafka headers repeating ``event_type`` and ``idempotency_key`` (UTF-8)."""
+    return [
+        ("event_type", envelope.event_type.encode()),
+        ("idempotency_key", envelope.idempotency_key.encode()),
+    ]
+
+
+def _validation_failure(exc: ValidationError, event_type: str) -> DecodeError:
+    errors = exc.errors(include_url=False, include_input=False, include_context=False)
+    envelope_errors = [e for e in errors if not _is_payload_error(e["loc"], e["type"])]
+    chosen = envelope_errors or errors
+    reason = DecodeReason.INVALID_ENVELOPE if envelope_errors else DecodeReason.INVALID_PAYLOAD
+    shown = "; ".join(f"{_location(e['loc'])}: {e['msg']}" for e in chosen[:_MAX_ERRORS_SHOWN])
+    more = len(chosen) - _MAX_ERRORS_SHOWN
+    detail = f"{shown} (and {more} more)" if more > 0 else shown
+    return DecodeError(reason, detail, event_type=event_type)
+
+
+def _is_payload_error(loc: tuple[int | str, ...], kind: str) -> bool:
+    return bool(loc) and loc[0] == "payload" and not (len(loc) == 1 and kind == "missing")
+
+
+def _location(loc: tuple[int | str, ...]) -> str:
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out or "(envelope)"
+
+
+def _echo(text: str) -> str:
+    """Untrusted text quoted and cut short for error details."""
+    return repr(text if len(text) <= _MAX_ECHO_CHARS else text[:_MAX_ECHO_CHARS] + "...")
+
+
+DEFAULT_REGISTRY: Final = EventRegistry([FAILURE_CLUSTER_SPEC, *WORK_SPECS])
+"""Every event type of this project."""
+
+
+def decode(data: bytes) -> EventEnvelope[Any]:
+    """:meth:`EventRegistry.decode` over :data:`DEFAULT_REGISTRY`."""
+    return DEFAULT_REGISTRY.decode(data)
+
+
+def decode_as(data: bytes, payload_type: type[P]) -> EventEnvelope[P]:
+    """:meth:`EventRegistry.decode_as` over :data:`DEFAULT_REGISTRY`."""
+    return DEFAULT_REGISTRY.decode_as(data, payload_type)
+
+
+def encode(envelope: EventEnvelope[Any], *, verify: bool = True) -> bytes:
+    """:meth:`EventRegistry.encode` over :data:`DEFAULT_REGISTRY`."""
+    return DEFAULT_REGISTRY.encode(envelope, verify=verify)
+
+
+def record_key(envelope: EventEnvelope[Any]) -> bytes:
+    """:meth:`EventRegistry.record_key` over :data:`DEFAULT_REGISTRY`."""
+    return DEFAULT_REGISTRY.record_key(envelope)
+
+
+def spec_for(event_type: str) -> EventSpec[Any]:
+    """The registered spec of ``event_type`` (KeyError when unknown)."""
+    return DEFAULT_REGISTRY.spec(event_type)
+
+
+def registered_event_types() -> tuple[str, ...]:
+    """Every registered event type, sorted."""
+    return DEFAULT_REGISTRY.event_types()
+
+
+__all__ = [
+    "DEFAULT_REGISTRY",
+    "MAX_RECORD_BYTES",
+    "EventRegistry",
+    "decode",
+    "decode_as",
+    "encode",
+    "envelope_headers",
+    "record_key",
+    "registered_event_types",
+    "spec_for",
+]

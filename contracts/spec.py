@@ -1,0 +1,67 @@
+"""What the registry knows about one event type, and how envelopes of it are built."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, Generic, cast
+from uuid import UUID, uuid4
+
+from contracts.envelope import EventEnvelope, PayloadT
+
+
+@dataclass(frozen=True, slots=True)
+class EventSpec(Generic[PayloadT]):
+    """One registered event type: its payload model, version and key rules.
+
+    ``idempotency_key`` and ``record_key`` derive the envelope's dedup key and the Kafka record
+    key from the payload, so both are functions of the event itself (decode checks the first).
+    ``verify_wire`` runs extra checks against the payload as it was on the wire (the raw parsed
+    object) and raises :class:`contracts.DecodeError`; failure clusters verify their hash there.
+    """
+
+    event_type: str
+    schema_version: int
+    payload_model: type[PayloadT]
+    idempotency_key: Callable[[PayloadT], str]
+    record_key: Callable[[PayloadT], str]
+    default_source: str
+    default_target: str
+    verify_wire: Callable[[Mapping[str, Any], PayloadT], None] | None = None
+    envelope_model: type[EventEnvelope[PayloadT]] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        # EventEnvelope[Model] is built (and its validator compiled) once, here. mypy cannot
+        # subscript a generic class with a runtime type, hence the ignore.
+        model = EventEnvelope[self.payload_model]  # type: ignore[name-defined]
+        parametrized = cast("type[EventEnvelope[PayloadT]]", model)
+        object.__setattr__(self, "envelope_model", parametrized)
+
+    def envelope(
+        self,
+        payload: PayloadT,
+        *,
+        event_id: UUID | None = None,
+        occurred_at: datetime | None = None,
+        correlation_id: UUID | None = None,
+        causation_id: UUID | None = None,
+        source: str | None = None,
+        target: str | None = None,
+    ) -> EventEnvelope[PayloadT]:
+        """An envelope around ``payload`` with this type's version and derived idempotency key.
+
+        ``event_id`` defaults to a new UUID4 and ``occurred_at`` to now (UTC).
+        """
+        return self.envelope_model(
+            event_id=event_id if event_id is not None else uuid4(),
+            event_type=self.event_type,
+            schema_version=self.schema_version,
+            source=source if source is not None else self.default_source,
+            target=target if target is not None else self.default_target,
+            occurred_at=occurred_at if occurred_at is not None else datetime.now(UTC),
+            idempotency_key=self.idempotency_key(payload),
+            correlation_id=correlation_id,
+            causation_id=causation_id,
+            payload=payload,
+        )
