@@ -44,7 +44,7 @@ ENVELOPE_FIELDS = (
 class EventEnvelope(BaseModel, Generic[PayloadT]):
     """One event: routing and dedup metadata around a typed, immutable payload."""
 
-    model_config = ConfigDict(frozen=True, extra="allow")
+    model_config = ConfigDict(frozen=True, extra="allow", use_attribute_docstrings=True)
 
     event_id: UUID
     """Unique per publication (a republished duplicate keeps it; a new snapshot gets a new one)."""
