@@ -1,0 +1,324 @@
+"""Pure parts of the local Kafka broker: its configuration, JVM arguments and state file.
+
+Nothing here touches the file system or starts a process, so all of it is unit-tested directly.
+The manager that does the I/O is ``spectral.devstack.kafka``.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+import uuid
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+HOST = "127.0.0.1"
+NODE_ID = 1
+BROKER_LISTENER = "PLAINTEXT"
+CONTROLLER_LISTENER = "CONTROLLER"
+KAFKA_MAIN = "kafka.Kafka"
+STORAGE_TOOL_MAIN = "kafka.tools.StorageTool"
+
+# Small and fast for one developer or one CI run, not for production. Every key is a broker
+# configuration of Kafka 3.9 and 4.x; a key an older broker does not know is only logged by it.
+_TUNING: tuple[tuple[str, str], ...] = (
+    ("num.partitions", "3"),
+    ("default.replication.factor", "1"),
+    ("min.insync.replicas", "1"),
+    ("auto.create.topics.enable", "true"),
+    ("delete.topic.enable", "true"),
+    ("offsets.topic.replication.factor", "1"),
+    ("offsets.topic.num.partitions", "10"),
+    ("transaction.state.log.replication.factor", "1"),
+    ("transaction.state.log.min.isr", "1"),
+    ("transaction.state.log.num.partitions", "10"),
+    ("share.coordinator.state.topic.replication.factor", "1"),
+    ("share.coordinator.state.topic.min.isr", "1"),
+    ("group.initial.rebalance.delay.ms", "0"),
+    # Lets fault tests use short consumer session timeouts (the broker default floor is 6 s).
+    ("group.min.session.timeout.ms", "1000"),
+    # After a SIGKILL the restarted broker may register only once the old incarnation's session
+    # has expired; 4 s instead of 9 s makes a crash-restart in fault tests take ~5 s, not ~13 s.
+    ("broker.session.timeout.ms", "4000"),
+    ("broker.heartbeat.interval.ms", "500"),
+    ("num.network.threads", "2"),
+    ("num.io.threads", "4"),
+    ("background.threads", "4"),
+    ("num.replica.fetchers", "1"),
+    ("num.recovery.threads.per.data.dir", "1"),
+    ("log.cleaner.threads", "1"),
+    ("log.cleaner.dedupe.buffer.size", str(16 * 1024 * 1024)),
+    ("log.retention.hours", "168"),
+)
+
+_JVM_OPTIONS: tuple[str, ...] = (
+    "-Xms128m",
+    "-Xmx512m",
+    "-XX:MaxDirectMemorySize=256m",
+    "-XX:+UseG1GC",
+    "-XX:MaxGCPauseMillis=20",
+    "-XX:InitiatingHeapOccupancyPercent=35",
+    "-XX:+ExplicitGCInvokesConcurrent",
+    "-XX:+ExitOnOutOfMemoryError",
+    "-Djava.awt.headless=true",
+    # Marks the process as ours, so a recycled pid is never mistaken for the broker.
+    "-Dspectral.devstack=kafka",
+)
+
+_KAFKA_JAR = re.compile(r"^kafka_2\.1[23]-(?P<version>\d+\.\d+\.\d+)\.jar$")
+_JAVA_VERSION = re.compile(r'version "(?P<major>\d+)(?:\.(?P<minor>\d+))?')
+
+
+@dataclass(frozen=True)
+class KafkaPorts:
+    broker: int
+    controller: int
+
+
+@dataclass(frozen=True)
+class KafkaLayout:
+    """Where one broker keeps its files, all under ``<state_dir>/kafka``."""
+
+    root: Path
+
+    @property
+    def properties(self) -> Path:
+        return self.root / "server.properties"
+
+    @property
+    def data_dir(self) -> Path:
+        return self.root / "data"
+
+    @property
+    def meta_properties(self) -> Path:
+        return self.data_dir / "meta.properties"
+
+    @property
+    def logs_dir(self) -> Path:
+        return self.root / "logs"
+
+    @property
+    def log_file(self) -> Path:
+        """The broker's own log (log4j), rotated by size."""
+        return self.logs_dir / "server.log"
+
+    @property
+    def console_file(self) -> Path:
+        """The JVM's stdout and stderr: crashes and anything said before logging is set up."""
+        return self.root / "kafka.out"
+
+    @property
+    def log4j2_config(self) -> Path:
+        return self.root / "log4j2.xml"
+
+    @property
+    def log4j1_config(self) -> Path:
+        return self.root / "log4j.properties"
+
+    @property
+    def pid_file(self) -> Path:
+        return self.root / "kafka.pid"
+
+    @property
+    def state_file(self) -> Path:
+        return self.root / "state.json"
+
+    @property
+    def lock_file(self) -> Path:
+        return self.root / ".lock"
+
+
+@dataclass(frozen=True)
+class KafkaState:
+    """What ``state.json`` remembers between runs: the ports (reused so clients keep their
+    bootstrap address across a stop and start), the cluster id the storage was formatted with,
+    and the pid while a broker runs."""
+
+    version: str
+    port: int
+    controller_port: int
+    cluster_id: str
+    pid: int | None = None
+
+    @property
+    def bootstrap(self) -> str:
+        return f"{HOST}:{self.port}"
+
+    @property
+    def ports(self) -> KafkaPorts:
+        return KafkaPorts(broker=self.port, controller=self.controller_port)
+
+    def with_pid(self, pid: int | None) -> KafkaState:
+        return KafkaState(
+            version=self.version,
+            port=self.port,
+            controller_port=self.controller_port,
+            cluster_id=self.cluster_id,
+            pid=pid,
+        )
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), indent=2, sort_keys=True) + "\n"
+
+
+def parse_state(text: str) -> KafkaState | None:
+    """The state in ``text``, or None when it is not a state file this code wrote."""
+    try:
+        raw: Any = json.loads(text)
+    except ValueError:
+        return None
+    if not isinstance(raw, dict):
+        return None
+    try:
+        pid = raw.get("pid")
+        state = KafkaState(
+            version=_str(raw["version"]),
+            port=_port(raw["port"]),
+            controller_port=_port(raw["controller_port"]),
+            cluster_id=_str(raw["cluster_id"]),
+            pid=None if pid is None else _positive(pid),
+        )
+    except (KeyError, TypeError, ValueError):
+        return None
+    return state
+
+
+def _str(value: Any) -> str:
+    if not isinstance(value, str) or not value:
+        raise TypeError("expected a non-empty string")
+    return value
+
+
+def _positive(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise TypeError("expected a positive integer")
+    return value
+
+
+def _port(value: Any) -> int:
+    port = _positive(value)
+    if port > 65535:  # noqa: PLR2004 - the largest TCP port
+        raise ValueError("not a TCP port")
+    return port
+
+
+def new_cluster_id() -> str:
+    """A Kafka cluster id: 16 random bytes in URL-safe base64 without padding (22 characters),
+    the form ``kafka-storage.sh random-uuid`` prints."""
+    return base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode("ascii")
+
+
+def _escape(value: str) -> str:
+    """Escape a value for a Java properties file."""
+    return value.replace("\\", "\\\\").replace("\n", "\\n").replace(":", "\\:").replace("=", "\\=")
+
+
+def render_server_properties(ports: KafkaPorts, data_dir: Path) -> str:
+    """server.properties of a single-node KRaft cluster: one process that is both the broker and
+    the only controller (a static quorum of one voter), listening on loopback only."""
+    lines = [
+        "# Written by spectral.devstack.kafka on every start; edits are overwritten.",
+        "process.roles=broker,controller",
+        f"node.id={NODE_ID}",
+        f"controller.quorum.voters={NODE_ID}@{HOST}:{ports.controller}",
+        (
+            f"listeners={BROKER_LISTENER}://{HOST}:{ports.broker},"
+            f"{CONTROLLER_LISTENER}://{HOST}:{ports.controller}"
+        ),
+        f"advertised.listeners={BROKER_LISTENER}://{HOST}:{ports.broker}",
+        (
+            f"listener.security.protocol.map={BROKER_LISTENER}:PLAINTEXT,"
+            f"{CONTROLLER_LISTENER}:PLAINTEXT"
+        ),
+        f"inter.broker.listener.name={BROKER_LISTENER}",
+        f"controller.listener.names={CONTROLLER_LISTENER}",
+        f"log.dirs={_escape(str(data_dir))}",
+    ]
+    lines.extend(f"{key}={value}" for key, value in _TUNING)
+    return "\n".join(lines) + "\n"
+
+
+def render_log4j1_properties() -> str:
+    """Logging for a Kafka 3.x distribution (reload4j) given by KAFKA_HOME; Kafka 4.x uses the
+    log4j2.xml shipped beside the manager. ``kafka.logs.dir`` is a JVM system property."""
+    return _LOG4J1_PROPERTIES
+
+
+_LOG4J1_PROPERTIES = """\
+log4j.rootLogger=INFO, server
+log4j.appender.server=org.apache.log4j.RollingFileAppender
+log4j.appender.server.File=${kafka.logs.dir}/server.log
+log4j.appender.server.MaxFileSize=20MB
+log4j.appender.server.MaxBackupIndex=3
+log4j.appender.server.layout=org.apache.log4j.PatternLayout
+log4j.appender.server.layout.ConversionPattern=[%d] %p %m (%c)%n
+log4j.logger.kafka.request.logger=WARN
+log4j.logger.state.change.logger=WARN
+log4j.logger.kafka.authorizer.logger=WARN
+"""
+
+
+def jvm_command(
+    java: str,
+    libs_dir: Path,
+    main_class: str,
+    args: list[str],
+    *,
+    logs_dir: Path,
+    log_config: Path,
+) -> list[str]:
+    """The java command line that runs ``main_class`` on the jars of ``libs_dir``."""
+    if log_config.suffix == ".xml":
+        logging = f"-Dlog4j2.configurationFile={log_config}"
+    else:
+        logging = f"-Dlog4j.configuration={log_config.as_uri()}"
+    return [
+        java,
+        *_JVM_OPTIONS,
+        f"-Dkafka.logs.dir={logs_dir}",
+        logging,
+        "-cp",
+        f"{libs_dir}/*",
+        main_class,
+        *args,
+    ]
+
+
+def storage_format_args(properties: Path, cluster_id: str) -> list[str]:
+    """Arguments of ``kafka.tools.StorageTool`` that format the log directories once.
+
+    With a static quorum (``controller.quorum.voters``) no ``--standalone`` is needed; the voter's
+    address lives in server.properties, so a restart may move the controller to another port."""
+    return ["format", "--cluster-id", cluster_id, "--config", str(properties), "--ignore-formatted"]
+
+
+def kafka_version_of(jar_names: list[str]) -> str | None:
+    """The Kafka version of a libs directory, read from its ``kafka_2.13-X.Y.Z.jar``."""
+    for name in sorted(jar_names):
+        match = _KAFKA_JAR.match(name)
+        if match:
+            return match["version"]
+    return None
+
+
+def java_major_version(version_output: str) -> int | None:
+    """The major version in ``java -version`` output: 17 for "17.0.15", 8 for "1.8.0_402"."""
+    match = _JAVA_VERSION.search(version_output)
+    if not match:
+        return None
+    major = int(match["major"])
+    if major == 1 and match["minor"]:
+        return int(match["minor"])
+    return major
+
+
+def required_java(kafka_version: str) -> int:
+    """Kafka 4.x brokers need Java 17; 3.x brokers run on Java 11."""
+    return 17 if int(kafka_version.split(".", 1)[0]) >= 4 else 11  # noqa: PLR2004
+
+
+def uses_log4j2(jar_names: list[str]) -> bool:
+    """True when the libs carry log4j2 (Kafka 4.x, and our Maven set); False for reload4j."""
+    return any(name.startswith("log4j-core-") for name in jar_names)
