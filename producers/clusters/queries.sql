@@ -1,0 +1,187 @@
+-- Queries of producers/clusters/repository.py (FailureClusterService's state in schema clusters).
+
+-- name: mint_clusters
+-- Step 1 of ingest: mint a cluster_id for every grouping key seen for the first time (ADR-057
+-- D1). The UNIQUE grouping key settles races: a concurrent replica's row wins and ours is
+-- skipped. Keys are inserted in one fixed order, so two ingests never wait on each other in a
+-- cycle. Failures already recorded (a re-ingested line) mint nothing.
+INSERT INTO clusters.clusters (workspace_id, rule_id, signature)
+SELECT DISTINCT t.workspace_id, t.rule_id, t.signature
+FROM unnest($1::text[], $2::uuid[], $3::uuid[], $4::text[])
+    AS t (failure_id, workspace_id, rule_id, signature)
+WHERE NOT EXISTS (SELECT 1 FROM clusters.failures AS f WHERE f.failure_id = t.failure_id)
+ORDER BY t.workspace_id, t.rule_id, t.signature
+ON CONFLICT ON CONSTRAINT clusters_grouping_key DO NOTHING
+RETURNING cluster_id
+
+-- name: lock_clusters_for_keys
+-- Step 2 of ingest: resolve every key to its cluster_id and lock those rows (in cluster_id
+-- order) so no tick evaluates them while their failures are being added.
+SELECT c.cluster_id, c.workspace_id, c.rule_id, c.signature
+FROM clusters.clusters AS c
+JOIN (
+    SELECT DISTINCT k.workspace_id, k.rule_id, k.signature
+    FROM unnest($1::uuid[], $2::uuid[], $3::text[]) AS k (workspace_id, rule_id, signature)
+) AS k ON (k.workspace_id, k.rule_id, k.signature) = (c.workspace_id, c.rule_id, c.signature)
+ORDER BY c.cluster_id
+FOR NO KEY UPDATE OF c
+
+-- name: insert_failures
+-- Step 3 of ingest: record the new failures (a known failure_id changes nothing) and bump the
+-- revision of every cluster that gained one, which makes it dirty for the next tick.
+WITH inserted AS (
+    INSERT INTO clusters.failures (failure_id, cluster_id, observed_at, summary, attributes)
+    SELECT t.failure_id, t.cluster_id, t.observed_at, t.summary, t.attributes
+    FROM unnest($1::text[], $2::uuid[], $3::timestamptz[], $4::text[], $5::jsonb[])
+        AS t (failure_id, cluster_id, observed_at, summary, attributes)
+    ON CONFLICT (failure_id) DO NOTHING
+    RETURNING cluster_id
+), bumped AS (
+    UPDATE clusters.clusters AS c
+    SET revision = c.revision + 1
+    WHERE c.cluster_id IN (SELECT cluster_id FROM inserted)
+    RETURNING c.cluster_id
+)
+SELECT (SELECT count(*) FROM inserted)::int AS inserted, (SELECT count(*) FROM bumped)::int AS touched
+
+-- name: claim_dirty
+-- A tick's batch: dirty clusters after the cursor, locked; rows another replica is evaluating
+-- (or an ingest is filling) are skipped, never waited for.
+SELECT cluster_id
+FROM clusters.clusters
+WHERE revision > evaluated_revision
+  AND ($1::uuid IS NULL OR cluster_id > $1::uuid)
+ORDER BY cluster_id
+LIMIT $2
+FOR UPDATE SKIP LOCKED
+
+-- name: lock_cluster
+SELECT cluster_id FROM clusters.clusters WHERE cluster_id = $1 FOR UPDATE
+
+-- name: cluster_facts
+-- What each cluster is now: identity, revision, last published hash, criticality, and the
+-- aggregates the snapshot and the severity policy need (read through failures_by_cluster).
+SELECT c.cluster_id, c.workspace_id, c.rule_id, c.signature, c.revision, c.published_hash,
+       coalesce(rc.criticality, $2::text) AS criticality,
+       a.failure_count, a.first_observed_at, a.last_observed_at,
+       (SELECT count(*)
+        FROM clusters.failures AS w
+        WHERE w.cluster_id = c.cluster_id
+          AND w.observed_at >= a.last_observed_at - $3::interval)::bigint AS recent_count
+FROM clusters.clusters AS c
+CROSS JOIN LATERAL (
+    SELECT count(*)::bigint AS failure_count,
+           min(f.observed_at) AS first_observed_at,
+           max(f.observed_at) AS last_observed_at
+    FROM clusters.failures AS f
+    WHERE f.cluster_id = c.cluster_id
+) AS a
+LEFT JOIN clusters.rule_criticality AS rc ON rc.rule_id = c.rule_id
+WHERE c.cluster_id = ANY($1::uuid[])
+ORDER BY c.cluster_id
+
+-- name: evidence_candidates
+-- Per cluster, the only failures the evidence rule (evidence.py) can pick: the most recent
+-- failure of each of the $2 most frequent summaries, and the $2 most recent failures; each
+-- with the number of failures sharing its summary. Text order is code point order (COLLATE "C").
+WITH f AS (
+    SELECT f.cluster_id, f.failure_id, f.observed_at, f.summary,
+           count(*) OVER (PARTITION BY f.cluster_id, f.summary) AS summary_count
+    FROM clusters.failures AS f
+    WHERE f.cluster_id = ANY($1::uuid[])
+), representatives AS (
+    SELECT DISTINCT ON (cluster_id, summary) *
+    FROM f
+    ORDER BY cluster_id, summary, observed_at DESC, failure_id
+), top_summaries AS (
+    SELECT cluster_id, failure_id, observed_at, summary, summary_count
+    FROM (
+        SELECT r.*, row_number() OVER (
+            PARTITION BY r.cluster_id ORDER BY r.summary_count DESC, r.summary) AS rank
+        FROM representatives AS r
+    ) AS ranked
+    WHERE rank <= $2
+), most_recent AS (
+    SELECT cluster_id, failure_id, observed_at, summary, summary_count
+    FROM (
+        SELECT f.*, row_number() OVER (
+            PARTITION BY f.cluster_id ORDER BY f.observed_at DESC, f.failure_id) AS rank
+        FROM f
+    ) AS ranked
+    WHERE rank <= $2
+)
+SELECT cluster_id, failure_id, observed_at, summary, summary_count::bigint AS summary_count
+FROM top_summaries
+UNION
+SELECT cluster_id, failure_id, observed_at, summary, summary_count::bigint
+FROM most_recent
+
+-- name: ready_stubs
+-- The read path of the leases: finalized stubs only (the view has no pending rows).
+SELECT s.cluster_id, s.content_hash, s.suggested_rule_stub
+FROM clusters.rule_stubs AS s
+JOIN unnest($1::uuid[], $2::text[]) AS k (cluster_id, content_hash)
+    ON (k.cluster_id, k.content_hash) = (s.cluster_id, s.content_hash)
+
+-- name: mark_evaluated
+-- After a batch: remember the revision evaluated and, for clusters whose snapshot went to the
+-- outbox, the hash published (NULL = nothing published this time).
+UPDATE clusters.clusters AS c
+SET evaluated_revision = greatest(c.evaluated_revision, v.revision),
+    published_hash = coalesce(v.published_hash, c.published_hash),
+    published_at = CASE WHEN v.published_hash IS NULL THEN c.published_at ELSE now() END
+FROM unnest($1::uuid[], $2::bigint[], $3::text[]) AS v (cluster_id, revision, published_hash)
+WHERE c.cluster_id = v.cluster_id
+
+-- name: claim_stub_lease
+-- ADR-0023 step 1: the placeholder. Only the replica whose INSERT lands gets a row back.
+INSERT INTO clusters.rule_stub_leases (cluster_id, content_hash, request, holder)
+VALUES ($1, $2, $3::jsonb, $4)
+ON CONFLICT (cluster_id, content_hash) DO NOTHING
+RETURNING generated_at
+
+-- name: recover_stub_leases
+-- ADR-0023 recovery clause: re-stamp pending leases older than the timeout; the re-stamping
+-- replica is the new holder. SKIP LOCKED plus the re-checked WHERE (a row another replica has
+-- just re-stamped is no longer stale) give each stale lease to one replica only.
+UPDATE clusters.rule_stub_leases AS l
+SET generated_at = now(), holder = $2, attempts = l.attempts + 1
+WHERE (l.cluster_id, l.content_hash) IN (
+        SELECT cluster_id, content_hash
+        FROM clusters.rule_stub_leases
+        WHERE generation_mode = 'pending' AND generated_at < now() - $1::interval
+        ORDER BY generated_at
+        LIMIT $3
+        FOR UPDATE SKIP LOCKED
+    )
+  AND l.generation_mode = 'pending'
+  AND l.generated_at < now() - $1::interval
+RETURNING l.cluster_id, l.content_hash, l.request::text AS request, l.attempts
+
+-- name: finalize_stub_lease
+-- ADR-0023 step 3: finalize by UPDATE. Only a still-pending row is finalized, so a second
+-- finisher (a slow holder whose lease was recovered) changes nothing and records no usage.
+UPDATE clusters.rule_stub_leases
+SET generation_mode = 'llm', suggested_rule_stub = $3, model = $4, generated_at = now()
+WHERE cluster_id = $1 AND content_hash = $2 AND generation_mode = 'pending'
+RETURNING 1
+
+-- name: record_usage
+INSERT INTO clusters.model_usage (cluster_id, content_hash, model, usage)
+VALUES ($1, $2, $3, $4::jsonb)
+
+-- name: supersede_stub_lease
+UPDATE clusters.rule_stub_leases
+SET generation_mode = 'superseded', generated_at = now()
+WHERE cluster_id = $1 AND content_hash = $2 AND generation_mode = 'pending'
+
+-- name: set_criticality
+INSERT INTO clusters.rule_criticality (rule_id, criticality)
+VALUES ($1, $2)
+ON CONFLICT (rule_id) DO UPDATE SET criticality = excluded.criticality, updated_at = now()
+
+-- name: list_clusters
+SELECT cluster_id, workspace_id, rule_id, signature, detected_at, revision, evaluated_revision,
+       published_hash, published_at
+FROM clusters.clusters
+ORDER BY workspace_id, rule_id, signature
