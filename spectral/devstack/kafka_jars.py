@@ -13,6 +13,7 @@ import fcntl
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 from collections.abc import Iterator
@@ -153,6 +154,7 @@ def _fetch(home: Path, pom: bytes, version: str, fingerprint: str) -> list[str]:
     command = [
         mvn,
         "-B",
+        "-U",  # retry artifacts a failed earlier attempt marked missing in ~/.m2
         "-Dstyle.color=never",
         "-f",
         str(pom_file),
@@ -182,7 +184,7 @@ def _fetch(home: Path, pom: bytes, version: str, fingerprint: str) -> list[str]:
             f"Maven could not fetch Kafka {version} from Maven Central (full output: {log}). "
             "Check that Maven Central is reachable (proxy settings in ~/.m2/settings.xml) and "
             "that the version exists, or set KAFKA_HOME to an unpacked Kafka distribution. "
-            f"Last lines of Maven's output:\n{tail(log, _TAIL_LINES)}"
+            f"Last lines of Maven's output:\n{_maven_tail(log)}"
         )
     libs = home / "libs"
     shutil.rmtree(libs, ignore_errors=True)
@@ -190,6 +192,21 @@ def _fetch(home: Path, pom: bytes, version: str, fingerprint: str) -> list[str]:
     marker = {"fingerprint": fingerprint, "version": version, "jars": names}
     (home / _MARKER).write_text(json.dumps(marker, indent=2) + "\n", encoding="utf-8")
     return names
+
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+_MAVEN_BOILERPLATE = ("Re-run Maven", "For more information", "[Help 1]", "To see the full stack")
+
+
+def _maven_tail(log: Path) -> str:
+    """Maven's last lines without colour codes, separators and its generic advice."""
+    useful: list[str] = []
+    for raw in tail(log, 4 * _TAIL_LINES).splitlines():
+        line = _ANSI.sub("", raw).rstrip()
+        text = line.removeprefix("[ERROR]").removeprefix("[INFO]").strip()
+        if text and not text.startswith(_MAVEN_BOILERPLATE) and text.strip("-") != "":
+            useful.append(line)
+    return "\n".join(useful[-_TAIL_LINES:])
 
 
 def _jar_names(libs: Path) -> list[str]:
