@@ -118,7 +118,10 @@ class EventRegistry:
                 f"not {type(envelope.payload).__name__}",
                 event_type=envelope.event_type,
             )
-        data = envelope.__pydantic_serializer__.to_json(envelope, serialize_as_any=True)
+        # The spec's parametrized envelope model serializes the payload with its own field
+        # serializers (serialize_as_any would fall back to pydantic's default datetime form,
+        # which drops a zero fraction and so changes the hashed bytes).
+        data = spec.envelope_model.__pydantic_serializer__.to_json(envelope)
         if verify:
             self.decode(data)
         return data
