@@ -1,0 +1,146 @@
+-- The rule-candidates projection (role spectral_projector) and the operator triage tools
+-- (role spectral_operator). Each projection statement runs once per batch over arrays.
+
+-- ======================================================================================
+-- Projection (repository.py)
+-- ======================================================================================
+
+-- name: upsert_snapshots
+-- One row per cluster (the batch is collapsed to each cluster's newest snapshot first: ON
+-- CONFLICT DO UPDATE cannot touch a row twice). New cluster -> INSERT (status defaults to
+-- 'pending'). Known cluster -> the snapshot columns and last_signaled_at are overwritten only
+-- when the incoming snapshot is newer in the order of collapse.py; operator columns are never
+-- named. A dismissed or resolved cluster receiving a newer, different snapshot gets
+-- resurfaced_at = now() and keeps its status. Clusters not returned were stale.
+-- evidence_bundle is taken from the record bytes as they were on the wire: no re-serialising,
+-- and fields a newer producer added to the bundle are kept.
+-- inserted: xmax is 0 on a freshly inserted row version, the locker's xid on an updated one.
+-- resurfaced: now() is this transaction's start time; only this statement can have written it.
+-- The same statement records the signal hour of every applied cluster for the churn gauge.
+WITH incoming AS (
+    SELECT *
+    FROM unnest($1::uuid[], $2::text[], $3::uuid[], $4::uuid[], $5::text[], $6::int[],
+                $7::timestamptz[], $8::timestamptz[], $9::bytea[], $10::text[])
+        AS i(cluster_id, snapshot_hash, rule_id, workspace_id, severity, failure_count,
+             first_observed_at, last_observed_at, envelope, suggested_rule_stub)
+),
+applied AS (
+    INSERT INTO platform.rule_candidates_pending AS t
+        (cluster_id, snapshot_hash, rule_id, workspace_id, severity, failure_count,
+         first_observed_at, last_observed_at, evidence_bundle, suggested_rule_stub)
+    SELECT cluster_id, snapshot_hash, rule_id, workspace_id, severity, failure_count,
+           first_observed_at, last_observed_at,
+           convert_from(envelope, 'UTF8')::jsonb -> 'payload' -> 'evidence_bundle',
+           suggested_rule_stub
+    FROM incoming
+    ON CONFLICT (cluster_id) DO UPDATE SET
+        snapshot_hash       = excluded.snapshot_hash,
+        rule_id             = excluded.rule_id,
+        workspace_id        = excluded.workspace_id,
+        severity            = excluded.severity,
+        failure_count       = excluded.failure_count,
+        first_observed_at   = excluded.first_observed_at,
+        last_observed_at    = excluded.last_observed_at,
+        evidence_bundle     = excluded.evidence_bundle,
+        suggested_rule_stub = excluded.suggested_rule_stub,
+        last_signaled_at    = now(),
+        resurfaced_at       = CASE
+            WHEN t.status IN ('dismissed', 'resolved')
+                 AND t.snapshot_hash IS DISTINCT FROM excluded.snapshot_hash
+            THEN now()
+            ELSE t.resurfaced_at
+        END
+    WHERE (excluded.last_observed_at, excluded.failure_count, excluded.snapshot_hash COLLATE "C")
+        > (t.last_observed_at, t.failure_count, t.snapshot_hash COLLATE "C")
+    RETURNING t.cluster_id,
+              t.xmax = 0 AS inserted,
+              t.xmax <> 0 AND t.resurfaced_at IS NOT DISTINCT FROM now() AS resurfaced
+),
+signalled AS (
+    INSERT INTO platform.cluster_signal_hours (hour, cluster_id)
+    SELECT date_trunc('hour', now()), cluster_id FROM applied
+    ON CONFLICT DO NOTHING
+)
+SELECT cluster_id, inserted, resurfaced FROM applied;
+
+-- name: churn_windows
+-- Distinct cluster_ids signalled per 24-hour window, windows $1..$2 (0 = the current hour
+-- bucket and the 23 before it; d = the 24 buckets ending 24*d hours earlier). A window is
+-- covered when the record reaches back to its first hour. Each window is one range scan of the
+-- primary key (hour leads it).
+WITH clock AS (
+    SELECT date_trunc('hour', now()) AS hour,
+           (SELECT min(hour) FROM platform.cluster_signal_hours) AS earliest
+),
+windows AS (
+    SELECT d,
+           clock.hour - make_interval(hours => 24 * d + 23) AS first_hour,
+           clock.hour - make_interval(hours => 24 * d) AS last_hour
+    FROM clock, generate_series($1::int, $2::int) AS d
+)
+SELECT w.d AS window_index,
+       coalesce(w.first_hour >= clock.earliest, false) AS covered,
+       (SELECT count(DISTINCT s.cluster_id)
+        FROM platform.cluster_signal_hours AS s
+        WHERE s.hour BETWEEN w.first_hour AND w.last_hour) AS clusters,
+       clock.hour AS current_hour
+FROM windows AS w, clock
+ORDER BY w.d;
+
+-- name: prune_signal_hours
+DELETE FROM platform.cluster_signal_hours
+WHERE hour < date_trunc('hour', now()) - make_interval(hours => $1::int);
+
+-- ======================================================================================
+-- Operator triage (triage.py)
+-- ======================================================================================
+
+-- name: list_candidates
+-- resurfaced = it came back after the operator's last status change. Most severe first, then
+-- the most recently observed. $1 status, $2 severity, $3 workspace (NULL = any);
+-- $4 only resurfaced; $5 include soft-deleted rows; $6 limit.
+SELECT cluster_id, status, severity, workspace_id, rule_id, failure_count,
+       first_observed_at, last_observed_at, last_signaled_at, created_at,
+       assigned_to, resurfaced_at, status_changed_at, deleted_at,
+       (resurfaced_at IS NOT NULL
+        AND (status_changed_at IS NULL OR resurfaced_at > status_changed_at)) AS resurfaced
+FROM platform.rule_candidates_pending
+WHERE ($1::text IS NULL OR status = $1::text)
+  AND ($2::text IS NULL OR severity = $2::text)
+  AND ($3::uuid IS NULL OR workspace_id = $3::uuid)
+  AND (NOT $4::boolean
+       OR (resurfaced_at IS NOT NULL
+           AND (status_changed_at IS NULL OR resurfaced_at > status_changed_at)))
+  AND ($5::boolean OR deleted_at IS NULL)
+ORDER BY CASE severity WHEN 'high' THEN 0 WHEN 'medium' THEN 1 ELSE 2 END,
+         last_observed_at DESC, cluster_id
+LIMIT $6::int;
+
+-- name: get_candidate
+SELECT cluster_id, status, severity, workspace_id, rule_id, failure_count,
+       first_observed_at, last_observed_at, last_signaled_at, created_at,
+       assigned_to, resurfaced_at, status_changed_at, deleted_at,
+       (resurfaced_at IS NOT NULL
+        AND (status_changed_at IS NULL OR resurfaced_at > status_changed_at)) AS resurfaced,
+       snapshot_hash, notes, suggested_rule_stub, evidence_bundle::text AS evidence_bundle
+FROM platform.rule_candidates_pending
+WHERE cluster_id = $1::uuid;
+
+-- name: lock_candidate
+-- Held until the triage update commits, so the transition is checked against the status that
+-- is actually replaced (two operators cannot both move the same cluster from one state).
+SELECT status FROM platform.rule_candidates_pending WHERE cluster_id = $1::uuid FOR UPDATE;
+
+-- name: update_triage
+-- Only the operator columns. $2 status (NULL = keep); $3 change the assignee to $4;
+-- $5 change the notes to $6; $7 'delete' | 'restore' | 'keep' for deleted_at.
+UPDATE platform.rule_candidates_pending SET
+    status      = coalesce($2::text, status),
+    assigned_to = CASE WHEN $3::boolean THEN $4::uuid ELSE assigned_to END,
+    notes       = CASE WHEN $5::boolean THEN $6::text ELSE notes END,
+    deleted_at  = CASE $7::text
+                      WHEN 'delete' THEN coalesce(deleted_at, now())
+                      WHEN 'restore' THEN NULL
+                      ELSE deleted_at
+                  END
+WHERE cluster_id = $1::uuid;

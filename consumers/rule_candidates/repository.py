@@ -1,0 +1,104 @@
+"""All database work of the rule-candidates projection (role ``spectral_projector``).
+
+Statements live in queries.sql beside this module; each runs once per batch over arrays.
+Driver errors are translated at this boundary (TransientError / PermanentError).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Final, TypeAlias
+from uuid import UUID
+
+import asyncpg
+from asyncpg.pool import PoolConnectionProxy
+
+from consumers.rule_candidates.churn import RETENTION_HOURS, WindowCount
+from spectral.db.connect import guarded
+from spectral.db.queries import load_queries
+
+QUERIES: Final = Path(__file__).with_name("queries.sql")
+
+Conn: TypeAlias = "asyncpg.Connection | PoolConnectionProxy[asyncpg.Record]"
+"""A connection, or one lent by a pool."""
+
+
+@dataclass(frozen=True, slots=True)
+class SnapshotRows:
+    """Column arrays of the snapshots to upsert: element i of each is one cluster."""
+
+    cluster_id: list[UUID]
+    snapshot_hash: list[str]
+    rule_id: list[UUID]
+    workspace_id: list[UUID]
+    severity: list[str]
+    failure_count: list[int]
+    first_observed_at: list[datetime]
+    last_observed_at: list[datetime]
+    envelope: list[bytes]
+    """The record values as received; evidence_bundle is read from them by the database."""
+    suggested_rule_stub: list[str | None]
+
+
+@dataclass(frozen=True, slots=True)
+class Applied:
+    """A cluster whose snapshot was written (not stale)."""
+
+    cluster_id: UUID
+    inserted: bool
+    resurfaced: bool
+
+
+@dataclass(frozen=True, slots=True)
+class ChurnWindows:
+    current_hour: datetime
+    windows: tuple[WindowCount, ...]
+
+
+class RuleCandidatesRepository:
+    def __init__(self) -> None:
+        self._sql = load_queries(QUERIES)
+
+    async def upsert(self, conn: Conn, rows: SnapshotRows) -> list[Applied]:
+        """Upsert one snapshot per cluster; returns the clusters actually written."""
+        if not rows.cluster_id:
+            return []
+        records = await guarded(
+            "upsert rule candidates",
+            lambda: conn.fetch(
+                self._sql["upsert_snapshots"],
+                rows.cluster_id,
+                rows.snapshot_hash,
+                rows.rule_id,
+                rows.workspace_id,
+                rows.severity,
+                rows.failure_count,
+                rows.first_observed_at,
+                rows.last_observed_at,
+                rows.envelope,
+                rows.suggested_rule_stub,
+            ),
+        )
+        return [Applied(r["cluster_id"], r["inserted"], r["resurfaced"]) for r in records]
+
+    async def churn_windows(self, conn: Conn, first: int, last: int) -> ChurnWindows:
+        """Distinct cluster_ids signalled in 24-hour windows ``first..last`` (see churn.py)."""
+        records: Sequence[asyncpg.Record] = await guarded(
+            "read churn windows", lambda: conn.fetch(self._sql["churn_windows"], first, last)
+        )
+        return ChurnWindows(
+            current_hour=records[0]["current_hour"],
+            windows=tuple(
+                WindowCount(r["window_index"], r["covered"], r["clusters"]) for r in records
+            ),
+        )
+
+    async def prune_signals(self, conn: Conn) -> None:
+        """Forget signal hours the churn reading no longer needs."""
+        await guarded(
+            "prune cluster signal hours",
+            lambda: conn.execute(self._sql["prune_signal_hours"], RETENTION_HOURS),
+        )
