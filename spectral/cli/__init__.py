@@ -9,7 +9,7 @@ import sys
 
 import typer
 
-from spectral.cli import consume, contracts, db, dev
+from spectral.cli import consume, contracts, db, dev, triage
 from spectral.errors import ConfigurationError, SpectralError, TransientError
 
 app = typer.Typer(
@@ -22,6 +22,7 @@ app.add_typer(dev.app, name="dev")
 app.add_typer(db.app, name="db")
 app.add_typer(contracts.app, name="contracts")
 app.command(name="consume")(consume.consume)
+app.add_typer(triage.app, name="triage")
 
 
 def main() -> None:
