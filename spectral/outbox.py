@@ -20,14 +20,18 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeAlias
 
 import asyncpg
+from asyncpg.pool import PoolConnectionProxy
 
 from contracts import EventEnvelope, encode
 from spectral.db.queries import load_queries
 
 _SQL = load_queries(Path(__file__).with_name("outbox.sql"))
+
+Conn: TypeAlias = "asyncpg.Connection | PoolConnectionProxy[asyncpg.Record]"
+"""A connection, or one borrowed from a pool (the caller's transaction either way)."""
 
 
 @dataclass(frozen=True)
@@ -40,7 +44,7 @@ class OutboxItem:
     available_at: datetime | None = None
 
 
-async def enqueue(conn: asyncpg.Connection, items: Sequence[OutboxItem]) -> list[int]:
+async def enqueue(conn: Conn, items: Sequence[OutboxItem]) -> list[int]:
     """Insert ``items`` into core.outbox in the caller's transaction; return their ids in input
     order. One set-based statement whatever the number of items; nothing happens for none."""
     if not items:

@@ -1,0 +1,51 @@
+"""The relay's instruments, in one place; label values from a fixed set."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+_DURATION_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
+
+
+class Component(StrEnum):
+    DATABASE = "database"
+    KAFKA = "kafka"
+
+
+class RelayMetrics:
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.depth = Gauge(
+            "spectral_outbox_depth",
+            "Unpublished rows in core.outbox (delayed rows included).",
+            registry=registry,
+        )
+        self.oldest_age = Gauge(
+            "spectral_outbox_oldest_age_seconds",
+            "How long the oldest publishable, unpublished outbox row has waited (0 when none).",
+            registry=registry,
+        )
+        self.published = Counter(
+            "spectral_outbox_relay_published_total",
+            "Outbox rows acknowledged by Kafka (acks=all) and marked published.",
+            registry=registry,
+        )
+        self.batch_duration = Histogram(
+            "spectral_outbox_relay_batch_duration_seconds",
+            "Time from fetching a batch to marking it published.",
+            buckets=_DURATION_BUCKETS,
+            registry=registry,
+        )
+        self.shards_held = Gauge(
+            "spectral_outbox_relay_shards_held",
+            "Key-hash shards this relay holds (their advisory locks).",
+            registry=registry,
+        )
+        errors = Counter(
+            "spectral_outbox_relay_errors_total",
+            "Faults that made the relay back off and start a new session, by component.",
+            ["component"],
+            registry=registry,
+        )
+        self.errors = {component: errors.labels(component.value) for component in Component}

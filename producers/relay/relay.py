@@ -1,0 +1,261 @@
+"""The outbox relay: publishes core.outbox rows to Kafka, at least once, in per-key order.
+
+One relay session = one PostgreSQL session (which holds the shard locks, see shards.py) and one
+idempotent Kafka producer (``enable_idempotence=True``, ``acks=all``). A batch is: fetch the next
+publishable rows of the held shards in id order; send them all (topic = topic_prefix +
+event_type, key = record_key, headers event_type and idempotency_key); wait for every ack; mark
+the acknowledged rows published. A crash (SIGKILL) anywhere before the mark leaves the rows
+unmarked and they are published again by whichever relay holds the shard next: a duplicate on
+the topic that consumers deduplicate by idempotency_key, never a loss. A row is marked only when
+it and every earlier row of its key in the batch were acknowledged, so a failed send never lets
+a later row of the same key be recorded as done before it.
+
+Faults (database or broker unavailable) end the session — its locks are released with it — and
+the relay starts a new one after a capped exponential backoff. SIGTERM/SIGINT finish the batch in
+flight (publish and mark), release the locks and exit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import random
+import signal
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from aiokafka import AIOKafkaProducer
+from aiokafka.errors import KafkaError
+
+from producers.relay.metrics import Component, RelayMetrics
+from producers.relay.repository import RELAY_ROLE, OutboxRow, RelayRepository
+from producers.relay.shards import SHARD_COUNT, plan
+from spectral.errors import TransientError
+from spectral.kafka.config import client_kwargs
+from spectral.kafka.topics import topic_for
+from spectral.observability.logging import get_logger
+from spectral.retry import Backoff
+from spectral.settings import Settings
+
+log = get_logger(__name__)
+
+CRASH_EXIT_CODE = 137
+
+
+class BrokerUnavailableError(TransientError):
+    """Kafka did not acknowledge (part of) a batch."""
+
+
+@dataclass(frozen=True)
+class RelayOptions:
+    batch: int = 500
+    poll_interval: float = 0.2
+    once: bool = False
+    rebalance_interval: float = 1.0
+    stats_interval: float = 1.0
+    linger_ms: int = 5
+    max_batch_bytes: int = 512 * 1024
+    backoff: Backoff = field(default_factory=lambda: Backoff(base=0.5, cap=10.0))
+    # Test-only fault hook: exit abruptly right after Kafka acknowledged the first batch and
+    # before it is marked published (what a SIGKILL at the worst moment leaves behind).
+    crash_after_publish: bool = False
+
+
+@dataclass
+class RelayReport:
+    published: int = 0
+    batches: int = 0
+    sessions: int = 0
+
+
+class OutboxRelay:
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        kafka_bootstrap: str,
+        database_url: str,
+        metrics: RelayMetrics,
+        options: RelayOptions | None = None,
+        role: str | None = RELAY_ROLE,
+    ) -> None:
+        self._settings = settings
+        self._bootstrap = kafka_bootstrap
+        self._database_url = database_url
+        self._role = role
+        self.metrics = metrics
+        self.options = options or RelayOptions()
+        self._stopping = asyncio.Event()
+        self._offset = random.randrange(SHARD_COUNT)  # noqa: S311 - spreads first picks, not security
+
+    def stop(self) -> None:
+        """Finish the batch in flight, then exit (safe from a signal handler)."""
+        self._stopping.set()
+
+    async def run(self) -> RelayReport:
+        report = RelayReport()
+        loop = asyncio.get_running_loop()
+        installed: list[signal.Signals] = []
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+                loop.add_signal_handler(sig, self.stop)
+                installed.append(sig)
+        faults = 0
+        try:
+            while not self._stopping.is_set():
+                try:
+                    await self._session(report)
+                except TransientError as exc:
+                    faults += 1
+                    component = (
+                        Component.KAFKA
+                        if isinstance(exc, BrokerUnavailableError)
+                        else Component.DATABASE
+                    )
+                    self.metrics.errors[component].inc()
+                    delay = self.options.backoff.delay(faults)
+                    log.warning("relay session failed; backing off", error=str(exc), retry_in=delay)
+                    if self.options.once and faults > 5:  # noqa: PLR2004 - a one-shot run gives up
+                        raise
+                    await self._sleep(delay)
+                    continue
+                break
+        finally:
+            for sig in installed:
+                loop.remove_signal_handler(sig)
+        return report
+
+    async def _session(self, report: RelayReport) -> None:
+        repo = await RelayRepository.open(self._database_url, role=self._role)
+        producer: AIOKafkaProducer | None = None
+        held: set[int] = set()
+        try:
+            producer = await self._start_producer()
+            report.sessions += 1
+            log.info("relay session started", once=self.options.once)
+            await self._loop(repo, producer, held, report)
+        finally:
+            self.metrics.shards_held.set(0)
+            if producer is not None:
+                with contextlib.suppress(Exception):
+                    await producer.stop()
+            await repo.close()  # ends the session: its shard locks are released
+
+    async def _loop(
+        self, repo: RelayRepository, producer: AIOKafkaProducer, held: set[int], report: RelayReport
+    ) -> None:
+        next_rebalance = 0.0
+        next_stats = 0.0
+        while not self._stopping.is_set():
+            now = time.monotonic()
+            if now >= next_rebalance:
+                await self._rebalance(repo, held)
+                next_rebalance = now + self.options.rebalance_interval
+            if now >= next_stats:
+                await self._refresh_stats(repo)
+                next_stats = now + self.options.stats_interval
+            started = time.perf_counter()
+            rows = await repo.fetch_batch(sorted(held), self.options.batch)
+            if not rows:
+                if self.options.once:
+                    await self._refresh_stats(repo)
+                    return
+                await self._sleep(self.options.poll_interval)
+                next_rebalance = 0.0  # idle: look for shards freed by a relay that went away
+                continue
+            acked, failure = await self._publish(producer, rows)
+            if self.options.crash_after_publish:
+                sys.stderr.write("relay: crash hook: exiting after publish, before mark\n")
+                sys.stderr.flush()
+                os._exit(CRASH_EXIT_CODE)
+            await repo.mark_published(acked)
+            self.metrics.published.inc(len(acked))
+            self.metrics.batch_duration.observe(time.perf_counter() - started)
+            report.published += len(acked)
+            report.batches += 1
+            if failure is not None:
+                raise BrokerUnavailableError(
+                    f"Kafka did not acknowledge a batch: {failure}"
+                ) from failure
+        await self._refresh_stats(repo)
+
+    async def _rebalance(self, repo: RelayRepository, held: set[int]) -> None:
+        members = await repo.count_relays()
+        step = plan(frozenset(held), members, self._offset)
+        if step.release:
+            await repo.unlock(step.release)
+            held.difference_update(step.release)
+            log.info("released shards", shards=list(step.release), members=members)
+        won = await repo.try_lock(step.candidates, step.want)
+        if won:
+            held.update(won)
+            log.info("acquired shards", shards=sorted(won), members=members, held=len(held))
+        self.metrics.shards_held.set(len(held))
+
+    async def _refresh_stats(self, repo: RelayRepository) -> None:
+        stats = await repo.stats()
+        self.metrics.depth.set(stats.depth)
+        self.metrics.oldest_age.set(stats.oldest_age_seconds)
+
+    async def _start_producer(self) -> AIOKafkaProducer:
+        producer = AIOKafkaProducer(
+            **client_kwargs(self._settings, self._bootstrap),
+            client_id="spectral-outbox-relay",
+            enable_idempotence=True,
+            acks="all",
+            linger_ms=self.options.linger_ms,
+            max_batch_size=self.options.max_batch_bytes,
+        )
+        try:
+            await producer.start()
+        except KafkaError as exc:
+            with contextlib.suppress(Exception):
+                await producer.stop()
+            raise BrokerUnavailableError(f"cannot start the Kafka producer: {exc}") from exc
+        return producer
+
+    async def _publish(
+        self, producer: AIOKafkaProducer, rows: Sequence[OutboxRow]
+    ) -> tuple[list[int], BaseException | None]:
+        """Send every row, wait for every ack; return the ids safe to mark and the first fault.
+
+        Safe = acknowledged, and every earlier row of the same key in this batch acknowledged too.
+        """
+        prefix = self._settings.topic_prefix
+        pending: list[asyncio.Future[object]] = []
+        failure: BaseException | None = None
+        for row in rows:
+            try:
+                fut = await producer.send(
+                    topic_for(row.event_type, prefix),
+                    value=row.envelope,
+                    key=row.record_key.encode(),
+                    headers=[
+                        ("event_type", row.event_type.encode()),
+                        ("idempotency_key", row.idempotency_key.encode()),
+                    ],
+                )
+            except KafkaError as exc:
+                failure = exc
+                break
+            pending.append(fut)
+        results = await asyncio.gather(*pending, return_exceptions=True)
+        acked: list[int] = []
+        blocked: set[str] = set()
+        for index, row in enumerate(rows):
+            result = results[index] if index < len(results) else failure
+            if isinstance(result, BaseException) or index >= len(results):
+                failure = failure or (result if isinstance(result, BaseException) else None)
+                blocked.add(row.record_key)
+                continue
+            if row.record_key in blocked:
+                continue
+            acked.append(row.id)
+        return acked, failure
+
+    async def _sleep(self, seconds: float) -> None:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._stopping.wait(), timeout=seconds)

@@ -1,0 +1,109 @@
+"""The relay's database work, on ONE session: the shard locks live in that session, so the rows
+of a shard are read and marked only while its lock is held, and a lost connection loses the locks
+and the right to mark at the same time."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import asyncpg
+
+from producers.relay.shards import LOCK_CLASS, MEMBER_LOCK, SHARD_COUNT
+from spectral.db.connect import connect, guarded
+from spectral.db.queries import load_queries
+
+_SQL = load_queries(Path(__file__).with_name("queries.sql"))
+RELAY_ROLE = "spectral_producer"
+
+
+@dataclass(frozen=True, slots=True)
+class OutboxRow:
+    id: int
+    event_type: str
+    record_key: str
+    idempotency_key: str
+    envelope: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class OutboxStats:
+    depth: int
+    oldest_age_seconds: float
+
+
+class RelayRepository:
+    """One relay session: membership, shard locks, batches, marks, gauges."""
+
+    def __init__(self, conn: asyncpg.Connection) -> None:
+        self._conn = conn
+
+    @classmethod
+    async def open(cls, dsn: str, role: str | None = RELAY_ROLE) -> RelayRepository:
+        conn = await connect(dsn, role=role)
+        repo = cls(conn)
+        await guarded(
+            "join relays", lambda: conn.execute(_SQL["join_relays"], LOCK_CLASS, MEMBER_LOCK)
+        )
+        return repo
+
+    async def close(self) -> None:
+        """End the session: the server releases every lock it held."""
+        if not self._conn.is_closed():
+            try:
+                await self._conn.close(timeout=5)
+            except Exception:  # noqa: BLE001 - closing a broken session: terminate it instead
+                self._conn.terminate()
+
+    async def count_relays(self) -> int:
+        value = await guarded(
+            "count relays",
+            lambda: self._conn.fetchval(_SQL["count_relays"], LOCK_CLASS, MEMBER_LOCK),
+        )
+        return int(value)
+
+    async def try_lock(self, candidates: Sequence[int], want: int) -> list[int]:
+        if want <= 0 or not candidates:
+            return []
+        rows = await guarded(
+            "lock shards",
+            lambda: self._conn.fetch(_SQL["try_lock_shards"], LOCK_CLASS, list(candidates), want),
+        )
+        return [int(r["shard"]) for r in rows]
+
+    async def unlock(self, shards: Sequence[int]) -> None:
+        if shards:
+            await guarded(
+                "unlock shards",
+                lambda: self._conn.fetch(_SQL["unlock_shards"], LOCK_CLASS, list(shards)),
+            )
+
+    async def fetch_batch(self, shards: Sequence[int], limit: int) -> list[OutboxRow]:
+        if not shards:
+            return []
+        rows = await guarded(
+            "fetch outbox batch",
+            lambda: self._conn.fetch(_SQL["fetch_batch"], SHARD_COUNT, sorted(shards), limit),
+        )
+        return [
+            OutboxRow(
+                int(r["id"]),
+                r["event_type"],
+                r["record_key"],
+                r["idempotency_key"],
+                bytes(r["envelope"]),
+            )
+            for r in rows
+        ]
+
+    async def mark_published(self, ids: Sequence[int]) -> None:
+        if ids:
+            await guarded(
+                "mark published", lambda: self._conn.execute(_SQL["mark_published"], list(ids))
+            )
+
+    async def stats(self) -> OutboxStats:
+        row = await guarded("outbox stats", lambda: self._conn.fetchrow(_SQL["outbox_stats"]))
+        assert row is not None  # noqa: S101 - an aggregate always returns one row
+        return OutboxStats(int(row["depth"]), float(row["oldest_age"]))

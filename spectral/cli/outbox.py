@@ -1,0 +1,73 @@
+"""`spectral outbox relay | status`: publish core.outbox to Kafka."""
+
+from __future__ import annotations
+
+import os
+
+import typer
+from prometheus_client import REGISTRY
+
+from producers.relay import OutboxRelay, RelayMetrics, RelayOptions
+from producers.relay.repository import RelayRepository
+from spectral.cli._common import run, settings
+from spectral.devstack import resolve_database_url, resolve_endpoints
+from spectral.observability.metrics import serve_metrics
+
+app = typer.Typer(help="The transactional outbox: relay its rows to Kafka.", no_args_is_help=True)
+
+# Test-only fault hook (tests/faults): exit right after Kafka acknowledged the first batch and
+# before marking it published. Not a setting: nothing but a fault test should ever set it.
+CRASH_HOOK_ENV = "SPECTRAL_RELAY_CRASH_AFTER_PUBLISH"
+
+
+@app.command()
+def relay(
+    once: bool = typer.Option(default=False, help="Publish what is publishable now, then exit."),
+    batch: int = typer.Option(500, "--batch", min=1, help="Most rows per batch."),
+    poll_interval: float = typer.Option(
+        0.2, "--poll-interval", min=0.01, help="Seconds between polls when idle."
+    ),
+    metrics_port: int | None = typer.Option(None, help="Serve Prometheus /metrics on this port."),
+) -> None:
+    """Publish outbox rows (idempotent producer, acks=all), in id order per key, at least once.
+
+    Several relays may run at once: keys are split into shards guarded by advisory locks.
+    SIGTERM/SIGINT finish the batch in flight and exit 0.
+    """
+    current = settings()
+    endpoints = resolve_endpoints(current)
+    serve_metrics(metrics_port)
+    relay_ = OutboxRelay(
+        current,
+        kafka_bootstrap=endpoints.kafka_bootstrap,
+        database_url=endpoints.database_url,
+        metrics=RelayMetrics(REGISTRY),
+        options=RelayOptions(
+            batch=batch,
+            poll_interval=poll_interval,
+            once=once,
+            crash_after_publish=os.environ.get(CRASH_HOOK_ENV) == "1",
+        ),
+    )
+    report = run(relay_.run())
+    typer.echo(f"published={report.published} batches={report.batches}", err=True)
+
+
+@app.command()
+def status() -> None:
+    """Print the outbox depth and the age of the oldest publishable row."""
+    url = resolve_database_url(settings())
+
+    async def stats() -> tuple[int, float]:
+        repo = await RelayRepository.open(url)
+        try:
+            current = await repo.stats()
+        finally:
+            await repo.close()
+        return current.depth, current.oldest_age_seconds
+
+    depth, age = run(stats())
+    typer.echo(f"depth={depth} oldest_age_seconds={age:.3f}")
+
+
+__all__ = ["app"]
