@@ -9,7 +9,7 @@ import sys
 
 import typer
 
-from spectral.cli import consume, contracts, db, dev, triage
+from spectral.cli import clusters, consume, contracts, db, dev, outbox, triage
 from spectral.errors import ConfigurationError, SpectralError, TransientError
 
 app = typer.Typer(
@@ -21,6 +21,8 @@ app = typer.Typer(
 app.add_typer(dev.app, name="dev")
 app.add_typer(db.app, name="db")
 app.add_typer(contracts.app, name="contracts")
+app.add_typer(outbox.app, name="outbox")
+app.add_typer(clusters.app, name="clusters")
 app.command(name="consume")(consume.consume)
 app.add_typer(triage.app, name="triage")
 
