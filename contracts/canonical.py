@@ -36,6 +36,7 @@ MAX_SAFE_INTEGER: Final = 2**53 - 1
 
 _SCALARS: Final = frozenset({str, int, bool, type(None)})
 _CONTAINERS: Final = (dict, list, tuple)
+_CONTAINER_TYPES: Final = frozenset(_CONTAINERS)
 _OPTIONS: Final = orjson.OPT_SORT_KEYS | orjson.OPT_STRICT_INTEGER
 _BELOW_F0: Final = bytes(range(0xF0))
 
@@ -73,7 +74,8 @@ def check_json_values(value: object, path: str = "$") -> None:
     :class:`CanonicalizationError` naming the first offending path (``$.a[2].b``).
     """
     if type(value) in _CONTAINERS:
-        _check_container(value, path)
+        if not _is_json_container(value):
+            raise CanonicalizationError(_first_bad_path(value, path))
     elif type(value) not in _SCALARS:
         raise CanonicalizationError(_describe_bad(value, path))
 
@@ -101,18 +103,15 @@ def _hashed_body(payload: Mapping[str, Any]) -> dict[str, Any]:
     return body
 
 
-def _check_container(value: Any, path: str) -> None:
-    """Fast path: one set of value types per container; the path is built only on failure."""
+def _is_json_container(value: Any) -> bool:
+    """Fast path: one set of value types per container, no paths."""
     values = value.values() if type(value) is dict else value
     kinds = set(map(type, values))
     if kinds <= _SCALARS:
-        return
-    for kind in kinds - _SCALARS:
-        if kind not in _CONTAINERS:
-            raise CanonicalizationError(_first_bad_path(value, path))
-    for item in values:
-        if type(item) in _CONTAINERS:
-            _check_container(item, path)
+        return True
+    if not kinds - _SCALARS <= _CONTAINER_TYPES:
+        return False
+    return all(_is_json_container(item) for item in values if type(item) in _CONTAINERS)
 
 
 def _first_bad_path(value: Any, path: str) -> str:
@@ -121,9 +120,7 @@ def _first_bad_path(value: Any, path: str) -> str:
     for key, item in items:
         sub = f"{path}.{key}" if type(value) is dict else f"{path}[{key}]"
         if type(item) in _CONTAINERS:
-            try:
-                _check_container(item, sub)
-            except CanonicalizationError:
+            if not _is_json_container(item):
                 return _first_bad_path(item, sub)
         elif type(item) not in _SCALARS:
             return _describe_bad(item, sub)
