@@ -83,6 +83,11 @@ def format_utc(value: datetime) -> str:
     return value.astimezone(UTC).replace(tzinfo=None).isoformat(timespec="microseconds") + "Z"
 
 
+TIMESTAMP_NOTE: Final = (
+    "RFC 3339 date-time. Written in UTC as YYYY-MM-DDTHH:MM:SS.ffffffZ; read with any offset "
+    "and converted to UTC."
+)
+
 UtcDatetime = Annotated[
     datetime,
     PlainValidator(parse_utc),
@@ -92,10 +97,7 @@ UtcDatetime = Annotated[
             "type": "string",
             "format": "date-time",
             "pattern": RFC3339_PATTERN,
-            "description": (
-                "RFC 3339 date-time. Written in UTC as YYYY-MM-DDTHH:MM:SS.ffffffZ; read with any "
-                "offset and converted to UTC."
-            ),
+            "description": TIMESTAMP_NOTE,
             "examples": [_EXAMPLE],
         }
     ),

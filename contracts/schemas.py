@@ -18,6 +18,8 @@ import json
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Final
 
+from contracts.fields import RFC3339_PATTERN, TIMESTAMP_NOTE
+
 if TYPE_CHECKING:
     from contracts.registry import EventRegistry
     from contracts.spec import EventSpec
@@ -44,7 +46,20 @@ def envelope_json_schema(spec: EventSpec[Any]) -> dict[str, Any]:
     )
     properties = schema["properties"]
     properties["event_type"] = {**properties["event_type"], "const": spec.event_type}
+    _note_timestamp_format(schema)
     return schema
+
+
+def _note_timestamp_format(node: object) -> None:
+    """Field descriptions replace the type's; put the timestamp format back after them."""
+    if isinstance(node, list):
+        for item in node:
+            _note_timestamp_format(item)
+    elif isinstance(node, dict):
+        if node.get("pattern") == RFC3339_PATTERN and TIMESTAMP_NOTE not in node["description"]:
+            node["description"] = f"{node['description']} {TIMESTAMP_NOTE}"
+        for value in node.values():
+            _note_timestamp_format(value)
 
 
 def render_schema(schema: dict[str, Any]) -> str:
