@@ -1,0 +1,147 @@
+"""Timestamps on the wire: RFC 3339 in, ``YYYY-MM-DDTHH:MM:SS.ffffffZ`` out."""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime, timedelta, timezone
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from contracts import format_utc, parse_utc
+from contracts.fields import RFC3339_PATTERN
+from tests.unit.contracts import factories as f
+
+RFC3339 = re.compile(RFC3339_PATTERN.removeprefix("^").removesuffix("$"), re.ASCII)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("2026-11-21T10:00:00Z", datetime(2026, 11, 21, 10, tzinfo=UTC)),
+        ("2026-11-21t10:00:00z", datetime(2026, 11, 21, 10, tzinfo=UTC)),
+        ("2026-11-21T10:00:00.5Z", datetime(2026, 11, 21, 10, 0, 0, 500000, tzinfo=UTC)),
+        ("2026-11-21T10:00:00.123456789Z", datetime(2026, 11, 21, 10, 0, 0, 123456, tzinfo=UTC)),
+        ("2026-11-21T12:30:00+02:30", datetime(2026, 11, 21, 10, tzinfo=UTC)),
+        ("2026-11-21T05:00:00-05:00", datetime(2026, 11, 21, 10, tzinfo=UTC)),
+        ("2026-11-21T10:00:00-00:00", datetime(2026, 11, 21, 10, tzinfo=UTC)),
+        ("2026-12-31T23:30:00-01:00", datetime(2027, 1, 1, 0, 30, tzinfo=UTC)),
+    ],
+)
+def test_rfc3339_text_is_read_as_utc(text: str, expected: datetime) -> None:
+    parsed = parse_utc(text)
+    assert parsed == expected
+    assert parsed.tzinfo is UTC
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        "2026-11-21T10:00:00",  # naive
+        "2026-11-21",  # date only
+        "2026-11-21T10:00Z",  # no seconds
+        "2026-11-21 10:00:00Z",  # space separator
+        "20261121T100000Z",  # basic format
+        "2026-W47-6T10:00:00Z",  # week date
+        "2026-11-21T10:00:00,5Z",  # comma fraction
+        "2026-11-21T10:00:00.Z",  # empty fraction
+        "2026-11-21T10:00:00+0100",
+        "2026-11-21T10:00:00+01",
+        "2026-11-21T10:00:00+01:00:00",
+        "2026-11-21T10:00:60Z",  # leap second
+        "2026-02-30T10:00:00Z",
+        "2026-11-21T24:00:00Z",
+        "2026-11-21T10:00:00Z\n",
+        "\uff12026-11-21T10:00:00Z",  # a fullwidth digit
+        "0001-01-01T00:00:00+01:00",  # before year 1 once in UTC
+        1763719200,
+        1763719200.5,
+        None,
+        datetime(2026, 11, 21, 10),  # noqa: DTZ001 - naive on purpose
+    ],
+)
+def test_everything_else_is_refused(value: object) -> None:
+    with pytest.raises(ValueError):  # noqa: PT011 - the message varies by case
+        parse_utc(value)
+
+
+def test_aware_datetimes_are_converted() -> None:
+    local = datetime(2026, 11, 21, 12, tzinfo=timezone(timedelta(hours=2)))
+    assert parse_utc(local) == datetime(2026, 11, 21, 10, tzinfo=UTC)
+    assert parse_utc(local).tzinfo is UTC
+
+
+def test_the_written_form_has_six_digits_and_z() -> None:
+    assert format_utc(datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)) == "2026-01-02T03:04:05.000000Z"
+    assert format_utc(datetime(5, 1, 2, 3, 4, 5, 7, tzinfo=UTC)) == "0005-01-02T03:04:05.000007Z"
+
+
+@given(f.utc_times, f.offsets)
+def test_written_timestamps_read_back_and_match_the_pattern(
+    moment: datetime, offset: timedelta
+) -> None:
+    text = format_utc(moment)
+    assert RFC3339.fullmatch(text)
+    assert parse_utc(text) == moment
+    shifted = moment.astimezone(timezone(offset)).isoformat()
+    assert parse_utc(shifted) == moment
+
+
+fragments = st.sampled_from(
+    [
+        "2026",
+        "-",
+        "11",
+        "21",
+        "T",
+        "t",
+        " ",
+        "10",
+        ":",
+        "00",
+        "60",
+        ".",
+        "5",
+        "123456789",
+        "Z",
+        "z",
+        "+",
+        "-",
+        "01",
+        ":00",
+        ",",
+        "W47",
+        "",
+        "x",
+        "\uff12",  # a fullwidth digit
+    ]
+)
+
+
+@given(st.lists(fragments, max_size=14).map("".join))
+def test_the_fast_layout_check_accepts_only_the_pattern(text: str) -> None:
+    try:
+        parse_utc(text)
+    except ValueError:
+        return
+    assert RFC3339.fullmatch(text), text
+
+
+@given(
+    st.datetimes(
+        min_value=datetime(1, 1, 2),  # noqa: DTZ001 - naive bounds for hypothesis
+        max_value=datetime(9999, 12, 30),  # noqa: DTZ001
+    ),
+    st.sampled_from(["T", "t"]),
+    st.sampled_from(["", ".1", ".123456", ".123456789"]),
+    st.sampled_from(["Z", "z", "+00:00", "-00:00", "+05:30", "-11:00"]),
+)
+def test_every_valid_rfc3339_text_is_accepted(
+    moment: datetime, sep: str, fraction: str, offset: str
+) -> None:
+    text = moment.strftime(f"%Y-%m-%d{sep}%H:%M:%S") + fraction + offset
+    if len(text.split("-")[0]) != 4:  # strftime does not pad years below 1000
+        text = f"{moment.year:04d}" + text[text.index("-") :]
+    assert RFC3339.fullmatch(text)
+    parse_utc(text)
