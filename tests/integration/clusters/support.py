@@ -20,9 +20,7 @@ from spectral.errors import TransientError
 from spectral.llm.seam import SynthesisRequest, SynthesisResponse
 from spectral.llm.stub import StubSynthesizer
 
-# Not on a whole second: contracts currently mis-hashes timestamps with zero microseconds
-# (see the issue-5 report); revert to a round time once contracts is fixed.
-T0 = datetime(2026, 11, 20, 8, 0, 0, 250_000, tzinfo=UTC)
+T0 = datetime(2026, 11, 20, 8, 0, tzinfo=UTC)
 WORKSPACE = UUID("5f0c7d1e-0000-4000-8000-000000000001")
 
 
