@@ -73,12 +73,13 @@ async def test_failures_in_triage_inbox_out(
         for r in await fetch(database_url, "SELECT * FROM clusters.clusters")
     }
     assert set(listed) == set(producer)
-    by_cluster: dict[str, int] = {}
-    for row in await fetch(
-        database_url,
-        "SELECT cluster_id::text AS c, count(*) AS n FROM clusters.failures GROUP BY 1",
-    ):
-        by_cluster[row["c"]] = row["n"]
+    by_cluster: dict[str, int] = {
+        r["c"]: r["n"]
+        for r in await fetch(
+            database_url,
+            "SELECT cluster_id::text AS c, count(*) AS n FROM clusters.failures GROUP BY 1",
+        )
+    }
     projected = {
         str(r["cluster_id"]): r["snapshot_hash"]
         for r in await fetch(database_url, "SELECT * FROM platform.rule_candidates_pending")
