@@ -28,9 +28,8 @@ from dataclasses import dataclass
 from enum import IntEnum
 from pathlib import Path
 
-import asyncpg
-
 from spectral.db.queries import load_queries
+from spectral.work.types import Conn
 
 _SQL = load_queries(Path(__file__).with_name("queries.sql"))
 
@@ -78,7 +77,7 @@ def check_order(held: Sequence[LockKey], wanted: LockKey) -> None:
 class TransactionLocks:
     """The locks one transaction holds; every acquisition goes through the order rule."""
 
-    def __init__(self, conn: asyncpg.Connection) -> None:
+    def __init__(self, conn: Conn) -> None:
         self._conn = conn
         self._held: list[LockKey] = []
 

@@ -1,0 +1,157 @@
+"""All database work of the commands, on the caller's connection (the command's transaction)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+from uuid import UUID
+
+from spectral.db.queries import load_queries
+from spectral.work.model import Thread
+from spectral.work.rows import thread_from_row
+from spectral.work.types import Conn
+
+_SQL = load_queries(Path(__file__).with_name("queries.sql"))
+
+
+@dataclass(frozen=True)
+class NewThread:
+    thread_id: UUID
+    kind: str
+    space_id: str
+    target_ref: Mapping[str, Any]
+    status: str
+    parent_thread_id: UUID | None
+    idempotency_key: str
+    continue_on_error: bool = True
+
+
+@dataclass(frozen=True)
+class NewItem:
+    work_item_id: UUID
+    thread_id: UUID
+    sequence: int
+    lock_scope: str
+    project_id: str
+    function_key: str
+    input: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class StoredDocument:
+    document_id: str
+    project_id: str
+    doc_type: str
+    version: int
+    content: Mapping[str, Any]
+    content_hash: str
+
+
+class CommandRepository:
+    """Threads, work items and documents as the commands see them."""
+
+    async def latest_threads(self, conn: Conn, identities: Sequence[str]) -> dict[str, Thread]:
+        """The thread each identity resolves to (live first, else newest), row-locked."""
+        rows = await conn.fetch(_SQL["latest_threads_for_update"], list(identities))
+        return {row["idempotency_key"]: thread_from_row(row) for row in rows}
+
+    async def insert_threads(self, conn: Conn, threads: Sequence[NewThread]) -> set[UUID]:
+        """Insert; return the ids actually inserted (a live twin makes one lose)."""
+        if not threads:
+            return set()
+        rows = await conn.fetch(
+            _SQL["insert_threads"],
+            [t.thread_id for t in threads],
+            [t.kind for t in threads],
+            [t.space_id for t in threads],
+            [json.dumps(dict(t.target_ref)) for t in threads],
+            [t.status for t in threads],
+            [t.parent_thread_id for t in threads],
+            [t.idempotency_key for t in threads],
+            [t.continue_on_error for t in threads],
+        )
+        return {row["thread_id"] for row in rows}
+
+    async def reopen_threads(
+        self,
+        conn: Conn,
+        reopen: Sequence[tuple[UUID, str, UUID | None]],
+    ) -> set[UUID]:
+        """(thread_id, new status, new parent or None) for failed/canceled threads."""
+        if not reopen:
+            return set()
+        rows = await conn.fetch(
+            _SQL["reopen_threads"],
+            [r[0] for r in reopen],
+            [r[1] for r in reopen],
+            [r[2] for r in reopen],
+        )
+        return {row["thread_id"] for row in rows}
+
+    async def adopt_threads(self, conn: Conn, thread_ids: Sequence[UUID], parent_id: UUID) -> None:
+        if thread_ids:
+            await conn.fetch(_SQL["adopt_threads"], list(thread_ids), parent_id)
+
+    async def next_sequences(self, conn: Conn, thread_ids: Sequence[UUID]) -> dict[UUID, int]:
+        rows = await conn.fetch(_SQL["next_sequences"], list(thread_ids))
+        return {row["thread_id"]: row["next_sequence"] for row in rows}
+
+    async def insert_items(
+        self, conn: Conn, items: Sequence[NewItem], not_before: datetime
+    ) -> None:
+        if not items:
+            return
+        await conn.execute(
+            _SQL["insert_items"],
+            [i.work_item_id for i in items],
+            [i.thread_id for i in items],
+            [i.sequence for i in items],
+            [i.lock_scope for i in items],
+            [i.project_id for i in items],
+            [i.function_key for i in items],
+            [json.dumps(dict(i.input)) for i in items],
+            list(range(len(items))),
+            not_before,
+        )
+
+    async def close_thread(
+        self, conn: Conn, thread_id: UUID, status: str, outcome: Mapping[str, Any]
+    ) -> None:
+        await conn.execute(_SQL["close_thread"], thread_id, status, json.dumps(dict(outcome)))
+
+    async def document(self, conn: Conn, document_id: str) -> StoredDocument | None:
+        row = await conn.fetchrow(_SQL["get_document"], document_id)
+        if row is None:
+            return None
+        return StoredDocument(
+            document_id=row["document_id"],
+            project_id=row["project_id"],
+            doc_type=row["doc_type"],
+            version=row["version"],
+            content=json.loads(row["content"]),
+            content_hash=row["content_hash"],
+        )
+
+    async def insert_document(
+        self,
+        conn: Conn,
+        *,
+        document_id: str,
+        project_id: str,
+        doc_type: str,
+        content: Mapping[str, Any],
+        content_hash: str,
+    ) -> bool:
+        """Create version 1; False when the document already exists."""
+        text = json.dumps(dict(content))
+        inserted = await conn.fetchval(
+            _SQL["insert_document"], document_id, project_id, doc_type, text, content_hash
+        )
+        if inserted is None:
+            return False
+        await conn.execute(_SQL["insert_first_version"], document_id, text, content_hash)
+        return True
