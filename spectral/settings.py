@@ -97,6 +97,11 @@ class Settings(BaseSettings):
         description="A lease older than this is stale and re-claimed; must exceed llm_timeout.",
     )
     work_pool_size: int = Field(default=4, ge=1, description="Concurrent items per executor.")
+    work_sweep_interval_seconds: float = Field(
+        default=15.0,
+        gt=0,
+        description="How often the executor recovers stale leases and claims due items itself.",
+    )
 
     @field_validator("topic_prefix")
     @classmethod

@@ -1,0 +1,174 @@
+"""The ``work-executor`` handler run by the consumer engine.
+
+Events are wake-ups; the ``work.work_items`` row is the queue of record (ADR-0008).
+
+* ``apply`` (in the engine's transaction, set-based): claims the delivered items that are due
+  and claimable with one conditional UPDATE — the ADR-0023 lease; a replica that loses the
+  claim (or finds the item running, done, or not yet due) marks the delivery ``stale`` and pays
+  nothing. The claim commits with the dedup record, so a redelivered event never claims twice.
+* ``after_commit``: hands the claimed items to the bounded worker pool; the paid work runs
+  there, outside any transaction, and never holds up the engine's offsets for longer than it
+  takes to find room in the pool.
+* the sweep, every ``work_sweep_interval_seconds`` from a task the handler starts with its
+  pool (the engine's ``periodic`` hook starts it at once, before any record arrives, so a
+  restarted executor recovers its predecessor's leases even when no event ever comes): stamp-
+  based recovery of stale leases, due items no event brought, parents left open, queue gauges.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Sequence
+from typing import Any, Final
+from uuid import UUID, uuid4
+
+import asyncpg
+
+from consumers.work_executor.executor import ExecutorConfig, WorkExecutor
+from consumers.work_executor.metrics import AttemptOutcome, ExecutorMetrics
+from consumers.work_executor.pool import Job, WorkerPool
+from consumers.work_executor.repository import ExecutorRepository
+from consumers.work_executor.retry import RetryPolicy
+from contracts import WORK_ITEM_ENQUEUED
+from spectral.consumer.handler import Delivery, HandlerResult
+from spectral.db.connect import create_pool
+from spectral.llm.seam import Synthesizer
+from spectral.observability.logging import get_logger
+from spectral.settings import Settings
+from spectral.work.types import Conn
+
+log = get_logger(__name__)
+
+NAME: Final = "work-executor"
+ROLE: Final = "spectral_executor"
+
+
+class WorkExecutorHandler:
+    """Claims in the engine's transaction, executes in its own pool, sweeps periodically."""
+
+    database_role: str = ROLE
+
+    def __init__(
+        self,
+        settings: Settings,
+        database_url: str,
+        synthesizer: Synthesizer,
+        metrics: ExecutorMetrics,
+        config: ExecutorConfig,
+    ) -> None:
+        self._settings = settings
+        self._database_url = database_url
+        self._synthesizer = synthesizer
+        self._metrics = metrics
+        self._config = config
+        self._db: asyncpg.Pool | None = None
+        self._executor: WorkExecutor | None = None
+        self._repo: ExecutorRepository | None = None
+        self._pool = WorkerPool(settings.work_pool_size, self._run)
+        self._starting = asyncio.Lock()
+        self._sweeper: asyncio.Task[None] | None = None
+
+    @property
+    def name(self) -> str:
+        return NAME
+
+    @property
+    def event_types(self) -> Sequence[str]:
+        return (WORK_ITEM_ENQUEUED,)
+
+    @property
+    def worker_id(self) -> str:
+        return self._config.worker_id
+
+    async def start(self) -> WorkExecutor:
+        """Open the executor's own connection pool (idempotent)."""
+        async with self._starting:
+            if self._executor is None:
+                self._db = await create_pool(
+                    self._database_url,
+                    role=self.database_role,
+                    min_size=1,
+                    max_size=self._settings.work_pool_size + 2,
+                )
+                self._repo = ExecutorRepository(self._db)
+                self._executor = WorkExecutor(
+                    self._repo,
+                    self._synthesizer,
+                    RetryPolicy.from_settings(self._settings),
+                    self._metrics,
+                    self._config,
+                )
+                self._sweeper = asyncio.create_task(self._sweep_forever(), name="work-sweeper")
+            return self._executor
+
+    async def sweep_once(self) -> int:
+        """One sweep; the claimed items go to the pool. Returns how many were claimed."""
+        executor = await self.start()
+        jobs = await executor.sweep(self._pool.free)
+        if jobs:
+            await self._pool.submit(jobs)
+        return len(jobs)
+
+    async def _sweep_forever(self) -> None:
+        interval = self._settings.work_sweep_interval_seconds
+        while True:
+            try:
+                await self.sweep_once()
+            except Exception as exc:  # noqa: BLE001 - a failed sweep is retried next interval
+                log.warning("sweep failed", error=f"{type(exc).__name__}: {exc}")
+            await asyncio.sleep(interval)
+
+    async def _run(self, item_id: UUID, token: UUID) -> None:
+        executor = await self.start()
+        await executor.run_item(item_id, token)
+
+    # -- the engine's hooks ----------------------------------------------------------------------
+
+    async def apply(self, conn: Conn, deliveries: Sequence[Delivery]) -> HandlerResult:
+        await self.start()
+        assert self._repo is not None  # noqa: S101 - set by start()
+        wanted: dict[UUID, list[str]] = {}
+        for delivery in deliveries:
+            payload: Any = delivery.envelope.payload
+            wanted.setdefault(payload.work_item_id, []).append(delivery.idempotency_key)
+        token = uuid4()
+        claimed = set(await self._repo.claim_delivered(conn, sorted(wanted), token, self.worker_id))
+        stale = {key for item, keys in wanted.items() if item not in claimed for key in keys}
+        for _ in range(len(wanted) - len(claimed)):
+            self._metrics.attempt(AttemptOutcome.SKIPPED)
+        return HandlerResult(
+            stale=stale,
+            facts={"claimed": len(claimed), "not_claimed": len(wanted) - len(claimed)},
+            carry=[(item, token) for item in sorted(claimed)],
+        )
+
+    async def after_commit(self, result: HandlerResult) -> None:
+        jobs: list[Job] = list(result.carry or [])
+        if jobs:
+            await self._pool.submit(jobs)
+
+    async def periodic(self, _engine_pool: asyncpg.Pool) -> None:
+        """Start the executor (and its sweeper) with the engine; the sweeper does the rest."""
+        await self.start()
+
+    # -- for tests and graceful shutdowns ----------------------------------------------------------
+
+    async def drain(self) -> None:
+        """Wait until every item handed to the pool has been processed."""
+        await self._pool.join()
+
+    async def aclose(self) -> None:
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._sweeper
+            self._sweeper = None
+        await self._pool.close()
+        closer = getattr(self._synthesizer, "aclose", None)
+        if closer is not None:
+            await closer()
+        if self._db is not None:
+            await self._db.close()
+            self._db = None
+            self._executor = None

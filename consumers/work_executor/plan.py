@@ -1,0 +1,63 @@
+"""What a worker does with an item it holds the lease of, decided from the ledger. Pure.
+
+This is where the unknown-outcome rule lives (see executor.py for the whole rule):
+
+1. a recorded ``response`` that no ``parse_report`` has consumed yet is REUSED — paid work is
+   never paid again (a crash after the response, or a late answer of an attempt that had been
+   declared unknown, both end here);
+2. else, if the item's last attempt recorded a ``prompt`` but neither a ``response`` nor an
+   ``error``, its call's outcome is UNKNOWN (the worker died or lost its lease mid-call): that
+   attempt is used up, never re-sent under the same attempt number;
+3. else a new attempt STARTs if the attempt limit allows;
+4. else the item is EXHAUSTED.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from consumers.work_executor.retry import RetryPolicy
+from spectral.work.model import EntryType, LedgerEntry
+
+
+@dataclass(frozen=True)
+class Reuse:
+    attempt: int
+    content: str
+
+
+@dataclass(frozen=True)
+class Unknown:
+    attempt: int
+
+
+@dataclass(frozen=True)
+class Start:
+    attempt: int
+
+
+@dataclass(frozen=True)
+class Exhausted:
+    attempts: int
+
+
+Step = Reuse | Unknown | Start | Exhausted
+
+
+def next_step(attempts_started: int, entries: Sequence[LedgerEntry], policy: RetryPolicy) -> Step:
+    parsed = {e.attempt for e in entries if e.entry_type is EntryType.PARSE_REPORT}
+    unconsumed = [
+        e for e in entries if e.entry_type is EntryType.RESPONSE and e.attempt not in parsed
+    ]
+    if unconsumed:
+        latest = max(unconsumed, key=lambda e: (e.attempt, e.seq))
+        return Reuse(latest.attempt, str(latest.payload.get("content", "")))
+    last = attempts_started
+    if last > 0:
+        kinds = {e.entry_type for e in entries if e.attempt == last}
+        if EntryType.PROMPT in kinds and not kinds & {EntryType.RESPONSE, EntryType.ERROR}:
+            return Unknown(last)
+    if policy.may_start_attempt(attempts_started):
+        return Start(attempts_started + 1)
+    return Exhausted(attempts_started)
