@@ -44,3 +44,8 @@ SELECT entry_id, seq, thread_id, work_item_id, attempt, entry_type, payload::tex
 FROM work.ledger_entries
 WHERE thread_id = ANY($1::uuid[])
 ORDER BY seq
+
+-- name: get_document
+SELECT document_id, project_id, doc_type, version, content::text AS content, updated_at
+FROM work.documents
+WHERE document_id = $1

@@ -7,8 +7,13 @@ ledger and documents, never from the item row's informational ``error_message``.
 
 from __future__ import annotations
 
+import json
 from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
+from typing import Any
 from uuid import UUID
 
 import asyncpg
@@ -30,6 +35,16 @@ def child_summary(parent: Thread, children: list[Thread]) -> dict[str, int]:
         return {str(k): int(v) for k, v in recorded.items()}
     counts = Counter(child.status.value for child in children)
     return {status.value: counts.get(status.value, 0) for status in ThreadStatus}
+
+
+@dataclass(frozen=True)
+class DocumentView:
+    document_id: str
+    project_id: str
+    doc_type: str
+    version: int
+    content: Mapping[str, Any]
+    updated_at: datetime
 
 
 class WorkReader:
@@ -66,6 +81,22 @@ class WorkReader:
             return [thread_from_row(r) for r in rows]
 
         return await guarded("list project threads", run)
+
+    async def document(self, document_id: str) -> DocumentView | None:
+        async def run() -> DocumentView | None:
+            row = await self._pool.fetchrow(_SQL["get_document"], document_id)
+            if row is None:
+                return None
+            return DocumentView(
+                document_id=row["document_id"],
+                project_id=row["project_id"],
+                doc_type=row["doc_type"],
+                version=row["version"],
+                content=json.loads(row["content"]),
+                updated_at=row["updated_at"],
+            )
+
+        return await guarded("read document", run)
 
     async def ledger(self, thread_ids: list[UUID]) -> list[LedgerEntry]:
         async def run() -> list[LedgerEntry]:

@@ -1,0 +1,232 @@
+"""Request and response models of the work API (ADR-035 §12); the CLI prints the same."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Annotated, Any
+from uuid import UUID
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+
+from producers.work.commands import CommandResult
+from spectral.work.history import History, describe
+from spectral.work.identity import IDENTIFIER_PATTERN
+from spectral.work.model import LedgerEntry, Thread, ThreadView, WorkItem
+
+Identifier = Annotated[str, StringConstraints(pattern=IDENTIFIER_PATTERN)]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class GenerateEpicRequest(_Model):
+    """Generate the stories of one epic of a story backlog."""
+
+    project_id: Identifier
+    story_backlog_id: Identifier
+    epic_id: Identifier
+    force: bool = Field(default=False, description="Run again even if a complete thread exists.")
+    org_id: Identifier | None = Field(default=None, description="Selects org-specific routes.")
+
+
+class GenerateAllRequest(_Model):
+    """Generate the stories of every epic (or the listed ones): a parent thread with one child
+    thread per epic."""
+
+    project_id: Identifier
+    story_backlog_id: Identifier
+    epic_ids: list[Identifier] | None = Field(default=None, description="Default: every epic.")
+    continue_on_error: bool = Field(
+        default=True,
+        description="False: a failed child cancels the siblings that have not started.",
+    )
+    force: bool = False
+    org_id: Identifier | None = None
+
+
+class ChildOutcome(_Model):
+    epic_id: str
+    thread_id: UUID
+    status: str
+    action: str
+
+
+class CommandResponse(_Model):
+    thread_id: UUID
+    status: str
+    disposition: str = Field(description="created | existing | noop | retried")
+    children: list[ChildOutcome] | None = None
+
+    @classmethod
+    def of(cls, result: CommandResult) -> CommandResponse:
+        return cls(
+            thread_id=result.thread_id,
+            status=result.status.value,
+            disposition=result.disposition.value,
+            children=[
+                ChildOutcome(
+                    epic_id=c.epic_id,
+                    thread_id=c.thread_id,
+                    status=c.status.value,
+                    action=c.action.value,
+                )
+                for c in result.children
+            ]
+            or None,
+        )
+
+
+class ItemOut(_Model):
+    work_item_id: UUID
+    sequence: int
+    status: str
+    attempt: int
+    lock_scope: str
+    not_before: datetime
+    error_message: str | None
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+
+    @classmethod
+    def of(cls, item: WorkItem) -> ItemOut:
+        return cls(
+            work_item_id=item.work_item_id,
+            sequence=item.sequence,
+            status=item.status.value,
+            attempt=item.attempt,
+            lock_scope=item.lock_scope,
+            not_before=item.not_before,
+            error_message=item.error_message,
+            created_at=item.created_at,
+            started_at=item.started_at,
+            finished_at=item.finished_at,
+        )
+
+
+class ThreadBrief(_Model):
+    thread_id: UUID
+    kind: str
+    status: str
+    target_ref: dict[str, Any]
+    parent_thread_id: UUID | None
+    created_at: datetime
+    closed_at: datetime | None
+
+    @classmethod
+    def of(cls, thread: Thread) -> ThreadBrief:
+        return cls(
+            thread_id=thread.thread_id,
+            kind=thread.kind.value,
+            status=thread.status.value,
+            target_ref=dict(thread.target_ref),
+            parent_thread_id=thread.parent_thread_id,
+            created_at=thread.created_at,
+            closed_at=thread.closed_at,
+        )
+
+
+class ThreadOut(ThreadBrief):
+    """ADR-035 §12: thread_id, status, target_ref, created_at, closed_at, child_summary?"""
+
+    child_summary: dict[str, int] | None = Field(
+        default=None, description="Counts of child threads by status (orchestration threads)."
+    )
+    outcome: dict[str, Any] | None = None
+    items: list[ItemOut] = Field(default_factory=list)
+    children: list[ThreadBrief] = Field(default_factory=list)
+
+    @classmethod
+    def of_view(cls, view: ThreadView) -> ThreadOut:
+        brief = ThreadBrief.of(view.thread)
+        return cls(
+            **brief.model_dump(),
+            child_summary=dict(view.child_summary) if view.child_summary is not None else None,
+            outcome=dict(view.thread.outcome) if view.thread.outcome is not None else None,
+            items=[ItemOut.of(i) for i in view.items],
+            children=[ThreadBrief.of(c) for c in view.children],
+        )
+
+
+class ThreadList(_Model):
+    threads: list[ThreadBrief]
+
+
+class EntryOut(_Model):
+    seq: int
+    entry_id: UUID
+    thread_id: UUID
+    work_item_id: UUID | None
+    attempt: int
+    entry_type: str
+    created_at: datetime
+    hash: str
+    summary: str
+    payload: dict[str, Any]
+
+    @classmethod
+    def of(cls, entry: LedgerEntry) -> EntryOut:
+        return cls(
+            seq=entry.seq,
+            entry_id=entry.entry_id,
+            thread_id=entry.thread_id,
+            work_item_id=entry.work_item_id,
+            attempt=entry.attempt,
+            entry_type=entry.entry_type.value,
+            created_at=entry.created_at,
+            hash=entry.hash,
+            summary=describe(entry),
+            payload=dict(entry.payload),
+        )
+
+
+class ItemReplay(_Model):
+    work_item_id: UUID
+    thread_id: UUID
+    outcome: str
+    paid_calls: int
+    responses: int
+
+
+class HistoryOut(_Model):
+    """Execution reconstructed from the ledger alone."""
+
+    thread_id: UUID
+    consistent: bool
+    problems: list[str]
+    items: list[ItemReplay]
+    entries: list[EntryOut]
+
+    @classmethod
+    def of(cls, thread_id: UUID, entries: list[LedgerEntry], history: History) -> HistoryOut:
+        return cls(
+            thread_id=thread_id,
+            consistent=history.consistent,
+            problems=list(history.problems),
+            items=[
+                ItemReplay(
+                    work_item_id=i.work_item_id,
+                    thread_id=i.thread_id,
+                    outcome=i.outcome.value,
+                    paid_calls=i.paid_calls,
+                    responses=i.responses,
+                )
+                for i in history.items.values()
+            ],
+            entries=[EntryOut.of(e) for e in entries],
+        )
+
+
+class DocumentOut(_Model):
+    document_id: str
+    project_id: str
+    doc_type: str
+    version: int
+    content: dict[str, Any]
+    created: bool | None = None
+
+
+def as_json(model: BaseModel) -> Mapping[str, Any]:
+    return model.model_dump(mode="json")
