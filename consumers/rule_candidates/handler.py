@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from datetime import datetime
-from typing import Final, cast
+from typing import Final
 from uuid import UUID
 
 import asyncpg
@@ -77,7 +77,7 @@ class RuleCandidatesHandler:
         result = HandlerResult()
         entries: list[tuple[UUID, OrderKey, Delivery]] = []
         for delivery in deliveries:
-            payload = cast("FailureClusterDetectedPayload", delivery.envelope.payload)
+            payload: FailureClusterDetectedPayload = delivery.envelope.payload
             problem = check_snapshot(payload.failure_count, delivery.raw)
             if problem is not None:
                 result.rejected.append(Rejection(delivery, problem[0].value, problem[1]))
@@ -171,13 +171,14 @@ class RuleCandidatesHandler:
 
 
 def _severity(delivery: Delivery) -> str:
-    return cast("FailureClusterDetectedPayload", delivery.envelope.payload).severity
+    payload: FailureClusterDetectedPayload = delivery.envelope.payload
+    return payload.severity
 
 
 def _rows(winners: Iterable[Delivery]) -> SnapshotRows:
     rows = SnapshotRows([], [], [], [], [], [], [], [], [], [])
     for delivery in winners:
-        p = cast("FailureClusterDetectedPayload", delivery.envelope.payload)
+        p: FailureClusterDetectedPayload = delivery.envelope.payload
         rows.cluster_id.append(p.cluster_id)
         rows.snapshot_hash.append(p.snapshot_hash)
         rows.rule_id.append(p.rule_id)
