@@ -34,6 +34,9 @@ HASH_EXCLUDED_KEYS: Final = ("cluster_id", "snapshot_hash")
 MAX_SAFE_INTEGER: Final = 2**53 - 1
 """Largest integer magnitude allowed in a hashed payload (I-JSON / RFC 8785)."""
 
+MAX_NESTING_DEPTH: Final = 64
+"""Most levels of nested objects/arrays in a hashed payload, the payload object being level 1."""
+
 _SCALARS: Final = frozenset({str, int, bool, type(None)})
 _CONTAINERS: Final = (dict, list, tuple)
 _CONTAINER_TYPES: Final = frozenset(_CONTAINERS)
@@ -67,15 +70,17 @@ def canonical_json_prechecked(value: object) -> bytes:
     return orjson.dumps(_utf16_ordered(value), option=orjson.OPT_STRICT_INTEGER)
 
 
-def check_json_values(value: object, path: str = "$") -> None:
+def check_json_values(value: object, path: str = "$", depth: int = 0) -> None:
     """Refuse anything that is not a JSON value of dict/list/tuple/str/int/bool/None.
 
-    Floats (also NaN and infinities), other numbers and other objects raise
-    :class:`CanonicalizationError` naming the first offending path (``$.a[2].b``).
+    Floats (also NaN and infinities), other numbers, other objects and containers nested more
+    than :data:`MAX_NESTING_DEPTH` levels deep raise :class:`CanonicalizationError` naming the
+    first offending path (``$.a[2].b``). ``depth`` is how deep ``value`` itself sits in the
+    hashed object (0 for the object itself).
     """
     if type(value) in _CONTAINERS:
-        if not _is_json_container(value):
-            raise CanonicalizationError(_first_bad_path(value, path))
+        if not _is_json_container(value, depth + 1):
+            raise CanonicalizationError(_first_bad_path(value, path, depth + 1))
     elif type(value) not in _SCALARS:
         raise CanonicalizationError(_describe_bad(value, path))
 
@@ -103,25 +108,29 @@ def _hashed_body(payload: Mapping[str, Any]) -> dict[str, Any]:
     return body
 
 
-def _is_json_container(value: Any) -> bool:
+def _is_json_container(value: Any, depth: int) -> bool:
     """Fast path: one set of value types per container, no paths."""
+    if depth > MAX_NESTING_DEPTH:
+        return False
     values = value.values() if type(value) is dict else value
     kinds = set(map(type, values))
     if kinds <= _SCALARS:
         return True
     if not kinds - _SCALARS <= _CONTAINER_TYPES:
         return False
-    return all(_is_json_container(item) for item in values if type(item) in _CONTAINERS)
+    return all(_is_json_container(item, depth + 1) for item in values if type(item) in _CONTAINERS)
 
 
-def _first_bad_path(value: Any, path: str) -> str:
+def _first_bad_path(value: Any, path: str, depth: int) -> str:
     """Slow path for the error message only: where the first non-JSON value sits."""
+    if depth > MAX_NESTING_DEPTH:
+        return f"{path}: nested more than {MAX_NESTING_DEPTH} levels deep"
     items: Any = value.items() if type(value) is dict else enumerate(value)
     for key, item in items:
         sub = f"{path}.{key}" if type(value) is dict else f"{path}[{key}]"
         if type(item) in _CONTAINERS:
-            if not _is_json_container(item):
-                return _first_bad_path(item, sub)
+            if not _is_json_container(item, depth + 1):
+                return _first_bad_path(item, sub, depth + 1)
         elif type(item) not in _SCALARS:
             return _describe_bad(item, sub)
     return f"{path}: not a JSON value"  # pragma: no cover - only called when something is bad

@@ -124,11 +124,11 @@ def _verify_hash(raw: Mapping[str, Any], payload: FailureClusterDetectedPayload)
     fields (top level and per evidence item) need the JSON-value check before hashing.
     """
     try:
-        if payload.__pydantic_extra__:
-            check_json_values(payload.__pydantic_extra__, "payload")
+        if payload.__pydantic_extra__:  # sits where the payload object does: depth 0
+            check_json_values(payload.__pydantic_extra__, "payload", 0)
         for index, ref in enumerate(payload.evidence_bundle):
-            if ref.__pydantic_extra__:
-                check_json_values(ref.__pydantic_extra__, f"payload.evidence_bundle[{index}]")
+            if ref.__pydantic_extra__:  # payload > evidence_bundle > item: depth 2
+                check_json_values(ref.__pydantic_extra__, f"payload.evidence_bundle[{index}]", 2)
         actual = snapshot_hash_prechecked(raw)
     except CanonicalizationError as exc:
         raise DecodeError(

@@ -23,6 +23,7 @@ from collections.abc import Iterable
 from typing import Any, Final, TypeVar, cast
 
 from pydantic import BaseModel, ValidationError
+from pydantic_core import PydanticSerializationError
 
 from contracts.envelope import EventEnvelope
 from contracts.errors import DecodeError, DecodeReason
@@ -121,13 +122,23 @@ class EventRegistry:
         # The spec's parametrized envelope model serializes the payload with its own field
         # serializers (serialize_as_any would fall back to pydantic's default datetime form,
         # which drops a zero fraction and so changes the hashed bytes).
-        data = spec.envelope_model.__pydantic_serializer__.to_json(envelope)
+        try:
+            data = spec.envelope_model.__pydantic_serializer__.to_json(envelope)
+        except PydanticSerializationError as exc:  # e.g. unknown fields nested absurdly deep
+            raise DecodeError(
+                DecodeReason.INVALID_ENVELOPE,
+                f"cannot be written as JSON: {exc}",
+                event_type=envelope.event_type,
+            ) from None
         if verify:
             self.decode(data)
         return data
 
     def record_key(self, envelope: EventEnvelope[Any]) -> bytes:
-        """The Kafka record key: the entity the event is about (cluster_id, lock scope, ...)."""
+        """The Kafka record key: the entity the event is about (cluster_id, lock scope, ...).
+
+        KeyError when the event type is not registered.
+        """
         return self._specs[envelope.event_type].record_key(envelope.payload).encode()
 
 
