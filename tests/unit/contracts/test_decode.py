@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import pickle
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -19,6 +20,7 @@ from contracts import (
     DecodeReason,
     EventEnvelope,
     FailureClusterDetectedPayload,
+    FailureRef,
     ThreadOpenedPayload,
     decode,
     decode_as,
@@ -189,6 +191,41 @@ def test_a_float_in_an_evidence_item_is_invalid_payload_with_its_path() -> None:
         decode(f.dumps(obj))
     assert caught.value.reason is DecodeReason.INVALID_PAYLOAD
     assert "evidence_bundle[3].score" in caught.value.detail
+
+
+@pytest.mark.parametrize("depth", [64, 300, 990])
+def test_unknown_fields_nested_too_deep_are_invalid_payload_not_a_crash(depth: int) -> None:
+    obj = cluster_wire(deep=None)
+    data = f.dumps(obj).replace(b'"deep":null', b'"deep":' + b"[" * depth + b"]" * depth)
+    assert reason_of(data) is DecodeReason.INVALID_PAYLOAD
+
+
+def test_unknown_fields_nested_63_levels_below_the_payload_are_fine() -> None:
+    obj = cluster_wire(deep=json.loads("[" * 63 + "]" * 63))
+    assert decode(f.dumps(obj)).payload.model_extra == {"deep": obj["payload"]["deep"]}
+
+
+def test_encode_reports_unwritable_envelope_extras_as_a_decode_error() -> None:
+    obj = f.wire(f.thread_event())
+    obj["x"] = None
+    decoded = decode(f.dumps(obj).replace(b'"x":null', b'"x":' + b"[" * 1000 + b"]" * 1000))
+    with pytest.raises(DecodeError) as caught:
+        encode(decoded)
+    assert caught.value.reason is DecodeReason.INVALID_ENVELOPE
+
+
+def test_encode_writes_six_fractional_digits_also_for_whole_seconds() -> None:
+    whole = datetime(2026, 1, 1, tzinfo=UTC)
+    event = f.cluster_event(
+        first_observed_at=whole,
+        last_observed_at=whole,
+        occurred_at=whole,
+        evidence_bundle=[FailureRef(failure_id="a", observed_at=whole, summary="")],
+    )
+    data = encode(event)
+    assert data.count(b'"2026-01-01T00:00:00.000000Z"') == 4
+    assert b'"2026-01-01T00:00:00Z"' not in data
+    assert decode(data) == event
 
 
 def test_hash_mismatch() -> None:

@@ -188,6 +188,11 @@ INVALID_CASES: Final[list[tuple[str, str, str]]] = [
     ("nested_float", '{"extra": {"score": [1, 0.25]}}', "invalid_payload"),
     ("integer_above_2_53_minus_1", '{"failure_count": 9007199254740992}', "invalid_payload"),
     ("integer_below_minus_2_53_plus_1", '{"n": -9007199254740992}', "invalid_payload"),
+    (
+        "nested_deeper_than_64_levels",
+        '{"extra": ' + "[" * 64 + "]" * 64 + "}",
+        "invalid_payload",
+    ),
     ("lone_high_surrogate", '{"summary": "\\ud800"}', "not_json"),
     ("lone_low_surrogate_in_key", '{"\\udc00": 1}', "not_json"),
     ("nan_literal", '{"n": NaN}', "not_json"),
