@@ -26,6 +26,7 @@ import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from itertools import zip_longest
 
 from aiokafka import AIOKafkaProducer
 from aiokafka.errors import KafkaError
@@ -43,6 +44,29 @@ from spectral.settings import Settings
 log = get_logger(__name__)
 
 CRASH_EXIT_CODE = 137
+
+
+def safe_to_mark(
+    rows: Sequence[OutboxRow], results: Sequence[object]
+) -> tuple[list[int], BaseException | None]:
+    """The ids of a batch that may be marked published, and the first fault.
+
+    ``results`` holds the send outcome of the first ``len(results)`` rows (RecordMetadata or an
+    exception); later rows were never sent. A row is safe when it was acknowledged and every
+    earlier row of its key in the batch was too — so a key's marks never skip a row that may
+    be missing from the topic.
+    """
+    acked: list[int] = []
+    blocked: set[str] = set()
+    fault: BaseException | None = None
+    for row, result in zip_longest(rows, results):
+        if result is None or isinstance(result, BaseException):
+            if fault is None and isinstance(result, BaseException):
+                fault = result
+            blocked.add(row.record_key)
+        elif row.record_key not in blocked:
+            acked.append(row.id)
+    return acked, fault
 
 
 class BrokerUnavailableError(TransientError):
@@ -243,18 +267,8 @@ class OutboxRelay:
                 break
             pending.append(fut)
         results = await asyncio.gather(*pending, return_exceptions=True)
-        acked: list[int] = []
-        blocked: set[str] = set()
-        for index, row in enumerate(rows):
-            result = results[index] if index < len(results) else failure
-            if isinstance(result, BaseException) or index >= len(results):
-                failure = failure or (result if isinstance(result, BaseException) else None)
-                blocked.add(row.record_key)
-                continue
-            if row.record_key in blocked:
-                continue
-            acked.append(row.id)
-        return acked, failure
+        acked, first_fault = safe_to_mark(rows, results)
+        return acked, failure or first_fault
 
     async def _sleep(self, seconds: float) -> None:
         with contextlib.suppress(TimeoutError):
