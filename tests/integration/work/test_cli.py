@@ -1,0 +1,135 @@
+"""`spectral work submit`, `spectral threads show|history|list` and `spectral api` as
+subprocesses against this test's database."""
+
+from __future__ import annotations
+
+import json
+import re
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from spectral.settings import Settings
+from tests.integration.work.support import (
+    DOCUMENT,
+    PROJECT,
+    ScriptedSynthesizer,
+    backlog,
+    executor,
+    executor_settings,
+    harness,
+    run_until_settled,
+)
+
+pytestmark = pytest.mark.integration
+
+
+def _spectral(
+    env: dict[str, str], *args: str, check: bool = True
+) -> subprocess.CompletedProcess[str]:
+    result = subprocess.run(
+        [str(Path(sys.executable).with_name("spectral")), *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    if check and result.returncode != 0:
+        raise AssertionError(f"spectral {' '.join(args)} failed: {result.stderr}")
+    return result
+
+
+async def test_submit_show_and_history_from_the_command_line(
+    database_url: str, settings: Settings, spectral_env: dict[str, str], tmp_path: Path
+) -> None:
+    document = tmp_path / "backlog.json"
+    document.write_text(json.dumps(backlog("Checkout", "Search")))
+    put = _spectral(
+        spectral_env,
+        "work",
+        "put-document",
+        str(document),
+        "--project",
+        PROJECT,
+        "--document",
+        DOCUMENT,
+    )
+    assert "created" in put.stdout
+    args = ["work", "submit", "--project", PROJECT, "--backlog", DOCUMENT, "--epic", "E1", "--json"]
+    first = json.loads(_spectral(spectral_env, *args).stdout)
+    second = json.loads(_spectral(spectral_env, *args).stdout)
+    assert first["thread_id"] == second["thread_id"]
+    assert (first["status"], first["disposition"], second["disposition"]) == (
+        "open",
+        "created",
+        "existing",
+    )
+    plain = _spectral(
+        spectral_env, "work", "submit", "--project", PROJECT, "--backlog", DOCUMENT, "--all"
+    )
+    parent_id = plain.stdout.split()[0]
+    listed = json.loads(
+        _spectral(
+            spectral_env, "threads", "list", "--project", PROJECT, "--active", "--json"
+        ).stdout
+    )
+    assert len(listed) == 3
+    async with (
+        harness(database_url) as h,
+        executor(executor_settings(settings), database_url, ScriptedSynthesizer()) as handler,
+    ):
+        await run_until_settled(handler, h.admin)
+    shown = json.loads(_spectral(spectral_env, "threads", "show", parent_id, "--json").stdout)
+    assert shown["status"] == "complete"
+    assert shown["child_summary"]["complete"] == 2
+    text = _spectral(spectral_env, "threads", "show", first["thread_id"]).stdout
+    assert "status     complete" in text
+    history = _spectral(spectral_env, "threads", "history", parent_id)
+    assert "ledger consistent" in history.stdout
+    assert len(re.findall(r"#\d+ response ", history.stdout)) == 2
+    replay = json.loads(_spectral(spectral_env, "threads", "history", parent_id, "--json").stdout)
+    assert {i["outcome"] for i in replay["items"]} == {"applied"}
+    assert all(i["paid_calls"] == 1 for i in replay["items"])
+    missing = _spectral(
+        spectral_env, "threads", "show", "00000000-0000-0000-0000-000000000000", check=False
+    )
+    assert missing.returncode == 1
+    assert "no thread" in missing.stderr
+    wrong = _spectral(
+        spectral_env, "work", "submit", "--project", PROJECT, "--backlog", DOCUMENT, check=False
+    )
+    assert wrong.returncode == 1
+
+
+def test_spectral_api_serves_the_openapi_document(spectral_env: dict[str, str]) -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = subprocess.Popen(
+        [str(Path(sys.executable).with_name("spectral")), "api", "--port", str(port)],
+        env=spectral_env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                spec = httpx.get(f"http://127.0.0.1:{port}/openapi.json", timeout=2).json()
+                break
+            except httpx.TransportError:
+                if time.monotonic() > deadline or server.poll() is not None:
+                    raise
+                time.sleep(0.2)
+        assert "/commands/story-backlog/generate-epic" in spec["paths"]
+        threads = httpx.get(f"http://127.0.0.1:{port}/projects/{PROJECT}/threads?active=true")
+        assert threads.json() == {"threads": []}
+    finally:
+        server.terminate()
+        server.wait(timeout=15)
