@@ -14,13 +14,17 @@ import uuid
 
 from prometheus_client import CollectorRegistry
 
-from consumers.work_executor.executor import ExecutorConfig
+from consumers.work_executor.executor import CrashPoint, ExecutorConfig
 from consumers.work_executor.handler import WorkExecutorHandler
 from consumers.work_executor.metrics import ExecutorMetrics
 from spectral.errors import ConfigurationError
 from spectral.llm.factory import build_synthesizer
 from spectral.llm.seam import Synthesizer
 from spectral.settings import Settings
+
+CRASH_HOOK_ENV = "SPECTRAL_WORK_CRASH_AT"
+"""Test-only fault hook (tests/faults): a CrashPoint at which the executor SIGKILLs itself.
+Not a setting: nothing but a fault test should ever set it."""
 
 LEASE_MARGIN_SECONDS = 10.0
 """A lease must outlast the longest call by this much, or a live worker's item is re-claimed."""
@@ -41,6 +45,7 @@ def build(
             "SPECTRAL_WORK_LEASE_TIMEOUT_SECONDS must exceed SPECTRAL_LLM_TIMEOUT_SECONDS by "
             f"at least {LEASE_MARGIN_SECONDS:g} s, or a call still in flight would be re-claimed"
         )
+    crash = os.environ.get(CRASH_HOOK_ENV)
     worker = worker_id or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
     return WorkExecutorHandler(
         settings,
@@ -51,5 +56,6 @@ def build(
             worker_id=worker,
             lease_timeout_seconds=settings.work_lease_timeout_seconds,
             response_write_patience_seconds=min(60.0, settings.work_lease_timeout_seconds / 2),
+            crash_at=CrashPoint(crash) if crash else None,
         ),
     )

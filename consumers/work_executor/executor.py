@@ -35,10 +35,13 @@ siblings or its parent (which closes when all its children are terminal, ADR-035
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from enum import StrEnum
 from typing import Any
 from uuid import UUID, uuid4
 
@@ -83,12 +86,22 @@ Job = tuple[UUID, UUID]
 """(work_item_id, lease_token) of a claimed item."""
 
 
+class CrashPoint(StrEnum):
+    """Test-only fault hook (tests/faults): where a worker SIGKILLs its own process."""
+
+    AFTER_CLAIM = "after_claim"  # lease held, nothing recorded
+    BEFORE_CALL = "before_call"  # prompt and attempt committed, call not sent
+    AFTER_RESPONSE = "after_response"  # response recorded, nothing validated or applied
+    AFTER_MUTATION = "after_mutation"  # mutation committed, parent not settled
+
+
 @dataclass(frozen=True)
 class ExecutorConfig:
     worker_id: str
     lease_timeout_seconds: float = 300.0
     claim_grace_seconds: float = 5.0
     response_write_patience_seconds: float = 60.0
+    crash_at: CrashPoint | None = None
 
 
 class _PermanentItemError(Exception):
@@ -113,6 +126,11 @@ class WorkExecutor:
     @property
     def worker_id(self) -> str:
         return self._config.worker_id
+
+    def _crash_point(self, point: CrashPoint) -> None:
+        if self._config.crash_at is point:
+            log.warning("fault hook: SIGKILL", point=point.value)
+            os.kill(os.getpid(), signal.SIGKILL)
 
     # -- one item -------------------------------------------------------------------------------
 
@@ -145,6 +163,7 @@ class WorkExecutor:
             or loaded.item.status not in (ItemStatus.CLAIMED, ItemStatus.RUNNING)
         ):
             return AttemptOutcome.SKIPPED
+        self._crash_point(CrashPoint.AFTER_CLAIM)
         step = next_step(loaded.item.attempt, loaded.entries, self._policy)
         if isinstance(step, Reuse):
             log.info("reusing a recorded response", work_item_id=str(item_id), attempt=step.attempt)
@@ -190,6 +209,7 @@ class WorkExecutor:
             "org_id": request.org_id,
         }
         await self._repo.start_attempt(loaded, token, step.attempt, prompt)
+        self._crash_point(CrashPoint.BEFORE_CALL)
         started = time.perf_counter()
         try:
             response = await self._synthesizer.synthesize(request)
@@ -233,6 +253,7 @@ class WorkExecutor:
             self._metrics.duration.observe(time.perf_counter() - started)
         elapsed_ms = int((time.perf_counter() - started) * 1000)
         await self._record_response(loaded, step.attempt, response, elapsed_ms)
+        self._crash_point(CrashPoint.AFTER_RESPONSE)
         return await self._conclude(loaded, token, step.attempt, response.content)
 
     async def _request(self, loaded: LoadedItem, attempt: int) -> SynthesisRequest:
@@ -328,6 +349,7 @@ class WorkExecutor:
             attempt=attempt,
             document_version=applied.result_version,
         )
+        self._crash_point(CrashPoint.AFTER_MUTATION)
         await self._settle_parent(loaded)
         return AttemptOutcome.SUCCESS
 

@@ -1,0 +1,89 @@
+"""Running the real pieces in-process: the outbox relay and work-executor engines on Kafka."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import asyncpg
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from prometheus_client import CollectorRegistry
+
+from contracts import WORK_ITEM_ENQUEUED
+from producers.relay import OutboxRelay, RelayMetrics, RelayOptions
+from spectral.consumer.engine import ConsumerEngine, EngineOptions
+from spectral.consumer.handler import Handler
+from spectral.kafka.topics import topic_for
+from spectral.settings import Settings
+
+
+async def create_work_topic(bootstrap: str, prefix: str, partitions: int = 3) -> str:
+    """The work-item topic, created up front so consumers are assigned it at once."""
+    name = topic_for(WORK_ITEM_ENQUEUED, prefix)
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        await admin.create_topics([NewTopic(name, num_partitions=partitions, replication_factor=1)])
+    finally:
+        await admin.close()
+    return name
+
+
+@asynccontextmanager
+async def relay_running(
+    settings: Settings, bootstrap: str, database_url: str
+) -> AsyncIterator[None]:
+    relay = OutboxRelay(
+        settings,
+        kafka_bootstrap=bootstrap,
+        database_url=database_url,
+        metrics=RelayMetrics(CollectorRegistry()),
+        options=RelayOptions(poll_interval=0.05),
+    )
+    task = asyncio.create_task(relay.run())
+    try:
+        yield
+    finally:
+        relay.stop()
+        await asyncio.wait_for(task, timeout=30)
+
+
+@asynccontextmanager
+async def engine_running(
+    handler: Handler, settings: Settings, bootstrap: str, database_url: str, group: str
+) -> AsyncIterator[ConsumerEngine]:
+    engine = ConsumerEngine(
+        handler,
+        settings,
+        kafka_bootstrap=bootstrap,
+        database_url=database_url,
+        options=EngineOptions(group=group, periodic_interval=0.5, poll_timeout_ms=100),
+        registry=CollectorRegistry(),
+    )
+    task = asyncio.create_task(engine.run())
+    try:
+        yield engine
+    finally:
+        engine.stop()
+        await asyncio.wait_for(task, timeout=30)
+        closer = getattr(handler, "aclose", None)
+        if closer is not None:
+            await closer()
+
+
+async def settled(admin: asyncpg.Pool, timeout: float = 60.0) -> None:
+    """Wait until every item is terminal and every thread closed."""
+    deadline = time.monotonic() + timeout
+    while True:
+        live = await admin.fetchval(
+            "SELECT (SELECT count(*) FROM work.work_items "
+            "        WHERE status NOT IN ('applied', 'dead_letter')) "
+            "     + (SELECT count(*) FROM work.threads WHERE status IN ('open', 'running'))"
+        )
+        if live == 0:
+            return
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{live} items or threads still live after {timeout}s")
+        await asyncio.sleep(0.1)
