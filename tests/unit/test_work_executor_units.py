@@ -1,0 +1,250 @@
+"""Pure parts of the executor and the commands: the ledger-driven plan (unknown-outcome rule),
+answer validation, prompts, the command policy, the metric label sets, the worker pool."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import uuid
+from datetime import UTC, datetime
+from uuid import UUID
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from consumers.work_executor.metrics import (
+    DURATION_BUCKETS,
+    AttemptOutcome,
+    ExecutorMetrics,
+    FailureReason,
+)
+from consumers.work_executor.plan import Exhausted, Reuse, Start, Unknown, next_step
+from consumers.work_executor.pool import WorkerPool
+from consumers.work_executor.prompts import render_story_prompt
+from consumers.work_executor.retry import RetryPolicy
+from consumers.work_executor.validation import parse_report
+from producers.work.policy import Action, ChildAction, decide, decide_child
+from spectral.work.documents import Epic
+from spectral.work.hashing import content_hash
+from spectral.work.model import EntryType, LedgerEntry, ThreadStatus
+
+ITEM = uuid.UUID(int=7)
+POLICY = RetryPolicy(max_attempts=3)
+
+
+def _e(seq: int, attempt: int, entry_type: EntryType, **payload: object) -> LedgerEntry:
+    return LedgerEntry(
+        entry_id=uuid.uuid4(),
+        seq=seq,
+        thread_id=UUID(int=1),
+        work_item_id=ITEM,
+        attempt=attempt,
+        entry_type=entry_type,
+        payload=payload,
+        hash=content_hash(payload),
+        created_at=datetime(2026, 1, 1, tzinfo=UTC),
+    )
+
+
+# -- the plan: what a new lease holder does, read from the ledger -----------------------------
+
+
+def test_a_fresh_item_starts_attempt_one() -> None:
+    assert next_step(0, [], POLICY) == Start(1)
+
+
+def test_a_prompt_without_response_or_error_is_an_unknown_outcome() -> None:
+    assert next_step(1, [_e(1, 1, EntryType.PROMPT)], POLICY) == Unknown(1)
+
+
+def test_a_recorded_response_is_reused_never_paid_again() -> None:
+    entries = [_e(1, 1, EntryType.PROMPT), _e(2, 1, EntryType.RESPONSE, content="{}")]
+    assert next_step(1, entries, POLICY) == Reuse(1, "{}")
+
+
+def test_a_late_answer_of_an_attempt_declared_unknown_is_reused() -> None:
+    entries = [
+        _e(1, 1, EntryType.PROMPT),
+        _e(2, 1, EntryType.ERROR, kind="outcome_unknown"),
+        _e(3, 1, EntryType.RESPONSE, content="late"),
+    ]
+    assert next_step(1, entries, POLICY) == Reuse(1, "late")
+
+
+def test_a_consumed_response_is_not_reused_and_a_known_failure_moves_on() -> None:
+    entries = [
+        _e(1, 1, EntryType.PROMPT),
+        _e(2, 1, EntryType.ERROR, kind="transient"),
+        _e(3, 2, EntryType.PROMPT),
+        _e(4, 2, EntryType.ERROR, kind="transient"),
+    ]
+    assert next_step(2, entries, POLICY) == Start(3)
+    third = [*entries, _e(5, 3, EntryType.PROMPT), _e(6, 3, EntryType.ERROR, kind="transient")]
+    assert next_step(3, third, POLICY) == Exhausted(3)
+    parsed = [
+        _e(1, 1, EntryType.PROMPT),
+        _e(2, 1, EntryType.RESPONSE, content="x"),
+        _e(3, 1, EntryType.PARSE_REPORT, ok=False),
+    ]
+    assert next_step(1, parsed, POLICY) == Start(2)
+
+
+def test_the_last_attempt_lost_is_unknown_then_exhausted() -> None:
+    entries = [_e(1, 3, EntryType.PROMPT)]
+    assert next_step(3, entries, POLICY) == Unknown(3)
+    assert next_step(3, [*entries, _e(2, 3, EntryType.ERROR)], POLICY) == Exhausted(3)
+
+
+# -- validation ------------------------------------------------------------------------------
+
+
+def _answer(*keys: str) -> str:
+    return json.dumps({"stories": [{"story_key": k, "title": f"Story {k}"} for k in keys]})
+
+
+def test_a_valid_answer_passes_with_unknown_fields_ignored() -> None:
+    report = parse_report(json.dumps({**json.loads(_answer("a", "b")), "generated_at": "x"}))
+    assert report.ok
+    assert [s.story_key for s in report.stories] == ["a", "b"]
+    assert report.payload(2) == {
+        "ok": True,
+        "errors": [],
+        "story_count": 2,
+        "response_attempt": 2,
+    }
+
+
+def test_a_fenced_answer_is_accepted() -> None:
+    assert parse_report("```json\n" + _answer("a") + "\n```").ok
+
+
+@pytest.mark.parametrize(
+    ("content", "error"),
+    [
+        ("not json", "not JSON"),
+        ("[1, 2]", "not a JSON object"),
+        ('{"stories": []}', "stories"),
+        ('{"stories": [{"title": "no key"}]}', "story_key"),
+        ('{"stories": [{"story_key": "a", "title": "t", "extra": 1}]}', "extra"),
+    ],
+)
+def test_invalid_answers_are_reported(content: str, error: str) -> None:
+    report = parse_report(content)
+    assert not report.ok
+    assert error in " ".join(report.errors)
+
+
+def test_duplicate_story_keys_are_refused() -> None:
+    report = parse_report(_answer("a", "a"))
+    assert report.errors == ("duplicate story_key: a",)
+
+
+# -- prompts ----------------------------------------------------------------------------------
+
+
+def test_the_prompt_carries_the_epic_and_the_answer_format() -> None:
+    prompt, data = render_story_prompt(
+        epic_id="E1", epic=Epic(title="Checkout", description="Pay"), backlog_title="Shop"
+    )
+    assert prompt.startswith("Generate user stories for epic E1: Checkout")
+    assert '"stories"' in prompt
+    assert data["epic_title"] == "Checkout"
+    assert "model" not in json.dumps(data)  # no model names in business code
+
+
+# -- command policy ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("latest", "force", "action"),
+    [
+        (None, False, Action.CREATE),
+        (ThreadStatus.OPEN, True, Action.RETURN_EXISTING),
+        (ThreadStatus.RUNNING, False, Action.RETURN_EXISTING),
+        (ThreadStatus.COMPLETE, False, Action.NOOP),
+        (ThreadStatus.COMPLETE, True, Action.CREATE),
+        (ThreadStatus.FAILED, False, Action.RETRY),
+        (ThreadStatus.CANCELED, True, Action.RETRY),
+    ],
+)
+def test_command_policy(latest: ThreadStatus | None, force: bool, action: Action) -> None:
+    assert decide(latest, force=force) is action
+
+
+@pytest.mark.parametrize(
+    ("latest", "force", "action"),
+    [
+        (None, False, ChildAction.CREATE),
+        (ThreadStatus.RUNNING, True, ChildAction.ADOPT),
+        (ThreadStatus.COMPLETE, False, ChildAction.ADOPT),
+        (ThreadStatus.COMPLETE, True, ChildAction.CREATE),
+        (ThreadStatus.FAILED, False, ChildAction.RETRY),
+    ],
+)
+def test_child_policy(latest: ThreadStatus | None, force: bool, action: ChildAction) -> None:
+    assert decide_child(latest, force=force) is action
+
+
+# -- metrics ----------------------------------------------------------------------------------
+
+
+def test_metrics_have_the_adr_0008_names_and_fixed_label_sets() -> None:
+    registry = CollectorRegistry()
+    metrics = ExecutorMetrics(registry)
+    metrics.attempt(AttemptOutcome.SUCCESS)
+    metrics.failure(FailureReason.INVALID_JSON)
+    metrics.duration.observe(0.0005)
+    metrics.duration.observe(70.0)
+    names = {s.name: s for m in registry.collect() for s in m.samples}
+    assert "synthesis_attempts_total" in names
+    assert "synthesis_failures_total" in names
+    attempts = [
+        s for m in registry.collect() for s in m.samples if s.name == "synthesis_attempts_total"
+    ]
+    assert {s.labels["outcome"] for s in attempts} == {
+        "success",
+        "transient_failure",
+        "permanent_failure",
+        "skipped",
+    }
+    failures = [
+        s for m in registry.collect() for s in m.samples if s.name == "synthesis_failures_total"
+    ]
+    assert len(failures) == 8
+    buckets = [
+        s.labels["le"]
+        for m in registry.collect()
+        for s in m.samples
+        if s.name == "synthesis_duration_seconds_bucket"
+    ]
+    assert float(buckets[0]) == 0.001
+    assert float(buckets[-2]) == pytest.approx(65.536)
+    assert len(DURATION_BUCKETS) == 17
+    depth = [s for m in registry.collect() for s in m.samples if s.name == "work_queue_depth"]
+    assert {s.labels["status"] for s in depth} == {"queued", "claimed", "running", "failed"}
+
+
+# -- the worker pool ----------------------------------------------------------------------------
+
+
+async def test_the_pool_bounds_concurrency_and_survives_a_crashing_job() -> None:
+    running = 0
+    peak = 0
+    done: list[UUID] = []
+
+    async def job(item: UUID, _token: UUID) -> None:
+        nonlocal running, peak
+        running += 1
+        peak = max(peak, running)
+        await asyncio.sleep(0.01)
+        running -= 1
+        if item.int == 3:
+            raise RuntimeError("boom")
+        done.append(item)
+
+    pool = WorkerPool(2, job)
+    await pool.submit([(UUID(int=n), UUID(int=0)) for n in range(10)])
+    await pool.join()
+    await pool.close()
+    assert peak == 2
+    assert len(done) == 9
