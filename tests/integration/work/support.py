@@ -139,12 +139,13 @@ async def executor(
     *,
     worker: str = "w1",
     lease_timeout: float = 30.0,
+    registry: CollectorRegistry | None = None,
 ) -> AsyncIterator[WorkExecutorHandler]:
     handler = WorkExecutorHandler(
         settings,
         database_url,
         synthesizer,
-        ExecutorMetrics(CollectorRegistry()),
+        ExecutorMetrics(registry or CollectorRegistry()),
         ExecutorConfig(
             worker_id=worker,
             lease_timeout_seconds=lease_timeout,

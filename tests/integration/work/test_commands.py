@@ -144,3 +144,26 @@ async def test_commands_refuse_unknown_targets_and_conflicting_documents(
             await h.commands.generate_all(GenerateAll("other-project", DOCUMENT))
         with pytest.raises(ValueError, match="must match"):
             GenerateEpic(PROJECT, DOCUMENT, "bad/epic")
+
+
+async def test_generate_all_over_epics_already_done_closes_at_once(database_url: str) -> None:
+    async with harness(database_url) as h:
+        await h.commands.put_document(PROJECT, DOCUMENT, backlog("A", "B"))
+        for epic in ("E1", "E2"):
+            await h.commands.generate_epic(GenerateEpic(PROJECT, DOCUMENT, epic))
+        await h.admin.execute(
+            "UPDATE work.work_items SET status = 'applied', finished_at = now();"
+            "UPDATE work.threads SET status = 'complete', closed_at = now()"
+        )
+        result = await h.commands.generate_all(GenerateAll(PROJECT, DOCUMENT))
+        assert result.status is ThreadStatus.COMPLETE
+        assert {c.action for c in result.children} == {ChildAction.ADOPT}
+        assert len(await h.items()) == 2  # nothing new to pay for
+        view = await h.reader.thread(result.thread_id)
+        assert view is not None
+        assert view.child_summary is not None
+        assert view.child_summary["complete"] == 2
+        forced = await h.commands.generate_all(GenerateAll(PROJECT, DOCUMENT, force=True))
+        assert forced.thread_id != result.thread_id
+        assert {c.action for c in forced.children} == {ChildAction.CREATE}
+        assert len(await h.items()) == 4

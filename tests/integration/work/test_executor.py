@@ -11,6 +11,7 @@ from typing import Any
 from uuid import uuid4
 
 import pytest
+from prometheus_client import CollectorRegistry
 
 from consumers.work_executor.repository import ExecutorRepository
 from producers.work.commands import GenerateAll, GenerateEpic
@@ -150,10 +151,14 @@ async def test_the_attempt_limit_dead_letters_and_blocks_nothing_else(
     database_url: str, settings: Settings
 ) -> None:
     model = ScriptedSynthesizer()
+    registry = CollectorRegistry()
     async with (
         harness(database_url) as h,
         executor(
-            executor_settings(settings, work_retry_base_seconds=0.05), database_url, model
+            executor_settings(settings, work_retry_base_seconds=0.05),
+            database_url,
+            model,
+            registry=registry,
         ) as handler,
     ):
         await h.commands.put_document(
@@ -192,6 +197,15 @@ async def test_the_attempt_limit_dead_letters_and_blocks_nothing_else(
             "WHERE w.input->>'epic_id' = 'E1' AND entry_type = 'error' ORDER BY seq DESC LIMIT 1"
         )
         assert last_error == "max_attempts_exceeded"
+        value = registry.get_sample_value
+        assert value("work_dead_letter_items") == 3
+        assert value("work_queue_depth", {"status": "queued"}) == 0
+        assert value("work_dead_letters_total", {"reason": "max_attempts_exceeded"}) == 1
+        assert value("work_dead_letters_total", {"reason": "permanent_failure"}) == 1
+        assert value("work_dead_letters_total", {"reason": "invalid_output"}) == 1
+        assert value("synthesis_failures_total", {"reason": "max_attempts_exceeded"}) == 1
+        assert value("synthesis_failures_total", {"reason": "invalid_json"}) == 1
+        assert value("synthesis_attempts_total", {"outcome": "transient_failure"}) == 2
 
 
 async def test_stop_on_error_cancels_siblings_that_have_not_started(
