@@ -46,6 +46,8 @@ def test_rfc3339_text_is_read_as_utc(text: str, expected: datetime) -> None:
         "2026-W47-6T10:00:00Z",  # week date
         "2026-11-21T10:00:00,5Z",  # comma fraction
         "2026-11-21T10:00:00.Z",  # empty fraction
+        "2026-11-21T10:00:00.",  # nothing after the dot
+        "2026-11-21T10:00:00+",
         "2026-11-21T10:00:00+0100",
         "2026-11-21T10:00:00+01",
         "2026-11-21T10:00:00+01:00:00",
@@ -145,3 +147,40 @@ def test_every_valid_rfc3339_text_is_accepted(
         text = f"{moment.year:04d}" + text[text.index("-") :]
     assert RFC3339.fullmatch(text)
     parse_utc(text)
+
+
+_STAMP = "2026-11-21T10:00:00.123456+01:00"
+
+
+@given(
+    st.text(max_size=40)
+    | st.builds(
+        lambda cut, end, insert: _STAMP[:cut] + insert + _STAMP[end:],
+        st.integers(0, len(_STAMP)),
+        st.integers(0, len(_STAMP)),
+        st.text(alphabet="0.:+-Zz", max_size=2),
+    )
+)
+def test_any_text_parses_or_raises_value_error_only(text: str) -> None:
+    try:
+        parse_utc(text)
+    except ValueError:
+        return
+
+
+_TEMPLATES = ("2026-11-21T10:00:00.123456+01:00", "2026-11-21T10:00:00Z", "2026-11-21T10:00:00.5z")
+_EDITS = sorted(
+    {t[:i] for t in _TEMPLATES for i in range(len(t) + 1)}
+    | {t[:i] + t[i + 1 :] for t in _TEMPLATES for i in range(len(t))}
+    | {t[:i] + c + t[i:] for t in _TEMPLATES for i in range(len(t) + 1) for c in ".:+Z"}
+)
+
+
+def test_every_truncation_deletion_and_insertion_parses_or_raises_value_error() -> None:
+    for text in _EDITS:
+        try:
+            parsed = parse_utc(text)
+        except ValueError:
+            continue
+        assert RFC3339.fullmatch(text), text
+        assert parsed.tzinfo is UTC

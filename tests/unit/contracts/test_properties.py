@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import random
 from typing import Any
@@ -167,3 +168,45 @@ def test_encode_decode_round_trips_every_model(event: EventEnvelope[Any]) -> Non
     assert decoded == event
     assert type(decoded.payload) is type(event.payload)
     assert encode(decoded) == data
+
+
+# ---- a poison record is a DecodeError, never another exception --------------------------------
+
+json_any = st.recursive(
+    f.json_leaf | st.floats() | st.integers(),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(f.text, inner, max_size=4),
+    max_leaves=12,
+)
+_STAMP = "2026-11-21T10:00:00.123456+01:00"
+timestampish = st.text(alphabet="0123456789-:.TtZz+ ", max_size=32) | st.builds(
+    lambda cut, end, insert: _STAMP[:cut] + insert + _STAMP[end:],
+    st.integers(0, len(_STAMP)),
+    st.integers(0, len(_STAMP)),
+    st.text(alphabet="0.:+-Zz", max_size=2),
+)
+
+
+def decodes_or_refuses(data: bytes) -> None:
+    with contextlib.suppress(DecodeError):
+        decode(data)
+
+
+@given(st.binary(max_size=200))
+def test_arbitrary_bytes_never_crash_decode(data: bytes) -> None:
+    decodes_or_refuses(data)
+
+
+@settings(suppress_health_check=[HealthCheck.too_slow])
+@given(f.ANY_EVENT, st.data())
+def test_a_mutated_record_is_decoded_or_refused_never_a_crash(
+    event: EventEnvelope[Any], data: st.DataObject
+) -> None:
+    obj = f.wire(event)
+    paths: list[Path] = [(), *leaf_paths(obj)]
+    path = data.draw(st.sampled_from(paths))
+    new = data.draw(json_any | timestampish)
+    if path:
+        set_at(obj, path, new)
+        decodes_or_refuses(json.dumps(obj).encode())  # stdlib: big integers, NaN as written
+    else:
+        decodes_or_refuses(json.dumps(new).encode())
