@@ -9,8 +9,12 @@
 5. ``invalid_envelope`` / ``invalid_payload``: pydantic validation of the envelope with its typed
    payload (an envelope error wins when both are present; a missing payload is an envelope error);
 6. the type's wire checks on the payload object as parsed: for failure clusters a non-integer
-   number is ``invalid_payload`` and a wrong ``snapshot_hash`` is ``hash_mismatch``;
+   number or nesting deeper than 64 levels is ``invalid_payload`` and a wrong ``snapshot_hash``
+   is ``hash_mismatch``;
 7. ``key_mismatch``: ``idempotency_key`` differs from the key the type derives from its payload.
+
+``decode`` raises nothing but :class:`DecodeError` for any input (fuzz-tested), so a poison
+record can always be dead-lettered.
 
 ``encode(envelope)`` writes the envelope as JSON (UTF-8, timestamps and UUIDs in their wire form,
 unknown fields kept) and by default decodes the result before returning it, raising the same
