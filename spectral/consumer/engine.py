@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import asyncpg
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
@@ -52,6 +52,7 @@ from spectral.settings import Settings
 log = get_logger(__name__)
 
 _SQL = load_queries(Path(__file__).with_name("queries.sql"))
+DLQ_MAX_REQUEST_BYTES = 16 * 1024 * 1024
 
 Decoder = Callable[[bytes], EventEnvelope[Any]]
 
@@ -165,7 +166,15 @@ class ConsumerEngine:
             "database", lambda: create_pool(self._database_url, role=role, min_size=1, max_size=2)
         )
         kafka = client_kwargs(self.settings, self._bootstrap)
-        self._producer = AIOKafkaProducer(**kafka, acks="all", enable_idempotence=True, linger_ms=5)
+        self._producer = AIOKafkaProducer(
+            **kafka,
+            acks="all",
+            enable_idempotence=True,
+            linger_ms=5,
+            # A dead letter carries the original bytes, which may exceed the contract's 1 MiB
+            # limit (that may be why it is dead): allow what a source topic can allow.
+            max_request_size=DLQ_MAX_REQUEST_BYTES,
+        )
         self._consumer = AIOKafkaConsumer(
             **kafka,
             group_id=self.options.group or self.handler.name,
@@ -338,7 +347,10 @@ class ConsumerEngine:
                 consumer=self.handler.name,
                 error=str(exc),
             )
-            result, fresh = await self._one_by_one(batch, dead)
+            result, fresh, errored = await self._one_by_one(batch, dead)
+            duplicates = in_batch_duplicates + len(batch) - fresh - errored
+            dead.extend(self._rejected(rejection) for rejection in result.rejected)
+            return result, fresh, duplicates
         dead.extend(self._rejected(rejection) for rejection in result.rejected)
         duplicates = in_batch_duplicates + len(batch) - fresh
         return result, fresh, duplicates
@@ -359,7 +371,11 @@ class ConsumerEngine:
                     )
                 }
                 fresh = [d for d in batch if d.idempotency_key in fresh_keys]
-                result = await self.handler.apply(conn, fresh) if fresh else HandlerResult()
+                result = (
+                    await self.handler.apply(cast("asyncpg.Connection", conn), fresh)
+                    if fresh
+                    else HandlerResult()
+                )
                 if result.stale:
                     await conn.execute(_SQL["mark_stale"], self.handler.name, sorted(result.stale))
                 if result.rejected:
@@ -378,9 +394,11 @@ class ConsumerEngine:
 
     async def _one_by_one(
         self, batch: list[Delivery], dead: list[DeadLetter]
-    ) -> tuple[HandlerResult, int]:
+    ) -> tuple[HandlerResult, int, int]:
+        """Each delivery in its own transaction; returns (merged result, fresh, errored)."""
         merged = HandlerResult()
         fresh_total = 0
+        errored = 0
         for delivery in batch:
             try:
                 result, fresh = await self._with_retry(
@@ -388,6 +406,7 @@ class ConsumerEngine:
                     lambda d=delivery: self._transaction([d]),  # type: ignore[misc]
                 )
             except PermanentError as exc:
+                errored += 1
                 dead.append(
                     DeadLetter(
                         reason="handler_error",
@@ -406,7 +425,7 @@ class ConsumerEngine:
             merged.rejected.extend(result.rejected)
             for name, value in result.facts.items():
                 merged.facts[name] = merged.facts.get(name, 0) + value
-        return merged, fresh_total
+        return merged, fresh_total, errored
 
     def _rejected(self, rejection: Rejection) -> DeadLetter:
         d = rejection.delivery
@@ -424,16 +443,38 @@ class ConsumerEngine:
     async def _dead_letter(self, dead: list[DeadLetter]) -> None:
         if not dead:
             return
+        # Dead letters keep their source order (per partition), whatever step refused them.
+        dead.sort(key=lambda d: (d.source_topic, d.source_partition, d.source_offset))
         assert self._producer is not None  # noqa: S101
         producer = self._producer
 
         async def send_all() -> None:
-            futures = [
-                await producer.send(
-                    dlq_topic(d.source_topic), value=d.value, key=d.key, headers=d.headers()
-                )
-                for d in dead
-            ]
+            futures = []
+            for index, letter in enumerate(dead):
+                try:
+                    futures.append(
+                        await producer.send(
+                            dlq_topic(letter.source_topic),
+                            value=letter.value,
+                            key=letter.key,
+                            headers=letter.headers(),
+                        )
+                    )
+                except KafkaError as exc:
+                    if exc.retriable:
+                        raise
+                    # The broker or client can never take these bytes (e.g. over the size
+                    # limit): dead-letter a reference instead. The original stays readable at
+                    # its source topic/partition/offset, which the headers name.
+                    reference = dead[index] = letter.as_reference(str(exc))
+                    futures.append(
+                        await producer.send(
+                            dlq_topic(reference.source_topic),
+                            value=reference.value,
+                            key=reference.key,
+                            headers=reference.headers(),
+                        )
+                    )
             await asyncio.gather(*futures)
 
         await self._with_retry("kafka", send_all)
@@ -483,7 +524,11 @@ class ConsumerEngine:
             except PermanentError:
                 raise
             except Exception as exc:
-                transient = isinstance(exc, KafkaError) or is_transient(exc)
+                transient = (
+                    bool(getattr(exc, "retriable", True))
+                    if isinstance(exc, KafkaError)
+                    else is_transient(exc)
+                )
                 if not transient:
                     raise
                 attempt += 1

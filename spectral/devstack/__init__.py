@@ -8,8 +8,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from typing import TYPE_CHECKING
+
 from spectral.errors import ConfigurationError
 from spectral.settings import Settings
+
+if TYPE_CHECKING:
+    from spectral.devstack.kafka import LocalKafka
+    from spectral.devstack.postgres import LocalPostgres
 
 
 @dataclass(frozen=True)
@@ -24,13 +30,13 @@ class StackStatus:
     postgres: str
 
 
-def _kafka(settings: Settings):  # type: ignore[no-untyped-def]  # noqa: ANN202 - lazy import
+def _kafka(settings: Settings) -> LocalKafka:
     from spectral.devstack.kafka import LocalKafka  # noqa: PLC0415 - keeps `import spectral` light
 
     return LocalKafka(settings.state_dir, settings.cache_dir)
 
 
-def _postgres(settings: Settings):  # type: ignore[no-untyped-def]  # noqa: ANN202
+def _postgres(settings: Settings) -> LocalPostgres:
     from spectral.devstack.postgres import LocalPostgres  # noqa: PLC0415
 
     return LocalPostgres(settings.state_dir)

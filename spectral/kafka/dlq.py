@@ -18,9 +18,10 @@ Original headers (event_type, idempotency_key) are carried over unchanged.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -55,6 +56,17 @@ class DeadLetter:
         ]
         carried = [(k, v) for k, v in self.original_headers if not k.startswith(PREFIX)]
         return carried + [(k, v.encode()) for k, v in own]
+
+    def as_reference(self, why: str) -> DeadLetter:
+        """This dead letter without its value, for bytes no producer can send: the headers
+        keep the reason, the original size and digest, and where the original still is."""
+        digest = hashlib.sha256(self.value).hexdigest()
+        return replace(
+            self,
+            value=b"",
+            detail=f"{self.detail} [original value of {len(self.value)} bytes (sha256 {digest}) "
+            f"left at its source offset: {why}]",
+        )
 
     def as_history_item(self) -> dict[str, Any]:
         return {

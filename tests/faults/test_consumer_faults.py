@@ -1,0 +1,149 @@
+"""Real faults under the consumer engine: SIGKILL mid-stream, PostgreSQL stopped mid-stream.
+
+The handler appends a row per applied event (not idempotent by itself), so "exactly once" is
+checked strictly: every key has exactly one row, whatever was killed or stopped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import asyncpg
+import pytest
+
+from contracts import FAILURE_CLUSTER_DETECTED
+from spectral.db.migrate import migrate
+from spectral.devstack.postgres import LocalPostgres
+from spectral.kafka.topics import dlq_topic, topic_for
+from tests.faults.recording_consumer import CREATE_TABLE
+from tests.kafka_support import (
+    cluster_event,
+    committed_offsets,
+    create_topics,
+    end_offsets,
+    publish_envelopes,
+    read_all,
+)
+
+pytestmark = [pytest.mark.integration, pytest.mark.faults]
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _start_consumer(env: dict[str, str], idle: float) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "tests.faults.recording_consumer", str(idle)],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+
+
+async def _execute(url: str, sql: str) -> None:
+    conn = await asyncpg.connect(url)
+    try:
+        await conn.execute(sql)
+    finally:
+        await conn.close()
+
+
+async def _count(url: str, sql: str) -> int:
+    conn = await asyncpg.connect(url)
+    try:
+        return int(await conn.fetchval(sql))
+    finally:
+        await conn.close()
+
+
+async def _assert_exactly_once(url: str, expected_keys: set[str]) -> None:
+    conn = await asyncpg.connect(url)
+    try:
+        rows = await conn.fetch(
+            "SELECT idempotency_key, count(*) AS n FROM fault_effects GROUP BY 1"
+        )
+    finally:
+        await conn.close()
+    counts = {r["idempotency_key"]: r["n"] for r in rows}
+    assert set(counts) == expected_keys
+    doubled = {k: n for k, n in counts.items() if n != 1}
+    assert not doubled, f"applied more than once: {list(doubled.items())[:5]}"
+
+
+async def test_sigkill_mid_stream_then_restart_gives_exactly_once(
+    database_url: str, kafka_bootstrap: str, topic_prefix: str, spectral_env: dict[str, str]
+) -> None:
+    await _execute(database_url, CREATE_TABLE)
+    topic = topic_for(FAILURE_CLUSTER_DETECTED, topic_prefix)
+    await create_topics(kafka_bootstrap, [topic], partitions=3)
+    events = [cluster_event() for _ in range(3000)]
+    duplicates = events[::10]  # 10% republished with the same idempotency key
+    await publish_envelopes(kafka_bootstrap, topic, events + duplicates)
+    expected = {e.idempotency_key for e in events}
+
+    kills = 0
+    for _ in range(3):
+        proc = _start_consumer(spectral_env, idle=30)
+        deadline = time.monotonic() + 60
+        threshold = (kills + 1) * 600
+        while time.monotonic() < deadline:
+            if await _count(database_url, "SELECT count(*) FROM fault_effects") >= threshold:
+                break
+            await asyncio.sleep(0.05)
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=10)
+        kills += 1
+
+    final = _start_consumer(spectral_env, idle=3)
+    assert final.wait(timeout=120) == 0, final.stderr.read().decode() if final.stderr else ""
+
+    await _assert_exactly_once(database_url, expected)
+    handled = await _count(
+        database_url, "SELECT count(*) FROM core.event_handled WHERE consumer = 'fault-recorder'"
+    )
+    assert handled == len(expected)
+    assert await committed_offsets(kafka_bootstrap, "fault-recorder", topic) == await end_offsets(
+        kafka_bootstrap, topic
+    )
+    assert await read_all(kafka_bootstrap, dlq_topic(topic)) == []
+
+
+async def test_postgres_stopped_mid_stream_loses_nothing_and_dead_letters_nothing(
+    kafka_bootstrap: str, topic_prefix: str, spectral_env: dict[str, str], tmp_path: Path
+) -> None:
+    # A private server, so stopping it disturbs no other test.
+    server = LocalPostgres(tmp_path / "pg")
+    url = server.ensure_running()
+    try:
+        await migrate(url)
+        await _execute(url, CREATE_TABLE)
+        topic = topic_for(FAILURE_CLUSTER_DETECTED, topic_prefix)
+        await create_topics(kafka_bootstrap, [topic], partitions=3)
+        events = [cluster_event() for _ in range(2000)]
+        await publish_envelopes(kafka_bootstrap, topic, events)
+
+        env = {**spectral_env, "SPECTRAL_DATABASE_URL": url}
+        proc = _start_consumer(env, idle=8)
+        deadline = time.monotonic() + 60
+        while await _count(url, "SELECT count(*) FROM fault_effects") < 300:
+            assert time.monotonic() < deadline, "consumer made no progress"
+            await asyncio.sleep(0.05)
+        server.stop()
+        await asyncio.sleep(20)
+        assert proc.poll() is None, "the consumer must wait for the database, not exit"
+        server.start()
+
+        assert proc.wait(timeout=120) == 0
+        await _assert_exactly_once(url, {e.idempotency_key for e in events})
+        assert await read_all(kafka_bootstrap, dlq_topic(topic)) == []
+        assert await committed_offsets(
+            kafka_bootstrap, "fault-recorder", topic
+        ) == await end_offsets(kafka_bootstrap, topic)
+    finally:
+        server.stop()
