@@ -137,7 +137,9 @@ async def read_all(bootstrap: str, topic: str, timeout: float = 10.0) -> list[Re
 
 
 async def committed_offsets(bootstrap: str, group: str, topic: str) -> dict[int, int | None]:
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=group, enable_auto_commit=False)
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=bootstrap, group_id=group, enable_auto_commit=False
+    )
     await consumer.start()
     try:
         partitions = await partitions_of(bootstrap, topic)

@@ -7,7 +7,6 @@ name an existing cluster or server; otherwise the local stack is used if it runs
 from __future__ import annotations
 
 from dataclasses import dataclass
-
 from typing import TYPE_CHECKING
 
 from spectral.errors import ConfigurationError

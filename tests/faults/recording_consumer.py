@@ -29,7 +29,9 @@ class AppendingHandler:
     name = "fault-recorder"
     event_types = (FAILURE_CLUSTER_DETECTED,)
 
-    async def apply(self, conn: asyncpg.Connection, deliveries: Sequence[Delivery]) -> HandlerResult:
+    async def apply(
+        self, conn: asyncpg.Connection, deliveries: Sequence[Delivery]
+    ) -> HandlerResult:
         await conn.execute(
             "INSERT INTO fault_effects SELECT * FROM unnest($1::text[], $2::int[], $3::bigint[])",
             [d.idempotency_key for d in deliveries],

@@ -87,18 +87,16 @@ async def test_sigkill_mid_stream_then_restart_gives_exactly_once(
     await publish_envelopes(kafka_bootstrap, topic, events + duplicates)
     expected = {e.idempotency_key for e in events}
 
-    kills = 0
-    for _ in range(3):
+    for kill in range(3):
         proc = _start_consumer(spectral_env, idle=30)
         deadline = time.monotonic() + 60
-        threshold = (kills + 1) * 600
+        threshold = (kill + 1) * 600
         while time.monotonic() < deadline:
             if await _count(database_url, "SELECT count(*) FROM fault_effects") >= threshold:
                 break
             await asyncio.sleep(0.05)
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait(timeout=10)
-        kills += 1
 
     final = _start_consumer(spectral_env, idle=3)
     assert final.wait(timeout=120) == 0, final.stderr.read().decode() if final.stderr else ""

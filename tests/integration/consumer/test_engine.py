@@ -38,7 +38,9 @@ class RecordingHandler:
     name = "engine-test"
     event_types = (FAILURE_CLUSTER_DETECTED,)
 
-    async def apply(self, conn: asyncpg.Connection, deliveries: Sequence[Delivery]) -> HandlerResult:
+    async def apply(
+        self, conn: asyncpg.Connection, deliveries: Sequence[Delivery]
+    ) -> HandlerResult:
         result = HandlerResult()
         keep = []
         for d in deliveries:
