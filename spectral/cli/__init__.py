@@ -9,7 +9,7 @@ import sys
 
 import typer
 
-from spectral.cli import clusters, consume, contracts, db, dev, outbox, triage, work
+from spectral.cli import clusters, consume, contracts, db, demo, dev, outbox, triage, work
 from spectral.errors import ConfigurationError, SpectralError, TransientError
 
 app = typer.Typer(
@@ -24,6 +24,7 @@ app.add_typer(contracts.app, name="contracts")
 app.add_typer(outbox.app, name="outbox")
 app.add_typer(clusters.app, name="clusters")
 app.command(name="consume")(consume.consume)
+app.command(name="demo")(demo.demo)
 app.add_typer(triage.app, name="triage")
 app.add_typer(work.app, name="work")
 app.add_typer(work.threads_app, name="threads")
