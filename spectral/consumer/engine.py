@@ -10,6 +10,12 @@ Runs one handler (a consumer deployment) as a member of a Kafka consumer group a
 
 One batch = one transaction with set-based SQL (the dedup insert is one statement over arrays;
 handlers do the same). See handler.py for the per-batch flow.
+
+Replays (spectral/consumer/replay.py) run the same path with three seams: an ``Assignment``
+(fixed partitions from/to fixed offsets, outside any consumer group, no offset commits, return
+at the end), a ``connections`` source (e.g. one connection holding one transaction across
+batches, each batch a savepoint) and a ``dead_letter_sink`` (report dead letters instead of
+producing them).
 """
 
 from __future__ import annotations
@@ -18,7 +24,8 @@ import asyncio
 import contextlib
 import signal
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
@@ -41,7 +48,7 @@ from spectral.consumer.handler import (
 from spectral.consumer.metrics import ConsumerMetrics
 from spectral.db.connect import create_pool, is_transient
 from spectral.db.queries import load_queries
-from spectral.errors import PermanentError, TransientError
+from spectral.errors import PermanentError, SpectralError, TransientError
 from spectral.kafka.config import client_kwargs
 from spectral.kafka.dlq import DeadLetter
 from spectral.kafka.topics import dlq_topic, topic_for
@@ -55,6 +62,20 @@ _SQL = load_queries(Path(__file__).with_name("queries.sql"))
 DLQ_MAX_REQUEST_BYTES = 16 * 1024 * 1024
 
 Decoder = Callable[[bytes], EventEnvelope[Any]]
+ConnectionSource = Callable[[], AbstractAsyncContextManager[Any]]
+"""Lends the connection a batch runs on (default: the engine's pool)."""
+DeadLetterSink = Callable[[Sequence[DeadLetter]], Awaitable[None]]
+"""Takes a batch's dead letters instead of producing them (dry runs)."""
+
+
+@dataclass(frozen=True)
+class Assignment:
+    """Read fixed partitions from ``start`` up to ``end`` (exclusive) outside any consumer
+    group: no group membership, no offset commits; ``run`` returns once every partition's
+    position reached its end."""
+
+    start: Mapping[TopicPartition, int]
+    end: Mapping[TopicPartition, int]
 
 
 @dataclass(frozen=True)
@@ -66,6 +87,7 @@ class EngineOptions:
     periodic_interval: float = 30.0
     auto_offset_reset: str = "earliest"
     backoff: Backoff = field(default_factory=lambda: Backoff(base=0.5, cap=10.0))
+    assignment: Assignment | None = None
 
 
 @dataclass
@@ -76,6 +98,8 @@ class RunSummary:
     facts: dict[str, int] = field(default_factory=dict)
     batches: int = 0
     records: int = 0
+    # With an Assignment: True once every partition reached its end (not when stopped early).
+    complete: bool = False
 
     def add(self, report: BatchReport) -> None:
         self.batches += 1
@@ -121,6 +145,8 @@ class ConsumerEngine:
         options: EngineOptions | None = None,
         registry: CollectorRegistry = REGISTRY,
         decoder: Decoder = decode,
+        connections: ConnectionSource | None = None,
+        dead_letter_sink: DeadLetterSink | None = None,
     ) -> None:
         self.handler = handler
         self.settings = settings
@@ -131,6 +157,9 @@ class ConsumerEngine:
         self._bootstrap = kafka_bootstrap
         self._database_url = database_url
         self._decode = decoder
+        self._connections = connections
+        self._sink = dead_letter_sink
+        self._remaining: set[TopicPartition] = set()
         self._stop = asyncio.Event()
         self._topics = {topic_for(t, settings.topic_prefix): t for t in handler.event_types}
         self._pool: asyncpg.Pool | None = None
@@ -175,9 +204,10 @@ class ConsumerEngine:
             # limit (that may be why it is dead): allow what a source topic can allow.
             max_request_size=DLQ_MAX_REQUEST_BYTES,
         )
+        assignment = self.options.assignment
         self._consumer = AIOKafkaConsumer(
             **kafka,
-            group_id=self.options.group or self.handler.name,
+            group_id=None if assignment else self.options.group or self.handler.name,
             client_id=f"spectral-{self.handler.name}",
             enable_auto_commit=False,
             auto_offset_reset=self.options.auto_offset_reset,
@@ -189,7 +219,15 @@ class ConsumerEngine:
         )
         await self._with_retry("kafka", self._producer.start)
         await self._with_retry("kafka", self._consumer.start)
-        self._consumer.subscribe(topics=list(self._topics), listener=_Revocations(self))
+        if assignment is None:
+            self._consumer.subscribe(topics=list(self._topics), listener=_Revocations(self))
+        else:
+            self._remaining = {
+                tp for tp, off in assignment.start.items() if off < assignment.end[tp]
+            }
+            self._consumer.assign(sorted(self._remaining))
+            for tp in self._remaining:
+                self._consumer.seek(tp, assignment.start[tp])
         log.info("consumer started", consumer=self.handler.name, topics=sorted(self._topics))
 
     async def _close(self) -> None:
@@ -214,6 +252,9 @@ class ConsumerEngine:
         last_record = time.monotonic()
         last_periodic = 0.0
         while not self._stop.is_set():
+            if self.options.assignment is not None and not await self._unfinished():
+                self.summary.complete = True
+                return
             if time.monotonic() - last_periodic >= self.options.periodic_interval:
                 await self._periodic()
                 last_periodic = time.monotonic()
@@ -227,6 +268,11 @@ class ConsumerEngine:
                 await asyncio.sleep(self.options.backoff.base)
                 continue
             records = [r for batch in fetched.values() for r in batch]
+            if self.options.assignment is not None:
+                end = self.options.assignment.end
+                records = [
+                    r for r in records if r.offset < end[TopicPartition(r.topic, r.partition)]
+                ]
             if not records:
                 idle = self.options.stop_when_idle
                 if idle is not None and time.monotonic() - last_record >= idle:
@@ -237,6 +283,17 @@ class ConsumerEngine:
             async with self.batch_lock:
                 report = await self.process(records)
             self.summary.add(report)
+
+    async def _unfinished(self) -> bool:
+        """With an Assignment: pause the partitions that reached their end; any left?"""
+        assert self._consumer is not None  # noqa: S101
+        assert self.options.assignment is not None  # noqa: S101
+        end = self.options.assignment.end
+        for tp in list(self._remaining):
+            if await self._consumer.position(tp) >= end[tp]:
+                self._remaining.discard(tp)
+                self._consumer.pause(tp)
+        return bool(self._remaining)
 
     async def _periodic(self) -> None:
         periodic = getattr(self.handler, "periodic", None)
@@ -312,6 +369,7 @@ class ConsumerEngine:
                     key=record.key,
                     raw=value,
                     timestamp_ms=record.timestamp or 0,
+                    headers=tuple(record.headers or ()),
                 )
             )
         return deliveries, dead
@@ -358,7 +416,8 @@ class ConsumerEngine:
     async def _transaction(self, batch: list[Delivery]) -> tuple[HandlerResult, int]:
         assert self._pool is not None  # noqa: S101
         try:
-            async with self._pool.acquire() as conn, conn.transaction():
+            lend = self._connections or self._pool.acquire
+            async with lend() as conn, conn.transaction():
                 fresh_keys = {
                     row[0]
                     for row in await conn.fetch(
@@ -384,7 +443,7 @@ class ConsumerEngine:
                         self.handler.name,
                         [r.delivery.idempotency_key for r in result.rejected],
                     )
-        except (TransientError, PermanentError):
+        except SpectralError:
             raise
         except Exception as exc:
             if is_transient(exc):
@@ -417,6 +476,7 @@ class ConsumerEngine:
                         consumer=self.handler.name,
                         key=delivery.key,
                         value=delivery.raw,
+                        original_headers=delivery.headers,
                     )
                 )
                 continue
@@ -438,6 +498,7 @@ class ConsumerEngine:
             consumer=self.handler.name,
             key=d.key,
             value=d.raw,
+            original_headers=d.headers,
         )
 
     async def _dead_letter(self, dead: list[DeadLetter]) -> None:
@@ -445,6 +506,11 @@ class ConsumerEngine:
             return
         # Dead letters keep their source order (per partition), whatever step refused them.
         dead.sort(key=lambda d: (d.source_topic, d.source_partition, d.source_offset))
+        if self._sink is not None:
+            await self._sink(dead)
+            for letter in dead:
+                self.metrics.dead_lettered(letter.reason)
+            return
         assert self._producer is not None  # noqa: S101
         producer = self._producer
 
@@ -491,6 +557,8 @@ class ConsumerEngine:
             )
 
     async def _commit_offsets(self, records: Sequence[Any]) -> None:
+        if self.options.assignment is not None:
+            return  # outside any group: a replay commits nothing
         assert self._consumer is not None  # noqa: S101
         consumer = self._consumer
         offsets: dict[TopicPartition, int] = {}

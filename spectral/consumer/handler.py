@@ -53,6 +53,8 @@ class Delivery:
     key: bytes | None
     raw: bytes
     timestamp_ms: int = 0
+    # The record's headers as received (a redriven record carries its dead-letter history).
+    headers: tuple[tuple[str, bytes], ...] = ()
 
     @property
     def idempotency_key(self) -> str:

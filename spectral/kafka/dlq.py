@@ -14,6 +14,15 @@ headers saying why and where from:
                         consumer, failed_at, source}), oldest first — grows on every redrive
 
 Original headers (event_type, idempotency_key) are carried over unchanged.
+
+Redrive (``spectral dlq redrive``) puts a dead letter's original key and value back on its source
+topic with its non-``dlq.*`` headers plus:
+
+  dlq.history           every failure so far (the dead letter's history and its own failure)
+  dlq.redriven_from     where the dead letter was: ``T.dlq:partition:offset``
+
+A redriven record that fails again is dead-lettered with that history carried over (the
+``history`` of a :class:`DeadLetter` defaults to the ``dlq.history`` of the record it is about).
 """
 
 from __future__ import annotations
@@ -26,6 +35,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 PREFIX = "dlq."
+HISTORY = "dlq.history"
+REDRIVEN_FROM = "dlq.redriven_from"
 DETAIL_LIMIT = 1000
 
 
@@ -43,6 +54,13 @@ class DeadLetter:
     failed_at: datetime = field(default_factory=lambda: datetime.now(UTC))
     history: tuple[dict[str, Any], ...] = ()
 
+    def __post_init__(self) -> None:
+        # A redriven record that failed again: its dead letter continues the record's history.
+        if not self.history:
+            carried = carried_history(self.original_headers)
+            if carried:
+                object.__setattr__(self, "history", carried)
+
     def headers(self) -> list[tuple[str, bytes]]:
         own = [
             ("dlq.reason", self.reason),
@@ -52,7 +70,7 @@ class DeadLetter:
             ("dlq.source.offset", str(self.source_offset)),
             ("dlq.consumer", self.consumer),
             ("dlq.failed_at", self.failed_at.isoformat().replace("+00:00", "Z")),
-            ("dlq.history", json.dumps(list(self.history), separators=(",", ":"))),
+            (HISTORY, json.dumps(list(self.history), separators=(",", ":"))),
         ]
         carried = [(k, v) for k, v in self.original_headers if not k.startswith(PREFIX)]
         return carried + [(k, v.encode()) for k, v in own]
@@ -107,3 +125,31 @@ def history_of(headers: Sequence[tuple[str, bytes]]) -> list[dict[str, Any]]:
             }
         )
     return earlier
+
+
+def carried_history(headers: Sequence[tuple[str, bytes]]) -> tuple[dict[str, Any], ...]:
+    """The ``dlq.history`` a record carries (a redriven record), oldest first; () otherwise."""
+    for key, value in headers:
+        if key == HISTORY:
+            try:
+                items = json.loads(value)
+            except ValueError:
+                return ()
+            if isinstance(items, list):
+                return tuple(item for item in items if isinstance(item, dict))
+            return ()
+    return ()
+
+
+def redrive_headers(
+    headers: Sequence[tuple[str, bytes]], dlq_topic: str, partition: int, offset: int
+) -> list[tuple[str, bytes]]:
+    """Headers of the record that redrives the dead letter at ``dlq_topic:partition:offset``:
+    the original headers, the full failure history and where the dead letter was."""
+    carried = [(k, v) for k, v in headers if not k.startswith(PREFIX)]
+    history = json.dumps(history_of(headers), separators=(",", ":"))
+    return [
+        *carried,
+        (HISTORY, history.encode()),
+        (REDRIVEN_FROM, f"{dlq_topic}:{partition}:{offset}".encode()),
+    ]
