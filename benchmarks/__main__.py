@@ -1,0 +1,91 @@
+"""``python -m benchmarks`` (``make bench``): every figure in one run on the local stack.
+
+Prints one JSON line per figure as it is measured, then the table; writes both under
+benchmarks/results/ (git-ignored). Exit status 1 when a correctness check of the run failed
+(targets that are missed are reported, not fatal).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+import time
+
+from rich.console import Console
+
+from benchmarks.options import STAGES, Options
+from benchmarks.report import Report, machine
+from benchmarks.stack import BenchStack
+from benchmarks.triage import run_triage
+from spectral.devstack import status
+from spectral.observability.logging import configure_logging
+from spectral.settings import load_settings
+
+
+def _options(argv: list[str]) -> Options:
+    defaults = Options()
+    parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__)
+    parser.add_argument("--events", type=int, default=defaults.events)
+    parser.add_argument("--clusters", type=int, default=defaults.clusters)
+    parser.add_argument("--naive-events", type=int, default=defaults.naive_events)
+    parser.add_argument(
+        "--scaling", default=",".join(map(str, defaults.scaling)), help="e.g. 1,2,3 ('' = none)"
+    )
+    parser.add_argument("--executor-items", type=int, default=defaults.executor_items)
+    parser.add_argument(
+        "--executor-baseline-items", type=int, default=defaults.executor_baseline_items
+    )
+    parser.add_argument("--stages", default=",".join(STAGES), help=",".join(STAGES))
+    parser.add_argument("--stage-timeout", type=float, default=defaults.stage_timeout)
+    parser.add_argument("--keep", action="store_true", help="keep the databases and topics")
+    args = parser.parse_args(argv)
+    stages = tuple(s for s in args.stages.split(",") if s)
+    unknown = set(stages) - set(STAGES)
+    if unknown:
+        parser.error(f"unknown stages: {sorted(unknown)}")
+    return Options(
+        events=args.events,
+        clusters=args.clusters,
+        naive_events=args.naive_events,
+        scaling=tuple(int(n) for n in args.scaling.split(",") if n),
+        executor_items=args.executor_items,
+        executor_baseline_items=args.executor_baseline_items,
+        stages=stages,
+        stage_timeout=args.stage_timeout,
+        keep=args.keep,
+    )
+
+
+async def _run(options: Options, report: Report) -> None:
+    stack = BenchStack.resolve()
+    stack_status = status(load_settings())
+    report.context["kafka"] = stack_status.kafka.split(" log ")[0].rstrip(",")
+    report.context["postgres"] = stack_status.postgres.split(", data ")[0]
+    try:
+        if "triage" in options.stages:
+            await run_triage(stack, options, report)
+    finally:
+        if not options.keep:
+            await stack.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    options = _options(sys.argv[1:] if argv is None else argv)
+    configure_logging("WARNING", "console")
+    report = Report()
+    started = time.monotonic()
+    try:
+        asyncio.run(_run(options, report))
+    finally:
+        report.machine_end = machine()
+        report.notes.append(f"whole run: {time.monotonic() - started:.0f} s")
+        console = Console(width=130)
+        report.render(console)
+        path = report.write()
+        console.print(f"results: {path} (and latest.md / latest.jsonl beside it)")
+    return 0 if report.ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

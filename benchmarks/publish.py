@@ -1,0 +1,78 @@
+"""Fill a topic with records as fast as the client allows (acks=all, idempotent producer)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+
+from benchmarks.dataset import Record
+
+_IN_FLIGHT = 5_000
+
+
+@dataclass(frozen=True)
+class Published:
+    records: int
+    seconds: float
+    end_offsets: dict[int, int]
+
+
+async def publish(
+    bootstrap: str, topic: str, partitions: int, records: Iterable[Record]
+) -> Published:
+    producer = AIOKafkaProducer(
+        bootstrap_servers=bootstrap,
+        acks="all",
+        enable_idempotence=True,
+        linger_ms=20,
+        max_batch_size=1024 * 1024,
+        max_request_size=8 * 1024 * 1024,
+    )
+    await producer.start()
+    started = time.perf_counter()
+    count = 0
+    try:
+        pending: list[asyncio.Future[object]] = []
+        for record in records:
+            pending.append(await producer.send(topic, value=record.value, key=record.key))
+            count += 1
+            if len(pending) >= _IN_FLIGHT:
+                await asyncio.gather(*pending)
+                pending = []
+        await asyncio.gather(*pending)
+        await producer.flush()
+    finally:
+        await producer.stop()
+    seconds = time.perf_counter() - started
+    return Published(count, seconds, await end_offsets(bootstrap, topic, partitions))
+
+
+async def end_offsets(bootstrap: str, topic: str, partitions: int) -> dict[int, int]:
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
+    await consumer.start()
+    try:
+        tps = [TopicPartition(topic, p) for p in range(partitions)]
+        ends = await consumer.end_offsets(tps)
+        return {tp.partition: int(offset) for tp, offset in ends.items()}
+    finally:
+        await consumer.stop()
+
+
+async def committed(bootstrap: str, group: str, topic: str, partitions: Iterable[int]) -> int:
+    """Sum of the group's committed offsets on ``topic`` (0 for a partition with none)."""
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=bootstrap, group_id=group, enable_auto_commit=False
+    )
+    await consumer.start()
+    try:
+        total = 0
+        for partition in partitions:
+            offset = await consumer.committed(TopicPartition(topic, partition))
+            total += int(offset or 0)
+        return total
+    finally:
+        await consumer.stop()

@@ -1,0 +1,108 @@
+"""The benchmark's slice of the real local stack: its own databases and topics, removed at the end.
+
+Endpoints come from the settings or the running local stack (``spectral dev up``), exactly as
+every spectral command finds them. Every database is cloned from one migrated template (cheap,
+and every run starts from the same empty schema); topics carry a unique per-run prefix.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+import asyncpg
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+
+from spectral.db.migrate import migrate
+from spectral.devstack import Endpoints, resolve_endpoints
+from spectral.settings import load_settings
+
+
+def with_database(url: str, database: str) -> str:
+    """``url`` pointing at another database on the same server (query string kept)."""
+    parts = urlsplit(url)
+    return urlunsplit(parts._replace(path=f"/{database}"))
+
+
+@dataclass
+class BenchStack:
+    endpoints: Endpoints
+    run_id: str = field(default_factory=lambda: uuid.uuid4().hex[:8])
+    databases: list[str] = field(default_factory=list)
+    topics: list[str] = field(default_factory=list)
+    template: str | None = None
+
+    @classmethod
+    def resolve(cls) -> BenchStack:
+        return cls(resolve_endpoints(load_settings()))
+
+    @property
+    def topic_prefix(self) -> str:
+        return f"bench-{self.run_id}."
+
+    @property
+    def admin_url(self) -> str:
+        return with_database(self.endpoints.database_url, "postgres")
+
+    async def database(self, label: str) -> str:
+        """A fresh, migrated database of its own; returns its URL."""
+        if self.template is None:
+            self.template = f"bench_{self.run_id}_template"
+            await self._sql(f'CREATE DATABASE "{self.template}"')
+            self.databases.append(self.template)
+            await migrate(with_database(self.endpoints.database_url, self.template))
+        name = f"bench_{self.run_id}_{label}"
+        await self._sql(f'CREATE DATABASE "{name}" TEMPLATE "{self.template}"')
+        self.databases.append(name)
+        return with_database(self.endpoints.database_url, name)
+
+    async def create_topic(self, name: str, partitions: int) -> None:
+        admin = AIOKafkaAdminClient(bootstrap_servers=self.endpoints.kafka_bootstrap)
+        await admin.start()
+        try:
+            await admin.create_topics(
+                [NewTopic(name, num_partitions=partitions, replication_factor=1)]
+            )
+        finally:
+            await admin.close()
+        self.topics.append(name)
+
+    def env(self, database_url: str) -> dict[str, str]:
+        """Environment of a ``spectral`` subprocess working in this run's slice."""
+        env = {k: v for k, v in os.environ.items() if not k.startswith("SPECTRAL_")}
+        env.update(
+            {
+                "SPECTRAL_KAFKA_BOOTSTRAP": self.endpoints.kafka_bootstrap,
+                "SPECTRAL_DATABASE_URL": database_url,
+                "SPECTRAL_TOPIC_PREFIX": self.topic_prefix,
+                "SPECTRAL_LOG_FORMAT": "json",
+                "SPECTRAL_STATE_DIR": str(Path(".spectral").resolve()),
+            }
+        )
+        return env
+
+    async def close(self) -> None:
+        """Drop the run's databases and delete its topics (best effort)."""
+        for name in reversed(self.databases):
+            with contextlib.suppress(Exception):
+                await self._sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        self.databases.clear()
+        if self.topics:
+            admin = AIOKafkaAdminClient(bootstrap_servers=self.endpoints.kafka_bootstrap)
+            with contextlib.suppress(Exception):
+                await admin.start()
+                await admin.delete_topics(self.topics)
+            with contextlib.suppress(Exception):
+                await admin.close()
+            self.topics.clear()
+
+    async def _sql(self, statement: str) -> None:
+        conn = await asyncpg.connect(self.admin_url)
+        try:
+            await conn.execute(statement)
+        finally:
+            await conn.close()

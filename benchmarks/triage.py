@@ -1,0 +1,234 @@
+"""Figures 1, 2, 3, 5 and 6: the rule-candidates consumer over one pre-filled topic.
+
+Order of the stages (all on the same topic and data, one run):
+
+1. fill the topic (6 partitions, keyed by cluster_id);
+2. raw drain (ceiling);
+3. first pass: ``spectral consume rule-candidates`` into an empty database (+ RSS);
+4. second pass: a fresh group into the same database — every record is a duplicate;
+5. naive consumer (baseline) on a prefix, into an empty database of its own;
+6. scaling: 1, 2 and 3 processes in one group, each series into an empty database.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import asyncpg
+
+from benchmarks.baselines import naive, raw_drain
+from benchmarks.dataset import DatasetSpec, DatasetStats, generate, verify_sample
+from benchmarks.options import Options
+from benchmarks.processes import GroupRun, run_consumers
+from benchmarks.publish import committed, publish
+from benchmarks.report import Report
+from benchmarks.stack import BenchStack
+from contracts import FAILURE_CLUSTER_DETECTED
+
+DEPLOYMENT = "rule-candidates"
+
+
+@dataclass(frozen=True)
+class Topic:
+    name: str
+    ends: dict[int, int]
+    stats: DatasetStats
+
+    @property
+    def records(self) -> int:
+        return sum(self.ends.values())
+
+
+async def fill(stack: BenchStack, options: Options, report: Report) -> Topic:
+    name = stack.topic_prefix + FAILURE_CLUSTER_DETECTED
+    await stack.create_topic(name, options.partitions)
+    spec = DatasetSpec(events=options.events, clusters=options.clusters)
+    stats = DatasetStats()
+    started = time.perf_counter()
+    records = list(generate(spec, stats))
+    checked = verify_sample(records)
+    generated = time.perf_counter() - started
+    published = await publish(stack.endpoints.kafka_bootstrap, name, options.partitions, records)
+    del records
+    report.notes.append(
+        f"data: {stats.records:,} records on {options.partitions} partitions, "
+        f"{len(stats.clusters_touched):,} clusters, mean {stats.mean_bytes:,.0f} B/record "
+        f"(1-3 evidence items, 2 on average: the contract's realistic 10-item record is "
+        f"~1.8 KB), {stats.kinds.get('duplicate', 0):,} duplicates, "
+        f"{stats.kinds.get('stale', 0):,} stale snapshots; generated in {generated:.1f} s "
+        f"({checked} decoded with contracts.decode), published in {published.seconds:.1f} s"
+    )
+    return Topic(name, published.end_offsets, stats)
+
+
+async def run_triage(stack: BenchStack, options: Options, report: Report) -> None:
+    topic = await fill(stack, options, report)
+    bootstrap = stack.endpoints.kafka_bootstrap
+    logs = options.log_dir / stack.run_id
+
+    drain = await raw_drain(bootstrap, topic.name, topic.ends, limit_seconds=options.stage_timeout)
+    report.add("raw_drain", drain.per_second, "events/s", "aiokafka getmany + json.loads")
+
+    first_db = await stack.database("first")
+    first = await run_consumers(
+        DEPLOYMENT,
+        members=1,
+        group=f"bench-{stack.run_id}-first",
+        env=stack.env(first_db),
+        log_dir=logs,
+        limit_seconds=options.stage_timeout,
+    )
+    await _verify(
+        stack, report, "first pass", group=first, topic=topic, database_url=first_db, fresh=True
+    )
+    report.add(
+        "consumer_first_pass",
+        first.per_second,
+        "events/s",
+        f"{first.records:,} events, first fetch to last offset commit, 1 process",
+    )
+    run = first.runs[0]
+    report.add("consumer_peak_rss", run.peak_rss_mib, "MiB", "VmRSS, first pass")
+    report.add(
+        "consumer_rss_growth",
+        run.rss_growth_mib(),
+        "MiB",
+        "median VmRSS of the last quarter minus the first quarter",
+    )
+
+    second = await run_consumers(
+        DEPLOYMENT,
+        members=1,
+        group=f"bench-{stack.run_id}-second",
+        env=stack.env(first_db),
+        log_dir=logs,
+        limit_seconds=options.stage_timeout,
+    )
+    await _verify(
+        stack,
+        report,
+        "second pass",
+        group=second,
+        topic=topic,
+        database_url=first_db,
+        fresh=False,
+    )
+    report.add(
+        "consumer_all_duplicates",
+        second.per_second,
+        "events/s",
+        "same topic, fresh group, same database: 100% duplicates",
+    )
+
+    naive_db = await stack.database("naive")
+    limit = min(options.naive_events, topic.records)
+    baseline = await naive(
+        bootstrap,
+        topic.name,
+        naive_db,
+        group=f"bench-{stack.run_id}-naive",
+        limit=limit,
+        limit_seconds=options.stage_timeout,
+    )
+    report.add(
+        "naive_consumer",
+        baseline.per_second,
+        "events/s",
+        f"first {baseline.events:,} events: one transaction + one offset commit per event",
+    )
+
+    scaling: dict[int, GroupRun] = {1: first}
+    for members in options.scaling:
+        if members == 1 and not options.rerun_single:
+            continue
+        db = await stack.database(f"scale{members}")
+        scaling[members] = await run_consumers(
+            DEPLOYMENT,
+            members=members,
+            group=f"bench-{stack.run_id}-scale{members}",
+            env=stack.env(db),
+            log_dir=logs,
+            limit_seconds=options.stage_timeout,
+        )
+        await _verify(
+            stack,
+            report,
+            f"scaling x{members}",
+            group=scaling[members],
+            topic=topic,
+            database_url=db,
+            fresh=True,
+        )
+    for members in sorted(scaling):
+        if members not in options.scaling:
+            continue
+        group = scaling[members]
+        note = "the first pass" if group is first else f"{members} processes, one group"
+        report.add(f"scaling_{members}_processes", group.per_second, "events/s", note)
+
+    ratio_naive = first.per_second / baseline.per_second if baseline.per_second else 0.0
+    ratio_drain = first.per_second / drain.per_second if drain.per_second else 0.0
+    ratio_dupes = second.per_second / first.per_second if first.per_second else 0.0
+    report.add("consumer_vs_naive", ratio_naive, "x")
+    report.add("consumer_vs_raw_drain", ratio_drain, "x")
+    report.add("all_duplicates_vs_first_pass", ratio_dupes, "x")
+    report.target("consumer / naive", ratio_naive, ">= 10x", ratio_naive >= 10)
+    report.target("consumer / raw drain", ratio_drain, ">= 0.5x", ratio_drain >= 0.5)
+    report.target("all-duplicates / first pass", ratio_dupes, ">= 1x", ratio_dupes >= 1)
+    report.target("consumer peak RSS (MiB)", run.peak_rss_mib, "< 200", run.peak_rss_mib < 200)
+    growth = run.rss_growth_mib()
+    report.target("consumer RSS growth Q1->Q4 (MiB)", growth, "< 10 (no trend)", growth < 10)
+
+
+async def _verify(
+    stack: BenchStack,
+    report: Report,
+    label: str,
+    *,
+    group: GroupRun,
+    topic: Topic,
+    database_url: str,
+    fresh: bool,
+) -> None:
+    """Every record accounted for, offsets at the end, the table as the data says."""
+    outcomes = {k: group.outcome(k) for k in ("applied", "stale", "deduplicated", "dead_lettered")}
+    exits = [r.exit_code for r in group.runs]
+    report.check(
+        f"{label}: processes exited 0 after going idle", all(c == 0 for c in exits), f"{exits}"
+    )
+    report.check(
+        f"{label}: every record consumed once, none dead-lettered",
+        group.records == topic.records and outcomes["dead_lettered"] == 0,
+        f"{group.records:,} of {topic.records:,}; {outcomes}",
+    )
+    done = await committed(stack.endpoints.kafka_bootstrap, group.group, topic.name, topic.ends)
+    report.check(
+        f"{label}: committed offsets reach the end of every partition",
+        done == topic.records,
+        f"{done:,} of {topic.records:,}",
+    )
+    conn = await asyncpg.connect(database_url)
+    try:
+        rows = await conn.fetchval("SELECT count(*) FROM platform.rule_candidates_pending")
+        handled = await conn.fetchval("SELECT count(*) FROM core.event_handled")
+    finally:
+        await conn.close()
+    clusters = len(topic.stats.clusters_touched)
+    if fresh:
+        report.check(
+            f"{label}: one row per cluster, one dedup row per applied or stale event",
+            rows == clusters and handled == outcomes["applied"] + outcomes["stale"],
+            f"{rows:,} rows for {clusters:,} clusters; {handled:,} event_handled rows",
+        )
+    else:
+        report.check(
+            f"{label}: nothing applied twice",
+            outcomes["deduplicated"] == topic.records and rows == clusters,
+            f"{outcomes['deduplicated']:,} deduplicated; {rows:,} rows",
+        )
+
+
+def log_dir_default() -> Path:
+    return Path(__file__).with_name("results") / "logs"
