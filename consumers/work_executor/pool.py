@@ -72,8 +72,9 @@ class WorkerPool:
             self._busy += 1
             try:
                 await self._run(item_id, token)
-            except Exception:
-                log.exception("work item crashed its worker", work_item_id=str(item_id))
+            except Exception:  # one item never stops the pool (its lease stays)
+                with contextlib.suppress(Exception):  # not even a broken log stream
+                    log.exception("work item crashed its worker", work_item_id=str(item_id))
             finally:
                 self._busy -= 1
                 queue.task_done()

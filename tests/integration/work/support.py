@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+import sys
 import time
 from collections import Counter
 from collections.abc import AsyncIterator
@@ -24,6 +25,7 @@ from spectral.db.connect import create_pool
 from spectral.errors import PermanentError, TransientError
 from spectral.llm.seam import SynthesisRequest, SynthesisResponse
 from spectral.llm.stub import StubSynthesizer
+from spectral.observability.logging import configure_logging
 from spectral.settings import Settings
 from spectral.work.history import History, reconstruct
 from spectral.work.read import WorkReader
@@ -108,8 +110,15 @@ class Harness:
         return count
 
 
+def _log_to_this_test() -> None:
+    """Other tests may leave structlog writing to a stream pytest has closed since; bind it to
+    this test's stderr."""
+    configure_logging("INFO", "console", stream=sys.stderr)
+
+
 @asynccontextmanager
 async def harness(database_url: str) -> AsyncIterator[Harness]:
+    _log_to_this_test()
     producer = await create_pool(database_url, role="spectral_producer", max_size=12)
     operator = await create_pool(database_url, role="spectral_operator", max_size=2)
     admin = await create_pool(database_url, max_size=2)
