@@ -158,12 +158,20 @@ class WorkExecutorHandler:
         """Wait until every item handed to the pool has been processed."""
         await self._pool.join()
 
-    async def aclose(self) -> None:
+    async def aclose(self, drain_seconds: float | None = None) -> None:
+        """Stop sweeping, let the items in flight finish (at most ``drain_seconds``, default
+        the model timeout plus 5 s), then close. An item still running after that keeps its
+        lease and is recovered by the next executor (its attempt counted as used)."""
         if self._sweeper is not None:
             self._sweeper.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._sweeper
             self._sweeper = None
+        patience = (
+            drain_seconds if drain_seconds is not None else self._settings.llm_timeout_seconds + 5
+        )
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._pool.join(), timeout=patience)
         await self._pool.close()
         closer = getattr(self._synthesizer, "aclose", None)
         if closer is not None:
