@@ -9,7 +9,7 @@ import sys
 
 import typer
 
-from spectral.cli import clusters, consume, contracts, db, demo, dev, outbox, triage, work
+from spectral.cli import clusters, consume, contracts, db, demo, dev, outbox, replay, triage, work
 from spectral.errors import ConfigurationError, SpectralError, TransientError
 
 app = typer.Typer(
@@ -29,6 +29,7 @@ app.add_typer(triage.app, name="triage")
 app.add_typer(work.app, name="work")
 app.add_typer(work.threads_app, name="threads")
 app.command(name="api")(work.api)
+app.command(name="replay")(replay.replay)
 
 
 def main() -> None:

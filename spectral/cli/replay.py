@@ -1,0 +1,194 @@
+"""`spectral replay --consumer NAME ...`: a deployment's handler over a range of its topics.
+
+The logic is spectral/consumer/replay.py (no consumer group, no offsets committed, the engine's
+idempotent path); this module parses the options, draws the progress bar and the summary.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Annotated
+
+import typer
+from prometheus_client import CollectorRegistry
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TaskProgressColumn,
+    TextColumn,
+    TimeElapsedColumn,
+)
+from rich.table import Table
+
+from spectral.cli._common import fail, run, settings
+from spectral.consumer.deployments import factory
+from spectral.consumer.handler import Handler, Outcome
+from spectral.consumer.replay import Mode, ReplayReport, ReplayRequest
+from spectral.consumer.replay import Progress as ProgressCallback
+from spectral.consumer.replay import replay as run_replay
+from spectral.consumer.replay_range import check_order, start_of, stop_of
+from spectral.devstack import resolve_endpoints
+
+EXIT_INCOMPLETE = 1
+
+
+def replay(
+    *,
+    consumer: Annotated[
+        str, typer.Option("--consumer", help="Deployment: rule-candidates | work-executor.")
+    ],
+    from_beginning: Annotated[
+        bool, typer.Option("--from-beginning", help="From the first offset of every partition.")
+    ] = False,
+    from_offset: Annotated[
+        str | None,
+        typer.Option(
+            "--from-offset",
+            metavar="[TOPIC:]P:O[,...]",
+            help="From these offsets; only the partitions named are replayed.",
+        ),
+    ] = None,
+    from_timestamp: Annotated[
+        str | None,
+        typer.Option(
+            "--from-timestamp", metavar="RFC3339", help="From the first record at or after it."
+        ),
+    ] = None,
+    to_offset: Annotated[
+        str | None,
+        typer.Option(
+            "--to-offset",
+            metavar="[TOPIC:]P:O[,...]",
+            help="Stop before these offsets (exclusive, like Kafka end offsets).",
+        ),
+    ] = None,
+    to_timestamp: Annotated[
+        str | None,
+        typer.Option(
+            "--to-timestamp", metavar="RFC3339", help="Stop before the first record at or after it."
+        ),
+    ] = None,
+    dry_run: Annotated[
+        bool,
+        typer.Option(
+            "--dry-run",
+            help="One transaction, rolled back: report what would change; produce nothing.",
+        ),
+    ] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="A JSON summary on stdout.")] = False,
+    max_batch: Annotated[int, typer.Option(min=1, help="Most records per batch.")] = 2000,
+) -> None:
+    """Replay a range of a consumer's topics through its handler, exactly as the live consumer
+    would apply it (dedup, stale guard, dead letters), without touching the live group's offsets.
+    Without --to-*, the range ends at the end offsets of when the replay starts."""
+    try:
+        start = start_of(
+            from_beginning=from_beginning, from_offset=from_offset, from_timestamp=from_timestamp
+        )
+        stop = stop_of(to_offset, to_timestamp)
+        check_order(start, stop)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from exc
+    current = settings()
+    endpoints = resolve_endpoints(current)
+    build = factory(consumer)
+
+    def make_handler(database_url: str) -> Handler:
+        return build(current, database_url, CollectorRegistry())
+
+    request = ReplayRequest(
+        start=start, stop=stop, mode=Mode.DRY_RUN if dry_run else Mode.APPLY, max_batch=max_batch
+    )
+    with progress_bar(f"replay {consumer}") as progress:
+        try:
+            report = run(
+                run_replay(
+                    make_handler,
+                    current,
+                    kafka_bootstrap=endpoints.kafka_bootstrap,
+                    database_url=endpoints.database_url,
+                    request=request,
+                    progress=progress,
+                )
+            )
+        except ValueError as exc:  # a range naming partitions the topics do not have
+            fail(str(exc), 2)
+    print_report(report, as_json=as_json)
+    if not report.complete:
+        raise typer.Exit(EXIT_INCOMPLETE)
+
+
+@contextmanager
+def progress_bar(title: str) -> Iterator[ProgressCallback | None]:
+    """A rich progress bar on stderr when it is a terminal; no callback otherwise."""
+    console = Console(stderr=True)
+    if not console.is_terminal:
+        yield None
+        return
+    with Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TaskProgressColumn(),
+        TimeElapsedColumn(),
+        console=console,
+        transient=True,
+    ) as bar:
+        task = bar.add_task(title, total=None)
+
+        def update(done: int, total: int) -> None:
+            bar.update(task, completed=done, total=max(total, done))
+
+        yield update
+
+
+def print_report(report: ReplayReport, *, as_json: bool) -> None:
+    """The summary: JSON on stdout, or tables on a terminal."""
+    if as_json:
+        typer.echo(json.dumps(report.to_json(), indent=2, ensure_ascii=False))
+        return
+    console = Console() if sys.stdout.isatty() else Console(width=160)
+    verb = {
+        Mode.APPLY: "replayed",
+        Mode.DRY_RUN: "dry run (rolled back, nothing produced)",
+        Mode.ATOMIC: "committed" if report.committed else "rolled back",
+    }[report.mode]
+    state = "complete" if report.complete else "INCOMPLETE (stopped before the end)"
+    console.print(
+        f"[bold]{report.consumer}[/] {verb}: {report.records} of at most {report.total} "
+        f"records, {state}, {report.seconds:.1f} s"
+    )
+    outcomes = Table(title="outcomes", title_justify="left")
+    for outcome in Outcome:
+        outcomes.add_column(outcome.value, justify="right")
+    outcomes.add_row(*(str(report.counts.get(o, 0)) for o in Outcome))
+    console.print(outcomes)
+    if report.dead_letter_reasons:
+        reasons = ", ".join(f"{r}={n}" for r, n in sorted(report.dead_letter_reasons.items()))
+        label = "would be dead-lettered" if report.mode is not Mode.APPLY else "dead-lettered"
+        console.print(f"{label}: {reasons}")
+        for note in report.dead_letters:
+            console.print(f"  {note.source}  {note.reason}: {note.detail}", markup=False)
+    if report.hook_facts:
+        console.print(
+            "rebuild: " + ", ".join(f"{k}={v}" for k, v in sorted(report.hook_facts.items()))
+        )
+    if report.mode is not Mode.APPLY:
+        changes = Table(
+            title="row changes" + (" (rolled back)" if not report.committed else ""),
+            title_justify="left",
+        )
+        for column in ("table", "inserted", "updated", "deleted"):
+            changes.add_column(column, justify="left" if column == "table" else "right")
+        for change in report.changes:
+            changes.add_row(
+                change.table, str(change.inserted), str(change.updated), str(change.deleted)
+            )
+        if not report.changes:
+            changes.add_row("(none)", "0", "0", "0")
+        console.print(changes)

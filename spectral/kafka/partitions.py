@@ -1,0 +1,103 @@
+"""What the broker says about topics' partitions: which exist, their first and end offsets, the
+offsets of timestamps. Used by replay, offsets reset and the dead-letter tools."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from datetime import datetime
+
+from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.errors import KafkaError
+
+from spectral.consumer.replay_range import TopicPartitionKey, Watermarks
+from spectral.errors import TransientError
+from spectral.kafka.config import client_kwargs
+from spectral.settings import Settings
+
+
+@asynccontextmanager
+async def standalone_consumer(
+    settings: Settings, bootstrap: str, **options: object
+) -> AsyncIterator[AIOKafkaConsumer]:
+    """A started consumer outside any group (no commits), stopped on exit."""
+    consumer = AIOKafkaConsumer(
+        **client_kwargs(settings, bootstrap),
+        enable_auto_commit=False,
+        isolation_level="read_committed",
+        **options,
+    )
+    try:
+        await consumer.start()
+    except KafkaError as exc:
+        raise TransientError(f"Kafka unavailable: {exc}") from exc
+    try:
+        yield consumer
+    finally:
+        # A group-less consumer stopped right after it started may surface the cancellation of
+        # its own internal task; that is not the caller's concern.
+        with contextlib.suppress(asyncio.CancelledError, KafkaError):
+            await consumer.stop()
+
+
+async def topic_partitions(
+    settings: Settings, bootstrap: str, topics: Sequence[str]
+) -> list[TopicPartitionKey]:
+    """(topic, partition) of every partition of ``topics``; a missing topic has none."""
+    admin = AIOKafkaAdminClient(**client_kwargs(settings, bootstrap))
+    try:
+        await admin.start()
+        described = await admin.describe_topics(list(topics))
+    except KafkaError as exc:
+        raise TransientError(f"Kafka unavailable: {exc}") from exc
+    finally:
+        with contextlib.suppress(Exception):
+            await admin.close()
+    found: list[TopicPartitionKey] = []
+    for entry in described:
+        if entry.get("error_code", 0) == 0 and entry.get("topic") in topics:
+            found.extend((entry["topic"], p["partition"]) for p in entry.get("partitions", []))
+    return sorted(found)
+
+
+async def fetch_watermarks(
+    settings: Settings,
+    bootstrap: str,
+    partitions: Sequence[TopicPartitionKey],
+    *,
+    start_time: datetime | None = None,
+    stop_time: datetime | None = None,
+) -> Watermarks:
+    """First and end offsets now, and the offsets of the given timestamps, per partition."""
+    tps = [TopicPartition(topic, partition) for topic, partition in partitions]
+    if not tps:
+        return Watermarks({}, {}, {}, {})
+    async with standalone_consumer(settings, bootstrap) as consumer:
+        try:
+            beginning = await consumer.beginning_offsets(tps)
+            end = await consumer.end_offsets(tps)
+            at_start = await _offsets_at(consumer, tps, start_time)
+            at_stop = await _offsets_at(consumer, tps, stop_time)
+        except KafkaError as exc:
+            raise TransientError(f"Kafka unavailable: {exc}") from exc
+    return Watermarks(
+        beginning={(tp.topic, tp.partition): off for tp, off in beginning.items()},
+        end={(tp.topic, tp.partition): off for tp, off in end.items()},
+        at_start_time=at_start,
+        at_stop_time=at_stop,
+    )
+
+
+async def _offsets_at(
+    consumer: AIOKafkaConsumer, tps: list[TopicPartition], when: datetime | None
+) -> dict[TopicPartitionKey, int | None]:
+    if when is None:
+        return {}
+    millis = int(when.timestamp() * 1000)
+    found = await consumer.offsets_for_times(dict.fromkeys(tps, millis))
+    return {
+        (tp.topic, tp.partition): (None if hit is None else hit.offset) for tp, hit in found.items()
+    }

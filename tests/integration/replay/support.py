@@ -1,0 +1,122 @@
+"""Running the real pieces for the replay, dead-letter and rebuild tests."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from typing import Any
+from uuid import UUID
+
+import asyncpg
+from prometheus_client import CollectorRegistry
+
+from consumers.rule_candidates import build as build_rule_candidates
+from contracts import EventEnvelope
+from spectral.consumer.engine import ConsumerEngine, EngineOptions, RunSummary
+from spectral.consumer.handler import Handler
+from spectral.consumer.replay import ReplayReport, ReplayRequest, TransactionHooks, replay
+from spectral.settings import Settings
+from tests.kafka_support import cluster_event
+
+T0 = datetime(2026, 5, 1, 9, 0, tzinfo=UTC)
+
+PROJECTION_CHECKSUM = """
+SELECT count(*) AS n, md5(coalesce(string_agg(t::text, '|' ORDER BY cluster_id), '')) AS md5
+FROM platform.rule_candidates_pending AS t
+"""
+
+
+def endpoints(settings: Settings) -> tuple[str, str]:
+    assert settings.kafka_bootstrap is not None
+    assert settings.database_url is not None
+    return settings.kafka_bootstrap, settings.database_url.get_secret_value()
+
+
+def rule_candidates(settings: Settings) -> Callable[[str], Handler]:
+    return lambda url: build_rule_candidates(settings, url, CollectorRegistry())
+
+
+async def run_live(
+    settings: Settings, handler: Handler, group: str | None = None, idle: float = 2.0
+) -> RunSummary:
+    """The live consumer (its own group, committing), until idle."""
+    bootstrap, url = endpoints(settings)
+    return await ConsumerEngine(
+        handler,
+        settings,
+        kafka_bootstrap=bootstrap,
+        database_url=url,
+        options=EngineOptions(group=group, stop_when_idle=idle, max_batch=50),
+        registry=CollectorRegistry(),
+    ).run()
+
+
+async def run_replay(
+    settings: Settings,
+    make_handler: Callable[[str], Handler],
+    request: ReplayRequest,
+    hooks: TransactionHooks | None = None,
+) -> ReplayReport:
+    bootstrap, url = endpoints(settings)
+    return await replay(
+        make_handler,
+        settings,
+        kafka_bootstrap=bootstrap,
+        database_url=url,
+        request=request,
+        hooks=hooks,
+    )
+
+
+async def fetchval(database_url: str, sql: str, *args: Any) -> Any:
+    conn = await asyncpg.connect(database_url)
+    try:
+        return await conn.fetchval(sql, *args)
+    finally:
+        await conn.close()
+
+
+async def execute(database_url: str, sql: str, *args: Any) -> None:
+    conn = await asyncpg.connect(database_url)
+    try:
+        await conn.execute(sql, *args)
+    finally:
+        await conn.close()
+
+
+async def projection(database_url: str) -> tuple[int, str]:
+    """Row count and an md5 over every column of every row of the triage inbox."""
+    conn = await asyncpg.connect(database_url)
+    try:
+        row = await conn.fetchrow(PROJECTION_CHECKSUM)
+    finally:
+        await conn.close()
+    assert row is not None
+    return row["n"], row["md5"]
+
+
+async def handled(database_url: str, consumer: str) -> list[tuple[str, str]]:
+    conn = await asyncpg.connect(database_url)
+    try:
+        rows = await conn.fetch(
+            "SELECT idempotency_key, outcome FROM core.event_handled WHERE consumer = $1 "
+            "ORDER BY idempotency_key",
+            consumer,
+        )
+    finally:
+        await conn.close()
+    return [(r["idempotency_key"], r["outcome"]) for r in rows]
+
+
+def history_of_clusters(clusters: list[UUID], versions: int) -> list[EventEnvelope[Any]]:
+    """``versions`` snapshots of each cluster, growing, interleaved across clusters."""
+    return [
+        cluster_event(
+            cid,
+            failure_count=2 + v,
+            last_observed_at=T0 + timedelta(minutes=10 * v),
+            severity=("low", "medium", "high")[v % 3],
+        )
+        for v in range(versions)
+        for cid in clusters
+    ]
