@@ -9,7 +9,19 @@ import sys
 
 import typer
 
-from spectral.cli import clusters, consume, contracts, db, demo, dev, outbox, replay, triage, work
+from spectral.cli import (
+    clusters,
+    consume,
+    contracts,
+    db,
+    demo,
+    dev,
+    offsets,
+    outbox,
+    replay,
+    triage,
+    work,
+)
 from spectral.errors import ConfigurationError, SpectralError, TransientError
 
 app = typer.Typer(
@@ -30,6 +42,7 @@ app.add_typer(work.app, name="work")
 app.add_typer(work.threads_app, name="threads")
 app.command(name="api")(work.api)
 app.command(name="replay")(replay.replay)
+app.add_typer(offsets.app, name="offsets")
 
 
 def main() -> None:

@@ -1,0 +1,115 @@
+"""`spectral offsets reset`: move a live consumer group's committed offsets (spectral/consumer/
+offsets.py); refused while the group has active members."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Annotated
+
+import typer
+from prometheus_client import CollectorRegistry
+from rich.console import Console
+from rich.table import Table
+
+from spectral.cli._common import fail, run, settings
+from spectral.consumer.deployments import factory
+from spectral.consumer.offsets import GroupBusyError, ResetReport, reset_offsets
+from spectral.consumer.replay_range import start_of
+from spectral.devstack import resolve_endpoints
+from spectral.settings import Settings
+
+app = typer.Typer(help="Consumer group offsets.", no_args_is_help=True)
+
+EXIT_BUSY = 1
+
+
+def event_types_of(name: str, current: Settings, database_url: str) -> Sequence[str]:
+    """The event types deployment ``name`` consumes (its handler is built, never run)."""
+    return tuple(factory(name)(current, database_url, CollectorRegistry()).event_types)
+
+
+@app.command()
+def reset(
+    *,
+    consumer: Annotated[
+        str, typer.Option("--consumer", help="Deployment: rule-candidates | work-executor.")
+    ],
+    group: Annotated[
+        str | None, typer.Option("--group", help="The live group (default: the deployment name).")
+    ] = None,
+    to_earliest: Annotated[
+        bool, typer.Option("--to-earliest", help="The first offset still in each partition.")
+    ] = False,
+    to_latest: Annotated[
+        bool, typer.Option("--to-latest", help="The end offsets: skip everything so far.")
+    ] = False,
+    to_timestamp: Annotated[
+        str | None,
+        typer.Option(
+            "--to-timestamp", metavar="RFC3339", help="The first record at or after this time."
+        ),
+    ] = None,
+    to_offset: Annotated[
+        str | None,
+        typer.Option(
+            "--to-offset",
+            metavar="[TOPIC:]P:O[,...]",
+            help="These offsets; only the partitions named are reset.",
+        ),
+    ] = None,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Show the change, commit nothing.")
+    ] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="JSON on stdout.")] = False,
+) -> None:
+    """Set a stopped consumer group's committed offsets. Refused (exit 1) while the group has
+    active members. Re-read events are deduplicated; skipped events are never applied."""
+    given = sum((to_earliest, to_latest, to_timestamp is not None, to_offset is not None))
+    if given != 1:
+        raise typer.BadParameter(
+            "give exactly one of --to-earliest, --to-latest, --to-timestamp, --to-offset"
+        )
+    try:
+        target = start_of(
+            from_beginning=to_earliest,
+            from_offset=to_offset,
+            from_timestamp=to_timestamp,
+            latest=to_latest,
+        )
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from exc
+    current = settings()
+    endpoints = resolve_endpoints(current)
+    event_types = event_types_of(consumer, current, endpoints.database_url)
+    try:
+        report = run(
+            reset_offsets(
+                current,
+                endpoints.kafka_bootstrap,
+                event_types=event_types,
+                group=group or consumer,
+                target=target,
+                dry_run=dry_run,
+            )
+        )
+    except GroupBusyError as exc:
+        fail(str(exc), EXIT_BUSY)
+    except ValueError as exc:
+        fail(str(exc), 2)
+    _print(report, as_json=as_json)
+
+
+def _print(report: ResetReport, *, as_json: bool) -> None:
+    if as_json:
+        typer.echo(json.dumps(report.to_json(), indent=2))
+        return
+    verb = "reset" if report.committed else "would reset (dry run)"
+    table = Table(title=f"group {report.group} ({report.state}): {verb}", title_justify="left")
+    for column in ("topic", "partition", "before", "after"):
+        table.add_column(column, justify="left" if column == "topic" else "right")
+    for c in report.changes:
+        table.add_row(
+            c.topic, str(c.partition), "-" if c.before is None else str(c.before), str(c.after)
+        )
+    Console().print(table)

@@ -1,0 +1,164 @@
+"""`spectral offsets reset`: refused while the group has members, exact when it has none."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from contracts import FAILURE_CLUSTER_DETECTED
+from spectral.consumer.engine import ConsumerEngine, EngineOptions
+from spectral.consumer.handler import Outcome
+from spectral.consumer.offsets import GroupBusyError, reset_offsets
+from spectral.consumer.replay_range import (
+    AtOffsets,
+    AtTime,
+    Beginning,
+    Latest,
+    PartitionOffset,
+)
+from spectral.kafka.groups import describe_group
+from spectral.kafka.topics import topic_for
+from spectral.settings import Settings
+from tests.integration.replay.support import T0, endpoints, rule_candidates, run_live
+from tests.kafka_support import (
+    cluster_event,
+    committed_offsets,
+    create_topics,
+    publish_envelopes,
+)
+from tests.support import eventually
+
+pytestmark = pytest.mark.integration
+
+CONSUMER = "rule-candidates"
+EVENT_TYPES = (FAILURE_CLUSTER_DETECTED,)
+
+
+def _spectral(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(Path(sys.executable).with_name("spectral")), *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+async def test_reset_is_refused_while_members_are_active_and_exact_when_none_are(
+    settings: Settings, kafka_bootstrap: str, database_url: str, spectral_env: dict[str, str]
+) -> None:
+    topic = topic_for(FAILURE_CLUSTER_DETECTED, settings.topic_prefix)
+    await create_topics(kafka_bootstrap, [topic], partitions=2)
+    await publish_envelopes(kafka_bootstrap, topic, [cluster_event() for _ in range(10)])
+    first = await run_live(settings, rule_candidates(settings)(""))
+    assert first.counts[Outcome.APPLIED] == 10
+    ends = await committed_offsets(kafka_bootstrap, CONSUMER, topic)
+    assert sum(v or 0 for v in ends.values()) == 10
+
+    # A live member: the reset is refused and says who is there.
+    bootstrap, url = endpoints(settings)
+    live = ConsumerEngine(
+        rule_candidates(settings)(url),
+        settings,
+        kafka_bootstrap=bootstrap,
+        database_url=url,
+        options=EngineOptions(),
+        registry=CollectorRegistry(),
+    )
+    task = asyncio.create_task(live.run())
+    try:
+
+        async def joined() -> bool:
+            return (await describe_group(settings, bootstrap, CONSUMER)).active
+
+        await eventually(joined)
+        with pytest.raises(GroupBusyError, match=r"1 active member .*spectral-rule-candidates"):
+            await reset_offsets(
+                settings, bootstrap, event_types=EVENT_TYPES, group=CONSUMER, target=Beginning()
+            )
+        cli = await asyncio.to_thread(
+            _spectral,
+            spectral_env,
+            "offsets",
+            "reset",
+            "--consumer",
+            CONSUMER,
+            "--to-earliest",
+        )
+        assert cli.returncode == 1, cli.stderr
+        assert "refusing to reset" in cli.stderr
+        assert "spectral-rule-candidates" in cli.stderr
+    finally:
+        live.stop()
+        await asyncio.wait_for(task, timeout=30)
+    assert await committed_offsets(kafka_bootstrap, CONSUMER, topic) == ends
+
+    # No members: a dry run shows the change and commits nothing ...
+    shown = await reset_offsets(
+        settings,
+        bootstrap,
+        event_types=EVENT_TYPES,
+        group=CONSUMER,
+        target=AtOffsets((PartitionOffset(None, 0, 1),)),
+        dry_run=True,
+    )
+    assert [(c.partition, c.before, c.after) for c in shown.changes] == [(0, ends[0], 1)]
+    assert await committed_offsets(kafka_bootstrap, CONSUMER, topic) == ends
+
+    # ... a real one commits exactly the offsets named (partition 1 untouched).
+    await reset_offsets(
+        settings,
+        bootstrap,
+        event_types=EVENT_TYPES,
+        group=CONSUMER,
+        target=AtOffsets((PartitionOffset(None, 0, 1),)),
+    )
+    assert await committed_offsets(kafka_bootstrap, CONSUMER, topic) == {0: 1, 1: ends[1]}
+    # The group resumes there: the re-read records are deduplicated, nothing applies twice.
+    again = await run_live(settings, rule_candidates(settings)(""))
+    assert again.counts[Outcome.DEDUPLICATED] == (ends[0] or 0) - 1
+    assert again.counts[Outcome.APPLIED] == 0
+
+    # Timestamps, earliest and latest, through the CLI.
+    cli = await asyncio.to_thread(
+        _spectral,
+        spectral_env,
+        "offsets",
+        "reset",
+        "--consumer",
+        CONSUMER,
+        "--to-earliest",
+        "--json",
+    )
+    assert cli.returncode == 0, cli.stderr
+    assert {c["after"] for c in json.loads(cli.stdout)["changes"]} == {0}
+    assert await committed_offsets(kafka_bootstrap, CONSUMER, topic) == {0: 0, 1: 0}
+    future = AtTime(T0 + timedelta(days=36500))
+    await reset_offsets(settings, bootstrap, event_types=EVENT_TYPES, group=CONSUMER, target=future)
+    assert await committed_offsets(kafka_bootstrap, CONSUMER, topic) == ends
+    await reset_offsets(
+        settings, bootstrap, event_types=EVENT_TYPES, group=CONSUMER, target=Beginning()
+    )
+    await reset_offsets(
+        settings, bootstrap, event_types=EVENT_TYPES, group=CONSUMER, target=Latest()
+    )
+    assert await committed_offsets(kafka_bootstrap, CONSUMER, topic) == ends
+
+
+def test_reset_options_are_checked(spectral_env: dict[str, str]) -> None:
+    both = _spectral(
+        spectral_env, "offsets", "reset", "--consumer", CONSUMER, "--to-earliest", "--to-latest"
+    )
+    assert both.returncode == 2
+    assert "exactly one of" in both.stderr
+    bad = _spectral(spectral_env, "offsets", "reset", "--consumer", CONSUMER, "--to-offset", "x")
+    assert bad.returncode == 2
+    assert "PARTITION:OFFSET" in bad.stderr
