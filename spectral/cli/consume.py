@@ -6,6 +6,7 @@ import typer
 from prometheus_client import REGISTRY
 
 from spectral.cli._common import run, settings
+from spectral.consumer.collector import tune_for_batches
 from spectral.consumer.deployments import factory
 from spectral.consumer.engine import ConsumerEngine, EngineOptions, RunSummary
 from spectral.devstack import resolve_endpoints
@@ -33,6 +34,7 @@ def consume(
         database_url=endpoints.database_url,
         options=EngineOptions(group=group, max_batch=max_batch, stop_when_idle=stop_when_idle),
     )
+    tune_for_batches()
     summary: RunSummary = run(engine.run())
     typer.echo(
         " ".join(f"{outcome.value}={count}" for outcome, count in summary.counts.items()),
