@@ -16,6 +16,7 @@ from spectral.cli import (
     db,
     demo,
     dev,
+    dlq,
     offsets,
     outbox,
     replay,
@@ -43,6 +44,7 @@ app.add_typer(work.threads_app, name="threads")
 app.command(name="api")(work.api)
 app.command(name="replay")(replay.replay)
 app.add_typer(offsets.app, name="offsets")
+app.add_typer(dlq.app, name="dlq")
 
 
 def main() -> None:

@@ -1,0 +1,47 @@
+"""Which dead letters a redrive sends back (pure: no I/O)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable
+from collections.abc import Set as AbstractSet
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from spectral.dlq.records import DeadLetterRecord
+
+
+class Skipped(StrEnum):
+    OTHER_REASON = "other_reason"  # --reason asked for another one
+    ALREADY_REDRIVEN = "already_redriven"  # core.dlq_redrives has it: never twice
+    VALUE_NOT_CARRIED = "value_not_carried"  # a reference: the original was too large to carry
+    OTHER_SOURCE = "other_source"  # its headers name another source topic than T
+
+
+@dataclass
+class Selection:
+    chosen: list[DeadLetterRecord] = field(default_factory=list)
+    skipped: Counter[Skipped] = field(default_factory=Counter)
+
+
+def select(
+    records: Iterable[DeadLetterRecord],
+    *,
+    source_topic: str,
+    reason: str | None,
+    redriven: AbstractSet[tuple[int, int]],
+) -> Selection:
+    """The dead letters to redrive, in DLQ order, and why the others are left."""
+    selection = Selection()
+    for record in records:
+        if reason is not None and record.reason != reason:
+            selection.skipped[Skipped.OTHER_REASON] += 1
+        elif record.position in redriven:
+            selection.skipped[Skipped.ALREADY_REDRIVEN] += 1
+        elif record.source_topic != source_topic:
+            selection.skipped[Skipped.OTHER_SOURCE] += 1
+        elif record.is_reference:
+            selection.skipped[Skipped.VALUE_NOT_CARRIED] += 1
+        else:
+            selection.chosen.append(record)
+    return selection

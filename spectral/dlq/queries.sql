@@ -1,0 +1,20 @@
+-- The redrive record (core.dlq_redrives, migration 0007), as the operator role.
+
+-- name: redriven_positions
+SELECT dlq_partition, dlq_offset FROM core.dlq_redrives WHERE dlq_topic = $1;
+
+-- name: claim_redrives
+-- The dead letters of this batch nobody redrove before; a concurrent redrive of the same ones
+-- waits on these rows and then finds them taken.
+INSERT INTO core.dlq_redrives (dlq_topic, dlq_partition, dlq_offset, reason, source_topic)
+SELECT $1, p, o, r, $2
+FROM unnest($3::int[], $4::bigint[], $5::text[]) AS t(p, o, r)
+ON CONFLICT (dlq_topic, dlq_partition, dlq_offset) DO NOTHING
+RETURNING dlq_partition, dlq_offset;
+
+-- name: record_targets
+-- Where each redriven record landed on the source topic.
+UPDATE core.dlq_redrives AS d
+SET redriven_partition = t.rp, redriven_offset = t.ro
+FROM unnest($2::int[], $3::bigint[], $4::int[], $5::bigint[]) AS t(p, o, rp, ro)
+WHERE d.dlq_topic = $1 AND d.dlq_partition = t.p AND d.dlq_offset = t.o;
