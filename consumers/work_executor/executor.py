@@ -440,6 +440,8 @@ class WorkExecutor:
         if loaded.parent_thread_id is None:
             return
         try:
+            if not await self._repo.parent_needs_settling(loaded.parent_thread_id):
+                return  # siblings still run: the last of them settles the parent
             status = await self._repo.settle_parent(loaded.parent_thread_id, loaded.item.project_id)
         except Exception as exc:  # noqa: BLE001 - the sweep settles parents left open
             log.warning("settling the parent failed; the sweep will", error=str(exc))

@@ -234,3 +234,19 @@ GROUP BY status
 
 -- name: db_now
 SELECT now()
+
+-- name: parent_needs_settling
+-- Cheap check before taking the project lock: is the orchestration still open, and is either
+-- no child live any more, or a child failed while it stops on error? (Run after the child's own
+-- transaction committed: of two last siblings finishing together, the later sees both done.)
+SELECT p.status IN ('open', 'running')
+       AND (
+         NOT EXISTS (SELECT 1 FROM work.threads c
+                     WHERE c.parent_thread_id = p.thread_id AND c.status IN ('open', 'running'))
+         OR (NOT p.continue_on_error
+             AND EXISTS (SELECT 1 FROM work.threads c
+                         WHERE c.parent_thread_id = p.thread_id
+                           AND c.status IN ('failed', 'canceled')))
+       ) AS needed
+FROM work.threads p
+WHERE p.thread_id = $1

@@ -306,6 +306,9 @@ class ExecutorRepository:
 
     # -- orchestration (project lock) -------------------------------------------------------------
 
+    async def parent_needs_settling(self, parent_id: UUID) -> bool:
+        return bool(await self._pool.fetchval(_SQL["parent_needs_settling"], parent_id))
+
     async def settle_parent(self, parent_id: UUID, project_id: str) -> ThreadStatus | None:
         """Under the project lock: cancel the unstarted siblings of a failed child when the
         parent stops on error; close the parent, recording its children's outcomes, once every
