@@ -11,6 +11,13 @@ Runs one handler (a consumer deployment) as a member of a Kafka consumer group a
 One batch = one transaction with set-based SQL (the dedup insert is one statement over arrays;
 handlers do the same). See handler.py for the per-batch flow.
 
+Pipelining: while batch N's transaction, dead letters and offset commit run (a task holding
+``batch_lock``), the loop fetches and decodes batch N+1, yielding to the event loop every few
+hundred records so N's statements keep moving. Batch N+1 is applied only after N finished, so
+batches still apply, commit and acknowledge strictly in order; before it is applied, its
+records of partitions revoked in the meantime are dropped (their new owner reads them from the
+committed offset).
+
 Replays (spectral/consumer/replay.py) run the same path with three seams: an ``Assignment``
 (fixed partitions from/to fixed offsets, outside any consumer group, no offset commits, return
 at the end), a ``connections`` source (e.g. one connection holding one transaction across
@@ -60,6 +67,8 @@ log = get_logger(__name__)
 
 _SQL = load_queries(Path(__file__).with_name("queries.sql"))
 DLQ_MAX_REQUEST_BYTES = 16 * 1024 * 1024
+DECODE_SLICE = 250
+"""Records decoded between two yields to the event loop while a batch is in flight."""
 
 Decoder = Callable[[bytes], EventEnvelope[Any]]
 ConnectionSource = Callable[[], AbstractAsyncContextManager[Any]]
@@ -88,6 +97,18 @@ class EngineOptions:
     auto_offset_reset: str = "earliest"
     backoff: Backoff = field(default_factory=lambda: Backoff(base=0.5, cap=10.0))
     assignment: Assignment | None = None
+
+
+@dataclass(frozen=True)
+class _Decoded:
+    """A fetched batch, decoded, waiting for its transaction."""
+
+    records: Sequence[Any]
+    deliveries: list[Delivery]
+    dead: list[DeadLetter]
+    seconds: float
+    """Time spent decoding (counted in the batch's duration; the wait for the batch before
+    it is not)."""
 
 
 @dataclass
@@ -165,6 +186,7 @@ class ConsumerEngine:
         self._pool: asyncpg.Pool | None = None
         self._consumer: AIOKafkaConsumer | None = None
         self._producer: AIOKafkaProducer | None = None
+        self._in_flight: asyncio.Task[BatchReport] | None = None
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -183,7 +205,9 @@ class ConsumerEngine:
         try:
             await self._start()
             await self._loop()
+            await self._settle()  # the batch still in flight commits before the group is left
         finally:
+            await self._abandon()
             for sig in installed:
                 loop.remove_signal_handler(sig)
             await self._close()
@@ -264,7 +288,10 @@ class ConsumerEngine:
             if self.options.assignment is not None and not await self._unfinished():
                 self.summary.complete = True
                 return
+            if self._in_flight is not None and self._in_flight.done():
+                await self._settle()  # count it now; a failure surfaces at once
             if time.monotonic() - last_periodic >= self.options.periodic_interval:
+                await self._settle()  # periodic chores never run beside a batch
                 await self._periodic()
                 last_periodic = time.monotonic()
             try:
@@ -289,9 +316,25 @@ class ConsumerEngine:
                     return
                 continue
             last_record = time.monotonic()
-            async with self.batch_lock:
-                report = await self.process(records)
-            self.summary.add(report)
+            decoded = await self._decode_batch(records, cooperative=self._in_flight is not None)
+            await self._settle()
+            self._in_flight = asyncio.create_task(self._finish(decoded))
+
+    async def _settle(self) -> None:
+        """Wait for the batch in flight (if any) and count it; its failure propagates."""
+        task, self._in_flight = self._in_flight, None
+        if task is not None:
+            self.summary.add(await task)
+
+    async def _abandon(self) -> None:
+        """The run failed or was cancelled: cancel the batch in flight. Its transaction rolls
+        back, or it committed and its offsets did not: redelivered, then deduplicated."""
+        task, self._in_flight = self._in_flight, None
+        if task is not None and not task.done():
+            task.cancel()
+        if task is not None:
+            with contextlib.suppress(Exception, asyncio.CancelledError):
+                await task
 
     async def _unfinished(self) -> bool:
         """With an Assignment: pause the partitions that reached their end; any left?"""
@@ -318,8 +361,63 @@ class ConsumerEngine:
     async def process(self, records: Sequence[Any]) -> BatchReport:
         """Decode, apply in one transaction, dead-letter, commit offsets. Returns the counts."""
         started = time.perf_counter()
-        self.metrics.consumed.inc(len(records))
         deliveries, dead = self._decode_all(records)
+        return await self._complete(records, deliveries, dead, started)
+
+    async def _decode_batch(self, records: Sequence[Any], *, cooperative: bool) -> _Decoded:
+        """Decode a fetched batch; ``cooperative``: yield to the loop every DECODE_SLICE
+        records (a batch is in flight and its statements must keep moving)."""
+        started = time.perf_counter()
+        if not cooperative or len(records) <= DECODE_SLICE:
+            deliveries, dead = self._decode_all(records)
+            return _Decoded(records, deliveries, dead, time.perf_counter() - started)
+        deliveries, dead = [], []
+        busy = 0.0
+        for index in range(0, len(records), DECODE_SLICE):
+            slice_started = time.perf_counter()
+            more, more_dead = self._decode_all(records[index : index + DECODE_SLICE])
+            deliveries.extend(more)
+            dead.extend(more_dead)
+            busy += time.perf_counter() - slice_started
+            await asyncio.sleep(0)
+        return _Decoded(records, deliveries, dead, busy)
+
+    async def _finish(self, decoded: _Decoded) -> BatchReport:
+        """Apply a decoded batch under ``batch_lock`` (revocations wait for it)."""
+        async with self.batch_lock:
+            records, deliveries, dead = self._owned(decoded)
+            if not records:
+                return BatchReport(counts=dict.fromkeys(Outcome, 0), facts={})
+            started = time.perf_counter() - decoded.seconds
+            return await self._complete(records, deliveries, dead, started)
+
+    def _owned(self, decoded: _Decoded) -> tuple[Sequence[Any], list[Delivery], list[DeadLetter]]:
+        """The batch without its records of partitions revoked since they were fetched."""
+        if self.options.assignment is not None or self._consumer is None:
+            return decoded.records, decoded.deliveries, decoded.dead
+        assigned = self._consumer.assignment()  # TopicPartition is a (topic, partition) tuple
+        gone = {(r.topic, r.partition) for r in decoded.records} - set(assigned)
+        if not gone:
+            return decoded.records, decoded.deliveries, decoded.dead
+        log.info(
+            "dropping fetched records of revoked partitions",
+            consumer=self.handler.name,
+            partitions=sorted(f"{t}:{p}" for t, p in gone),
+        )
+        return (
+            [r for r in decoded.records if (r.topic, r.partition) not in gone],
+            [d for d in decoded.deliveries if (d.topic, d.partition) not in gone],
+            [d for d in decoded.dead if (d.source_topic, d.source_partition) not in gone],
+        )
+
+    async def _complete(
+        self,
+        records: Sequence[Any],
+        deliveries: list[Delivery],
+        dead: list[DeadLetter],
+        started: float,
+    ) -> BatchReport:
+        self.metrics.consumed.inc(len(records))
         counts = dict.fromkeys(Outcome, 0)
         facts: dict[str, int] = {}
         result = HandlerResult()
@@ -570,12 +668,17 @@ class ConsumerEngine:
             return  # outside any group: a replay commits nothing
         assert self._consumer is not None  # noqa: S101
         consumer = self._consumer
-        offsets: dict[TopicPartition, int] = {}
+        ends: dict[tuple[str, int], int] = {}
         for record in records:
-            tp = TopicPartition(record.topic, record.partition)
-            offsets[tp] = max(offsets.get(tp, -1), record.offset + 1)
+            where = (record.topic, record.partition)
+            if record.offset >= ends.get(where, -1):
+                ends[where] = record.offset + 1
         assigned = consumer.assignment()
-        owned = {tp: off for tp, off in offsets.items() if tp in assigned}
+        owned = {
+            TopicPartition(topic, partition): offset
+            for (topic, partition), offset in ends.items()
+            if (topic, partition) in assigned
+        }
         if owned:
             try:
                 await self._with_retry("kafka", lambda: consumer.commit(owned))
