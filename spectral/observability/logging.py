@@ -20,7 +20,6 @@ _SECRET_KEYS = re.compile(
 )
 _URL_PASSWORD = re.compile(r"(?P<scheme>[a-z][a-z0-9+.-]*://)(?P<user>[^:/@\s]*):(?P<pw>[^@/\s]+)@")
 _MASK = "********"
-_configured = False
 
 
 def _mask(value: Any) -> Any:
@@ -41,9 +40,35 @@ def redact_secrets(
     return event_dict
 
 
+class _StderrLogger:
+    """Writes each line to whatever ``sys.stderr`` is at that moment (not the stream that was
+    current at configuration time, which a test harness or a daemonizer may have closed since)."""
+
+    def msg(self, message: str) -> None:
+        sys.stderr.write(message + "\n")
+        sys.stderr.flush()
+
+    log = debug = info = warn = warning = error = critical = exception = fatal = msg
+
+
+def _stderr_logger(*_args: Any) -> _StderrLogger:
+    return _StderrLogger()
+
+
+class _StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
+    """The stdlib counterpart of ``_StderrLogger`` (aiokafka and asyncpg log through it)."""
+
+    @property
+    def stream(self) -> TextIO:
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, _value: TextIO) -> None:
+        return
+
+
 def configure_logging(level: str = "INFO", fmt: str = "auto", stream: TextIO | None = None) -> None:
     """Configure structlog and the stdlib root logger. Safe to call more than once."""
-    global _configured  # noqa: PLW0603 - logging is process-global by nature
     out = stream or sys.stderr
     use_json = fmt == "json" or (fmt == "auto" and not out.isatty())
     renderer: Any = (
@@ -62,11 +87,11 @@ def configure_logging(level: str = "INFO", fmt: str = "auto", stream: TextIO | N
             renderer,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(numeric),
-        logger_factory=structlog.PrintLoggerFactory(file=out),
+        logger_factory=structlog.PrintLoggerFactory(file=stream) if stream else _stderr_logger,
         cache_logger_on_first_use=False,
     )
-    logging.basicConfig(level=max(numeric, logging.WARNING), stream=out, force=True)
-    _configured = True
+    handler = logging.StreamHandler(stream) if stream else _StderrHandler()
+    logging.basicConfig(level=max(numeric, logging.WARNING), handlers=[handler], force=True)
 
 
 def get_logger(name: str) -> Any:
