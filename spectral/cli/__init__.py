@@ -19,6 +19,7 @@ from spectral.cli import (
     dlq,
     offsets,
     outbox,
+    rebuild,
     replay,
     triage,
     work,
@@ -45,6 +46,7 @@ app.command(name="api")(work.api)
 app.command(name="replay")(replay.replay)
 app.add_typer(offsets.app, name="offsets")
 app.add_typer(dlq.app, name="dlq")
+app.add_typer(rebuild.app, name="rebuild")
 
 
 def main() -> None:

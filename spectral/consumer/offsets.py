@@ -27,11 +27,10 @@ from spectral.settings import Settings
 class GroupBusyError(PermanentError):
     """The group has active members: its offsets are not reset."""
 
-    def __init__(self, state: GroupState) -> None:
+    def __init__(self, state: GroupState, why: str = "") -> None:
         super().__init__(
-            f"refusing to reset: {state.why_busy()}. Stop its consumers first (their next "
-            "commit would overwrite the reset, and Kafka refuses commits from outside a group "
-            "with members)."
+            f"refusing: {state.why_busy()}. Stop its consumers first"
+            + (f" ({why})." if why else ".")
         )
         self.state = state
 
@@ -90,7 +89,11 @@ async def reset_offsets(
     ranges = resolve(target, None, partitions, marks)
     state = await describe_group(settings, bootstrap, group)
     if state.active:
-        raise GroupBusyError(state)
+        raise GroupBusyError(
+            state,
+            "their next commit would overwrite the reset, and Kafka refuses commits from "
+            "outside a group with members",
+        )
     before = await committed_offsets(settings, bootstrap, group, [r.key for r in ranges])
     changes = tuple(OffsetChange(r.topic, r.partition, before[r.key], r.start) for r in ranges)
     if not dry_run:

@@ -94,7 +94,7 @@ async def test_reset_is_refused_while_members_are_active_and_exact_when_none_are
             "--to-earliest",
         )
         assert cli.returncode == 1, cli.stderr
-        assert "refusing to reset" in cli.stderr
+        assert "refusing: group" in cli.stderr
         assert "spectral-rule-candidates" in cli.stderr
     finally:
         live.stop()

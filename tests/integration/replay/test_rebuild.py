@@ -1,0 +1,209 @@
+"""`spectral rebuild rule-candidates`: snapshots rebuilt from the topic, operator columns kept."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+import uuid
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+import pytest
+from prometheus_client import CollectorRegistry
+
+from consumers.rule_candidates.rebuild import rebuild
+from contracts import FAILURE_CLUSTER_DETECTED
+from spectral.consumer.engine import ConsumerEngine, EngineOptions
+from spectral.consumer.handler import Outcome
+from spectral.consumer.offsets import GroupBusyError
+from spectral.kafka.groups import describe_group
+from spectral.kafka.topics import topic_for
+from spectral.settings import Settings
+from tests.integration.replay.support import (
+    T0,
+    endpoints,
+    execute,
+    history_of_clusters,
+    rule_candidates,
+    run_live,
+)
+from tests.kafka_support import create_topics, publish_envelopes
+from tests.support import eventually
+
+pytestmark = pytest.mark.integration
+
+CONSUMER = "rule-candidates"
+SNAPSHOT = (
+    "cluster_id, snapshot_hash, rule_id, workspace_id, severity, failure_count, "
+    "first_observed_at, last_observed_at, evidence_bundle::text, suggested_rule_stub"
+)
+KEPT = (
+    "cluster_id, status, assigned_to, notes, deleted_at, status_changed_at, created_at, "
+    "last_signaled_at, resurfaced_at"
+)
+
+
+async def _rows(database_url: str, columns: str) -> dict[uuid.UUID, tuple[Any, ...]]:
+    conn = await asyncpg.connect(database_url)
+    try:
+        rows = await conn.fetch(f"SELECT {columns} FROM platform.rule_candidates_pending")
+    finally:
+        await conn.close()
+    return {r["cluster_id"]: tuple(r) for r in rows}
+
+
+async def _as_operator(database_url: str, sql: str, *args: Any) -> None:
+    conn = await asyncpg.connect(database_url, server_settings={"role": "spectral_operator"})
+    try:
+        await conn.execute(sql, *args)
+    finally:
+        await conn.close()
+
+
+async def _signal_hours(database_url: str) -> set[tuple[Any, ...]]:
+    conn = await asyncpg.connect(database_url)
+    try:
+        return {tuple(r) for r in await conn.fetch("SELECT * FROM platform.cluster_signal_hours")}
+    finally:
+        await conn.close()
+
+
+def _spectral_json(env: dict[str, str], *args: str) -> Any:
+    result = subprocess.run(
+        [str(Path(sys.executable).with_name("spectral")), *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+async def test_a_rebuild_restores_snapshots_and_keeps_every_operator_column(
+    settings: Settings, kafka_bootstrap: str, database_url: str, spectral_env: dict[str, str]
+) -> None:
+    topic = topic_for(FAILURE_CLUSTER_DETECTED, settings.topic_prefix)
+    await create_topics(kafka_bootstrap, [topic], partitions=3)
+    clusters = [uuid.uuid4() for _ in range(8)]
+    await publish_envelopes(kafka_bootstrap, topic, history_of_clusters(clusters, versions=4))
+    await run_live(settings, rule_candidates(settings)(""))
+    truth = await _rows(database_url, SNAPSHOT)  # what consuming the topic gives
+    dismissed, reviewed, deleted, corrupted, behind, lost = clusters[:6]
+
+    # Operators triage (only they can write these columns) ...
+    await _as_operator(
+        database_url,
+        "UPDATE platform.rule_candidates_pending SET status = 'dismissed', assigned_to = $2, "
+        "notes = 'noise, see ticket 42' WHERE cluster_id = $1",
+        dismissed,
+        uuid.UUID(int=7),
+    )
+    await _as_operator(
+        database_url,
+        "UPDATE platform.rule_candidates_pending SET status = 'in_review', notes = 'looking' "
+        "WHERE cluster_id = $1",
+        reviewed,
+    )
+    await _as_operator(
+        database_url,
+        "UPDATE platform.rule_candidates_pending SET deleted_at = now() WHERE cluster_id = $1",
+        deleted,
+    )
+    # ... and the projection goes wrong: a row with garbage, a row behind the topic, a lost
+    # row, and a row whose cluster is no longer in the topic (past its retention).
+    await execute(
+        database_url,
+        "UPDATE platform.rule_candidates_pending SET failure_count = 999, "
+        "evidence_bundle = '[]' WHERE cluster_id = $1",
+        corrupted,
+    )
+    await execute(
+        database_url,
+        "UPDATE platform.rule_candidates_pending SET last_observed_at = $2, snapshot_hash = 'x' "
+        "WHERE cluster_id = $1",
+        behind,
+        T0,
+    )
+    await execute(
+        database_url, "DELETE FROM platform.rule_candidates_pending WHERE cluster_id = $1", lost
+    )
+    expired = uuid.uuid4()
+    await execute(
+        database_url,
+        "INSERT INTO platform.rule_candidates_pending (cluster_id, snapshot_hash, rule_id, "
+        "workspace_id, severity, failure_count, first_observed_at, last_observed_at, "
+        "evidence_bundle, status, notes) "
+        "VALUES ($1, 'h', $2, $2, 'low', 1, $3, $3, '[]', 'resolved', 'old one')",
+        expired,
+        uuid.UUID(int=1),
+        T0 - timedelta(days=400),
+    )
+    before_snapshots = await _rows(database_url, SNAPSHOT)
+    kept = await _rows(database_url, KEPT)
+    signals = await _signal_hours(database_url)
+    bootstrap, url = endpoints(settings)
+
+    # Refused while the live consumer is in its group.
+    live = ConsumerEngine(
+        rule_candidates(settings)(url),
+        settings,
+        kafka_bootstrap=bootstrap,
+        database_url=url,
+        options=EngineOptions(),
+        registry=CollectorRegistry(),
+    )
+    task = asyncio.create_task(live.run())
+    try:
+
+        async def joined() -> bool:
+            return (await describe_group(settings, bootstrap, CONSUMER)).active
+
+        await eventually(joined)
+        with pytest.raises(GroupBusyError, match="active member"):
+            await rebuild(settings, kafka_bootstrap=bootstrap, database_url=url)
+    finally:
+        live.stop()
+        await asyncio.wait_for(task, timeout=30)
+
+    # A dry run (through the CLI) reports the diff and changes nothing.
+    dry = await asyncio.to_thread(
+        _spectral_json, spectral_env, "rebuild", "rule-candidates", "--dry-run", "--json"
+    )
+    assert dry["committed"] is False
+    assert dry["complete"] is True
+    assert dry["rebuild"] == {
+        "rows": 9,
+        "inserted": 1,
+        "changed": 2,
+        "unchanged": 6,
+        "kept_not_in_topic": 1,
+    }
+    assert await _rows(database_url, SNAPSHOT) == before_snapshots
+    assert await _rows(database_url, KEPT) == kept
+
+    report = await rebuild(settings, kafka_bootstrap=bootstrap, database_url=url)
+
+    assert report.complete
+    assert report.committed
+    assert report.counts[Outcome.DEAD_LETTERED] == 0
+    after = await _rows(database_url, SNAPSHOT)
+    # Every cluster of the topic has its newest snapshot again; the expired one kept its own.
+    assert {k: v for k, v in after.items() if k != expired} == truth
+    assert after[expired] == before_snapshots[expired]
+    # Operator columns, and the lifecycle the topic does not know, are exactly as they were
+    # (the lost row comes back as a new, pending row: its triage state went with it).
+    now_kept = await _rows(database_url, KEPT)
+    assert {k: v for k, v in now_kept.items() if k != lost} == kept
+    assert now_kept[lost][1:5] == ("pending", None, None, None)
+    assert await _signal_hours(database_url) == signals
+    # The dedup record holds every key of the topic again: the live group, restarted from
+    # scratch, applies nothing twice.
+    again = await run_live(settings, rule_candidates(settings)(""), group="after-rebuild")
+    assert again.counts[Outcome.DEDUPLICATED] == 32
+    assert again.counts[Outcome.APPLIED] == again.counts[Outcome.STALE] == 0
