@@ -139,6 +139,13 @@ async def test_one_of_two_relays_killed_the_other_takes_its_keys_over(
         start_relay(spectral_env, tmp_path / f"relay{i}.log", "--batch", "20") for i in range(2)
     ]
     try:
+        # Both relays hold shards before the kill (on a loaded machine the second one may take a
+        # while to start; without this the survivor could own all 16 from the beginning).
+        async def both_hold_shards() -> bool:
+            logs = [(tmp_path / f"relay{i}.log") for i in range(2)]
+            return all(log.exists() and '"acquired shards"' in log.read_text() for log in logs)
+
+        await eventually(both_hold_shards, timeout=60)
         for seq in range(1, rounds + 1):
             await enqueue_numbered(database_url, [(key_id(k), seq) for k in range(keys)])
             if seq == rounds // 2:
