@@ -58,7 +58,7 @@ unit: install
 # when tests fail, so no process is left behind.
 test: install postgres-binaries lint
 	$(SPECTRAL) dev up
-	@status=0; $(BIN)/pytest -q -p no:cacheprovider $(PYTEST_ARGS) || status=$$?; \
+	@status=0; $(BIN)/pytest -q -p no:cacheprovider --durations=15 $(PYTEST_ARGS) || status=$$?; \
 		$(SPECTRAL) dev down; exit $$status
 
 bench: migrate
