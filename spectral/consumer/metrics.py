@@ -11,23 +11,12 @@ import contextlib
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from contracts import DecodeReason
 from spectral.consumer.handler import Outcome
 
-DEAD_LETTER_REASONS = frozenset(
-    {
-        "not_json",
-        "not_an_object",
-        "unknown_event_type",
-        "invalid_envelope",
-        "invalid_payload",
-        "hash_mismatch",
-        "key_mismatch",
-        "too_large",
-        "unexpected_event_type",
-        "handler_rejected",
-        "handler_error",
-    }
-)
+# The decode reasons of the contracts plus the engine's own: a fixed label set.
+ENGINE_REASONS = ("unexpected_event_type", "handler_rejected", "handler_error")
+DEAD_LETTER_REASONS = frozenset({reason.value for reason in DecodeReason} | set(ENGINE_REASONS))
 _BATCH_BUCKETS = (1, 10, 50, 100, 250, 500, 1000, 2500, 5000, 10000)
 _DURATION_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
 
