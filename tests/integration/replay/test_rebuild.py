@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import signal
 import subprocess
 import sys
 import uuid
+from collections.abc import Sequence
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -15,11 +18,16 @@ import asyncpg
 import pytest
 from prometheus_client import CollectorRegistry
 
-from consumers.rule_candidates.rebuild import rebuild
+from consumers.rule_candidates.handler import RuleCandidatesHandler
+from consumers.rule_candidates.metrics import RuleCandidateMetrics
+from consumers.rule_candidates.rebuild import RebuildHooks, rebuild
+from consumers.rule_candidates.repository import Conn
 from contracts import FAILURE_CLUSTER_DETECTED
 from spectral.consumer.engine import ConsumerEngine, EngineOptions
-from spectral.consumer.handler import Outcome
+from spectral.consumer.handler import Delivery, HandlerResult, Outcome
 from spectral.consumer.offsets import GroupBusyError
+from spectral.consumer.replay import Mode, ReplayRequest, replay
+from spectral.consumer.replay_range import Beginning
 from spectral.kafka.groups import describe_group
 from spectral.kafka.topics import topic_for
 from spectral.settings import Settings
@@ -27,6 +35,7 @@ from tests.integration.replay.support import (
     T0,
     endpoints,
     execute,
+    fetchval,
     history_of_clusters,
     rule_candidates,
     run_live,
@@ -207,3 +216,52 @@ async def test_a_rebuild_restores_snapshots_and_keeps_every_operator_column(
     again = await run_live(settings, rule_candidates(settings)(""), group="after-rebuild")
     assert again.counts[Outcome.DEDUPLICATED] == 32
     assert again.counts[Outcome.APPLIED] == again.counts[Outcome.STALE] == 0
+
+
+class _InterruptedHandler(RuleCandidatesHandler):
+    """The real handler; its second batch raises SIGINT, as a person pressing Ctrl-C would
+    (the engine's signal handler asks the run to stop after the batch in hand)."""
+
+    def __init__(self) -> None:
+        super().__init__(RuleCandidateMetrics(CollectorRegistry()))
+        self.batches = 0
+
+    async def apply(self, conn: Conn, deliveries: Sequence[Delivery]) -> HandlerResult:
+        self.batches += 1
+        if self.batches == 2:
+            os.kill(os.getpid(), signal.SIGINT)
+        return await super().apply(conn, deliveries)
+
+
+async def test_an_interrupted_rebuild_changes_nothing(
+    settings: Settings, kafka_bootstrap: str, database_url: str
+) -> None:
+    """Interrupted mid-rebuild: the range was not read to its end, so the one transaction rolls
+    back — projection and dedup record exactly as they were."""
+    topic = topic_for(FAILURE_CLUSTER_DETECTED, settings.topic_prefix)
+    await create_topics(kafka_bootstrap, [topic], partitions=1)
+    await publish_envelopes(
+        kafka_bootstrap, topic, history_of_clusters([uuid.uuid4() for _ in range(50)], 4)
+    )
+    await run_live(settings, rule_candidates(settings)(""))
+    await execute(database_url, "UPDATE platform.rule_candidates_pending SET failure_count = 12345")
+    before = await _rows(database_url, SNAPSHOT)
+    handled_before = await fetchval(database_url, "SELECT count(*) FROM core.event_handled")
+    bootstrap, url = endpoints(settings)
+    handler = _InterruptedHandler()
+
+    report = await replay(
+        lambda _url: handler,
+        settings,
+        kafka_bootstrap=bootstrap,
+        database_url=url,
+        request=ReplayRequest(Beginning(), mode=Mode.ATOMIC, max_batch=10),
+        hooks=RebuildHooks(),
+    )
+
+    assert handler.batches >= 2
+    assert not report.complete
+    assert not report.committed
+    assert 0 < report.records < 200
+    assert await _rows(database_url, SNAPSHOT) == before
+    assert await fetchval(database_url, "SELECT count(*) FROM core.event_handled") == handled_before
