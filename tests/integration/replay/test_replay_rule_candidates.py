@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
+import json
+import subprocess
+import sys
 import uuid
 from collections.abc import Sequence
 from datetime import timedelta
+from pathlib import Path
 
 import asyncpg
 import pytest
@@ -216,3 +221,56 @@ async def test_ranges_by_offset_and_timestamp_stop_where_asked(
     assert everything.records == 10
     assert everything.counts[Outcome.APPLIED] == 10
     assert await end_offsets(kafka_bootstrap, topic) == {0: 10}
+
+
+def _spectral(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(Path(sys.executable).with_name("spectral")), *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+async def test_the_cli_reports_in_json_and_in_tables(
+    settings: Settings, kafka_bootstrap: str, database_url: str, spectral_env: dict[str, str]
+) -> None:
+    total = await _up_to_date(settings, kafka_bootstrap, partitions=2)
+    before = await projection(database_url)
+
+    async def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return await asyncio.to_thread(_spectral, spectral_env, "replay", *args)
+
+    dry = await run("--consumer", CONSUMER, "--from-beginning", "--dry-run", "--json")
+    assert dry.returncode == 0, dry.stderr
+    summary = json.loads(dry.stdout)
+    assert summary["mode"] == "dry_run"
+    assert summary["complete"] is True
+    assert summary["committed"] is False
+    assert summary["deduplicated"] == summary["records"] == total
+    assert summary["changes"] == []
+    assert sum(r["end"] - r["start"] for r in summary["ranges"]) == total
+
+    partial = await run("--consumer", CONSUMER, "--from-offset", "0:0", "--to-offset", "0:3")
+    assert partial.returncode == 0, partial.stderr
+    assert "replayed: 3 of at most 3 records, complete" in partial.stdout
+    assert "deduplicated" in partial.stdout
+    assert await projection(database_url) == before
+
+    for bad, message in (
+        (("--from-beginning", "--from-offset", "0:1"), "exactly one start"),
+        (("--from-timestamp", "yesterday"), "RFC 3339"),
+        (("--from-offset", "9:0"), "no partition 9"),
+        (
+            ("--from-timestamp", "2026-03-02T00:00:00Z", "--to-timestamp", "2026-03-01T00:00:00Z"),
+            "later than",
+        ),
+    ):
+        refused = await run("--consumer", CONSUMER, *bad)
+        assert refused.returncode == 2, refused.stderr
+        assert message in refused.stderr
+    unknown = await run("--consumer", "nope", "--from-beginning")
+    assert unknown.returncode == 2
+    assert "no consumer deployment named 'nope'" in unknown.stderr
