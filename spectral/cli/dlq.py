@@ -109,8 +109,9 @@ def show(
     partition: Annotated[int, typer.Option(min=0, help="Its partition.")] = 0,
     as_json: JsonOption = False,
 ) -> None:
-    """One dead letter: every header, its failure history, and the original decoded when it
-    decodes (else why not, and the first bytes)."""
+    """One dead letter: headers, failure history, the original decoded.
+
+    When the original does not decode: why not, and its first bytes."""
     topics = Topics.of(topic)
 
     async def load(
@@ -169,8 +170,10 @@ def redrive_(
     ] = False,
     as_json: JsonOption = False,
 ) -> None:
-    """Send dead letters back to their source topic with their original key, value and headers
-    (same idempotency key) plus their failure history; each dead letter at most once."""
+    """Send dead letters back to their source topic, each at most once.
+
+    Original key, value and headers (the same idempotency key: deduplicated if applied
+    meanwhile) plus the failure history; a record that fails again returns with it."""
     report: RedriveReport = _with_connection(
         lambda current, bootstrap, conn: redrive(
             current, bootstrap, conn, topic=topic, reason=reason, dry_run=dry_run

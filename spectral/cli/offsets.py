@@ -63,8 +63,10 @@ def reset(
     ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="JSON on stdout.")] = False,
 ) -> None:
-    """Set a stopped consumer group's committed offsets. Refused (exit 1) while the group has
-    active members. Re-read events are deduplicated; skipped events are never applied."""
+    """Set a stopped consumer group's committed offsets.
+
+    Refused (exit 1) while the group has active members. Re-read events are deduplicated;
+    skipped events are never applied."""
     given = sum((to_earliest, to_latest, to_timestamp is not None, to_offset is not None))
     if given != 1:
         raise typer.BadParameter(

@@ -28,8 +28,10 @@ def rule_candidates(
     ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="A JSON summary on stdout.")] = False,
 ) -> None:
-    """Rebuild the triage inbox's snapshots from the topic, keeping status, assignee, notes and
-    deleted_at. One transaction: committed only if the whole topic was read."""
+    """Rebuild the triage inbox from its topic, operator columns kept.
+
+    Status, assignee, notes and deleted_at are never written. One transaction, committed only
+    if the whole topic was read; refused while the live group has members."""
     current = settings()
     endpoints = resolve_endpoints(current)
     with progress_bar("rebuild rule-candidates") as progress:

@@ -83,9 +83,11 @@ def replay(
     as_json: Annotated[bool, typer.Option("--json", help="A JSON summary on stdout.")] = False,
     max_batch: Annotated[int, typer.Option(min=1, help="Most records per batch.")] = 2000,
 ) -> None:
-    """Replay a range of a consumer's topics through its handler, exactly as the live consumer
-    would apply it (dedup, stale guard, dead letters), without touching the live group's offsets.
-    Without --to-*, the range ends at the end offsets of when the replay starts."""
+    """Replay a range of a consumer's topics through its handler.
+
+    Exactly as the live consumer would apply it (dedup, stale guard, dead letters), outside any
+    consumer group: the live group's offsets are untouched. Without --to-*, the range ends at
+    the end offsets of when the replay starts."""
     try:
         start = start_of(
             from_beginning=from_beginning, from_offset=from_offset, from_timestamp=from_timestamp
