@@ -22,12 +22,13 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from consumers.rule_candidates.handler import CONSUMER_NAME, DATABASE_ROLE
 from consumers.rule_candidates.repository import QUERIES as PROJECTION_QUERIES
 from contracts import DecodeError, decode
+from spectral.consumer.engine import FETCH_MAX_BYTES, PARTITION_FETCH_BYTES
 from spectral.db.queries import load_queries
 
 _ENGINE_QUERIES = Path(__file__).resolve().parents[1] / "spectral" / "consumer" / "queries.sql"
-_FETCH = {
-    "fetch_max_bytes": 64 * 1024 * 1024,
-    "max_partition_fetch_bytes": 8 * 1024 * 1024,
+_FETCH = {  # the engine's own fetch settings
+    "fetch_max_bytes": FETCH_MAX_BYTES,
+    "max_partition_fetch_bytes": PARTITION_FETCH_BYTES,
     "isolation_level": "read_committed",
 }
 

@@ -69,6 +69,11 @@ _SQL = load_queries(Path(__file__).with_name("queries.sql"))
 DLQ_MAX_REQUEST_BYTES = 16 * 1024 * 1024
 DECODE_SLICE = 250
 """Records decoded between two yields to the event loop while a batch is in flight."""
+FETCH_MAX_BYTES = 64 * 1024 * 1024
+PARTITION_FETCH_BYTES = 1024 * 1024
+"""Per partition and fetch (Kafka's default). The fetcher prefetches every assigned partition,
+so this bounds what waits in memory: 8 MiB here kept ~70 MiB more resident on a 6-partition
+topic for no throughput. A record batch larger than this is still returned whole."""
 
 Decoder = Callable[[bytes], EventEnvelope[Any]]
 ConnectionSource = Callable[[], AbstractAsyncContextManager[Any]]
@@ -236,8 +241,8 @@ class ConsumerEngine:
             enable_auto_commit=False,
             auto_offset_reset=self.options.auto_offset_reset,
             max_poll_records=self.options.max_batch,
-            fetch_max_bytes=64 * 1024 * 1024,
-            max_partition_fetch_bytes=8 * 1024 * 1024,
+            fetch_max_bytes=FETCH_MAX_BYTES,
+            max_partition_fetch_bytes=PARTITION_FETCH_BYTES,
             max_poll_interval_ms=600_000,
             isolation_level="read_committed",
         )
