@@ -24,9 +24,13 @@ app = typer.Typer(help="Consumer group offsets.", no_args_is_help=True)
 EXIT_BUSY = 1
 
 
-def event_types_of(name: str, current: Settings, database_url: str) -> Sequence[str]:
+async def event_types_of(name: str, current: Settings, database_url: str) -> Sequence[str]:
     """The event types deployment ``name`` consumes (its handler is built, never run)."""
-    return tuple(factory(name)(current, database_url, CollectorRegistry()).event_types)
+    handler = factory(name)(current, database_url, CollectorRegistry())
+    closer = getattr(handler, "aclose", None)
+    if closer is not None:
+        await closer()
+    return tuple(handler.event_types)
 
 
 @app.command()
@@ -83,18 +87,19 @@ def reset(
         raise typer.BadParameter(str(exc)) from exc
     current = settings()
     endpoints = resolve_endpoints(current)
-    event_types = event_types_of(consumer, current, endpoints.database_url)
-    try:
-        report = run(
-            reset_offsets(
-                current,
-                endpoints.kafka_bootstrap,
-                event_types=event_types,
-                group=group or consumer,
-                target=target,
-                dry_run=dry_run,
-            )
+
+    async def go() -> ResetReport:
+        return await reset_offsets(
+            current,
+            endpoints.kafka_bootstrap,
+            event_types=await event_types_of(consumer, current, endpoints.database_url),
+            group=group or consumer,
+            target=target,
+            dry_run=dry_run,
         )
+
+    try:
+        report = run(go())
     except GroupBusyError as exc:
         fail(str(exc), EXIT_BUSY)
     except ValueError as exc:
