@@ -10,7 +10,9 @@ Per batch (inside the engine's transaction, acting as ``spectral_projector``):
    write was beaten by the stored snapshot -> all its snapshots in the batch are ``stale``.
 
 Python work per event is a few attribute reads and one tuple comparison; everything else is
-per cluster, and the evidence bundle goes to the database as the record's own bytes.
+per cluster, and the evidence bundle goes to the database as the record's own bytes. Clusters
+are keyed by their UUID's integer (``UUID.__hash__`` and ``__eq__`` are Python code, and
+collapse hashes every delivery's cluster at least twice).
 
 Metrics are counted in ``after_commit`` from ``HandlerResult.facts`` (a rolled-back attempt
 counts nothing; facts survive the engine's one-by-one fallback, which merges them).
@@ -21,8 +23,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from datetime import datetime
-from typing import Final
-from uuid import UUID
+from typing import Final, get_args
 
 import asyncpg
 
@@ -33,7 +34,11 @@ from consumers.rule_candidates.collapse import OrderKey, collapse
 from consumers.rule_candidates.metrics import RuleCandidateMetrics
 from consumers.rule_candidates.repository import Conn, RuleCandidatesRepository, SnapshotRows
 from consumers.rule_candidates.validation import check_snapshot
-from contracts.failure_cluster import FAILURE_CLUSTER_DETECTED, FailureClusterDetectedPayload
+from contracts.failure_cluster import (
+    FAILURE_CLUSTER_DETECTED,
+    FailureClusterDetectedPayload,
+    Severity,
+)
 from spectral.consumer.handler import Delivery, HandlerResult, Rejection
 from spectral.observability.logging import get_logger
 
@@ -51,6 +56,12 @@ RESURFACED: Final = "resurfaced"
 _APPLIED: Final = "applied"
 _STALE: Final = "stale"
 _SEP: Final = ":"
+_FACT: Final = {
+    (kind, severity): f"{kind}{_SEP}{severity}"
+    for kind in (INSERTED, UPDATED, RESURFACED, _APPLIED, _STALE)
+    for severity in get_args(Severity)
+}
+"""Severity-qualified fact names, built once (not one f-string per event)."""
 
 
 class RuleCandidatesHandler:
@@ -75,7 +86,7 @@ class RuleCandidatesHandler:
 
     async def apply(self, conn: Conn, deliveries: Sequence[Delivery]) -> HandlerResult:
         result = HandlerResult()
-        entries: list[tuple[UUID, OrderKey, Delivery]] = []
+        entries: list[tuple[int, OrderKey, Delivery]] = []
         for delivery in deliveries:
             payload: FailureClusterDetectedPayload = delivery.envelope.payload
             problem = check_snapshot(payload.failure_count, delivery.raw)
@@ -84,38 +95,39 @@ class RuleCandidatesHandler:
                 continue
             entries.append(
                 (
-                    payload.cluster_id,
+                    payload.cluster_id.int,
                     (payload.last_observed_at, payload.failure_count, payload.snapshot_hash),
                     delivery,
                 )
             )
         collapsed = collapse(entries)
         written = {
-            row.cluster_id: row
+            row.cluster_id.int: row
             for row in await self.repository.upsert(conn, _rows(collapsed.winners.values()))
         }
 
         facts: Counter[str] = Counter()
         stale: list[Delivery] = list(collapsed.stale)
-        for cluster_id, winner in collapsed.winners.items():
-            earlier = collapsed.superseded.get(cluster_id, ())
-            row = written.get(cluster_id)
+        for cluster, winner in collapsed.winners.items():
+            earlier = collapsed.superseded.get(cluster, ())
+            row = written.get(cluster)
             if row is None:  # the stored snapshot is at least as new as the batch's newest
                 stale.append(winner)
                 stale.extend(earlier)
                 continue
             severity = _severity(winner)
-            facts[INSERTED if row.inserted else UPDATED] += 1
-            facts[f"{INSERTED if row.inserted else UPDATED}{_SEP}{severity}"] += 1
+            kind = INSERTED if row.inserted else UPDATED
+            facts[kind] += 1
+            facts[_FACT[kind, severity]] += 1
             facts[SUPERSEDED] += len(earlier)
             if row.resurfaced:
                 facts[RESURFACED] += 1
-                facts[f"{RESURFACED}{_SEP}{severity}"] += 1
-            facts[f"{_APPLIED}{_SEP}{severity}"] += 1
+                facts[_FACT[RESURFACED, severity]] += 1
+            facts[_FACT[_APPLIED, severity]] += 1
             for delivery in earlier:
-                facts[f"{_APPLIED}{_SEP}{_severity(delivery)}"] += 1
+                facts[_FACT[_APPLIED, _severity(delivery)]] += 1
         for delivery in stale:
-            facts[f"{_STALE}{_SEP}{_severity(delivery)}"] += 1
+            facts[_FACT[_STALE, _severity(delivery)]] += 1
         result.stale = {delivery.idempotency_key for delivery in stale}
         result.facts = {name: count for name, count in facts.items() if count}
         result.facts.setdefault(RESURFACED, 0)
@@ -176,17 +188,17 @@ def _severity(delivery: Delivery) -> str:
 
 
 def _rows(winners: Iterable[Delivery]) -> SnapshotRows:
-    rows = SnapshotRows([], [], [], [], [], [], [], [], [], [])
-    for delivery in winners:
-        p: FailureClusterDetectedPayload = delivery.envelope.payload
-        rows.cluster_id.append(p.cluster_id)
-        rows.snapshot_hash.append(p.snapshot_hash)
-        rows.rule_id.append(p.rule_id)
-        rows.workspace_id.append(p.workspace_id)
-        rows.severity.append(p.severity)
-        rows.failure_count.append(p.failure_count)
-        rows.first_observed_at.append(p.first_observed_at)
-        rows.last_observed_at.append(p.last_observed_at)
-        rows.envelope.append(delivery.raw)
-        rows.suggested_rule_stub.append(p.suggested_rule_stub)
-    return rows
+    deliveries = list(winners)
+    payloads: list[FailureClusterDetectedPayload] = [d.envelope.payload for d in deliveries]
+    return SnapshotRows(
+        cluster_id=[p.cluster_id for p in payloads],
+        snapshot_hash=[p.snapshot_hash for p in payloads],
+        rule_id=[p.rule_id for p in payloads],
+        workspace_id=[p.workspace_id for p in payloads],
+        severity=[p.severity for p in payloads],
+        failure_count=[p.failure_count for p in payloads],
+        first_observed_at=[p.first_observed_at for p in payloads],
+        last_observed_at=[p.last_observed_at for p in payloads],
+        envelope=[d.raw for d in deliveries],
+        suggested_rule_stub=[p.suggested_rule_stub for p in payloads],
+    )
