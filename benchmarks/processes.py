@@ -7,6 +7,10 @@ the last batch, written after its offsets were committed. Start-up, the group jo
 
 Memory: ``VmRSS`` from ``/proc/PID/status`` every 100 ms; the growth is the median of the
 samples in the last quarter of the batch window minus that of the first quarter.
+
+CPU: the process's user+system time (``/proc/PID/stat``) and the machine's busy time
+(``/proc/stat``, all cores) sampled with it, so a run can say how much CPU one event cost the
+consumer and how busy the whole machine (broker and database included) was meanwhile.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
 import signal
 import statistics
 import sys
@@ -24,12 +29,34 @@ from pathlib import Path
 
 _SAMPLE_SECONDS = 0.1
 _KIB = 1024
+_TICKS = os.sysconf("SC_CLK_TCK")
 
 
 @dataclass(frozen=True)
 class RssSample:
     at: float
     kib: int
+    cpu: float
+    """User + system seconds of the process so far."""
+
+
+@dataclass(frozen=True)
+class MachineSample:
+    at: float
+    busy: float
+    """Busy seconds of all cores together since boot (everything but idle and iowait)."""
+    total: float
+
+
+def machine_sample() -> MachineSample:
+    fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    idle = fields[3] + fields[4]
+    total = sum(fields[:8])
+    return MachineSample(time.time(), (total - idle) / _TICKS, total / _TICKS)
+
+
+def _within(samples: list[RssSample], start: float, end: float) -> list[RssSample]:
+    return [s for s in samples if start <= s.at <= end]
 
 
 @dataclass
@@ -45,6 +72,13 @@ class ProcessRun:
     last_commit: float | None = None
     outcomes: dict[str, int] = field(default_factory=dict)
     rss: list[RssSample] = field(default_factory=list)
+
+    def cpu_seconds(self) -> float:
+        """CPU time the process spent inside its batch window (sampled every 100 ms)."""
+        if self.first_fetch is None or self.last_commit is None:
+            return 0.0
+        inside = _within(self.rss, self.first_fetch, self.last_commit)
+        return inside[-1].cpu - inside[0].cpu if len(inside) > 1 else 0.0
 
     @property
     def seconds(self) -> float:
@@ -74,6 +108,25 @@ class GroupRun:
 
     group: str
     runs: tuple[ProcessRun, ...]
+    machine: tuple[MachineSample, ...] = ()
+
+    @property
+    def cpu_us_per_event(self) -> float:
+        """Consumer CPU (all members) per event, in microseconds."""
+        return sum(r.cpu_seconds() for r in self.runs) / self.records * 1e6 if self.records else 0.0
+
+    @property
+    def machine_busy(self) -> float:
+        """Busy fraction of the whole machine (all cores) during the batch window."""
+        starts = [r.first_fetch for r in self.runs if r.first_fetch is not None]
+        ends = [r.last_commit for r in self.runs if r.last_commit is not None]
+        if not starts or not ends:
+            return 0.0
+        inside = [m for m in self.machine if min(starts) <= m.at <= max(ends)]
+        if len(inside) < 2:
+            return 0.0
+        total = inside[-1].total - inside[0].total
+        return (inside[-1].busy - inside[0].busy) / total if total else 0.0
 
     @property
     def records(self) -> int:
@@ -134,8 +187,10 @@ async def run_consumers(
             stderr=asyncio.subprocess.STDOUT,
         )
         procs.append((proc, ProcessRun(pid=proc.pid, exit_code=None, log=log)))
+    machine: list[MachineSample] = []
     try:
         samplers = [asyncio.create_task(_sample(proc, run)) for proc, run in procs]
+        samplers.append(asyncio.create_task(_sample_machine(machine)))
         waits = [asyncio.create_task(_wait(proc, run, limit_seconds)) for proc, run in procs]
         await asyncio.gather(*waits)
         for sampler in samplers:
@@ -152,7 +207,7 @@ async def run_consumers(
             handle.close()
     for _, run in procs:
         _read_log(run)
-    return GroupRun(group, tuple(run for _, run in procs))
+    return GroupRun(group, tuple(run for _, run in procs), tuple(machine))
 
 
 async def _wait(proc: asyncio.subprocess.Process, run: ProcessRun, limit_seconds: float) -> None:
@@ -171,12 +226,29 @@ async def _wait(proc: asyncio.subprocess.Process, run: ProcessRun, limit_seconds
 
 async def _sample(proc: asyncio.subprocess.Process, run: ProcessRun) -> None:
     status = Path(f"/proc/{proc.pid}/status")
+    stat = Path(f"/proc/{proc.pid}/stat")
     while proc.returncode is None:
         kib = _vm_rss_kib(status)
-        if kib is None:
+        cpu = _cpu_seconds(stat)
+        if kib is None or cpu is None:
             return
-        run.rss.append(RssSample(time.time(), kib))
+        run.rss.append(RssSample(time.time(), kib, cpu))
         await asyncio.sleep(_SAMPLE_SECONDS)
+
+
+async def _sample_machine(samples: list[MachineSample]) -> None:
+    while True:
+        samples.append(machine_sample())
+        await asyncio.sleep(_SAMPLE_SECONDS)
+
+
+def _cpu_seconds(stat: Path) -> float | None:
+    try:
+        text = stat.read_text()
+    except OSError:
+        return None
+    fields = text.rsplit(")", 1)[1].split()  # after "pid (comm)"; utime, stime are 14 and 15
+    return (int(fields[11]) + int(fields[12])) / _TICKS
 
 
 def _vm_rss_kib(status: Path) -> int | None:

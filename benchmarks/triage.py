@@ -14,14 +14,13 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from pathlib import Path
 
 import asyncpg
 
 from benchmarks.baselines import naive, raw_drain
 from benchmarks.dataset import DatasetSpec, DatasetStats, generate, verify_sample
 from benchmarks.options import Options
-from benchmarks.processes import GroupRun, run_consumers
+from benchmarks.processes import GroupRun, MachineSample, machine_sample, run_consumers
 from benchmarks.publish import committed, publish
 from benchmarks.report import Report
 from benchmarks.stack import BenchStack
@@ -68,8 +67,15 @@ async def run_triage(stack: BenchStack, options: Options, report: Report) -> Non
     bootstrap = stack.endpoints.kafka_bootstrap
     logs = options.log_dir / stack.run_id
 
+    before = machine_sample()
     drain = await raw_drain(bootstrap, topic.name, topic.ends, limit_seconds=options.stage_timeout)
-    report.add("raw_drain", drain.per_second, "events/s", "aiokafka getmany + json.loads")
+    busy = _busy(before, machine_sample())
+    report.add(
+        "raw_drain",
+        drain.per_second,
+        "events/s",
+        f"aiokafka getmany + json.loads, engine's fetch settings; machine {busy:.0%} busy",
+    )
 
     first_db = await stack.database("first")
     first = await run_consumers(
@@ -90,6 +96,12 @@ async def run_triage(stack: BenchStack, options: Options, report: Report) -> Non
         f"{first.records:,} events, first fetch to last offset commit, 1 process",
     )
     run = first.runs[0]
+    report.add(
+        "consumer_cpu_per_event",
+        first.cpu_us_per_event,
+        "us",
+        f"consumer process CPU, first pass; whole machine {first.machine_busy:.0%} busy",
+    )
     report.add("consumer_peak_rss", run.peak_rss_mib, "MiB", "VmRSS, first pass")
     report.add(
         "consumer_rss_growth",
@@ -119,7 +131,8 @@ async def run_triage(stack: BenchStack, options: Options, report: Report) -> Non
         "consumer_all_duplicates",
         second.per_second,
         "events/s",
-        "same topic, fresh group, same database: 100% duplicates",
+        f"same topic, fresh group, same database: 100% duplicates; "
+        f"{second.cpu_us_per_event:.0f} us CPU/event",
     )
 
     naive_db = await stack.database("naive")
@@ -165,7 +178,11 @@ async def run_triage(stack: BenchStack, options: Options, report: Report) -> Non
         if members not in options.scaling:
             continue
         group = scaling[members]
-        note = "the first pass" if group is first else f"{members} processes, one group"
+        note = (
+            "the first pass"
+            if group is first
+            else f"{members} processes, one group; machine {group.machine_busy:.0%} busy"
+        )
         report.add(f"scaling_{members}_processes", group.per_second, "events/s", note)
 
     ratio_naive = first.per_second / baseline.per_second if baseline.per_second else 0.0
@@ -230,5 +247,6 @@ async def _verify(
         )
 
 
-def log_dir_default() -> Path:
-    return Path(__file__).with_name("results") / "logs"
+def _busy(before: MachineSample, after: MachineSample) -> float:
+    total = after.total - before.total
+    return (after.busy - before.busy) / total if total else 0.0
