@@ -260,6 +260,14 @@ class ConsumerEngine:
         log.info("consumer started", consumer=self.handler.name, topics=sorted(self._topics))
 
     async def _close(self) -> None:
+        # A handler with work of its own in flight (the work executor's paid calls) finishes it
+        # first, within its own bound, so a graceful stop does not strand leased items.
+        closer = getattr(self.handler, "aclose", None)
+        if closer is not None:
+            try:
+                await closer()
+            except Exception as exc:  # noqa: BLE001 - closing: report, then close the rest
+                log.warning("handler close failed", consumer=self.handler.name, error=str(exc))
         if self._consumer is not None:
             try:
                 await self._consumer.stop()  # leaves the group
