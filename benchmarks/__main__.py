@@ -14,6 +14,7 @@ import time
 
 from rich.console import Console
 
+from benchmarks.executor import run_executor
 from benchmarks.options import STAGES, Options
 from benchmarks.report import Report, machine
 from benchmarks.stack import BenchStack
@@ -33,6 +34,7 @@ def _options(argv: list[str]) -> Options:
         "--scaling", default=",".join(map(str, defaults.scaling)), help="e.g. 1,2,3 ('' = none)"
     )
     parser.add_argument("--executor-items", type=int, default=defaults.executor_items)
+    parser.add_argument("--executor-epics", type=int, default=defaults.executor_epics)
     parser.add_argument(
         "--executor-baseline-items", type=int, default=defaults.executor_baseline_items
     )
@@ -51,6 +53,7 @@ def _options(argv: list[str]) -> Options:
         scaling=tuple(int(n) for n in args.scaling.split(",") if n),
         executor_items=args.executor_items,
         executor_baseline_items=args.executor_baseline_items,
+        executor_epics=args.executor_epics,
         stages=stages,
         stage_timeout=args.stage_timeout,
         keep=args.keep,
@@ -65,6 +68,8 @@ async def _run(options: Options, report: Report) -> None:
     try:
         if "triage" in options.stages:
             await run_triage(stack, options, report)
+        if "executor" in options.stages:
+            await run_executor(stack, options, report)
     finally:
         if not options.keep:
             await stack.close()

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-STAGES = ("triage",)
+STAGES = ("triage", "executor")
 
 
 @dataclass(frozen=True)
@@ -17,8 +17,10 @@ class Options:
     scaling: tuple[int, ...] = (1, 2, 3)
     rerun_single: bool = True
     """Run the 1-process scaling point on its own (else the first pass stands for it)."""
-    executor_items: int = 2_000
+    executor_items: int = 1_000
     executor_baseline_items: int = 300
+    executor_epics: int = 10
+    """Epics per backlog (one generate-all per backlog): items share a document 10 at a time."""
     stages: tuple[str, ...] = STAGES
     stage_timeout: float = 240.0
     keep: bool = False

@@ -51,6 +51,19 @@ async def publish(
     return Published(count, seconds, await end_offsets(bootstrap, topic, partitions))
 
 
+async def publish_pairs(
+    bootstrap: str, topic: str, pairs: Iterable[tuple[bytes | None, bytes]]
+) -> None:
+    """Publish (key, value) pairs in order (acks=all)."""
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", enable_idempotence=True)
+    await producer.start()
+    try:
+        futures = [await producer.send(topic, value=value, key=key) for key, value in pairs]
+        await asyncio.gather(*futures)
+    finally:
+        await producer.stop()
+
+
 async def end_offsets(bootstrap: str, topic: str, partitions: int) -> dict[int, int]:
     consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
     await consumer.start()
