@@ -37,7 +37,7 @@ def rule_candidates(settings: Settings) -> Callable[[str], Handler]:
 
 
 async def run_live(
-    settings: Settings, handler: Handler, group: str | None = None, idle: float = 2.0
+    settings: Settings, handler: Handler, group: str | None = None, idle: float = 5.0
 ) -> RunSummary:
     """The live consumer (its own group, committing), until idle."""
     bootstrap, url = endpoints(settings)
