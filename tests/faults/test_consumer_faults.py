@@ -1,4 +1,5 @@
-"""Real faults under the consumer engine: SIGKILL mid-stream, PostgreSQL stopped mid-stream.
+"""Real faults under the consumer engine: SIGKILL mid-stream, PostgreSQL or the broker stopped
+mid-stream, SIGTERM.
 
 The handler appends a row per applied event (not idempotent by itself), so "exactly once" is
 checked strictly: every key has exactly one row, whatever was killed or stopped.
@@ -16,9 +17,12 @@ from pathlib import Path
 
 import asyncpg
 import pytest
+from aiokafka.admin import AIOKafkaAdminClient
 
 from contracts import FAILURE_CLUSTER_DETECTED
 from spectral.db.migrate import migrate
+from spectral.devstack.kafka import LocalKafka
+from spectral.devstack.kafka_jars import default_cache_dir
 from spectral.devstack.postgres import LocalPostgres
 from spectral.kafka.topics import dlq_topic, topic_for
 from tests.faults.recording_consumer import CREATE_TABLE
@@ -36,14 +40,20 @@ pytestmark = [pytest.mark.integration, pytest.mark.faults]
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _start_consumer(env: dict[str, str], idle: float) -> subprocess.Popen[bytes]:
-    return subprocess.Popen(
-        [sys.executable, "-m", "tests.faults.recording_consumer", str(idle)],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
+def _start_consumer(env: dict[str, str], idle: float, log: Path) -> subprocess.Popen[bytes]:
+    # Logs go to a file: a pipe nobody reads fills up and blocks the consumer mid-write.
+    with log.open("ab") as out:
+        return subprocess.Popen(
+            [sys.executable, "-m", "tests.faults.recording_consumer", str(idle)],
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=out,
+        )
+
+
+def _tail(log: Path, lines: int = 40) -> str:
+    return "\n".join(log.read_text(errors="replace").splitlines()[-lines:])
 
 
 async def _execute(url: str, sql: str) -> None:
@@ -77,8 +87,13 @@ async def _assert_exactly_once(url: str, expected_keys: set[str]) -> None:
 
 
 async def test_sigkill_mid_stream_then_restart_gives_exactly_once(
-    database_url: str, kafka_bootstrap: str, topic_prefix: str, spectral_env: dict[str, str]
+    database_url: str,
+    kafka_bootstrap: str,
+    topic_prefix: str,
+    spectral_env: dict[str, str],
+    tmp_path: Path,
 ) -> None:
+    log = tmp_path / "consumer.log"
     await _execute(database_url, CREATE_TABLE)
     topic = topic_for(FAILURE_CLUSTER_DETECTED, topic_prefix)
     await create_topics(kafka_bootstrap, [topic], partitions=3)
@@ -88,7 +103,7 @@ async def test_sigkill_mid_stream_then_restart_gives_exactly_once(
     expected = {e.idempotency_key for e in events}
 
     for kill in range(3):
-        proc = _start_consumer(spectral_env, idle=30)
+        proc = _start_consumer(spectral_env, idle=30, log=log)
         deadline = time.monotonic() + 60
         threshold = (kill + 1) * 600
         while time.monotonic() < deadline:
@@ -98,8 +113,8 @@ async def test_sigkill_mid_stream_then_restart_gives_exactly_once(
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait(timeout=10)
 
-    final = _start_consumer(spectral_env, idle=3)
-    assert final.wait(timeout=120) == 0, final.stderr.read().decode() if final.stderr else ""
+    final = _start_consumer(spectral_env, idle=3, log=log)
+    assert final.wait(timeout=120) == 0, _tail(log)
 
     await _assert_exactly_once(database_url, expected)
     handled = await _count(
@@ -116,6 +131,7 @@ async def test_postgres_stopped_mid_stream_loses_nothing_and_dead_letters_nothin
     kafka_bootstrap: str, topic_prefix: str, spectral_env: dict[str, str], tmp_path: Path
 ) -> None:
     # A private server, so stopping it disturbs no other test.
+    log = tmp_path / "consumer.log"
     server = LocalPostgres(tmp_path / "pg")
     url = server.ensure_running()
     try:
@@ -127,7 +143,7 @@ async def test_postgres_stopped_mid_stream_loses_nothing_and_dead_letters_nothin
         await publish_envelopes(kafka_bootstrap, topic, events)
 
         env = {**spectral_env, "SPECTRAL_DATABASE_URL": url}
-        proc = _start_consumer(env, idle=8)
+        proc = _start_consumer(env, idle=8, log=log)
         deadline = time.monotonic() + 60
         while await _count(url, "SELECT count(*) FROM fault_effects") < 300:
             assert time.monotonic() < deadline, "consumer made no progress"
@@ -137,7 +153,7 @@ async def test_postgres_stopped_mid_stream_loses_nothing_and_dead_letters_nothin
         assert proc.poll() is None, "the consumer must wait for the database, not exit"
         server.start()
 
-        assert proc.wait(timeout=120) == 0
+        assert proc.wait(timeout=120) == 0, _tail(log)
         await _assert_exactly_once(url, {e.idempotency_key for e in events})
         assert await read_all(kafka_bootstrap, dlq_topic(topic)) == []
         assert await committed_offsets(
@@ -145,3 +161,74 @@ async def test_postgres_stopped_mid_stream_loses_nothing_and_dead_letters_nothin
         ) == await end_offsets(kafka_bootstrap, topic)
     finally:
         server.stop()
+
+
+async def test_broker_stopped_mid_stream_loses_nothing_and_dead_letters_nothing(
+    database_url: str, topic_prefix: str, spectral_env: dict[str, str], tmp_path: Path
+) -> None:
+    # A private broker (same jar cache), so stopping it disturbs no other test.
+    log = tmp_path / "consumer.log"
+    broker = LocalKafka(tmp_path / "kafka", default_cache_dir())
+    bootstrap = broker.ensure_running()
+    try:
+        await _execute(database_url, CREATE_TABLE)
+        topic = topic_for(FAILURE_CLUSTER_DETECTED, topic_prefix)
+        await create_topics(bootstrap, [topic], partitions=3)
+        events = [cluster_event() for _ in range(2000)]
+        await publish_envelopes(bootstrap, topic, events)
+
+        env = {**spectral_env, "SPECTRAL_KAFKA_BOOTSTRAP": bootstrap}
+        proc = _start_consumer(env, idle=15, log=log)
+        deadline = time.monotonic() + 60
+        while await _count(database_url, "SELECT count(*) FROM fault_effects") < 300:
+            assert time.monotonic() < deadline, "consumer made no progress"
+            await asyncio.sleep(0.05)
+        broker.stop()
+        await asyncio.sleep(10)
+        assert proc.poll() is None, "the consumer must wait for the broker, not exit"
+        broker.start()
+
+        assert proc.wait(timeout=180) == 0, _tail(log)
+        await _assert_exactly_once(database_url, {e.idempotency_key for e in events})
+        assert await read_all(bootstrap, dlq_topic(topic)) == []
+        assert await committed_offsets(bootstrap, "fault-recorder", topic) == await end_offsets(
+            bootstrap, topic
+        )
+    finally:
+        broker.stop(wipe=True)
+
+
+async def test_sigterm_commits_leaves_the_group_and_exits_zero(
+    database_url: str,
+    kafka_bootstrap: str,
+    topic_prefix: str,
+    spectral_env: dict[str, str],
+    tmp_path: Path,
+) -> None:
+    log = tmp_path / "consumer.log"
+    await _execute(database_url, CREATE_TABLE)
+    topic = topic_for(FAILURE_CLUSTER_DETECTED, topic_prefix)
+    await create_topics(kafka_bootstrap, [topic], partitions=3)
+    events = [cluster_event() for _ in range(500)]
+    await publish_envelopes(kafka_bootstrap, topic, events)
+
+    proc = _start_consumer(spectral_env, idle=600, log=log)
+    deadline = time.monotonic() + 60
+    while await _count(database_url, "SELECT count(*) FROM fault_effects") < len(events):
+        assert time.monotonic() < deadline, "consumer did not apply the events"
+        await asyncio.sleep(0.1)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=30) == 0, _tail(log)
+
+    await _assert_exactly_once(database_url, {e.idempotency_key for e in events})
+    assert await committed_offsets(kafka_bootstrap, "fault-recorder", topic) == await end_offsets(
+        kafka_bootstrap, topic
+    )
+    admin = AIOKafkaAdminClient(bootstrap_servers=kafka_bootstrap)
+    await admin.start()
+    try:
+        described = await admin.describe_consumer_groups(["fault-recorder"])
+    finally:
+        await admin.close()
+    members = [m for group in described for m in getattr(group, "members", [])]
+    assert members == [], "the consumer left its group on SIGTERM"
