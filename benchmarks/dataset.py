@@ -83,6 +83,7 @@ class Record:
     key: bytes
     value: bytes
     kind: str
+    idempotency_key: str
     """``snapshot`` | ``duplicate`` | ``stale``."""
 
 
@@ -92,12 +93,15 @@ class DatasetStats:
     bytes: int = 0
     kinds: dict[str, int] = field(default_factory=dict)
     clusters_touched: set[str] = field(default_factory=set)
+    keys: set[str] = field(default_factory=set)
+    """Distinct idempotency keys: what a consumer applies or judges stale, once each."""
 
     def add(self, record: Record, cluster_id: str) -> None:
         self.records += 1
         self.bytes += len(record.value)
         self.kinds[record.kind] = self.kinds.get(record.kind, 0) + 1
         self.clusters_touched.add(cluster_id)
+        self.keys.add(record.idempotency_key)
 
     @property
     def mean_bytes(self) -> float:
@@ -189,7 +193,7 @@ class _Generator:
                 "source": "platform",
                 "target": "platform",
                 "occurred_at": format_utc(self.occurred),
-                "idempotency_key": f"{payload['cluster_id']}:{payload['snapshot_hash']}",
+                "idempotency_key": _key(payload),
                 "correlation_id": None,
                 "causation_id": None,
                 "payload": payload,
@@ -206,7 +210,10 @@ class _Generator:
                     value = cluster.last_record
                 else:
                     value = self._envelope(cluster.last_payload)
-                return Record(cluster.cluster_id.encode(), value, "duplicate"), cluster.cluster_id
+                key = _key(cluster.last_payload)
+                return Record(
+                    cluster.cluster_id.encode(), value, "duplicate", key
+                ), cluster.cluster_id
             if roll < self.spec.duplicate_rate + self.spec.stale_rate and cluster.failure_count > 1:
                 # An older view of the cluster than the one already sent: fewer failures and an
                 # earlier last_observed_at (never before first_observed_at).
@@ -218,7 +225,8 @@ class _Generator:
                     cluster, cluster.failure_count - 1, earlier, cluster.evidence[-1:]
                 )
                 value = self._envelope(payload)
-                return Record(cluster.cluster_id.encode(), value, "stale"), cluster.cluster_id
+                record = Record(cluster.cluster_id.encode(), value, "stale", _key(payload))
+                return record, cluster.cluster_id
         self._grow(cluster)
         payload = self._payload(
             cluster, cluster.failure_count, cluster.last_observed_at, list(cluster.evidence)
@@ -226,7 +234,12 @@ class _Generator:
         value = self._envelope(payload)
         cluster.last_payload = payload
         cluster.last_record = value
-        return Record(cluster.cluster_id.encode(), value, "snapshot"), cluster.cluster_id
+        record = Record(cluster.cluster_id.encode(), value, "snapshot", _key(payload))
+        return record, cluster.cluster_id
+
+
+def _key(payload: dict[str, Any]) -> str:
+    return f"{payload['cluster_id']}:{payload['snapshot_hash']}"
 
 
 def generate(spec: DatasetSpec, stats: DatasetStats | None = None) -> Iterator[Record]:

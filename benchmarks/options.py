@@ -14,6 +14,7 @@ class Options:
     clusters: int = 4_000
     partitions: int = 6
     naive_events: int = 10_000
+    drain_repeats: int = 3
     scaling: tuple[int, ...] = (1, 2, 3)
     rerun_single: bool = True
     """Run the 1-process scaling point on its own (else the first pass stands for it)."""

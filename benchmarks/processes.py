@@ -27,6 +27,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
+import asyncpg
+
 _SAMPLE_SECONDS = 0.1
 _KIB = 1024
 _TICKS = os.sysconf("SC_CLK_TCK")
@@ -53,6 +55,62 @@ def machine_sample() -> MachineSample:
     idle = fields[3] + fields[4]
     total = sum(fields[:8])
     return MachineSample(time.time(), (total - idle) / _TICKS, total / _TICKS)
+
+
+@dataclass(frozen=True)
+class ServerSample:
+    at: float
+    postgres: dict[int, float]
+    """CPU seconds so far of the postmaster and each of its children, by pid."""
+    kafka: float
+
+
+@dataclass
+class Servers:
+    """The local stack's server processes (None: not local, not measured).
+
+    PostgreSQL is shared (other databases may be busy): only the backends of the measured
+    database (``pids``, refreshed from pg_stat_activity while a run goes) and the server's own
+    processes (WAL writer, checkpointer, ...) are counted.
+    """
+
+    postmaster: int | None
+    kafka: int | None
+    pids: set[int] = field(default_factory=set)
+
+    def sample(self) -> ServerSample:
+        postgres: dict[int, float] = {}
+        if self.postmaster is not None:
+            for pid in (self.postmaster, *_children(self.postmaster)):
+                if pid != self.postmaster and pid not in self.pids:
+                    continue
+                cpu = _cpu_seconds(Path(f"/proc/{pid}/stat"))
+                if cpu is not None:
+                    postgres[pid] = cpu
+        kafka = _cpu_seconds(Path(f"/proc/{self.kafka}/stat")) if self.kafka else None
+        return ServerSample(time.time(), postgres, kafka or 0.0)
+
+
+def server_cpu(samples: list[ServerSample], start: float, end: float) -> tuple[float, float]:
+    """(PostgreSQL, Kafka) CPU seconds between ``start`` and ``end``: backends born inside the
+    window count from zero, backends that ended inside it up to their last sample."""
+    inside = [s for s in samples if start <= s.at <= end]
+    if len(inside) < 2:
+        return 0.0, 0.0
+    first = inside[0].postgres
+    last: dict[int, float] = {}
+    for sample in inside:
+        last.update(sample.postgres)
+    postgres = sum(cpu - first.get(pid, 0.0) for pid, cpu in last.items())
+    return postgres, inside[-1].kafka - inside[0].kafka
+
+
+def _children(pid: int) -> list[int]:
+    try:
+        text = Path(f"/proc/{pid}/task/{pid}/children").read_text()
+    except OSError:
+        return []
+    return [int(child) for child in text.split()]
 
 
 def _within(samples: list[RssSample], start: float, end: float) -> list[RssSample]:
@@ -109,6 +167,20 @@ class GroupRun:
     group: str
     runs: tuple[ProcessRun, ...]
     machine: tuple[MachineSample, ...] = ()
+    servers: tuple[ServerSample, ...] = ()
+
+    @property
+    def window(self) -> tuple[float, float]:
+        starts = [r.first_fetch for r in self.runs if r.first_fetch is not None]
+        ends = [r.last_commit for r in self.runs if r.last_commit is not None]
+        return (min(starts), max(ends)) if starts and ends else (0.0, 0.0)
+
+    def server_us_per_event(self) -> tuple[float, float]:
+        """(PostgreSQL, Kafka broker) CPU per event in microseconds (0 when not local)."""
+        if not self.records:
+            return 0.0, 0.0
+        postgres, kafka = server_cpu(list(self.servers), *self.window)
+        return postgres / self.records * 1e6, kafka / self.records * 1e6
 
     @property
     def cpu_us_per_event(self) -> float:
@@ -160,6 +232,8 @@ async def run_consumers(
     limit_seconds: float,
     idle_seconds: float = 3.0,
     extra_args: tuple[str, ...] = (),
+    servers: Servers | None = None,
+    database_url: str | None = None,
 ) -> GroupRun:
     """Start ``members`` processes of ``deployment`` in ``group``; wait until they stop idle.
 
@@ -188,9 +262,12 @@ async def run_consumers(
         )
         procs.append((proc, ProcessRun(pid=proc.pid, exit_code=None, log=log)))
     machine: list[MachineSample] = []
+    server_samples: list[ServerSample] = []
     try:
         samplers = [asyncio.create_task(_sample(proc, run)) for proc, run in procs]
-        samplers.append(asyncio.create_task(_sample_machine(machine)))
+        samplers.append(asyncio.create_task(_sample_machine(machine, servers, server_samples)))
+        if servers is not None and database_url is not None:
+            samplers.append(asyncio.create_task(_track_backends(database_url, servers)))
         waits = [asyncio.create_task(_wait(proc, run, limit_seconds)) for proc, run in procs]
         await asyncio.gather(*waits)
         for sampler in samplers:
@@ -207,7 +284,7 @@ async def run_consumers(
             handle.close()
     for _, run in procs:
         _read_log(run)
-    return GroupRun(group, tuple(run for _, run in procs), tuple(machine))
+    return GroupRun(group, tuple(run for _, run in procs), tuple(machine), tuple(server_samples))
 
 
 async def _wait(proc: asyncio.subprocess.Process, run: ProcessRun, limit_seconds: float) -> None:
@@ -236,10 +313,31 @@ async def _sample(proc: asyncio.subprocess.Process, run: ProcessRun) -> None:
         await asyncio.sleep(_SAMPLE_SECONDS)
 
 
-async def _sample_machine(samples: list[MachineSample]) -> None:
+async def _sample_machine(
+    samples: list[MachineSample], servers: Servers | None, server_samples: list[ServerSample]
+) -> None:
     while True:
         samples.append(machine_sample())
+        if servers is not None:
+            server_samples.append(servers.sample())
         await asyncio.sleep(_SAMPLE_SECONDS)
+
+
+_BACKENDS = (
+    "SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
+    "OR backend_type NOT IN ('client backend', 'walsender')"
+)
+
+
+async def _track_backends(database_url: str, servers: Servers) -> None:
+    """Keep ``servers.pids`` at the backends of this database and the server's own processes."""
+    conn = await asyncpg.connect(database_url)
+    try:
+        while True:
+            servers.pids = {row[0] for row in await conn.fetch(_BACKENDS)}
+            await asyncio.sleep(0.5)
+    finally:
+        await conn.close()
 
 
 def _cpu_seconds(stat: Path) -> float | None:

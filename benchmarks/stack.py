@@ -17,8 +17,11 @@ from urllib.parse import urlsplit, urlunsplit
 import asyncpg
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
+from benchmarks.processes import Servers
 from spectral.db.migrate import migrate
 from spectral.devstack import Endpoints, resolve_endpoints
+from spectral.devstack.kafka import LocalKafka
+from spectral.devstack.postgres import LocalPostgres
 from spectral.settings import load_settings
 
 
@@ -39,6 +42,17 @@ class BenchStack:
     @classmethod
     def resolve(cls) -> BenchStack:
         return cls(resolve_endpoints(load_settings()))
+
+    def servers(self) -> Servers:
+        """The local stack's server pids, for CPU accounting (None where settings name an
+        external server)."""
+        settings = load_settings()
+        postmaster = kafka = None
+        if settings.database_url is None:
+            postmaster = LocalPostgres(settings.state_dir).status().pid
+        if settings.kafka_bootstrap is None:
+            kafka = LocalKafka(settings.state_dir, settings.cache_dir).status().pid
+        return Servers(postmaster, kafka)
 
     @property
     def topic_prefix(self) -> str:

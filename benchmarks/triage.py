@@ -66,15 +66,23 @@ async def run_triage(stack: BenchStack, options: Options, report: Report) -> Non
     topic = await fill(stack, options, report)
     bootstrap = stack.endpoints.kafka_bootstrap
     logs = options.log_dir / stack.run_id
+    servers = stack.servers()
 
-    before = machine_sample()
-    drain = await raw_drain(bootstrap, topic.name, topic.ends, limit_seconds=options.stage_timeout)
-    busy = _busy(before, machine_sample())
+    # The ceiling is cheap to measure: the median of three drains steadies it on a noisy box.
+    drains: list[tuple[float, float]] = []
+    for _ in range(options.drain_repeats):
+        before = machine_sample()
+        drain = await raw_drain(
+            bootstrap, topic.name, topic.ends, limit_seconds=options.stage_timeout
+        )
+        drains.append((drain.per_second, _busy(before, machine_sample())))
+    drain_rate, busy = sorted(drains)[len(drains) // 2]
     report.add(
         "raw_drain",
-        drain.per_second,
+        drain_rate,
         "events/s",
-        f"aiokafka getmany + json.loads, engine's fetch settings; machine {busy:.0%} busy",
+        f"median of {len(drains)}: aiokafka getmany + json.loads, the engine's fetch settings; "
+        f"machine {busy:.0%} busy",
     )
 
     first_db = await stack.database("first")
@@ -85,6 +93,8 @@ async def run_triage(stack: BenchStack, options: Options, report: Report) -> Non
         env=stack.env(first_db),
         log_dir=logs,
         limit_seconds=options.stage_timeout,
+        servers=servers,
+        database_url=first_db,
     )
     await _verify(
         stack, report, "first pass", group=first, topic=topic, database_url=first_db, fresh=True
@@ -102,6 +112,13 @@ async def run_triage(stack: BenchStack, options: Options, report: Report) -> Non
         "us",
         f"consumer process CPU, first pass; whole machine {first.machine_busy:.0%} busy",
     )
+    postgres_us, kafka_us = first.server_us_per_event()
+    report.add(
+        "postgres_cpu_per_event",
+        postgres_us,
+        "us",
+        f"all PostgreSQL processes, first pass; Kafka broker {kafka_us:.1f} us/event",
+    )
     report.add("consumer_peak_rss", run.peak_rss_mib, "MiB", "VmRSS, first pass")
     report.add(
         "consumer_rss_growth",
@@ -117,6 +134,8 @@ async def run_triage(stack: BenchStack, options: Options, report: Report) -> Non
         env=stack.env(first_db),
         log_dir=logs,
         limit_seconds=options.stage_timeout,
+        servers=servers,
+        database_url=first_db,
     )
     await _verify(
         stack,
@@ -164,6 +183,8 @@ async def run_triage(stack: BenchStack, options: Options, report: Report) -> Non
             env=stack.env(db),
             log_dir=logs,
             limit_seconds=options.stage_timeout,
+            servers=servers,
+            database_url=db,
         )
         await _verify(
             stack,
@@ -186,7 +207,7 @@ async def run_triage(stack: BenchStack, options: Options, report: Report) -> Non
         report.add(f"scaling_{members}_processes", group.per_second, "events/s", note)
 
     ratio_naive = first.per_second / baseline.per_second if baseline.per_second else 0.0
-    ratio_drain = first.per_second / drain.per_second if drain.per_second else 0.0
+    ratio_drain = first.per_second / drain_rate if drain_rate else 0.0
     ratio_dupes = second.per_second / first.per_second if first.per_second else 0.0
     report.add("consumer_vs_naive", ratio_naive, "x")
     report.add("consumer_vs_raw_drain", ratio_drain, "x")
@@ -215,10 +236,22 @@ async def _verify(
     report.check(
         f"{label}: processes exited 0 after going idle", all(c == 0 for c in exits), f"{exits}"
     )
+    # A member that joins or leaves moves partitions: records fetched but not yet committed
+    # are delivered again to their new owner and deduplicated (that is the design).
+    again = group.records - topic.records
     report.check(
-        f"{label}: every record consumed once, none dead-lettered",
-        group.records == topic.records and outcomes["dead_lettered"] == 0,
-        f"{group.records:,} of {topic.records:,}; {outcomes}",
+        f"{label}: every record consumed, none dead-lettered, each distinct event applied or "
+        "judged stale exactly once",
+        again >= 0
+        and outcomes["dead_lettered"] == 0
+        and (
+            outcomes["deduplicated"] == group.records
+            if not fresh
+            else outcomes["applied"] + outcomes["stale"] == len(topic.stats.keys)
+        ),
+        f"{group.records:,} consumed for {topic.records:,} records"
+        + (f" ({again:,} delivered again after a rebalance)" if again else "")
+        + f"; {outcomes}; {len(topic.stats.keys):,} distinct events",
     )
     done = await committed(stack.endpoints.kafka_bootstrap, group.group, topic.name, topic.ends)
     report.check(
@@ -242,8 +275,8 @@ async def _verify(
     else:
         report.check(
             f"{label}: nothing applied twice",
-            outcomes["deduplicated"] == topic.records and rows == clusters,
-            f"{outcomes['deduplicated']:,} deduplicated; {rows:,} rows",
+            handled == len(topic.stats.keys) and rows == clusters,
+            f"{handled:,} event_handled rows; {rows:,} rows for {clusters:,} clusters",
         )
 
 
