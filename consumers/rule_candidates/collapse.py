@@ -18,7 +18,9 @@ Applied
     batch is newer still, the earlier one was applied and then overwritten ("superseded"): the
     batch writes only the newest, which is exactly what applying them one by one would leave.
     If the stored row beats the batch's newest snapshot, every snapshot of that cluster in the
-    batch is stale (they are all older than the stored one).
+    batch is stale (they are all older than the stored one); otherwise the superseded ones no
+    newer than the stored row are stale (the handler compares them with the key the upsert
+    returns for the row it replaced).
 """
 
 from __future__ import annotations

@@ -7,7 +7,10 @@ Per batch (inside the engine's transaction, acting as ``spectral_projector``):
    snapshots that arrived after a newer one of their cluster -> ``stale``;
 3. one statement upserts the newest snapshots, keeps a stored newer snapshot, marks resurfaced
    clusters and records the signal hour (queries.sql ``upsert_snapshots``); a cluster it did not
-   write was beaten by the stored snapshot -> all its snapshots in the batch are ``stale``.
+   write was beaten by the stored snapshot -> all its snapshots in the batch are ``stale``; of a
+   cluster it wrote, the superseded snapshots no newer than the snapshot it replaced (returned
+   by the same statement) are ``stale`` too — exactly what applying the batch one event at a
+   time would record, however the stream is cut into batches.
 
 Python work per event is a few attribute reads and one tuple comparison; everything else is
 per cluster, and the evidence bundle goes to the database as the record's own bytes. Clusters
@@ -115,6 +118,11 @@ class RuleCandidatesHandler:
                 stale.append(winner)
                 stale.extend(earlier)
                 continue
+            if row.prior is not None and earlier:
+                # One by one, a superseded snapshot no newer than the stored one was stale.
+                prior = row.prior
+                stale.extend(d for d in earlier if _order(d) <= prior)
+                earlier = [d for d in earlier if _order(d) > prior]
             severity = _severity(winner)
             kind = INSERTED if row.inserted else UPDATED
             facts[kind] += 1
@@ -180,6 +188,11 @@ class RuleCandidatesHandler:
         await self.repository.prune_signals(conn)
         previous = await self.repository.churn_windows(conn, 1, BASELINE_WINDOWS)
         return trailing_baseline(hour, previous.windows)
+
+
+def _order(delivery: Delivery) -> OrderKey:
+    payload: FailureClusterDetectedPayload = delivery.envelope.payload
+    return (payload.last_observed_at, payload.failure_count, payload.snapshot_hash)
 
 
 def _severity(delivery: Delivery) -> str:

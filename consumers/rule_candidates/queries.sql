@@ -16,6 +16,11 @@
 -- and fields a newer producer added to the bundle are kept.
 -- inserted: xmax is 0 on a freshly inserted row version, the locker's xid on an updated one.
 -- resurfaced: now() is this transaction's start time; only this statement can have written it.
+-- prior_*: the stored snapshot as it was before this statement (every sub-statement reads the
+-- same snapshot; none sees the others' writes), so the handler can tell which of a written
+-- cluster's superseded snapshots were themselves older than the stored one (stale). Against a
+-- concurrent writer of the same cluster (two members during a rebalance) it may be older than
+-- the version the conflict check compared with: only that outcome label can then be off.
 -- The same statement records the signal hour of every applied cluster for the churn gauge.
 WITH incoming AS (
     SELECT *
@@ -23,6 +28,11 @@ WITH incoming AS (
                 $7::timestamptz[], $8::timestamptz[], $9::bytea[], $10::text[])
         AS i(cluster_id, snapshot_hash, rule_id, workspace_id, severity, failure_count,
              first_observed_at, last_observed_at, envelope, suggested_rule_stub)
+),
+prior AS (
+    SELECT p.cluster_id, p.last_observed_at, p.failure_count, p.snapshot_hash
+    FROM platform.rule_candidates_pending AS p
+    WHERE p.cluster_id IN (SELECT cluster_id FROM incoming)
 ),
 applied AS (
     INSERT INTO platform.rule_candidates_pending AS t
@@ -61,7 +71,12 @@ signalled AS (
     SELECT date_trunc('hour', now()), cluster_id FROM applied
     ON CONFLICT DO NOTHING
 )
-SELECT cluster_id, inserted, resurfaced FROM applied;
+SELECT a.cluster_id, a.inserted, a.resurfaced,
+       p.last_observed_at AS prior_last_observed_at,
+       p.failure_count AS prior_failure_count,
+       p.snapshot_hash AS prior_snapshot_hash
+FROM applied AS a
+LEFT JOIN prior AS p ON p.cluster_id = a.cluster_id;
 
 -- name: churn_windows
 -- Distinct cluster_ids signalled per 24-hour window, windows $1..$2 (0 = the current hour

@@ -17,6 +17,7 @@ import asyncpg
 from asyncpg.pool import PoolConnectionProxy
 
 from consumers.rule_candidates.churn import RETENTION_HOURS, WindowCount
+from consumers.rule_candidates.collapse import OrderKey
 from spectral.db.connect import guarded
 from spectral.db.queries import load_queries
 
@@ -50,6 +51,8 @@ class Applied:
     cluster_id: UUID
     inserted: bool
     resurfaced: bool
+    prior: OrderKey | None = None
+    """The order key of the snapshot it replaced (None for a new cluster)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,7 +85,21 @@ class RuleCandidatesRepository:
                 rows.suggested_rule_stub,
             ),
         )
-        return [Applied(r["cluster_id"], r["inserted"], r["resurfaced"]) for r in records]
+        return [
+            Applied(
+                r["cluster_id"],
+                r["inserted"],
+                r["resurfaced"],
+                None
+                if r["prior_last_observed_at"] is None
+                else (
+                    r["prior_last_observed_at"],
+                    r["prior_failure_count"],
+                    r["prior_snapshot_hash"],
+                ),
+            )
+            for r in records
+        ]
 
     async def churn_windows(self, conn: Conn, first: int, last: int) -> ChurnWindows:
         """Distinct cluster_ids signalled in 24-hour windows ``first..last`` (see churn.py)."""

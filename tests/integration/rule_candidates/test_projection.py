@@ -164,6 +164,29 @@ async def test_a_batch_older_than_the_stored_one_is_stale_throughout(
     assert "updated" not in result.facts
 
 
+async def test_a_snapshot_older_than_the_stored_one_is_stale_before_a_newer_one(
+    database_url: str,
+) -> None:
+    """Collapsing a batch must give what applying it one by one gives: ``older`` loses to the
+    stored snapshot even though a newer one follows it in its batch (whatever the batching)."""
+    registry = CollectorRegistry()
+    handler = new_handler(registry)
+    cluster = new_cluster()
+    await apply(database_url, handler, deliveries(snapshot(cluster, minutes=10, failures=10)))
+    older = snapshot(cluster, minutes=5, failures=5, severity="low")
+    between = snapshot(cluster, minutes=15, failures=15, severity="low")
+    newest = snapshot(cluster, minutes=20, failures=20, severity="low")
+
+    result = await apply(database_url, handler, deliveries(older, between, newest))
+
+    assert result.stale == {older.idempotency_key}
+    assert result.facts["updated"] == 1
+    assert result.facts["superseded"] == 1  # between: newer than the stored one, then overwritten
+    assert (await row(database_url, cluster))["snapshot_hash"] == newest.payload.snapshot_hash
+    assert sample(registry, SNAPSHOTS, outcome="stale", severity="low") == 1
+    assert sample(registry, SNAPSHOTS, outcome="applied", severity="low") == 2
+
+
 @pytest.mark.parametrize("settled", ["dismissed", "resolved"])
 async def test_a_settled_cluster_that_comes_back_is_marked_resurfaced(
     database_url: str, settled: str
