@@ -14,13 +14,20 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 import asyncpg
 
-from benchmarks.baselines import naive, raw_drain
+from benchmarks.baselines import Throughput, naive, raw_drain
 from benchmarks.dataset import DatasetSpec, DatasetStats, generate, verify_sample
 from benchmarks.options import Options
-from benchmarks.processes import GroupRun, MachineSample, machine_sample, run_consumers
+from benchmarks.processes import (
+    GroupRun,
+    MachineSample,
+    Servers,
+    machine_sample,
+    run_consumers,
+)
 from benchmarks.publish import committed, publish
 from benchmarks.report import Report
 from benchmarks.stack import BenchStack
@@ -62,50 +69,108 @@ async def fill(stack: BenchStack, options: Options, report: Report) -> Topic:
     return Topic(name, published.end_offsets, stats)
 
 
+@dataclass(frozen=True)
+class _Stage:
+    """What every consumer run of one triage benchmark shares."""
+
+    stack: BenchStack
+    options: Options
+    report: Report
+    topic: Topic
+    logs: Path
+    servers: Servers
+
+    async def consumers(
+        self, label: str, name: str, members: int, database_url: str, *, fresh: bool
+    ) -> GroupRun:
+        """``members`` processes in a new group over the topic, verified afterwards."""
+        group = await run_consumers(
+            DEPLOYMENT,
+            members=members,
+            group=f"bench-{self.stack.run_id}-{name}",
+            env=self.stack.env(database_url),
+            log_dir=self.logs,
+            limit_seconds=self.options.stage_timeout,
+            servers=self.servers,
+            database_url=database_url,
+        )
+        await _verify(
+            self.stack,
+            self.report,
+            label,
+            group=group,
+            topic=self.topic,
+            database_url=database_url,
+            fresh=fresh,
+        )
+        return group
+
+
 async def run_triage(stack: BenchStack, options: Options, report: Report) -> None:
     topic = await fill(stack, options, report)
-    bootstrap = stack.endpoints.kafka_bootstrap
-    logs = options.log_dir / stack.run_id
-    servers = stack.servers()
+    stage = _Stage(stack, options, report, topic, options.log_dir / stack.run_id, stack.servers())
+    drain_rate = await _raw_drain(stage)
 
-    # The ceiling is cheap to measure: the median of three drains steadies it on a noisy box.
+    first_db = await stack.database("first")
+    first = await stage.consumers("first pass", "first", 1, first_db, fresh=True)
+    _first_pass_figures(report, first)
+    second = await stage.consumers("second pass", "second", 1, first_db, fresh=False)
+    report.add(
+        "consumer_all_duplicates",
+        second.per_second,
+        "events/s",
+        f"same topic, fresh group, same database: 100% duplicates; "
+        f"{second.cpu_us_per_event:.0f} us CPU/event",
+    )
+    baseline = await _naive(stage)
+    await _scaling(stage, first)
+
+    ratio_naive = first.per_second / baseline.per_second if baseline.per_second else 0.0
+    ratio_drain = first.per_second / drain_rate if drain_rate else 0.0
+    ratio_dupes = second.per_second / first.per_second if first.per_second else 0.0
+    report.add("consumer_vs_naive", ratio_naive, "x")
+    report.add("consumer_vs_raw_drain", ratio_drain, "x")
+    report.add("all_duplicates_vs_first_pass", ratio_dupes, "x")
+    report.target("consumer / naive", ratio_naive, ">= 10x", ratio_naive >= 10)
+    report.target("consumer / raw drain", ratio_drain, ">= 0.5x", ratio_drain >= 0.5)
+    report.target("all-duplicates / first pass", ratio_dupes, ">= 1x", ratio_dupes >= 1)
+    run = first.runs[0]
+    report.target("consumer peak RSS (MiB)", run.peak_rss_mib, "< 200", run.peak_rss_mib < 200)
+    growth = run.rss_growth_mib()
+    report.target("consumer RSS growth Q1->Q4 (MiB)", growth, "< 10 (no trend)", growth < 10)
+
+
+async def _raw_drain(stage: _Stage) -> float:
+    """The ceiling; cheap to measure, so the median of three steadies it on a noisy box."""
+    topic = stage.topic
     drains: list[tuple[float, float]] = []
-    for _ in range(options.drain_repeats):
+    for _ in range(stage.options.drain_repeats):
         before = machine_sample()
         drain = await raw_drain(
-            bootstrap, topic.name, topic.ends, limit_seconds=options.stage_timeout
+            stage.stack.endpoints.kafka_bootstrap,
+            topic.name,
+            topic.ends,
+            limit_seconds=stage.options.stage_timeout,
         )
         drains.append((drain.per_second, _busy(before, machine_sample())))
-    drain_rate, busy = sorted(drains)[len(drains) // 2]
-    report.add(
+    rate, busy = sorted(drains)[len(drains) // 2]
+    stage.report.add(
         "raw_drain",
-        drain_rate,
+        rate,
         "events/s",
         f"median of {len(drains)}: aiokafka getmany + json.loads, the engine's fetch settings; "
         f"machine {busy:.0%} busy",
     )
+    return rate
 
-    first_db = await stack.database("first")
-    first = await run_consumers(
-        DEPLOYMENT,
-        members=1,
-        group=f"bench-{stack.run_id}-first",
-        env=stack.env(first_db),
-        log_dir=logs,
-        limit_seconds=options.stage_timeout,
-        servers=servers,
-        database_url=first_db,
-    )
-    await _verify(
-        stack, report, "first pass", group=first, topic=topic, database_url=first_db, fresh=True
-    )
+
+def _first_pass_figures(report: Report, first: GroupRun) -> None:
     report.add(
         "consumer_first_pass",
         first.per_second,
         "events/s",
         f"{first.records:,} events, first fetch to last offset commit, 1 process",
     )
-    run = first.runs[0]
     report.add(
         "consumer_cpu_per_event",
         first.cpu_us_per_event,
@@ -117,8 +182,10 @@ async def run_triage(stack: BenchStack, options: Options, report: Report) -> Non
         "postgres_cpu_per_event",
         postgres_us,
         "us",
-        f"all PostgreSQL processes, first pass; Kafka broker {kafka_us:.1f} us/event",
+        f"this database's PostgreSQL backends + server processes, first pass; "
+        f"Kafka broker {kafka_us:.1f} us/event",
     )
+    run = first.runs[0]
     report.add("consumer_peak_rss", run.peak_rss_mib, "MiB", "VmRSS, first pass")
     report.add(
         "consumer_rss_growth",
@@ -127,97 +194,52 @@ async def run_triage(stack: BenchStack, options: Options, report: Report) -> Non
         "median VmRSS of the last quarter minus the first quarter",
     )
 
-    second = await run_consumers(
-        DEPLOYMENT,
-        members=1,
-        group=f"bench-{stack.run_id}-second",
-        env=stack.env(first_db),
-        log_dir=logs,
-        limit_seconds=options.stage_timeout,
-        servers=servers,
-        database_url=first_db,
-    )
-    await _verify(
-        stack,
-        report,
-        "second pass",
-        group=second,
-        topic=topic,
-        database_url=first_db,
-        fresh=False,
-    )
-    report.add(
-        "consumer_all_duplicates",
-        second.per_second,
-        "events/s",
-        f"same topic, fresh group, same database: 100% duplicates; "
-        f"{second.cpu_us_per_event:.0f} us CPU/event",
-    )
 
-    naive_db = await stack.database("naive")
-    limit = min(options.naive_events, topic.records)
+async def _naive(stage: _Stage) -> Throughput:
+    naive_db = await stage.stack.database("naive")
     baseline = await naive(
-        bootstrap,
-        topic.name,
+        stage.stack.endpoints.kafka_bootstrap,
+        stage.topic.name,
         naive_db,
-        group=f"bench-{stack.run_id}-naive",
-        limit=limit,
-        limit_seconds=options.stage_timeout,
+        group=f"bench-{stage.stack.run_id}-naive",
+        limit=min(stage.options.naive_events, stage.topic.records),
+        limit_seconds=stage.options.stage_timeout,
     )
-    report.add(
+    stage.report.add(
         "naive_consumer",
         baseline.per_second,
         "events/s",
         f"first {baseline.events:,} events: one transaction + one offset commit per event",
     )
+    return baseline
 
-    scaling: dict[int, GroupRun] = {1: first}
-    for members in options.scaling:
-        if members == 1 and not options.rerun_single:
+
+async def _scaling(stage: _Stage, first: GroupRun) -> None:
+    """1, 2, 3 members of one group, each series into an empty database of its own."""
+    scaling: dict[int, GroupRun] = {}
+    for members in stage.options.scaling:
+        if members == 1 and not stage.options.rerun_single:
+            scaling[members] = first
             continue
-        db = await stack.database(f"scale{members}")
-        scaling[members] = await run_consumers(
-            DEPLOYMENT,
-            members=members,
-            group=f"bench-{stack.run_id}-scale{members}",
-            env=stack.env(db),
-            log_dir=logs,
-            limit_seconds=options.stage_timeout,
-            servers=servers,
-            database_url=db,
+        db = await stage.stack.database(f"scale{members}")
+        scaling[members] = await stage.consumers(
+            f"scaling x{members}", f"scale{members}", members, db, fresh=True
         )
-        await _verify(
-            stack,
-            report,
-            f"scaling x{members}",
-            group=scaling[members],
-            topic=topic,
-            database_url=db,
-            fresh=True,
-        )
-    for members in sorted(scaling):
-        if members not in options.scaling:
-            continue
-        group = scaling[members]
+    expected = (first.outcome("applied"), first.outcome("stale"))
+    for members, group in sorted(scaling.items()):
+        if group is not first:
+            got = (group.outcome("applied"), group.outcome("stale"))
+            stage.report.check(
+                f"scaling x{members}: the same applied/stale outcomes as the first pass",
+                got == expected,
+                f"{got[0]:,}/{got[1]:,} vs {expected[0]:,}/{expected[1]:,}",
+            )
         note = (
             "the first pass"
             if group is first
             else f"{members} processes, one group; machine {group.machine_busy:.0%} busy"
         )
-        report.add(f"scaling_{members}_processes", group.per_second, "events/s", note)
-
-    ratio_naive = first.per_second / baseline.per_second if baseline.per_second else 0.0
-    ratio_drain = first.per_second / drain_rate if drain_rate else 0.0
-    ratio_dupes = second.per_second / first.per_second if first.per_second else 0.0
-    report.add("consumer_vs_naive", ratio_naive, "x")
-    report.add("consumer_vs_raw_drain", ratio_drain, "x")
-    report.add("all_duplicates_vs_first_pass", ratio_dupes, "x")
-    report.target("consumer / naive", ratio_naive, ">= 10x", ratio_naive >= 10)
-    report.target("consumer / raw drain", ratio_drain, ">= 0.5x", ratio_drain >= 0.5)
-    report.target("all-duplicates / first pass", ratio_dupes, ">= 1x", ratio_dupes >= 1)
-    report.target("consumer peak RSS (MiB)", run.peak_rss_mib, "< 200", run.peak_rss_mib < 200)
-    growth = run.rss_growth_mib()
-    report.target("consumer RSS growth Q1->Q4 (MiB)", growth, "< 10 (no trend)", growth < 10)
+        stage.report.add(f"scaling_{members}_processes", group.per_second, "events/s", note)
 
 
 async def _verify(
