@@ -40,6 +40,9 @@ def _options(argv: list[str]) -> Options:
     )
     parser.add_argument("--stages", default=",".join(STAGES), help=",".join(STAGES))
     parser.add_argument("--stage-timeout", type=float, default=defaults.stage_timeout)
+    parser.add_argument(
+        "--budget", type=float, default=defaults.budget, help="seconds for the whole run"
+    )
     parser.add_argument("--keep", action="store_true", help="keep the databases and topics")
     args = parser.parse_args(argv)
     stages = tuple(s for s in args.stages.split(",") if s)
@@ -56,6 +59,7 @@ def _options(argv: list[str]) -> Options:
         executor_epics=args.executor_epics,
         stages=stages,
         stage_timeout=args.stage_timeout,
+        budget=args.budget,
         keep=args.keep,
     )
 

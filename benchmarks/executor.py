@@ -12,11 +12,11 @@ settlement, exactly as in production.
   the outbox rows the commands wrote. Timed from the first claim (the first dedup row) to the
   last item's ``finished_at``, both on the database clock.
 * baseline: the same per-item code (``WorkExecutor.run_item``) driven the way a typical queue
-  worker is written — claim one due item per transaction (the same conditional claim, LIMIT 1,
-  SKIP LOCKED), run it, repeat. Same database clock window.
+  worker is written — claim one due item per transaction (the executor's own SKIP LOCKED claim
+  statement with LIMIT 1), run it, repeat. Same database clock window.
 
 Both stop by themselves: the executor once every item is terminal, the baseline when no item
-is left; each is bounded by ``stage_timeout``.
+is left; each is bounded by the run's time budget (``Options.limit``).
 """
 
 from __future__ import annotations
@@ -36,6 +36,11 @@ from benchmarks.publish import publish_pairs
 from benchmarks.report import Report
 from benchmarks.stack import BenchStack
 from consumers.work_executor import build
+from consumers.work_executor.executor import ExecutorConfig, WorkExecutor
+from consumers.work_executor.handler import ROLE
+from consumers.work_executor.metrics import ExecutorMetrics
+from consumers.work_executor.repository import ExecutorRepository
+from consumers.work_executor.retry import RetryPolicy
 from contracts import WORK_ITEM_ENQUEUED
 from producers.work.commands import GenerateAll, WorkCommands
 from spectral.consumer.engine import ConsumerEngine, EngineOptions
@@ -164,31 +169,32 @@ async def run_deployment(
 
 
 async def run_baseline(stack: BenchStack, database_url: str, items: int, limit: float) -> ItemsRun:
-    """One item claimed per transaction, run inline, until no item is left."""
+    """One item claimed per transaction (the executor's own claim statement, LIMIT 1), run
+    inline by the executor's own per-item code, until no item is left. No sweeper, no pool."""
     settings = _settings(stack)
-    handler = build(settings, database_url, CollectorRegistry(), synthesizer=StubSynthesizer())
-    executor = await handler.start()
-    pool = await create_pool(database_url, role="spectral_executor", max_size=1)
-    claim = (
-        "WITH candidate AS (SELECT work_item_id FROM work.work_items "
-        "WHERE status IN ('queued', 'failed') AND not_before <= now() "
-        "ORDER BY not_before, work_item_id LIMIT 1 FOR UPDATE SKIP LOCKED) "
-        "UPDATE work.work_items w SET status = 'claimed', lease_token = $1, leased_at = now(), "
-        "leased_by = $2 FROM candidate c WHERE w.work_item_id = c.work_item_id "
-        "RETURNING w.work_item_id"
+    pool = await create_pool(
+        database_url, role=ROLE, min_size=1, max_size=settings.work_pool_size + 2
+    )
+    repository = ExecutorRepository(pool)
+    executor = WorkExecutor(
+        repository,
+        StubSynthesizer(),
+        RetryPolicy.from_settings(settings),
+        ExecutorMetrics(CollectorRegistry()),
+        ExecutorConfig(
+            worker_id="baseline", lease_timeout_seconds=settings.work_lease_timeout_seconds
+        ),
     )
     deadline = time.monotonic() + limit
     try:
         while time.monotonic() < deadline:
             token = uuid4()
-            async with pool.acquire() as conn, conn.transaction():
-                item_id = await conn.fetchval(claim, token, "baseline")
-            if item_id is None:
+            claimed = await repository.claim_due(1, token, "baseline", 0.0)
+            if not claimed:
                 break
-            await executor.run_item(item_id, token)
+            await executor.run_item(claimed[0], token)
     finally:
         await pool.close()
-        await handler.aclose()
     start, end, applied, dead = await _window(database_url, executor=False)
     return ItemsRun(items, applied, dead, (end - start).total_seconds())
 
@@ -200,8 +206,8 @@ async def run_executor(stack: BenchStack, options: Options, report: Report) -> N
     baseline_db = await stack.database("executor_baseline")
     baseline_items = await _seed(baseline_db, options.executor_baseline_items // epics, epics)
 
-    deployed = await run_deployment(stack, deployed_db, deployed_items, options.stage_timeout)
-    baseline = await run_baseline(stack, baseline_db, baseline_items, options.stage_timeout)
+    deployed = await run_deployment(stack, deployed_db, deployed_items, options.limit())
+    baseline = await run_baseline(stack, baseline_db, baseline_items, options.limit())
     for label, run in (("executor", deployed), ("baseline", baseline)):
         report.check(
             f"{label}: every work item applied once",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -18,11 +19,20 @@ class Options:
     scaling: tuple[int, ...] = (1, 2, 3)
     rerun_single: bool = True
     """Run the 1-process scaling point on its own (else the first pass stands for it)."""
-    executor_items: int = 1_000
-    executor_baseline_items: int = 300
+    executor_items: int = 2_000
+    executor_baseline_items: int = 500
     executor_epics: int = 10
     """Epics per backlog (one generate-all per backlog): items share a document 10 at a time."""
     stages: tuple[str, ...] = STAGES
     stage_timeout: float = 240.0
+    budget: float = 900.0
+    """The whole run, in seconds: stages started late get what is left (at least 10 s) and
+    fail their checks rather than overrun."""
     keep: bool = False
     log_dir: Path = field(default_factory=lambda: Path(__file__).with_name("results") / "logs")
+    started: float = field(default_factory=time.monotonic)
+
+    def limit(self) -> float:
+        """Seconds the next stage may take."""
+        left = self.budget - (time.monotonic() - self.started)
+        return max(10.0, min(self.stage_timeout, left))

@@ -90,7 +90,7 @@ class _Stage:
             group=f"bench-{self.stack.run_id}-{name}",
             env=self.stack.env(database_url),
             log_dir=self.logs,
-            limit_seconds=self.options.stage_timeout,
+            limit_seconds=self.options.limit(),
             servers=self.servers,
             database_url=database_url,
         )
@@ -150,7 +150,7 @@ async def _raw_drain(stage: _Stage) -> float:
             stage.stack.endpoints.kafka_bootstrap,
             topic.name,
             topic.ends,
-            limit_seconds=stage.options.stage_timeout,
+            limit_seconds=stage.options.limit(),
         )
         drains.append((drain.per_second, _busy(before, machine_sample())))
     rate, busy = sorted(drains)[len(drains) // 2]
@@ -203,7 +203,7 @@ async def _naive(stage: _Stage) -> Throughput:
         naive_db,
         group=f"bench-{stage.stack.run_id}-naive",
         limit=min(stage.options.naive_events, stage.topic.records),
-        limit_seconds=stage.options.stage_timeout,
+        limit_seconds=stage.options.limit(),
     )
     stage.report.add(
         "naive_consumer",
