@@ -88,6 +88,11 @@ class LocalPostgres:
             return status.url
         bin_dir = find_bin_dir()
         self.state_dir.mkdir(parents=True, exist_ok=True)
+        if self.data_dir.exists() and not self._password_file.exists():
+            # A cluster left by an earlier checkout at this path whose state directory is gone:
+            # nobody knows its password any more. It is ours to replace.
+            self.stop()
+            shutil.rmtree(self.data_dir.parent, ignore_errors=True)
         if not (self.data_dir / "PG_VERSION").exists():
             self._initdb(bin_dir)
         port = self._pick_port()
@@ -108,11 +113,21 @@ class LocalPostgres:
             port=port if isinstance(port, int) else None,
             data_dir=self.data_dir,
             log_file=self.log_file,
-            url=self._url(port) if running and isinstance(port, int) else None,
+            url=self._url(port)
+            if running and isinstance(port, int) and self._password_file.exists()
+            else None,
         )
 
-    def stop(self, timeout: float = 30.0) -> None:
-        """Stop the server (fast shutdown, then SIGKILL) and leave no process behind."""
+    def stop(self, timeout: float = 30.0, *, wipe: bool = False) -> None:
+        """Stop the server (fast shutdown, then SIGKILL) and leave no process behind;
+        ``wipe`` also deletes the cluster's data (throwaway clusters of fault tests)."""
+        self._stop(timeout)
+        if wipe:
+            shutil.rmtree(self.data_dir.parent, ignore_errors=True)
+            for name in ("postgres.json", "postgres.password", "pgpass"):
+                (self.state_dir / name).unlink(missing_ok=True)
+
+    def _stop(self, timeout: float) -> None:
         pid = self._postmaster_pid()
         if pid_alive(pid) and pid is not None:
             bin_dir = find_bin_dir()

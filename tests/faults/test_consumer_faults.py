@@ -160,7 +160,7 @@ async def test_postgres_stopped_mid_stream_loses_nothing_and_dead_letters_nothin
             kafka_bootstrap, "fault-recorder", topic
         ) == await end_offsets(kafka_bootstrap, topic)
     finally:
-        server.stop()
+        server.stop(wipe=True)
 
 
 async def test_broker_stopped_mid_stream_loses_nothing_and_dead_letters_nothing(
