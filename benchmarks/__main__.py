@@ -11,6 +11,7 @@ import argparse
 import asyncio
 import sys
 import time
+from pathlib import Path
 
 from rich.console import Console
 
@@ -44,6 +45,12 @@ def _options(argv: list[str]) -> Options:
         "--budget", type=float, default=defaults.budget, help="seconds for the whole run"
     )
     parser.add_argument("--keep", action="store_true", help="keep the databases and topics")
+    parser.add_argument(
+        "--compare",
+        type=Path,
+        default=None,
+        help="another checkout (e.g. a git worktree): A/B its consumer against this one",
+    )
     args = parser.parse_args(argv)
     stages = tuple(s for s in args.stages.split(",") if s)
     unknown = set(stages) - set(STAGES)
@@ -60,6 +67,7 @@ def _options(argv: list[str]) -> Options:
         stages=stages,
         stage_timeout=args.stage_timeout,
         budget=args.budget,
+        compare=args.compare.resolve() if args.compare else None,
         keep=args.keep,
     )
 

@@ -23,6 +23,9 @@ class Options:
     executor_baseline_items: int = 500
     executor_epics: int = 10
     """Epics per backlog (one generate-all per backlog): items share a document 10 at a time."""
+    compare: Path | None = None
+    """Another checkout: its consumer is run against this one's, alternating (A/B)."""
+    compare_rounds: int = 2
     stages: tuple[str, ...] = STAGES
     stage_timeout: float = 240.0
     budget: float = 900.0

@@ -85,8 +85,9 @@ class BenchStack:
             await admin.close()
         self.topics.append(name)
 
-    def env(self, database_url: str) -> dict[str, str]:
-        """Environment of a ``spectral`` subprocess working in this run's slice."""
+    def env(self, database_url: str, pythonpath: str | None = None) -> dict[str, str]:
+        """Environment of a ``spectral`` subprocess working in this run's slice; ``pythonpath``
+        runs it from another checkout's packages (A/B comparisons)."""
         env = {k: v for k, v in os.environ.items() if not k.startswith("SPECTRAL_")}
         env.update(
             {
@@ -97,6 +98,8 @@ class BenchStack:
                 "SPECTRAL_STATE_DIR": str(Path(".spectral").resolve()),
             }
         )
+        if pythonpath:
+            env["PYTHONPATH"] = pythonpath
         return env
 
     async def close(self) -> None:

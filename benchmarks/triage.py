@@ -81,14 +81,21 @@ class _Stage:
     servers: Servers
 
     async def consumers(
-        self, label: str, name: str, members: int, database_url: str, *, fresh: bool
+        self,
+        label: str,
+        name: str,
+        members: int,
+        database_url: str,
+        *,
+        fresh: bool,
+        pythonpath: str | None = None,
     ) -> GroupRun:
         """``members`` processes in a new group over the topic, verified afterwards."""
         group = await run_consumers(
             DEPLOYMENT,
             members=members,
             group=f"bench-{self.stack.run_id}-{name}",
-            env=self.stack.env(database_url),
+            env=self.stack.env(database_url, pythonpath),
             log_dir=self.logs,
             limit_seconds=self.options.limit(),
             servers=self.servers,
@@ -124,6 +131,8 @@ async def run_triage(stack: BenchStack, options: Options, report: Report) -> Non
     )
     baseline = await _naive(stage)
     await _scaling(stage, first)
+    if options.compare is not None:
+        await _compare(stage, options.compare)
 
     ratio_naive = first.per_second / baseline.per_second if baseline.per_second else 0.0
     ratio_drain = first.per_second / drain_rate if drain_rate else 0.0
@@ -240,6 +249,33 @@ async def _scaling(stage: _Stage, first: GroupRun) -> None:
             else f"{members} processes, one group; machine {group.machine_busy:.0%} busy"
         )
         stage.report.add(f"scaling_{members}_processes", group.per_second, "events/s", note)
+
+
+async def _compare(stage: _Stage, other: Path) -> None:
+    """First passes of this checkout and of ``other``, alternated (this, other, this, other)
+    so drift on a shared machine hits both alike; medians of each."""
+    runs: dict[str, list[GroupRun]] = {"this": [], "other": []}
+    for index in range(2 * stage.options.compare_rounds):
+        side = "this" if index % 2 == 0 else "other"
+        db = await stage.stack.database(f"ab{index}")
+        runs[side].append(
+            await stage.consumers(
+                f"A/B {side} checkout #{index // 2 + 1}",
+                f"ab{index}",
+                1,
+                db,
+                fresh=True,
+                pythonpath=None if side == "this" else str(other),
+            )
+        )
+    for side, label in (("this", "this checkout"), ("other", f"checkout at {other}")):
+        rates = sorted(g.per_second for g in runs[side])
+        cpus = sorted(g.cpu_us_per_event for g in runs[side])
+        rss = sorted(g.runs[0].peak_rss_mib for g in runs[side])
+        note = f"{label}, median of {len(rates)} first passes alternated with the other"
+        stage.report.add(f"ab_{side}_first_pass", rates[len(rates) // 2], "events/s", note)
+        stage.report.add(f"ab_{side}_cpu_per_event", cpus[len(cpus) // 2], "us", label)
+        stage.report.add(f"ab_{side}_peak_rss", rss[len(rss) // 2], "MiB", label)
 
 
 async def _verify(
