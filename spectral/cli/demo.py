@@ -15,6 +15,7 @@ so what the demo shows is exactly what an operator would type:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
@@ -58,6 +59,11 @@ def _run(env: dict[str, str], *args: str, show: bool = True) -> str:
     )
     if show and result.stdout.strip():
         typer.echo(result.stdout.rstrip())
+    if show:
+        # Summary lines some commands print on stderr (log lines are JSON and left out).
+        for line in result.stderr.splitlines():
+            if line.strip() and not line.startswith("{"):
+                typer.echo(line)
     if result.returncode != 0:
         typer.echo(result.stderr.rstrip(), err=True)
         raise typer.Exit(result.returncode)
@@ -84,12 +90,12 @@ def _consume_with_metrics(env: dict[str, str], name: str) -> None:
         text=True,
     )
     scraped = ""
-    deadline = time.monotonic() + 20
-    while not scraped and proc.poll() is None and time.monotonic() < deadline:
-        try:
+    deadline = time.monotonic() + 300
+    while proc.poll() is None and time.monotonic() < deadline:
+        # Keep the last scrape before the process exits: it shows the run's counters.
+        with contextlib.suppress(httpx.HTTPError):
             scraped = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=2).text
-        except httpx.HTTPError:
-            time.sleep(0.2)
+        time.sleep(0.3)
     _, stderr = proc.communicate(timeout=300)
     batches = [json.loads(line) for line in stderr.splitlines() if '"event": "batch"' in line]
     for batch in batches:
@@ -103,7 +109,7 @@ def _consume_with_metrics(env: dict[str, str], name: str) -> None:
     if scraped:
         typer.echo(f"  metrics were served at http://127.0.0.1:{port}/metrics, e.g.:")
         for line in scraped.splitlines():
-            if line.startswith("spectral_consumer_events_total") and not line.endswith(" 0.0"):
+            if line.startswith("spectral_consumer_events_total"):
                 typer.echo(f"    {line}")
 
 
