@@ -21,6 +21,7 @@ from producers.work.schemas import CommandResponse, HistoryOut, ThreadBrief, Thr
 from spectral.cli._common import EXIT_FAILURE, fail, run, settings
 from spectral.db.connect import pooled
 from spectral.devstack import resolve_database_url
+from spectral.observability.metrics import serve_metrics
 from spectral.work.history import reconstruct
 from spectral.work.read import WorkReader
 
@@ -222,10 +223,14 @@ def list_threads(
 def api(
     host: Annotated[str, typer.Option(help="Interface to listen on.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="TCP port.")] = 8000,
+    metrics_port: Annotated[
+        int | None, typer.Option(help="Serve Prometheus /metrics on this port.")
+    ] = None,
 ) -> None:
     """Serve the work HTTP API (OpenAPI at /openapi.json, docs at /docs)."""
     current = settings()
     url = resolve_database_url(current)
+    serve_metrics(metrics_port)
     uvicorn.run(
         create_app(database_url=url),
         host=host,
