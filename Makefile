@@ -49,6 +49,7 @@ demo: migrate
 
 lint: install
 	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 
 unit: install

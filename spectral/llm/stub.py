@@ -147,4 +147,3 @@ class StubSynthesizer:
                 "total_tokens": prompt_tokens + completion_tokens,
             },
         )
-

@@ -139,13 +139,11 @@ def describe(entry: LedgerEntry) -> str:
     p = entry.payload
     if entry.entry_type is EntryType.PROMPT:
         detail = (
-            f"paid call started, function {p.get('function_key')}, "
-            f"key {p.get('idempotency_key')}"
+            f"paid call started, function {p.get('function_key')}, key {p.get('idempotency_key')}"
         )
     elif entry.entry_type is EntryType.RESPONSE:
         detail = (
-            f"response from {p.get('model')} in {p.get('duration_ms')} ms, "
-            f"usage {p.get('usage')}"
+            f"response from {p.get('model')} in {p.get('duration_ms')} ms, usage {p.get('usage')}"
         )
     elif entry.entry_type is EntryType.PARSE_REPORT:
         detail = (
@@ -160,8 +158,7 @@ def describe(entry: LedgerEntry) -> str:
         )
     else:
         detail = (
-            f"{p.get('kind')} ({p.get('reason')}): {p.get('message')} "
-            f"-> {p.get('disposition')}"
+            f"{p.get('kind')} ({p.get('reason')}): {p.get('message')} -> {p.get('disposition')}"
         )
         if p.get("not_before"):
             detail += f" at {p.get('not_before')}"
