@@ -13,6 +13,8 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import asyncpg
@@ -127,38 +129,63 @@ async def test_sigkill_mid_stream_then_restart_gives_exactly_once(
     assert await read_all(kafka_bootstrap, dlq_topic(topic)) == []
 
 
+@dataclass(frozen=True)
+class Outage:
+    """A server taken away under a running consumer for ``seconds``, then given back."""
+
+    what: str
+    stop: Callable[[], object]
+    start: Callable[[], object]
+    seconds: float
+    # The consumer's --stop-when-idle: while the broker is away nothing arrives, so it must
+    # outlast the outage; a database outage holds the batch in retries instead.
+    idle: float
+
+
+async def _consume_through(
+    outage: Outage, *, bootstrap: str, database_url: str, env: dict[str, str], topic: str, log: Path
+) -> None:
+    """2,000 events, the outage once 300 are applied; then exactly once, no dead letter, offsets
+    at the end."""
+    await _execute(database_url, CREATE_TABLE)
+    await create_topics(bootstrap, [topic], partitions=3)
+    events = [cluster_event() for _ in range(2000)]
+    await publish_envelopes(bootstrap, topic, events)
+
+    proc = _start_consumer(env, idle=outage.idle, log=log)
+    deadline = time.monotonic() + 60
+    while await _count(database_url, "SELECT count(*) FROM fault_effects") < 300:
+        assert time.monotonic() < deadline, "consumer made no progress"
+        await asyncio.sleep(0.05)
+    outage.stop()
+    await asyncio.sleep(outage.seconds)
+    assert proc.poll() is None, f"the consumer must wait for the {outage.what}, not exit"
+    outage.start()
+
+    assert proc.wait(timeout=180) == 0, _tail(log)
+    await _assert_exactly_once(database_url, {e.idempotency_key for e in events})
+    assert await read_all(bootstrap, dlq_topic(topic)) == []
+    assert await committed_offsets(bootstrap, "fault-recorder", topic) == await end_offsets(
+        bootstrap, topic
+    )
+
+
 async def test_postgres_stopped_mid_stream_loses_nothing_and_dead_letters_nothing(
     kafka_bootstrap: str, topic_prefix: str, spectral_env: dict[str, str], tmp_path: Path
 ) -> None:
     # A private server, so stopping it disturbs no other test.
-    log = tmp_path / "consumer.log"
     server = LocalPostgres(tmp_path / "pg")
     url = server.ensure_running()
     try:
         await migrate(url)
-        await _execute(url, CREATE_TABLE)
-        topic = topic_for(FAILURE_CLUSTER_DETECTED, topic_prefix)
-        await create_topics(kafka_bootstrap, [topic], partitions=3)
-        events = [cluster_event() for _ in range(2000)]
-        await publish_envelopes(kafka_bootstrap, topic, events)
-
-        env = {**spectral_env, "SPECTRAL_DATABASE_URL": url}
-        proc = _start_consumer(env, idle=8, log=log)
-        deadline = time.monotonic() + 60
-        while await _count(url, "SELECT count(*) FROM fault_effects") < 300:
-            assert time.monotonic() < deadline, "consumer made no progress"
-            await asyncio.sleep(0.05)
-        server.stop()
-        await asyncio.sleep(20)
-        assert proc.poll() is None, "the consumer must wait for the database, not exit"
-        server.start()
-
-        assert proc.wait(timeout=120) == 0, _tail(log)
-        await _assert_exactly_once(url, {e.idempotency_key for e in events})
-        assert await read_all(kafka_bootstrap, dlq_topic(topic)) == []
-        assert await committed_offsets(
-            kafka_bootstrap, "fault-recorder", topic
-        ) == await end_offsets(kafka_bootstrap, topic)
+        await _consume_through(
+            Outage("database", server.stop, server.start, seconds=20, idle=8),
+            bootstrap=kafka_bootstrap,
+            database_url=url,
+            env={**spectral_env, "SPECTRAL_DATABASE_URL": url},
+            topic=topic_for(FAILURE_CLUSTER_DETECTED, topic_prefix),
+            log=tmp_path / "consumer.log",
+        )
     finally:
         server.stop(wipe=True)
 
@@ -167,32 +194,16 @@ async def test_broker_stopped_mid_stream_loses_nothing_and_dead_letters_nothing(
     database_url: str, topic_prefix: str, spectral_env: dict[str, str], tmp_path: Path
 ) -> None:
     # A private broker (same jar cache), so stopping it disturbs no other test.
-    log = tmp_path / "consumer.log"
     broker = LocalKafka(tmp_path / "kafka", default_cache_dir())
     bootstrap = broker.ensure_running()
     try:
-        await _execute(database_url, CREATE_TABLE)
-        topic = topic_for(FAILURE_CLUSTER_DETECTED, topic_prefix)
-        await create_topics(bootstrap, [topic], partitions=3)
-        events = [cluster_event() for _ in range(2000)]
-        await publish_envelopes(bootstrap, topic, events)
-
-        env = {**spectral_env, "SPECTRAL_KAFKA_BOOTSTRAP": bootstrap}
-        proc = _start_consumer(env, idle=15, log=log)
-        deadline = time.monotonic() + 60
-        while await _count(database_url, "SELECT count(*) FROM fault_effects") < 300:
-            assert time.monotonic() < deadline, "consumer made no progress"
-            await asyncio.sleep(0.05)
-        broker.stop()
-        await asyncio.sleep(10)
-        assert proc.poll() is None, "the consumer must wait for the broker, not exit"
-        broker.start()
-
-        assert proc.wait(timeout=180) == 0, _tail(log)
-        await _assert_exactly_once(database_url, {e.idempotency_key for e in events})
-        assert await read_all(bootstrap, dlq_topic(topic)) == []
-        assert await committed_offsets(bootstrap, "fault-recorder", topic) == await end_offsets(
-            bootstrap, topic
+        await _consume_through(
+            Outage("broker", broker.stop, broker.start, seconds=10, idle=15),
+            bootstrap=bootstrap,
+            database_url=database_url,
+            env={**spectral_env, "SPECTRAL_KAFKA_BOOTSTRAP": bootstrap},
+            topic=topic_for(FAILURE_CLUSTER_DETECTED, topic_prefix),
+            log=tmp_path / "consumer.log",
         )
     finally:
         broker.stop(wipe=True)
