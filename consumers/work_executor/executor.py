@@ -213,41 +213,10 @@ class WorkExecutor:
         started = time.perf_counter()
         try:
             response = await self._synthesizer.synthesize(request)
-        except RouteError as exc:
+        except Exception as exc:  # noqa: BLE001 - classified below; unexpected ones are retried
+            kind, reason, message = classify_call_failure(exc)
             return await self._fail(
-                loaded,
-                token,
-                attempt=step.attempt,
-                kind=FailureKind.PERMANENT,
-                reason=FailureReason.ROUTER_RESOLVE,
-                message=str(exc),
-            )
-        except PermanentError as exc:
-            return await self._fail(
-                loaded,
-                token,
-                attempt=step.attempt,
-                kind=FailureKind.PERMANENT,
-                reason=FailureReason.SYNTHESIZER,
-                message=str(exc),
-            )
-        except TransientError as exc:
-            return await self._fail(
-                loaded,
-                token,
-                attempt=step.attempt,
-                kind=FailureKind.TRANSIENT,
-                reason=FailureReason.SYNTHESIZER,
-                message=str(exc),
-            )
-        except Exception as exc:  # noqa: BLE001 - an unexpected failure is retried within the limit
-            return await self._fail(
-                loaded,
-                token,
-                attempt=step.attempt,
-                kind=FailureKind.TRANSIENT,
-                reason=FailureReason.UNKNOWN,
-                message=f"{type(exc).__name__}: {exc}",
+                loaded, token, attempt=step.attempt, kind=kind, reason=reason, message=message
             )
         finally:
             self._metrics.duration.observe(time.perf_counter() - started)
@@ -481,3 +450,16 @@ class WorkExecutor:
             depth.get(ItemStatus.DEAD_LETTER.value, 0),
         )
         return jobs
+
+
+def classify_call_failure(exc: Exception) -> tuple[FailureKind, FailureReason, str]:
+    """What a failed synthesizer call means for the item: a route that cannot resolve and a
+    refusal are permanent, a transient fault is retried, anything unexpected is retried within
+    the attempt limit."""
+    if isinstance(exc, RouteError):
+        return FailureKind.PERMANENT, FailureReason.ROUTER_RESOLVE, str(exc)
+    if isinstance(exc, PermanentError):
+        return FailureKind.PERMANENT, FailureReason.SYNTHESIZER, str(exc)
+    if isinstance(exc, TransientError):
+        return FailureKind.TRANSIENT, FailureReason.SYNTHESIZER, str(exc)
+    return FailureKind.TRANSIENT, FailureReason.UNKNOWN, f"{type(exc).__name__}: {exc}"

@@ -12,6 +12,7 @@ from uuid import UUID
 import pytest
 from prometheus_client import CollectorRegistry
 
+from consumers.work_executor.executor import classify_call_failure
 from consumers.work_executor.metrics import (
     DURATION_BUCKETS,
     AttemptOutcome,
@@ -21,9 +22,11 @@ from consumers.work_executor.metrics import (
 from consumers.work_executor.plan import Exhausted, Reuse, Start, Unknown, next_step
 from consumers.work_executor.pool import WorkerPool
 from consumers.work_executor.prompts import render_story_prompt
-from consumers.work_executor.retry import RetryPolicy
+from consumers.work_executor.retry import FailureKind, RetryPolicy
 from consumers.work_executor.validation import parse_report
 from producers.work.policy import Action, ChildAction, decide, decide_child
+from spectral.errors import PermanentError, TransientError
+from spectral.llm.router import RouteError
 from spectral.work.documents import Epic
 from spectral.work.hashing import content_hash
 from spectral.work.model import EntryType, LedgerEntry, ThreadStatus
@@ -248,3 +251,25 @@ async def test_the_pool_bounds_concurrency_and_survives_a_crashing_job() -> None
     await pool.close()
     assert peak == 2
     assert len(done) == 9
+
+
+def test_call_failures_are_classified_by_kind_and_reason() -> None:
+
+    assert classify_call_failure(RouteError("no route")) == (
+        FailureKind.PERMANENT,
+        FailureReason.ROUTER_RESOLVE,
+        "no route",
+    )
+    assert classify_call_failure(PermanentError("refused"))[:2] == (
+        FailureKind.PERMANENT,
+        FailureReason.SYNTHESIZER,
+    )
+    assert classify_call_failure(TransientError("overloaded"))[:2] == (
+        FailureKind.TRANSIENT,
+        FailureReason.SYNTHESIZER,
+    )
+    assert classify_call_failure(KeyError("x")) == (
+        FailureKind.TRANSIENT,
+        FailureReason.UNKNOWN,
+        "KeyError: 'x'",
+    )
