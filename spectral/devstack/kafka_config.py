@@ -206,8 +206,12 @@ def _port(value: Any) -> int:
 
 def new_cluster_id() -> str:
     """A Kafka cluster id: 16 random bytes in URL-safe base64 without padding (22 characters),
-    the form ``kafka-storage.sh random-uuid`` prints."""
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode("ascii")
+    the form ``kafka-storage.sh random-uuid`` prints. Like Kafka's own ``Uuid.randomUuid`` it
+    never starts with ``-``, which the storage tool's argument parser would take for an option."""
+    while True:
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode("ascii")
+        if not cluster_id.startswith("-"):
+            return cluster_id
 
 
 def _escape(value: str) -> str:

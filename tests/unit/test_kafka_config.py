@@ -91,6 +91,11 @@ def test_cluster_ids_look_like_kafka_uuids() -> None:
         assert len(base64.urlsafe_b64decode(cluster_id + "==")) == 16
 
 
+def test_cluster_ids_never_start_with_a_dash() -> None:
+    # One id in 64 would: the storage tool would read it as an option and refuse to format.
+    assert not any(new_cluster_id().startswith("-") for _ in range(2000))
+
+
 def test_kafka_version_comes_from_the_broker_jar() -> None:
     names = ["kafka-clients-4.3.1.jar", "kafka_2.13-4.3.1.jar", "scala-library-2.13.16.jar"]
     assert kafka_version_of(names) == "4.3.1"
