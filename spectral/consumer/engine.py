@@ -12,11 +12,12 @@ One batch = one transaction with set-based SQL (the dedup insert is one statemen
 handlers do the same). See handler.py for the per-batch flow.
 
 Pipelining: while batch N's transaction, dead letters and offset commit run (a task holding
-``batch_lock``), the loop fetches and decodes batch N+1, yielding to the event loop every few
-hundred records so N's statements keep moving. Batch N+1 is applied only after N finished, so
-batches still apply, commit and acknowledge strictly in order; before it is applied, its
-records of partitions revoked in the meantime are dropped (their new owner reads them from the
-committed offset).
+``batch_lock``), the loop fetches and decodes the next batches, up to :data:`PIPELINE_DEPTH`
+batches ahead, yielding to the event loop every few dozen records so N's statements keep
+moving. Each batch's task waits for the one before it and applies only if that one succeeded,
+so batches still apply, commit and acknowledge strictly in order and a failed batch's records
+are never skipped by a later commit; before a batch is applied, its records of partitions
+revoked in the meantime are dropped (their new owner reads them from the committed offset).
 
 Replays (spectral/consumer/replay.py) run the same path with three seams: an ``Assignment``
 (fixed partitions from/to fixed offsets, outside any consumer group, no offset commits, return
@@ -28,6 +29,7 @@ producing them).
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import signal
 import time
@@ -67,8 +69,12 @@ log = get_logger(__name__)
 
 _SQL = load_queries(Path(__file__).with_name("queries.sql"))
 DLQ_MAX_REQUEST_BYTES = 16 * 1024 * 1024
-DECODE_SLICE = 250
-"""Records decoded between two yields to the event loop while a batch is in flight."""
+DECODE_SLICE = 64
+"""Records decoded between two yields to the event loop while a batch is in flight (~2 ms:
+each of the in-flight batch's statement replies waits at most that long for the loop)."""
+PIPELINE_DEPTH = 2
+"""Batches fetched and decoded ahead of the one being applied. With one, the loop idled while
+a batch it had already decoded waited for the previous one's database round trips."""
 FETCH_MAX_BYTES = 64 * 1024 * 1024
 PARTITION_FETCH_BYTES = 1024 * 1024
 """Per partition and fetch (Kafka's default). The fetcher prefetches every assigned partition,
@@ -191,7 +197,7 @@ class ConsumerEngine:
         self._pool: asyncpg.Pool | None = None
         self._consumer: AIOKafkaConsumer | None = None
         self._producer: AIOKafkaProducer | None = None
-        self._in_flight: asyncio.Task[BatchReport] | None = None
+        self._in_flight: collections.deque[asyncio.Task[BatchReport]] = collections.deque()
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -210,7 +216,7 @@ class ConsumerEngine:
         try:
             await self._start()
             await self._loop()
-            await self._settle()  # the batch still in flight commits before the group is left
+            await self._settle_all()  # batches in flight commit before the group is left
         finally:
             await self._abandon()
             for sig in installed:
@@ -301,10 +307,10 @@ class ConsumerEngine:
             if self.options.assignment is not None and not await self._unfinished():
                 self.summary.complete = True
                 return
-            if self._in_flight is not None and self._in_flight.done():
+            while self._in_flight and self._in_flight[0].done():
                 await self._settle()  # count it now; a failure surfaces at once
             if time.monotonic() - last_periodic >= self.options.periodic_interval:
-                await self._settle()  # periodic chores never run beside a batch
+                await self._settle_all()  # periodic chores never run beside a batch
                 await self._periodic()
                 last_periodic = time.monotonic()
             try:
@@ -329,23 +335,30 @@ class ConsumerEngine:
                     return
                 continue
             last_record = time.monotonic()
-            decoded = await self._decode_batch(records, cooperative=self._in_flight is not None)
-            await self._settle()
-            self._in_flight = asyncio.create_task(self._finish(decoded))
+            decoded = await self._decode_batch(records, cooperative=bool(self._in_flight))
+            while len(self._in_flight) >= PIPELINE_DEPTH:
+                await self._settle()
+            previous = self._in_flight[-1] if self._in_flight else None
+            self._in_flight.append(asyncio.create_task(self._finish(decoded, previous)))
 
     async def _settle(self) -> None:
-        """Wait for the batch in flight (if any) and count it; its failure propagates."""
-        task, self._in_flight = self._in_flight, None
-        if task is not None:
-            self.summary.add(await task)
+        """Wait for the oldest batch in flight (if any) and count it; its failure propagates."""
+        if self._in_flight:
+            self.summary.add(await self._in_flight[0])
+            self._in_flight.popleft()
+
+    async def _settle_all(self) -> None:
+        while self._in_flight:
+            await self._settle()
 
     async def _abandon(self) -> None:
-        """The run failed or was cancelled: cancel the batch in flight. Its transaction rolls
+        """The run failed or was cancelled: cancel the batches in flight. A transaction rolls
         back, or it committed and its offsets did not: redelivered, then deduplicated."""
-        task, self._in_flight = self._in_flight, None
-        if task is not None and not task.done():
-            task.cancel()
-        if task is not None:
+        tasks, self._in_flight = list(self._in_flight), collections.deque()
+        for task in reversed(tasks):  # the later ones first: none of them starts applying
+            if not task.done():
+                task.cancel()
+        for task in tasks:
             with contextlib.suppress(Exception, asyncio.CancelledError):
                 await task
 
@@ -395,8 +408,16 @@ class ConsumerEngine:
             await asyncio.sleep(0)
         return _Decoded(records, deliveries, dead, busy)
 
-    async def _finish(self, decoded: _Decoded) -> BatchReport:
-        """Apply a decoded batch under ``batch_lock`` (revocations wait for it)."""
+    async def _finish(
+        self, decoded: _Decoded, previous: asyncio.Task[BatchReport] | None
+    ) -> BatchReport:
+        """Apply a decoded batch under ``batch_lock`` (revocations wait for it), once the batch
+        before it (``previous``) has succeeded: after a failure, committing this batch's offsets
+        would skip the failed batch's records."""
+        if previous is not None:
+            await asyncio.wait([previous])
+            if previous.cancelled() or previous.exception() is not None:
+                raise asyncio.CancelledError
         async with self.batch_lock:
             records, deliveries, dead = self._owned(decoded)
             if not records:
