@@ -31,16 +31,28 @@ RFC3339_PATTERN: Final = f"^{_DATE}[Tt]{_TIME}{_OFFSET}$"
 _EXAMPLE: Final = "2026-11-21T10:00:00.123456Z"
 _MIN_RFC3339_CHARS: Final = 20  # 2026-11-21T10:00:00Z
 _SECONDS_END: Final = 19  # index just after the seconds
+_WRITTEN_CHARS: Final = 27  # len("2026-11-21T10:00:00.123456Z"), the form format_utc writes
+_WRITTEN_SEPARATORS: Final = "--T::."  # characters 4, 7, 10, 13, 16 and 19 of that form
 
 
 def parse_utc(value: object) -> datetime:
     """An aware UTC datetime from RFC 3339 text or an aware datetime; ValueError otherwise.
 
-    Hot path (13 timestamps per failure-cluster record): the layout checks below plus
-    ``datetime.fromisoformat`` (which checks the digits and ranges) accept exactly
-    :data:`RFC3339_PATTERN`, at a third of the cost of the regular expression.
+    Hot path (up to 13 timestamps per failure-cluster record): the layout checks of
+    :func:`_rfc3339_layout` plus ``datetime.fromisoformat`` (which checks the digits and ranges)
+    accept exactly :data:`RFC3339_PATTERN`, at a third of the cost of the regular expression.
+    Text in the written form (``YYYY-MM-DDTHH:MM:SS.ffffffZ``) takes a shorter path: the same
+    checks specialised to that one layout.
     """
     if type(value) is str:
+        if (  # the written form, a case of the layout below (fromisoformat checks the rest)
+            len(value) == _WRITTEN_CHARS
+            and value[-1] == "Z"
+            and value[4:20:3] == _WRITTEN_SEPARATORS
+            and value[20:26].isdigit()
+            and value.isascii()
+        ):
+            return datetime.fromisoformat(value)  # tzinfo is UTC: it reads Z as UTC
         if not _rfc3339_layout(value):
             raise ValueError(f"expected an RFC 3339 date-time such as {_EXAMPLE}")
         parsed = datetime.fromisoformat(value[:-1] + "Z" if value[-1] == "z" else value)

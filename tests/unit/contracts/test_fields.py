@@ -184,3 +184,39 @@ def test_every_truncation_deletion_and_insertion_parses_or_raises_value_error() 
             continue
         assert RFC3339.fullmatch(text), text
         assert parsed.tzinfo is UTC
+
+
+_WRITTEN = "2026-11-21T10:00:00.123456Z"
+_REPLACEMENTS = "0123456789-:.TtZz+ ,W_x\x00\uff12\u0660"
+
+
+def reference_parse(text: str) -> datetime | None:
+    """The accepted set spelled out: the pattern, then a real date and time (None: refused)."""
+    if not RFC3339.fullmatch(text):
+        return None
+    try:
+        return datetime.fromisoformat(text.upper()).astimezone(UTC)
+    except ValueError:
+        return None
+
+
+def test_every_one_character_change_of_the_written_form_parses_as_the_reference() -> None:
+    # The written form has its own path through parse_utc; it must agree with the general one.
+    for index in range(len(_WRITTEN)):
+        for char in _REPLACEMENTS:
+            text = _WRITTEN[:index] + char + _WRITTEN[index + 1 :]
+            expected = reference_parse(text)
+            try:
+                parsed = parse_utc(text)
+            except ValueError:
+                assert expected is None, text
+                continue
+            assert parsed == expected, text
+            assert parsed.tzinfo is UTC
+
+
+@given(f.utc_times)
+def test_the_written_form_reads_back_as_utc(moment: datetime) -> None:
+    parsed = parse_utc(format_utc(moment))
+    assert parsed == moment
+    assert parsed.tzinfo is UTC
