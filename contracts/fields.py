@@ -51,6 +51,7 @@ def parse_utc(value: object) -> datetime:
             and value[4:20:3] == _WRITTEN_SEPARATORS
             and value[20:26].isdigit()
             and value.isascii()
+            and "\x00" not in value
         ):
             return datetime.fromisoformat(value)  # tzinfo is UTC: it reads Z as UTC
         if not _rfc3339_layout(value):
@@ -74,9 +75,11 @@ def _rfc3339_layout(text: str) -> bool:
     """Separators where RFC 3339 puts them, so fromisoformat's ISO 8601 extras are refused:
     basic and week dates, other separators, minutes-only times, comma or empty fractions,
     ``+HHMM``, ``+HH`` and seconds in offsets. ``fromisoformat`` then checks every digit and
-    range. Tests hold it equal to :data:`RFC3339_PATTERN` over every edit of valid stamps.
+    range. NUL is refused outright: fromisoformat reads its input as a NUL-terminated string and
+    took ``...T06:Z\\x00:00.000000Z`` for ``...T06:00:00Z``. Tests hold it equal to
+    :data:`RFC3339_PATTERN` over every edit of valid stamps.
     """
-    if len(text) < _MIN_RFC3339_CHARS or not text.isascii():
+    if len(text) < _MIN_RFC3339_CHARS or not text.isascii() or "\x00" in text:
         return False
     offset = len(text) - 1 if text[-1] in "Zz" else len(text) - 6  # where the offset starts
     return (

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import re
 from datetime import UTC, datetime, timedelta, timezone
 
@@ -56,6 +57,9 @@ def test_rfc3339_text_is_read_as_utc(text: str, expected: datetime) -> None:
         "2026-11-21T24:00:00Z",
         "2026-11-21T10:00:00Z\n",
         "\uff12026-11-21T10:00:00Z",  # a fullwidth digit
+        "2026-11-21T10:Z\x00:00.123456Z",  # fromisoformat stops at NUL: read as 10:00Z
+        "2026-11-21T10:00:Z\x00Z",
+        "2026-11-21T10:00:00Z\x00",
         "0001-01-01T00:00:00+01:00",  # before year 1 once in UTC
         1763719200,
         1763719200.5,
@@ -196,7 +200,7 @@ def reference_parse(text: str) -> datetime | None:
         return None
     try:
         return datetime.fromisoformat(text.upper()).astimezone(UTC)
-    except ValueError:
+    except (ValueError, OverflowError):
         return None
 
 
@@ -220,3 +224,25 @@ def test_the_written_form_reads_back_as_utc(moment: datetime) -> None:
     parsed = parse_utc(format_utc(moment))
     assert parsed == moment
     assert parsed.tzinfo is UTC
+
+
+_TWO_CHANGE_TEMPLATES = (_WRITTEN, "2026-11-21T10:00:00Z", "2026-11-21T10:00:00.5-01:30")
+
+
+def test_every_two_character_change_parses_as_the_reference() -> None:
+    # NUL ends the text for fromisoformat, so a change must come in pairs to fool it ("Z\x00").
+    for template in _TWO_CHANGE_TEMPLATES:
+        for first, second in itertools.combinations(range(len(template)), 2):
+            for one, two in itertools.product("0Z+:.\x00x", repeat=2):
+                text = (
+                    template[:first]
+                    + one
+                    + template[first + 1 : second]
+                    + two
+                    + template[second + 1 :]
+                )
+                try:
+                    parsed: datetime | None = parse_utc(text)
+                except ValueError:
+                    parsed = None
+                assert parsed == reference_parse(text), text
