@@ -16,7 +16,7 @@ so a retried application is recognised and skipped.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Annotated, Any, Final
 
@@ -71,9 +71,10 @@ def validate_backlog(content: Mapping[str, Any]) -> StoryBacklog:
         raise InvalidDocumentError(f"invalid {STORY_BACKLOG}: {_errors(exc)}") from exc
 
 
-def _errors(exc: ValidationError) -> str:
+def _errors(exc: ValidationError, where: tuple[str, ...] = ()) -> str:
     return "; ".join(
-        f"{'.'.join(str(p) for p in error['loc'])}: {error['msg']}" for error in exc.errors()[:5]
+        f"{'.'.join(str(p) for p in (*where, *error['loc']))}: {error['msg']}"
+        for error in exc.errors()[:5]
     )
 
 
@@ -105,15 +106,50 @@ class ReplaceEpicStories:
 
 def apply_mutation(content: Mapping[str, Any], mutation: ReplaceEpicStories) -> dict[str, Any]:
     """The new content after ``mutation``, validated against the schema (pure)."""
-    backlog = validate_backlog(content)
-    epic = backlog.epics.get(mutation.epic_id)
+    (result,) = apply_in_turn(content, [mutation])
+    if isinstance(result, InvalidDocumentError):
+        raise result
+    return result
+
+
+def apply_in_turn(
+    content: Mapping[str, Any], mutations: Sequence[ReplaceEpicStories]
+) -> list[dict[str, Any] | InvalidDocumentError]:
+    """Apply ``mutations`` one after the other, each to the content the previous accepted one
+    left (pure). Per mutation: the new content (the schema's JSON form), or the error that
+    refused it (the content then stays as it was for the next).
+
+    The document is validated once; each mutation then validates only the epic it replaces
+    (the rest of the content is unchanged and valid), so a chain costs one validation of the
+    document plus one of an epic per mutation — the same results as validating the whole new
+    content every time."""
+    try:
+        current = validate_backlog(content).model_dump(mode="json")
+    except InvalidDocumentError as exc:
+        return [exc for _ in mutations]
+    results: list[dict[str, Any] | InvalidDocumentError] = []
+    for mutation in mutations:
+        try:
+            current = _replace_stories(current, mutation)
+        except InvalidDocumentError as exc:
+            results.append(exc)
+            continue
+        results.append(current)
+    return results
+
+
+def _replace_stories(content: dict[str, Any], mutation: ReplaceEpicStories) -> dict[str, Any]:
+    """``content`` (valid, in JSON form) with the epic's stories replaced; only the new epic is
+    validated."""
+    epics: dict[str, Any] = content["epics"]
+    epic = epics.get(mutation.epic_id)
     if epic is None:
         raise InvalidDocumentError(
             f"document {mutation.document_id!r} has no epic {mutation.epic_id!r}"
         )
-    epics = dict(backlog.epics)
-    epics[mutation.epic_id] = epic.model_copy(update={"stories": mutation.stories})
-    updated = backlog.model_copy(update={"epics": epics})
-    result: dict[str, Any] = updated.model_dump(mode="json")
-    validate_backlog(result)
-    return result
+    try:
+        updated = Epic.model_validate({**epic, "stories": mutation.stories})
+    except ValidationError as exc:
+        where = ("epics", mutation.epic_id)
+        raise InvalidDocumentError(f"invalid {STORY_BACKLOG}: {_errors(exc, where)}") from exc
+    return {**content, "epics": {**epics, mutation.epic_id: updated.model_dump(mode="json")}}

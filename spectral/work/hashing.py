@@ -19,3 +19,8 @@ def canonical_text(value: Any) -> str:
 def content_hash(value: Any) -> str:
     """sha256 of the canonical text, as 64 lowercase hex digits."""
     return hashlib.sha256(canonical_text(value).encode("utf-8")).hexdigest()
+
+
+def text_hash(text: str) -> str:
+    """``content_hash`` of a value whose canonical text is ``text`` (no second serialisation)."""
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()

@@ -23,7 +23,7 @@ target lock "below" one already held, raises ``LockOrderError`` before touching 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from enum import IntEnum
 from pathlib import Path
@@ -90,6 +90,22 @@ class TransactionLocks:
 
     async def target(self, scope: str) -> None:
         await self._acquire(LockKey(LockKind.TARGET, scope))
+
+    async def targets(self, scopes: Iterable[str]) -> None:
+        """Take the target locks of ``scopes`` in ascending scope order, in one statement."""
+        keys = sorted({LockKey(LockKind.TARGET, scope) for scope in scopes} - set(self._held))
+        if not keys:
+            return
+        held = list(self._held)
+        for key in keys:
+            check_order(held, key)
+            held.append(key)
+        if not self._conn.is_in_transaction():
+            raise LockOrderError("transaction-scoped locks need an open transaction")
+        await self._conn.fetchval(
+            _SQL["advisory_xact_locks"], [int(k.kind) for k in keys], [k.objid for k in keys]
+        )
+        self._held.extend(keys)
 
     async def _acquire(self, key: LockKey) -> None:
         if key in self._held:

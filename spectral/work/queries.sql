@@ -4,6 +4,12 @@
 -- Wait for the transaction-scoped advisory lock (kind, scope hash); released at COMMIT/ROLLBACK.
 SELECT pg_advisory_xact_lock($1::int, $2::int)
 
+-- name: advisory_xact_locks
+-- Several of them in one round trip, waited for one after the other in the arrays' order (the
+-- rows of unnest come in array order; the caller sorts them by the lock-order rule).
+SELECT count(pg_advisory_xact_lock(l.kind, l.objid))
+FROM unnest($1::int[], $2::int[]) AS l (kind, objid)
+
 -- name: get_thread
 SELECT thread_id, kind, space_type, space_id, target_ref::text AS target_ref, status,
        parent_thread_id, idempotency_key, continue_on_error, outcome::text AS outcome,

@@ -19,6 +19,7 @@ from spectral.work.documents import (
     InvalidDocumentError,
     ReplaceEpicStories,
     Story,
+    apply_in_turn,
     apply_mutation,
     validate_backlog,
 )
@@ -127,6 +128,27 @@ def test_a_mutation_of_a_missing_epic_or_an_invalid_document_is_refused() -> Non
         validate_backlog({"epics": {"E1": {"title": ""}}})
     with pytest.raises(InvalidDocumentError):
         validate_backlog({"epics": {}, "extra": 1})
+
+
+def test_mutations_applied_in_turn_give_the_contents_of_applying_them_one_by_one() -> None:
+    too_many = tuple(Story(story_key=f"E2-{n}", title=f"Story {n}") for n in range(51))
+    first = ReplaceEpicStories.for_item(uuid.uuid4(), "doc", "E1", (STORY,))
+    refused = ReplaceEpicStories.for_item(uuid.uuid4(), "doc", "E2", too_many)
+    missing = ReplaceEpicStories.for_item(uuid.uuid4(), "doc", "E9", (STORY,))
+    last = ReplaceEpicStories.for_item(
+        uuid.uuid4(), "doc", "E2", (Story(story_key="E2-1", title="  Find  "),)
+    )
+    results = apply_in_turn(BACKLOG, [first, refused, missing, last])
+    one = apply_mutation(BACKLOG, first)
+    assert results[0] == one
+    assert isinstance(results[1], InvalidDocumentError)
+    assert "epics.E2.stories" in str(results[1])
+    assert isinstance(results[2], InvalidDocumentError)
+    assert "no epic" in str(results[2])
+    assert results[3] == apply_mutation(one, last)
+    assert results[3]["epics"]["E2"]["stories"][0]["title"] == "Find"
+    with pytest.raises(InvalidDocumentError):
+        apply_mutation(BACKLOG, refused)
 
 
 # -- retry policy (fake clock) ---------------------------------------------------------------

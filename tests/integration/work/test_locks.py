@@ -71,3 +71,30 @@ async def test_the_lock_order_rule_is_enforced_in_code(database_url: str) -> Non
             await TransactionLocks(conn).target("epic:d/E1")
     finally:
         await conn.close()
+
+
+async def test_several_target_locks_are_taken_at_once_in_ascending_order(database_url: str) -> None:
+    one = await connect(database_url, role="spectral_executor")
+    two = await connect(database_url, role="spectral_executor")
+    try:
+        async with one.transaction():
+            locks = TransactionLocks(one)
+            await locks.targets(["epic:d/E3", "epic:d/E1", "epic:d/E2", "epic:d/E1"])
+            assert [k.scope for k in locks.held] == ["epic:d/E1", "epic:d/E2", "epic:d/E3"]
+            held = await two.fetchval(
+                "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' "
+                "AND classid = $1::int::oid AND granted",
+                int(LockKind.TARGET),
+            )
+            assert held == 3
+            waiter = asyncio.create_task(_locked(two, "epic:d/E2"))
+            await asyncio.sleep(0.3)
+            assert not waiter.done()  # each of them is held
+            with pytest.raises(LockOrderError, match="ascending scope order"):
+                await locks.targets(["epic:d/E0"])
+            await locks.targets(["epic:d/E2", "epic:d/E4"])  # held ones are skipped
+            assert [k.scope for k in locks.held][-1] == "epic:d/E4"
+        await asyncio.wait_for(waiter, 5)
+    finally:
+        for conn in (one, two):
+            await conn.close()
