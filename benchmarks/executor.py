@@ -7,13 +7,15 @@ followed by its ledger entries, the document mutation under the target lock and 
 settlement, exactly as in production.
 
 * executor: the ``work-executor`` deployment as ``spectral consume`` runs it (the engine on the
-  ``work.item.enqueued`` topic, claims in the engine's batch transaction, the bounded worker
-  pool of ``work_pool_size`` workers), in this process; the items' events are published from
-  the outbox rows the commands wrote. Timed from the first claim (the first dedup row) to the
-  last item's ``finished_at``, both on the database clock.
-* baseline: the same per-item code (``WorkExecutor.run_item``) driven the way a typical queue
-  worker is written — claim one due item per transaction (the executor's own SKIP LOCKED claim
-  statement with LIMIT 1), run it, repeat. Same database clock window.
+  ``work.item.enqueued`` topic, claims in the engine's batch transaction, the bounded pool of
+  ``work_pool_size`` items in flight, which runs the claimed items in batches through
+  ``WorkExecutor.run_batch``), in this process; the items' events are published from the
+  outbox rows the commands wrote. Timed from the first claim (the first dedup row) to the last
+  item's ``finished_at``, both on the database clock.
+* baseline: the same code (``WorkExecutor.run_item``, which is ``run_batch`` with a batch of
+  one) driven the way a typical queue worker is written — claim one due item per transaction
+  (the executor's own SKIP LOCKED claim statement with LIMIT 1), run it, repeat. Same database
+  clock window.
 
 Both stop by themselves: the executor once every item is terminal, the baseline when no item
 is left; each is bounded by the run's time budget (``Options.limit``).
@@ -170,7 +172,8 @@ async def run_deployment(
 
 async def run_baseline(stack: BenchStack, database_url: str, items: int, limit: float) -> ItemsRun:
     """One item claimed per transaction (the executor's own claim statement, LIMIT 1), run
-    inline by the executor's own per-item code, until no item is left. No sweeper, no pool."""
+    inline by the executor's own code as a batch of one, until no item is left. No sweeper, no
+    pool."""
     settings = _settings(stack)
     pool = await create_pool(
         database_url, role=ROLE, min_size=1, max_size=settings.work_pool_size + 2
@@ -219,7 +222,7 @@ async def run_executor(stack: BenchStack, options: Options, report: Report) -> N
         deployed.per_second,
         "items/s",
         f"{deployed.items:,} items, stub synthesizer, work-executor deployment on Kafka "
-        "(batch claims in the engine transaction, worker pool)",
+        "(batch claims in the engine transaction, batches of the items in flight)",
     )
     report.add(
         "executor_baseline",

@@ -6,9 +6,10 @@ Events are wake-ups; the ``work.work_items`` row is the queue of record (ADR-000
   and claimable with one conditional UPDATE — the ADR-0023 lease; a replica that loses the
   claim (or finds the item running, done, or not yet due) marks the delivery ``stale`` and pays
   nothing. The claim commits with the dedup record, so a redelivered event never claims twice.
-* ``after_commit``: hands the claimed items to the bounded worker pool; the paid work runs
-  there, outside any transaction, and never holds up the engine's offsets for longer than it
-  takes to find room in the pool.
+* ``after_commit``: hands the claimed items to the bounded pool (pool.py), which runs the items
+  waiting for room together as one batch (executor.py: shared statements and transactions per
+  step, one paid call per item); the paid work runs there, outside any transaction, and never
+  holds up the engine's offsets for longer than it takes to find room in the pool.
 * the sweep, every ``work_sweep_interval_seconds`` from a task the handler starts with its
   pool (the engine's ``periodic`` hook starts it at once, before any record arrives, so a
   restarted executor recovers its predecessor's leases even when no event ever comes): stamp-
@@ -27,7 +28,7 @@ import asyncpg
 
 from consumers.work_executor.executor import ExecutorConfig, WorkExecutor
 from consumers.work_executor.metrics import AttemptOutcome, ExecutorMetrics
-from consumers.work_executor.pool import Job, WorkerPool
+from consumers.work_executor.pool import Job, JobDone, WorkerPool
 from consumers.work_executor.repository import ExecutorRepository
 from consumers.work_executor.retry import RetryPolicy
 from contracts import WORK_ITEM_ENQUEUED
@@ -42,6 +43,9 @@ log = get_logger(__name__)
 
 NAME: Final = "work-executor"
 ROLE: Final = "spectral_executor"
+DB_CONNECTIONS: Final = 8
+"""The executor's own database connections, at most (plus two): a batch holds one only for the
+statements of one step, never across a paid call, so many items in flight need few."""
 
 
 class WorkExecutorHandler:
@@ -89,7 +93,7 @@ class WorkExecutorHandler:
                     self._database_url,
                     role=self.database_role,
                     min_size=1,
-                    max_size=self._settings.work_pool_size + 2,
+                    max_size=min(self._settings.work_pool_size, DB_CONNECTIONS) + 2,
                 )
                 self._repo = ExecutorRepository(self._db)
                 self._executor = WorkExecutor(
@@ -119,9 +123,9 @@ class WorkExecutorHandler:
                 log.warning("sweep failed", error=f"{type(exc).__name__}: {exc}")
             await asyncio.sleep(interval)
 
-    async def _run(self, item_id: UUID, token: UUID) -> None:
+    async def _run(self, jobs: Sequence[Job], done: JobDone) -> None:
         executor = await self.start()
-        await executor.run_item(item_id, token)
+        await executor.run_batch(jobs, done)
 
     # -- the engine's hooks ----------------------------------------------------------------------
 

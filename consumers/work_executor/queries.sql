@@ -70,48 +70,59 @@ FROM stale s
 WHERE w.work_item_id = s.work_item_id
 RETURNING w.work_item_id
 
--- name: load_item
+-- name: load_items
+-- The claimed items of a batch with their threads (one round trip for the batch).
 SELECT w.work_item_id, w.thread_id, w.sequence, w.status, w.attempt, w.lock_scope,
        w.project_id, w.function_key, w.input::text AS input, w.not_before, w.lease_token,
        w.leased_at, w.error_message, w.created_at, w.started_at, w.finished_at,
        t.kind AS thread_kind, t.parent_thread_id, t.target_ref::text AS target_ref
 FROM work.work_items w
 JOIN work.threads t ON t.thread_id = w.thread_id
-WHERE w.work_item_id = $1
+WHERE w.work_item_id = ANY($1::uuid[])
 
--- name: item_ledger
+-- name: items_ledger
 SELECT entry_id, seq, thread_id, work_item_id, attempt, entry_type, payload::text AS payload,
        hash, created_at
 FROM work.ledger_entries
-WHERE work_item_id = $1
+WHERE work_item_id = ANY($1::uuid[])
 ORDER BY seq
 
--- name: get_document
+-- name: get_documents
 SELECT document_id, version, content::text AS content
 FROM work.documents
-WHERE document_id = $1
+WHERE document_id = ANY($1::text[])
 
--- name: lock_document
+-- name: lock_documents
+-- The documents a transaction mutates, row-locked in ascending id order (deadlock freedom
+-- between transactions that mutate several documents).
 SELECT document_id, version, content::text AS content
 FROM work.documents
-WHERE document_id = $1
+WHERE document_id = ANY($1::text[])
+ORDER BY document_id
 FOR UPDATE
 
--- name: start_attempt
--- Attempt n starts: counted before the paid call, in the transaction that records its prompt.
-UPDATE work.work_items
-SET status = 'running', attempt = attempt + 1, started_at = coalesce(started_at, now()),
+-- name: start_attempts
+-- Attempt n of each item starts: counted before the paid call, in the transaction that records
+-- its prompt. Only items whose lease ($2) is still held and whose attempt is still n-1 ($3)
+-- start; their rows are locked in id order first.
+WITH wanted AS (
+    SELECT s.work_item_id, s.lease_token, s.previous
+    FROM unnest($1::uuid[], $2::uuid[], $3::integer[]) AS s (work_item_id, lease_token, previous)
+), held AS (
+    SELECT w.work_item_id
+    FROM work.work_items w
+    JOIN wanted s ON s.work_item_id = w.work_item_id
+    WHERE w.lease_token = s.lease_token AND w.status IN ('claimed', 'running')
+      AND w.attempt = s.previous
+    ORDER BY w.work_item_id
+    FOR UPDATE OF w
+)
+UPDATE work.work_items w
+SET status = 'running', attempt = w.attempt + 1, started_at = coalesce(w.started_at, now()),
     leased_at = now()
-WHERE work_item_id = $1 AND lease_token = $2 AND status IN ('claimed', 'running')
-  AND attempt = $3
-RETURNING attempt
-
--- name: touch_lease
--- Guard of a lease holder's transaction: locks the item row and proves the lease is still ours.
-UPDATE work.work_items
-SET leased_at = now()
-WHERE work_item_id = $1 AND lease_token = $2 AND status IN ('claimed', 'running')
-RETURNING attempt
+FROM held h
+WHERE w.work_item_id = h.work_item_id
+RETURNING w.work_item_id, w.attempt
 
 -- name: insert_entries
 INSERT INTO work.ledger_entries (entry_id, thread_id, work_item_id, attempt, entry_type, payload,
@@ -126,50 +137,106 @@ ON CONFLICT (work_item_id, attempt, entry_type)
     DO NOTHING
 RETURNING entry_id
 
--- name: release_for_retry
-UPDATE work.work_items
-SET status = 'failed', not_before = $3, error_message = $4,
-    lease_token = NULL, leased_at = NULL, leased_by = NULL
-WHERE work_item_id = $1 AND lease_token = $2 AND status IN ('claimed', 'running')
-RETURNING attempt
+-- name: release_items
+-- Transient failures: each item waits its backoff ($3 seconds, from the database clock) and
+-- its lease is released; the next attempt is delivered when due.
+WITH wanted AS (
+    SELECT s.work_item_id, s.lease_token, s.backoff, s.message
+    FROM unnest($1::uuid[], $2::uuid[], $3::float8[], $4::text[])
+        AS s (work_item_id, lease_token, backoff, message)
+), held AS (
+    SELECT w.work_item_id, s.backoff, s.message
+    FROM work.work_items w
+    JOIN wanted s ON s.work_item_id = w.work_item_id
+    WHERE w.lease_token = s.lease_token AND w.status IN ('claimed', 'running')
+    ORDER BY w.work_item_id
+    FOR UPDATE OF w
+)
+UPDATE work.work_items w
+SET status = 'failed', not_before = now() + make_interval(secs => h.backoff),
+    error_message = h.message, lease_token = NULL, leased_at = NULL, leased_by = NULL
+FROM held h
+WHERE w.work_item_id = h.work_item_id
+RETURNING w.work_item_id, w.not_before, now() AS now
 
--- name: dead_letter_item
-UPDATE work.work_items
-SET status = 'dead_letter', error_message = $3, finished_at = now(),
+-- name: dead_letter_items
+WITH wanted AS (
+    SELECT s.work_item_id, s.lease_token, s.message
+    FROM unnest($1::uuid[], $2::uuid[], $3::text[]) AS s (work_item_id, lease_token, message)
+), held AS (
+    SELECT w.work_item_id, s.message
+    FROM work.work_items w
+    JOIN wanted s ON s.work_item_id = w.work_item_id
+    WHERE w.lease_token = s.lease_token AND w.status IN ('claimed', 'running')
+    ORDER BY w.work_item_id
+    FOR UPDATE OF w
+)
+UPDATE work.work_items w
+SET status = 'dead_letter', error_message = h.message, finished_at = now(),
     lease_token = NULL, leased_at = NULL, leased_by = NULL
-WHERE work_item_id = $1 AND lease_token = $2 AND status IN ('claimed', 'running')
-RETURNING attempt
+FROM held h
+WHERE w.work_item_id = h.work_item_id
+RETURNING w.work_item_id
 
--- name: mark_applied
-UPDATE work.work_items
+-- name: mark_applied_items
+-- In the mutation transaction, under the target locks: the item rows locked in id order, each
+-- lease proved still held, the items applied — one statement. Returns the items whose lease
+-- was held, and whether each one's mutation had been applied before.
+WITH wanted AS (
+    SELECT s.work_item_id, s.lease_token
+    FROM unnest($1::uuid[], $2::uuid[]) AS s (work_item_id, lease_token)
+), held AS (
+    SELECT w.work_item_id
+    FROM work.work_items w
+    JOIN wanted s ON s.work_item_id = w.work_item_id
+    WHERE w.lease_token = s.lease_token AND w.status IN ('claimed', 'running')
+    ORDER BY w.work_item_id
+    FOR UPDATE OF w
+)
+UPDATE work.work_items w
 SET status = 'applied', error_message = NULL, finished_at = now(),
     lease_token = NULL, leased_at = NULL, leased_by = NULL
-WHERE work_item_id = $1 AND lease_token = $2 AND status IN ('claimed', 'running')
-RETURNING attempt
+FROM held h
+WHERE w.work_item_id = h.work_item_id
+RETURNING w.work_item_id,
+          EXISTS (SELECT 1 FROM work.mutations m WHERE m.work_item_id = w.work_item_id)
+              AS applied_before
 
--- name: close_thread
+-- name: close_threads
 -- A thread closes when its live item ends (ADR-035 §7.1 step 5); a closed one stays closed.
-UPDATE work.threads
-SET status = $2, outcome = $3::jsonb, closed_at = now(), updated_at = now()
-WHERE thread_id = $1 AND status IN ('open', 'running')
-RETURNING parent_thread_id
+UPDATE work.threads t
+SET status = s.status, outcome = s.outcome::jsonb, closed_at = now(), updated_at = now()
+FROM unnest($1::uuid[], $2::text[], $3::text[]) AS s (thread_id, status, outcome)
+WHERE t.thread_id = s.thread_id AND t.status IN ('open', 'running')
 
--- name: insert_mutation
+-- name: insert_mutations
+-- A mutation id is applied once; the caller inserts only those not applied before.
 INSERT INTO work.mutations (mutation_id, work_item_id, thread_id, document_id, lock_scope,
                            operation, arguments, base_version, result_version)
-VALUES ($1, $2, $3, $4, $5, $6, $7::jsonb, $8, $8 + 1)
-ON CONFLICT (mutation_id) DO NOTHING
-RETURNING mutation_id
+SELECT m.mutation_id, m.work_item_id, m.thread_id, m.document_id, m.lock_scope, m.operation,
+       m.arguments::jsonb, m.base_version, m.base_version + 1
+FROM unnest($1::uuid[], $2::uuid[], $3::uuid[], $4::text[], $5::text[], $6::text[], $7::text[],
+            $8::integer[], $9::integer[])
+    AS m (mutation_id, work_item_id, thread_id, document_id, lock_scope, operation, arguments,
+          base_version, ord)
+ORDER BY m.ord
 
--- name: update_document
-UPDATE work.documents
-SET version = version + 1, content = $3::jsonb, content_hash = $4, updated_at = now()
-WHERE document_id = $1 AND version = $2
-RETURNING version
+-- name: update_documents
+-- Each document moves from the version it was read at ($2, row-locked) to its last new one.
+UPDATE work.documents d
+SET version = u.version, content = u.content::jsonb, content_hash = u.content_hash,
+    updated_at = now()
+FROM unnest($1::text[], $2::integer[], $3::integer[], $4::text[], $5::text[])
+    AS u (document_id, base_version, version, content, content_hash)
+WHERE d.document_id = u.document_id AND d.version = u.base_version
+RETURNING d.document_id
 
--- name: insert_document_version
+-- name: insert_document_versions
+-- Every version a mutation made, one per mutation (intermediate ones included).
 INSERT INTO work.document_versions (document_id, version, content, content_hash, mutation_id)
-VALUES ($1, $2, $3::jsonb, $4, $5)
+SELECT v.document_id, v.version, v.content::jsonb, v.content_hash, v.mutation_id
+FROM unnest($1::text[], $2::integer[], $3::text[], $4::text[], $5::uuid[])
+    AS v (document_id, version, content, content_hash, mutation_id)
 
 -- name: lock_parent
 SELECT thread_id, space_id, status, continue_on_error
@@ -232,21 +299,23 @@ FROM work.work_items
 WHERE status <> 'applied'
 GROUP BY status
 
--- name: db_now
-SELECT now()
-
--- name: parent_needs_settling
--- Cheap check before taking the project lock: is the orchestration still open, and is either
--- no child live any more, or a child failed while it stops on error? (Run after the child's own
--- transaction committed: of two last siblings finishing together, the later sees both done.)
-SELECT p.status IN ('open', 'running')
-       AND (
-         NOT EXISTS (SELECT 1 FROM work.threads c
-                     WHERE c.parent_thread_id = p.thread_id AND c.status IN ('open', 'running'))
-         OR (NOT p.continue_on_error
-             AND EXISTS (SELECT 1 FROM work.threads c
-                         WHERE c.parent_thread_id = p.thread_id
-                           AND c.status IN ('failed', 'canceled')))
-       ) AS needed
-FROM work.threads p
-WHERE p.thread_id = $1
+-- name: parents_needing_settling
+-- Cheap check before taking project locks: which of these orchestrations are still open with
+-- either no live child left, or a failed child while they stop on error? (Run after the
+-- children's own transactions committed: of two last siblings finishing together, the later
+-- sees both done.) "Open or running" is written "closed_at IS NULL" (the same by the threads'
+-- CHECK): with the status list the planner ANDs in the partial index of all live threads and
+-- reads it whole for every parent while a backlog runs.
+SELECT p.thread_id, p.space_id
+FROM unnest($1::uuid[]) AS wanted (thread_id)
+JOIN work.threads p ON p.thread_id = wanted.thread_id
+WHERE p.closed_at IS NULL
+  AND (
+    NOT EXISTS (SELECT 1 FROM work.threads c
+                WHERE c.parent_thread_id = p.thread_id AND c.closed_at IS NULL)
+    OR (NOT p.continue_on_error
+        AND EXISTS (SELECT 1 FROM work.threads c
+                    WHERE c.parent_thread_id = p.thread_id
+                      AND c.status IN ('failed', 'canceled')))
+  )
+ORDER BY p.thread_id

@@ -1,12 +1,21 @@
-"""All database work of the executor. Each public method is one transaction (or runs in the
-caller's), and writes the outbox events of what it changed in that same transaction."""
+"""All database work of the executor, set-based over the items of a batch.
+
+``write`` is ONE transaction for whatever a batch records at one step — the starts of its
+attempts, the responses that came in, the mutations of the answers it validated, its retries
+and dead letters — with one statement per kind of change whatever the number of items, and the
+outbox events of what it changed in the same transaction. Every change that belongs to a lease
+holder is guarded by the item's lease token, item by item: an item whose lease was lost is left
+untouched (and reported in ``BatchWritten.lost``) while the others of the batch go on. Responses
+are the exception: they are recorded whoever holds the lease (paid work is never dropped).
+"""
 
 from __future__ import annotations
 
 import json
 import uuid
+from collections import defaultdict
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -17,8 +26,8 @@ import asyncpg
 from spectral.db.queries import load_queries
 from spectral.outbox import OutboxItem, enqueue
 from spectral.work import events
-from spectral.work.documents import ReplaceEpicStories, apply_mutation
-from spectral.work.hashing import canonical_text, content_hash
+from spectral.work.documents import InvalidDocumentError, ReplaceEpicStories, apply_in_turn
+from spectral.work.hashing import canonical_text, text_hash
 from spectral.work.identity import project_lock_scope
 from spectral.work.locks import TransactionLocks
 from spectral.work.model import EntryType, ItemStatus, LedgerEntry, ThreadStatus, WorkItem
@@ -60,10 +69,120 @@ class StoredDocument:
 
 
 @dataclass(frozen=True)
+class LoadedBatch:
+    items: Mapping[UUID, LoadedItem]
+    documents: Mapping[str, StoredDocument]
+    """The documents the items name (``input.document_id``) that exist."""
+
+
+@dataclass(frozen=True)
 class Applied:
     mutation_id: UUID
     base_version: int
     result_version: int
+    already_applied: bool = False
+
+
+# -- what one ``write`` records -----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class AttemptStart:
+    """Count attempt ``attempt`` (if the item is still at ``attempt - 1``) and record its
+    prompt: committed before the paid call."""
+
+    loaded: LoadedItem
+    token: UUID
+    attempt: int
+    prompt: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class ResponseRecord:
+    """A paid answer, recorded whether or not the lease is still held."""
+
+    loaded: LoadedItem
+    attempt: int
+    payload: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class MutationApply:
+    """Under the target lock: apply the mutation (idempotent by its id), record parse_report
+    and mutation_report, mark the item applied and its thread complete."""
+
+    loaded: LoadedItem
+    token: UUID
+    mutation: ReplaceEpicStories
+    attempt: int
+    parse_payload: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class RetryRelease:
+    """Attempt ``attempt`` failed transiently: record why, wait ``backoff`` (database clock) and
+    schedule the next attempt's delivery for then."""
+
+    loaded: LoadedItem
+    token: UUID
+    attempt: int
+    error: Mapping[str, Any]
+    backoff: timedelta
+
+
+@dataclass(frozen=True)
+class DeadLetterEnd:
+    """The item ends in dead_letter with an ``error`` entry (after ``extra`` entries, e.g. the
+    failed parse_report); its thread fails. The parent is settled separately."""
+
+    loaded: LoadedItem
+    token: UUID
+    attempt: int
+    error: Mapping[str, Any]
+    extra: tuple[NewEntry, ...] = ()
+
+
+@dataclass(frozen=True)
+class BatchWrite:
+    starts: Sequence[AttemptStart] = ()
+    responses: Sequence[ResponseRecord] = ()
+    applies: Sequence[MutationApply] = ()
+    releases: Sequence[RetryRelease] = ()
+    dead_letters: Sequence[DeadLetterEnd] = ()
+
+
+@dataclass
+class BatchWritten:
+    """What ``write`` did, per item."""
+
+    started: set[UUID] = field(default_factory=set)
+    applied: dict[UUID, Applied] = field(default_factory=dict)
+    refused: dict[UUID, str] = field(default_factory=dict)
+    """Mutations the document refused (or whose document is gone): nothing was written for
+    them; the caller dead-letters them."""
+    released: dict[UUID, datetime] = field(default_factory=dict)
+    """Items released for a retry, with the time their next attempt is due."""
+    dead_lettered: set[UUID] = field(default_factory=set)
+    lost: set[UUID] = field(default_factory=set)
+    """Items whose lease was lost: nothing of theirs was written (but responses)."""
+
+    def merge(self, other: BatchWritten) -> None:
+        self.started |= other.started
+        self.applied.update(other.applied)
+        self.refused.update(other.refused)
+        self.released.update(other.released)
+        self.dead_lettered |= other.dead_lettered
+        self.lost |= other.lost
+
+
+@dataclass
+class _Changes:
+    """What one transaction appends: ledger rows, thread closings, outbox events."""
+
+    entries: list[tuple[LoadedItem, NewEntry]] = field(default_factory=list)
+    closings: list[tuple[UUID, ThreadStatus, Mapping[str, Any]]] = field(default_factory=list)
+    states: list[OutboxItem] = field(default_factory=list)
+    others: list[OutboxItem] = field(default_factory=list)
 
 
 class ExecutorRepository:
@@ -92,25 +211,38 @@ class ExecutorRepository:
 
     # -- reads ------------------------------------------------------------------------------------
 
-    async def load(self, item_id: UUID) -> LoadedItem | None:
+    async def load_batch(self, item_ids: Sequence[UUID]) -> LoadedBatch:
+        """The items with their threads and ledgers, and the documents they name: at most three
+        statements for the whole batch (the ledger is read only for items that started an
+        attempt before — an item at attempt 0 has no entries)."""
         async with self._pool.acquire() as conn:
-            row = await conn.fetchrow(_SQL["load_item"], item_id)
-            if row is None:
-                return None
-            entries = await conn.fetch(_SQL["item_ledger"], item_id)
-        return LoadedItem(
-            item=item_from_row(row),
-            thread_kind=row["thread_kind"],
-            parent_thread_id=row["parent_thread_id"],
-            target_ref=json.loads(row["target_ref"]),
-            entries=tuple(entry_from_row(e) for e in entries),
-        )
+            rows = await conn.fetch(_SQL["load_items"], list(dict.fromkeys(item_ids)))
+            started = [row["work_item_id"] for row in rows if row["attempt"] > 0]
+            by_item: dict[UUID, list[LedgerEntry]] = defaultdict(list)
+            if started:
+                for entry in await conn.fetch(_SQL["items_ledger"], started):
+                    by_item[entry["work_item_id"]].append(entry_from_row(entry))
+            items = {
+                row["work_item_id"]: LoadedItem(
+                    item=item_from_row(row),
+                    thread_kind=row["thread_kind"],
+                    parent_thread_id=row["parent_thread_id"],
+                    target_ref=json.loads(row["target_ref"]),
+                    entries=tuple(by_item.get(row["work_item_id"], ())),
+                )
+                for row in rows
+            }
+            wanted = sorted({str(i.item.input.get("document_id", "")) for i in items.values()})
+            documents = {
+                row["document_id"]: StoredDocument(
+                    row["document_id"], row["version"], json.loads(row["content"])
+                )
+                for row in (await conn.fetch(_SQL["get_documents"], wanted) if wanted else ())
+            }
+        return LoadedBatch(items, documents)
 
-    async def document(self, document_id: str) -> StoredDocument | None:
-        row = await self._pool.fetchrow(_SQL["get_document"], document_id)
-        if row is None:
-            return None
-        return StoredDocument(row["document_id"], row["version"], json.loads(row["content"]))
+    async def load(self, item_id: UUID) -> LoadedItem | None:
+        return (await self.load_batch([item_id])).items.get(item_id)
 
     async def queue_depth(self) -> dict[str, int]:
         rows = await self._pool.fetch(_SQL["queue_depth"])
@@ -122,66 +254,103 @@ class ExecutorRepository:
 
     # -- the lease holder's transitions ---------------------------------------------------------
 
+    async def write(self, batch: BatchWrite) -> BatchWritten:
+        """Record ``batch`` in one transaction (see the module docstring)."""
+        done = BatchWritten()
+        changes = _Changes()
+        async with self._pool.acquire() as conn, conn.transaction():
+            if batch.applies:
+                await self._apply(conn, batch.applies, done, changes)
+            if batch.starts:
+                await self._start(conn, batch.starts, done, changes)
+            for response in batch.responses:
+                entry = NewEntry(response.attempt, EntryType.RESPONSE, response.payload)
+                changes.entries.append((response.loaded, entry))
+            if batch.releases:
+                await self._release(conn, batch.releases, done, changes)
+            if batch.dead_letters:
+                await self._dead_letter(conn, batch.dead_letters, done, changes)
+            outbox = await self._insert_entries(conn, changes.entries)
+            if changes.closings:
+                closings = sorted(changes.closings, key=lambda c: c[0])
+                await conn.execute(
+                    _SQL["close_threads"],
+                    [thread for thread, _, _ in closings],
+                    [status.value for _, status, _ in closings],
+                    [json.dumps(outcome) for _, _, outcome in closings],
+                )
+            await enqueue(conn, [*outbox, *changes.states, *changes.others])
+        return done
+
     async def start_attempt(
         self, loaded: LoadedItem, token: UUID, attempt: int, prompt: Mapping[str, Any]
     ) -> None:
-        """Count attempt ``attempt`` and record its prompt, committed before the paid call."""
-        item = loaded.item
-        async with self._pool.acquire() as conn, conn.transaction():
-            started = await conn.fetchval(
-                _SQL["start_attempt"], item.work_item_id, token, attempt - 1
-            )
-            if started is None:
-                raise LeaseLostError
-            outbox = await self._append(conn, loaded, [NewEntry(attempt, EntryType.PROMPT, prompt)])
-            outbox.append(self._state(loaded, ItemStatus.RUNNING, attempt))
-            await enqueue(conn, outbox)
+        """One item's ``AttemptStart`` on its own; ``LeaseLostError`` if it did not start."""
+        done = await self.write(BatchWrite(starts=[AttemptStart(loaded, token, attempt, prompt)]))
+        if loaded.item.work_item_id not in done.started:
+            raise LeaseLostError
 
     async def record_response(
         self, loaded: LoadedItem, attempt: int, response: Mapping[str, Any]
     ) -> None:
-        """Record a paid answer at once — whether or not the lease is still ours (paid work is
-        never dropped; a re-claimer finds and reuses it)."""
-        async with self._pool.acquire() as conn, conn.transaction():
-            outbox = await self._append(
-                conn, loaded, [NewEntry(attempt, EntryType.RESPONSE, response)]
-            )
-            await enqueue(conn, outbox)
+        """One item's ``ResponseRecord`` on its own."""
+        await self.write(BatchWrite(responses=[ResponseRecord(loaded, attempt, response)]))
 
-    async def release_for_retry(
-        self,
-        loaded: LoadedItem,
-        token: UUID,
-        attempt: int,
-        error: Mapping[str, Any],
-        backoff: timedelta,
-    ) -> datetime:
-        """Attempt ``attempt`` failed transiently: record why, wait ``backoff`` (from the
-        database clock), and schedule the next attempt's delivery for then."""
-        item = loaded.item
-        async with self._pool.acquire() as conn, conn.transaction():
-            now: datetime = await conn.fetchval(_SQL["db_now"])
-            not_before = now + backoff
-            payload = {**error, "not_before": not_before.isoformat()}
-            released = await conn.fetchval(
-                _SQL["release_for_retry"],
-                item.work_item_id,
-                token,
-                not_before,
-                str(error.get("message", ""))[:2000],
+    async def _start(
+        self, conn: Conn, starts: Sequence[AttemptStart], done: BatchWritten, changes: _Changes
+    ) -> None:
+        rows = await conn.fetch(
+            _SQL["start_attempts"],
+            [s.loaded.item.work_item_id for s in starts],
+            [s.token for s in starts],
+            [s.attempt - 1 for s in starts],
+        )
+        started = {row["work_item_id"]: row["attempt"] for row in rows}
+        for start in starts:
+            item_id = start.loaded.item.work_item_id
+            if started.get(item_id) != start.attempt:
+                done.lost.add(item_id)
+                continue
+            done.started.add(item_id)
+            changes.entries.append(
+                (start.loaded, NewEntry(start.attempt, EntryType.PROMPT, start.prompt))
             )
-            if released is None:
-                raise LeaseLostError
-            outbox = await self._append(conn, loaded, [NewEntry(attempt, EntryType.ERROR, payload)])
-            outbox.append(
-                self._state(loaded, ItemStatus.FAILED, attempt, str(error.get("message", "")))
+            changes.states.append(_state(start.loaded, ItemStatus.RUNNING, start.attempt))
+
+    async def _release(
+        self, conn: Conn, releases: Sequence[RetryRelease], done: BatchWritten, changes: _Changes
+    ) -> None:
+        rows = await conn.fetch(
+            _SQL["release_items"],
+            [r.loaded.item.work_item_id for r in releases],
+            [r.token for r in releases],
+            [r.backoff.total_seconds() for r in releases],
+            [_message(r.error) for r in releases],
+        )
+        released = {row["work_item_id"]: (row["not_before"], row["now"]) for row in rows}
+        for release in releases:
+            loaded, item = release.loaded, release.loaded.item
+            if item.work_item_id not in released:
+                done.lost.add(item.work_item_id)
+                continue
+            not_before, now = released[item.work_item_id]
+            done.released[item.work_item_id] = not_before
+            payload = {**release.error, "not_before": not_before.isoformat()}
+            changes.entries.append((loaded, NewEntry(release.attempt, EntryType.ERROR, payload)))
+            changes.states.append(
+                _state(
+                    loaded,
+                    ItemStatus.FAILED,
+                    release.attempt,
+                    str(release.error.get("message", "")),
+                )
             )
-            outbox.append(
+            changes.others.append(
                 events.item_enqueued(
                     work_item_id=item.work_item_id,
                     thread_id=item.thread_id,
                     sequence=item.sequence,
-                    attempt=attempt + 1,
+                    attempt=release.attempt + 1,
                     lock_scope=item.lock_scope,
                     not_before=not_before,
                     kind=loaded.thread_kind,
@@ -191,123 +360,103 @@ class ExecutorRepository:
                     now=now,
                 )
             )
-            await enqueue(conn, outbox)
-        return not_before
 
-    async def dead_letter(
+    async def _dead_letter(
         self,
-        loaded: LoadedItem,
-        token: UUID,
-        attempt: int,
-        error: Mapping[str, Any],
-        extra: Sequence[NewEntry] = (),
+        conn: Conn,
+        dead_letters: Sequence[DeadLetterEnd],
+        done: BatchWritten,
+        changes: _Changes,
     ) -> None:
-        """The item ends in dead_letter with an ``error`` entry (after ``extra`` entries, e.g.
-        the failed parse_report); its thread fails. The parent is settled separately."""
-        item = loaded.item
-        message = str(error.get("message", ""))
-        async with self._pool.acquire() as conn, conn.transaction():
-            ended = await conn.fetchval(
-                _SQL["dead_letter_item"], item.work_item_id, token, message[:2000]
-            )
-            if ended is None:
-                raise LeaseLostError
-            entries = [*extra, NewEntry(attempt, EntryType.ERROR, error)]
-            outbox = await self._append(conn, loaded, entries)
-            outbox.append(self._state(loaded, ItemStatus.DEAD_LETTER, attempt, message))
+        rows = await conn.fetch(
+            _SQL["dead_letter_items"],
+            [d.loaded.item.work_item_id for d in dead_letters],
+            [d.token for d in dead_letters],
+            [_message(d.error) for d in dead_letters],
+        )
+        ended = {row["work_item_id"] for row in rows}
+        for dead in dead_letters:
+            loaded, item = dead.loaded, dead.loaded.item
+            if item.work_item_id not in ended:
+                done.lost.add(item.work_item_id)
+                continue
+            done.dead_lettered.add(item.work_item_id)
+            for entry in (*dead.extra, NewEntry(dead.attempt, EntryType.ERROR, dead.error)):
+                changes.entries.append((loaded, entry))
+            message = str(dead.error.get("message", ""))
+            changes.states.append(_state(loaded, ItemStatus.DEAD_LETTER, dead.attempt, message))
             outcome = {"work_item_id": str(item.work_item_id), "item_status": "dead_letter"}
-            await conn.fetchval(
-                _SQL["close_thread"], item.thread_id, ThreadStatus.FAILED.value, json.dumps(outcome)
-            )
-            await enqueue(conn, outbox)
+            changes.closings.append((item.thread_id, ThreadStatus.FAILED, outcome))
 
-    async def apply(
+    async def _apply(
         self,
-        loaded: LoadedItem,
-        token: UUID,
-        mutation: ReplaceEpicStories,
-        response_attempt: int,
-        parse_payload: Mapping[str, Any],
-    ) -> Applied:
-        """Under the target lock: apply the mutation (idempotent by its id), record
-        parse_report and mutation_report, mark the item applied and its thread complete."""
-        item = loaded.item
-        async with self._pool.acquire() as conn, conn.transaction():
-            locks = TransactionLocks(conn)
-            await locks.target(item.lock_scope)
-            if await conn.fetchval(_SQL["touch_lease"], item.work_item_id, token) is None:
-                raise LeaseLostError
-            row = await conn.fetchrow(_SQL["lock_document"], mutation.document_id)
-            if row is None:
-                raise LookupError(f"document {mutation.document_id!r} is gone")
-            base = int(row["version"])
-            content = apply_mutation(json.loads(row["content"]), mutation)  # may raise Invalid…
-            inserted = await conn.fetchval(
-                _SQL["insert_mutation"],
-                mutation.mutation_id,
-                item.work_item_id,
-                item.thread_id,
-                mutation.document_id,
-                item.lock_scope,
-                mutation.operation,
-                canonical_text(mutation.arguments()),
-                base,
-            )
-            result = base
-            if inserted is not None:  # not applied before (a mutation id is applied once)
-                text = canonical_text(content)
-                digest = content_hash(content)
-                result = await conn.fetchval(
-                    _SQL["update_document"], mutation.document_id, base, text, digest
-                )
-                await conn.execute(
-                    _SQL["insert_document_version"],
-                    mutation.document_id,
-                    result,
-                    text,
-                    digest,
-                    mutation.mutation_id,
-                )
-            report = {
-                "mutation_id": str(mutation.mutation_id),
-                "document_id": mutation.document_id,
-                "epic_id": mutation.epic_id,
-                "operation": mutation.operation,
-                "base_version": base,
-                "result_version": result,
-                "already_applied": inserted is None,
-                "story_count": len(mutation.stories),
-                "lock_scope": item.lock_scope,
-            }
-            outbox = await self._append(
-                conn,
-                loaded,
-                [
-                    NewEntry(response_attempt, EntryType.PARSE_REPORT, parse_payload),
-                    NewEntry(response_attempt, EntryType.MUTATION_REPORT, report),
-                ],
-            )
-            await conn.fetchval(_SQL["mark_applied"], item.work_item_id, token)
-            outbox.append(self._state(loaded, ItemStatus.APPLIED, response_attempt))
-            outcome = {
-                "work_item_id": str(item.work_item_id),
-                "item_status": "applied",
-                "mutation_id": str(mutation.mutation_id),
-                "document_version": result,
-            }
-            await conn.fetchval(
-                _SQL["close_thread"],
-                item.thread_id,
-                ThreadStatus.COMPLETE.value,
-                json.dumps(outcome),
-            )
-            await enqueue(conn, outbox)
-        return Applied(mutation.mutation_id, base, result)
+        conn: Conn,
+        applies: Sequence[MutationApply],
+        done: BatchWritten,
+        changes: _Changes,
+    ) -> None:
+        """Under the target locks (taken once each, in ascending scope order) and the document
+        row locks (ascending ids): per document, the mutations applied one after the other —
+        each its own version, mutation row and reports — and the document written once, at its
+        last version."""
+        await TransactionLocks(conn).targets(a.loaded.item.lock_scope for a in applies)
+        names = sorted({a.mutation.document_id for a in applies})
+        documents = {
+            row["document_id"]: row for row in await conn.fetch(_SQL["lock_documents"], names)
+        }
+        # Whether a mutation is refused depends on its document and its own epic only, never
+        # on the others applied with it: the refused ones are known before any item is marked.
+        plan = _plan_mutations(applies, {}, documents)
+        done.refused.update(plan.refused)
+        wanted = [a for a in applies if a.loaded.item.work_item_id not in plan.refused]
+        if not wanted:
+            return
+        rows = await conn.fetch(
+            _SQL["mark_applied_items"],
+            [a.loaded.item.work_item_id for a in wanted],
+            [a.token for a in wanted],
+        )
+        before = {row["work_item_id"]: bool(row["applied_before"]) for row in rows}
+        applied = [a for a in wanted if a.loaded.item.work_item_id in before]
+        done.lost.update(a.loaded.item.work_item_id for a in wanted if a not in applied)
+        if len(applied) < len(wanted) or any(before.values()):
+            plan = _plan_mutations(applied, before, documents)  # versions without the others
+        await self._write_mutations(conn, plan)
+        for apply in applied:
+            result = plan.applied[apply.loaded.item.work_item_id]
+            done.applied[apply.loaded.item.work_item_id] = result
+            _report_applied(apply, result, changes)
+
+    @staticmethod
+    async def _write_mutations(conn: Conn, plan: _MutationPlan) -> None:
+        if not plan.mutations:
+            return
+        mutations = plan.mutations
+        await conn.execute(
+            _SQL["insert_mutations"],
+            [a.mutation.mutation_id for a, _ in mutations],
+            [a.loaded.item.work_item_id for a, _ in mutations],
+            [a.loaded.item.thread_id for a, _ in mutations],
+            [a.mutation.document_id for a, _ in mutations],
+            [a.loaded.item.lock_scope for a, _ in mutations],
+            [a.mutation.operation for a, _ in mutations],
+            [canonical_text(a.mutation.arguments()) for a, _ in mutations],
+            [base for _, base in mutations],
+            list(range(len(mutations))),
+        )
+        written = await conn.fetch(_SQL["update_documents"], *_columns(plan.updates))
+        if len(written) != len(plan.updates):
+            raise RuntimeError("a document changed under its row lock")  # cannot; rolls back
+        await conn.execute(_SQL["insert_document_versions"], *_columns(plan.versions))
 
     # -- orchestration (project lock) -------------------------------------------------------------
 
-    async def parent_needs_settling(self, parent_id: UUID) -> bool:
-        return bool(await self._pool.fetchval(_SQL["parent_needs_settling"], parent_id))
+    async def parents_needing_settling(self, parent_ids: Sequence[UUID]) -> list[tuple[UUID, str]]:
+        """Of ``parent_ids``, the orchestrations to settle now (one statement)."""
+        if not parent_ids:
+            return []
+        rows = await self._pool.fetch(_SQL["parents_needing_settling"], sorted(set(parent_ids)))
+        return [(row["thread_id"], row["space_id"]) for row in rows]
 
     async def settle_parent(self, parent_id: UUID, project_id: str) -> ThreadStatus | None:
         """Under the project lock: cancel the unstarted siblings of a failed child when the
@@ -356,7 +505,7 @@ class ExecutorRepository:
         )
         ids = {r["work_item_id"] for r in canceled}
         outbox: list[OutboxItem] = []
-        entries: list[tuple[UUID, UUID, int, Mapping[str, Any]]] = []
+        entries: list[tuple[UUID, UUID, int, EntryType, Mapping[str, Any]]] = []
         for r in rows:
             if r["work_item_id"] not in ids:
                 continue
@@ -366,7 +515,9 @@ class ExecutorRepository:
                 "message": message,
                 "disposition": "dead_letter",
             }
-            entries.append((r["work_item_id"], r["thread_id"], r["attempt"], payload))
+            entries.append(
+                (r["work_item_id"], r["thread_id"], r["attempt"], EntryType.ERROR, payload)
+            )
             outbox.append(
                 events.item_state_changed(
                     work_item_id=r["work_item_id"],
@@ -378,7 +529,7 @@ class ExecutorRepository:
                     correlation_id=parent_id,
                 )
             )
-        outbox.extend(await self._insert_entries(conn, entries, EntryType.ERROR, parent_id))
+        outbox.extend(await self._insert_rows(conn, entries, [parent_id] * len(entries)))
         await conn.execute(
             _SQL["cancel_threads"],
             sorted({r["thread_id"] for r in canceled}),
@@ -388,46 +539,39 @@ class ExecutorRepository:
 
     # -- ledger ---------------------------------------------------------------------------------
 
-    async def _append(
-        self, conn: Conn, loaded: LoadedItem, entries: Sequence[NewEntry]
-    ) -> list[OutboxItem]:
-        item = loaded.item
-        rows = [(item.work_item_id, item.thread_id, e.attempt, e.payload) for e in entries]
-        types = [e.entry_type for e in entries]
-        return await self._insert_typed(conn, rows, types, loaded.correlation_id)
-
     async def _insert_entries(
-        self,
-        conn: Conn,
-        rows: Sequence[tuple[UUID, UUID, int, Mapping[str, Any]]],
-        entry_type: EntryType,
-        correlation_id: UUID,
+        self, conn: Conn, entries: Sequence[tuple[LoadedItem, NewEntry]]
     ) -> list[OutboxItem]:
-        return await self._insert_typed(conn, rows, [entry_type] * len(rows), correlation_id)
+        """Append entries of the items' ledgers in one statement, in order; an entry already
+        recorded for its (item, attempt, type) is skipped. Returns the ``entry_appended``
+        events of those inserted."""
+        rows = [
+            (loaded.item.work_item_id, loaded.item.thread_id, e.attempt, e.entry_type, e.payload)
+            for loaded, e in entries
+        ]
+        return await self._insert_rows(conn, rows, [loaded.correlation_id for loaded, _ in entries])
 
-    async def _insert_typed(
+    async def _insert_rows(
         self,
         conn: Conn,
-        rows: Sequence[tuple[UUID, UUID, int, Mapping[str, Any]]],
-        types: Sequence[EntryType],
-        correlation_id: UUID,
+        rows: Sequence[tuple[UUID, UUID, int, EntryType, Mapping[str, Any]]],
+        correlation_ids: Sequence[UUID],
     ) -> list[OutboxItem]:
-        """Append entries in one statement; an entry already recorded for its (item, attempt,
-        type) is skipped. Returns the ``entry_appended`` events of those inserted."""
         if not rows:
             return []
         ids = [uuid.uuid4() for _ in rows]
-        hashes = [content_hash(dict(payload)) for *_, payload in rows]
+        texts = [canonical_text(dict(payload)) for *_, payload in rows]
+        hashes = [text_hash(text) for text in texts]
         inserted = {
             r["entry_id"]
             for r in await conn.fetch(
                 _SQL["insert_entries"],
                 ids,
-                [thread for _, thread, _, _ in rows],
-                [item for item, _, _, _ in rows],
-                [attempt for _, _, attempt, _ in rows],
-                [t.value for t in types],
-                [canonical_text(dict(payload)) for *_, payload in rows],
+                [thread for _, thread, _, _, _ in rows],
+                [item for item, _, _, _, _ in rows],
+                [attempt for _, _, attempt, _, _ in rows],
+                [entry_type.value for _, _, _, entry_type, _ in rows],
+                texts,
                 hashes,
                 list(range(len(rows))),
             )
@@ -437,25 +581,123 @@ class ExecutorRepository:
                 entry_id=entry_id,
                 thread_id=row[1],
                 work_item_id=row[0],
-                entry_type=entry_type,
+                entry_type=row[3],
                 entry_hash=digest,
                 correlation_id=correlation_id,
             )
-            for entry_id, row, entry_type, digest in zip(ids, rows, types, hashes, strict=True)
+            for entry_id, row, digest, correlation_id in zip(
+                ids, rows, hashes, correlation_ids, strict=True
+            )
             if entry_id in inserted
         ]
 
-    @staticmethod
-    def _state(
-        loaded: LoadedItem, status: ItemStatus, attempt: int, message: str | None = None
-    ) -> OutboxItem:
-        item = loaded.item
-        return events.item_state_changed(
-            work_item_id=item.work_item_id,
-            thread_id=item.thread_id,
-            lock_scope=item.lock_scope,
-            status=status,
-            attempt=attempt,
-            error_message=message,
-            correlation_id=loaded.correlation_id,
-        )
+
+def _message(error: Mapping[str, Any]) -> str:
+    return str(error.get("message", ""))[:2000]
+
+
+@dataclass
+class _MutationPlan:
+    applied: dict[UUID, Applied] = field(default_factory=dict)
+    refused: dict[UUID, str] = field(default_factory=dict)
+    mutations: list[tuple[MutationApply, int]] = field(default_factory=list)
+    """New mutation rows, each with its base version."""
+    versions: list[tuple[str, int, str, str, UUID]] = field(default_factory=list)
+    """New document versions: (document, version, content text, hash, mutation id)."""
+    updates: list[tuple[str, int, int, str, str]] = field(default_factory=list)
+    """Per document: (document, version read, last version, its content text, hash)."""
+
+
+def _plan_mutations(
+    live: Sequence[MutationApply],
+    before: Mapping[UUID, bool],
+    documents: Mapping[str, Mapping[str, Any]],
+) -> _MutationPlan:
+    """Per document (rows locked), its items' mutations in lock-scope order, each applied to
+    the content the previous one left: its own base and result version. A mutation applied
+    before is reported at the version read, not applied again. Pure."""
+    plan = _MutationPlan()
+    by_document: dict[str, list[MutationApply]] = defaultdict(list)
+    for apply in sorted(live, key=lambda a: (a.loaded.item.lock_scope, a.loaded.item.work_item_id)):
+        by_document[apply.mutation.document_id].append(apply)
+    for document_id, group in sorted(by_document.items()):
+        row = documents.get(document_id)
+        if row is None:
+            for apply in group:
+                plan.refused[apply.loaded.item.work_item_id] = f"document {document_id!r} is gone"
+            continue
+        read = version = int(row["version"])
+        fresh = [a for a in group if not before.get(a.loaded.item.work_item_id)]
+        last: tuple[str, str] | None = None
+        for apply, result in zip(
+            fresh,
+            apply_in_turn(json.loads(row["content"]), [a.mutation for a in fresh]),
+            strict=True,
+        ):
+            if isinstance(result, InvalidDocumentError):
+                plan.refused[apply.loaded.item.work_item_id] = str(result)
+                continue
+            text = canonical_text(result)
+            last = (text, text_hash(text))
+            plan.mutations.append((apply, version))
+            version += 1
+            plan.versions.append((document_id, version, *last, apply.mutation.mutation_id))
+            plan.applied[apply.loaded.item.work_item_id] = Applied(
+                apply.mutation.mutation_id, version - 1, version
+            )
+        for apply in group:
+            if before.get(apply.loaded.item.work_item_id):  # a mutation id is applied once
+                plan.applied[apply.loaded.item.work_item_id] = Applied(
+                    apply.mutation.mutation_id, read, read, already_applied=True
+                )
+        if last is not None:
+            plan.updates.append((document_id, read, version, *last))
+    return plan
+
+
+def _report_applied(apply: MutationApply, result: Applied, changes: _Changes) -> None:
+    """parse_report and mutation_report entries, the applied state event, the thread closing."""
+    loaded, item, mutation = apply.loaded, apply.loaded.item, apply.mutation
+    report = {
+        "mutation_id": str(mutation.mutation_id),
+        "document_id": mutation.document_id,
+        "epic_id": mutation.epic_id,
+        "operation": mutation.operation,
+        "base_version": result.base_version,
+        "result_version": result.result_version,
+        "already_applied": result.already_applied,
+        "story_count": len(mutation.stories),
+        "lock_scope": item.lock_scope,
+    }
+    changes.entries.append(
+        (loaded, NewEntry(apply.attempt, EntryType.PARSE_REPORT, apply.parse_payload))
+    )
+    changes.entries.append((loaded, NewEntry(apply.attempt, EntryType.MUTATION_REPORT, report)))
+    changes.states.append(_state(loaded, ItemStatus.APPLIED, apply.attempt))
+    outcome = {
+        "work_item_id": str(item.work_item_id),
+        "item_status": "applied",
+        "mutation_id": str(mutation.mutation_id),
+        "document_version": result.result_version,
+    }
+    changes.closings.append((item.thread_id, ThreadStatus.COMPLETE, outcome))
+
+
+def _state(
+    loaded: LoadedItem, status: ItemStatus, attempt: int, message: str | None = None
+) -> OutboxItem:
+    item = loaded.item
+    return events.item_state_changed(
+        work_item_id=item.work_item_id,
+        thread_id=item.thread_id,
+        lock_scope=item.lock_scope,
+        status=status,
+        attempt=attempt,
+        error_message=message,
+        correlation_id=loaded.correlation_id,
+    )
+
+
+def _columns(rows: Sequence[tuple[Any, ...]]) -> list[list[Any]]:
+    """Rows of equal length as one list per column (the arrays of an ``unnest``)."""
+    return [list(column) for column in zip(*rows, strict=True)]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import uuid
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from uuid import UUID
 
@@ -20,7 +21,7 @@ from consumers.work_executor.metrics import (
     FailureReason,
 )
 from consumers.work_executor.plan import Exhausted, Reuse, Start, Unknown, next_step
-from consumers.work_executor.pool import WorkerPool
+from consumers.work_executor.pool import Job, JobDone, WorkerPool
 from consumers.work_executor.prompts import render_story_prompt
 from consumers.work_executor.retry import FailureKind, RetryPolicy
 from consumers.work_executor.validation import parse_report
@@ -230,27 +231,57 @@ def test_metrics_have_the_adr_0008_names_and_fixed_label_sets() -> None:
 # -- the worker pool ----------------------------------------------------------------------------
 
 
-async def test_the_pool_bounds_concurrency_and_survives_a_crashing_job() -> None:
-    running = 0
+async def test_the_pool_bounds_items_in_flight_batches_them_and_survives_a_crashing_batch() -> None:
+    in_flight = 0
     peak = 0
-    done: list[UUID] = []
+    batches: list[list[int]] = []
+    finished: list[int] = []
 
-    async def job(item: UUID, _token: UUID) -> None:
-        nonlocal running, peak
-        running += 1
-        peak = max(peak, running)
+    async def run(jobs: Sequence[Job], done: JobDone) -> None:
+        nonlocal in_flight, peak
+        in_flight += len(jobs)
+        peak = max(peak, in_flight)
+        batches.append([item.int for item, _ in jobs])
         await asyncio.sleep(0.01)
-        running -= 1
-        if item.int == 3:
-            raise RuntimeError("boom")
-        done.append(item)
+        in_flight -= len(jobs)
+        if any(item.int == 3 for item, _ in jobs):
+            raise RuntimeError("boom")  # its items are given back all the same
+        for job in jobs:
+            finished.append(job[0].int)
+            done(job)
 
-    pool = WorkerPool(2, job)
+    pool = WorkerPool(4, run, batch_size=2)
     await pool.submit([(UUID(int=n), UUID(int=0)) for n in range(10)])
     await pool.join()
     await pool.close()
-    assert peak == 2
-    assert len(done) == 9
+    assert peak == 4  # two batches of two at a time
+    assert sorted(n for batch in batches for n in batch) == list(range(10))
+    assert all(1 <= len(batch) <= 2 for batch in batches)
+    crashed = next(batch for batch in batches if 3 in batch)
+    assert sorted(finished + crashed) == list(range(10))
+
+
+async def test_the_pool_gives_an_item_back_as_soon_as_its_batch_says_it_is_done() -> None:
+    started: list[int] = []
+    release = asyncio.Event()
+
+    async def run(jobs: Sequence[Job], done: JobDone) -> None:
+        started.extend(item.int for item, _ in jobs)
+        fast, *slow = jobs
+        done(fast)  # the first item is finished at once, the others wait
+        await release.wait()
+        for job in slow:
+            done(job)
+
+    pool = WorkerPool(2, run)
+    await pool.submit([(UUID(int=n), UUID(int=0)) for n in range(3)])
+    for _ in range(20):
+        await asyncio.sleep(0)
+    assert started == [0, 1, 2]  # item 2 went out in the room item 0 gave back
+    assert pool.free == 1  # only item 1 is still in flight
+    release.set()
+    await pool.join()
+    await pool.close()
 
 
 def test_call_failures_are_classified_by_kind_and_reason() -> None:
