@@ -96,7 +96,12 @@ class Settings(BaseSettings):
         gt=0,
         description="A lease older than this is stale and re-claimed; must exceed llm_timeout.",
     )
-    work_pool_size: int = Field(default=4, ge=1, description="Concurrent items per executor.")
+    work_pool_size: int = Field(
+        default=32,
+        ge=1,
+        description="Items in flight per executor (their paid calls run concurrently); items "
+        "claimed together run as one batch of at most this many, sharing statements.",
+    )
     work_sweep_interval_seconds: float = Field(
         default=15.0,
         gt=0,
