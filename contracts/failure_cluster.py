@@ -30,6 +30,7 @@ both; :func:`contracts.decode` verifies both (``hash_mismatch``, ``key_mismatch`
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Annotated, Any, Final, Literal, Self
@@ -113,6 +114,23 @@ def _idempotency_key(payload: FailureClusterDetectedPayload) -> str:
     return f"{payload.cluster_id}:{payload.snapshot_hash}"
 
 
+_canonical_uuid: Final = re.compile(
+    r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
+).fullmatch
+"""Whether text is a UUID in the spelling ``str(UUID)`` gives (lowercase, hyphenated)."""
+
+
+def _wire_idempotency_key(raw: Mapping[str, Any], payload: FailureClusterDetectedPayload) -> str:
+    """:func:`_idempotency_key`, taking cluster_id as written when that is already the
+    lowercase hyphenated spelling (as every producer writes it): ``str(UUID)`` is the costliest
+    step of the key on the consumer hot path.
+    """
+    cluster_id = raw["cluster_id"]
+    if type(cluster_id) is str and _canonical_uuid(cluster_id) is not None:
+        return f"{cluster_id}:{payload.snapshot_hash}"
+    return _idempotency_key(payload)
+
+
 def _record_key(payload: FailureClusterDetectedPayload) -> str:
     return str(payload.cluster_id)
 
@@ -151,6 +169,7 @@ FAILURE_CLUSTER_SPEC: Final = EventSpec(
     default_source="platform",
     default_target="platform",
     verify_wire=_verify_hash,
+    wire_idempotency_key=_wire_idempotency_key,
 )
 
 _PLACEHOLDER_HASH: Final = "0" * 32

@@ -85,7 +85,10 @@ class EventRegistry:
             raise _validation_failure(exc, event_type) from None
         if spec.verify_wire is not None:
             spec.verify_wire(obj["payload"], envelope.payload)
-        expected = spec.idempotency_key(envelope.payload)
+        if spec.wire_idempotency_key is not None:
+            expected = spec.wire_idempotency_key(obj["payload"], envelope.payload)
+        else:
+            expected = spec.idempotency_key(envelope.payload)
         if envelope.idempotency_key != expected:
             raise DecodeError(
                 DecodeReason.KEY_MISMATCH,

@@ -19,6 +19,9 @@ class EventSpec(Generic[PayloadT]):
     key from the payload, so both are functions of the event itself (decode checks the first).
     ``verify_wire`` runs extra checks against the payload as it was on the wire (the raw parsed
     object) and raises :class:`contracts.DecodeError`; failure clusters verify their hash there.
+    ``wire_idempotency_key``, when given, returns exactly what ``idempotency_key`` returns, from
+    the validated payload and the raw one (cheaper when the wire text already has the key's
+    spelling); decode checks the envelope's key against it.
     """
 
     event_type: str
@@ -29,6 +32,7 @@ class EventSpec(Generic[PayloadT]):
     default_source: str
     default_target: str
     verify_wire: Callable[[Mapping[str, Any], PayloadT], None] | None = None
+    wire_idempotency_key: Callable[[Mapping[str, Any], PayloadT], str] | None = None
     envelope_model: type[EventEnvelope[PayloadT]] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:

@@ -5,15 +5,19 @@ from __future__ import annotations
 import contextlib
 import json
 import pickle
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 from uuid import UUID
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from contracts import (
     FAILURE_CLUSTER_DETECTED,
+    FAILURE_CLUSTER_SPEC,
     MAX_RECORD_BYTES,
     CanonicalizationError,
     DecodeError,
@@ -250,6 +254,45 @@ def test_key_mismatch_for_an_uppercase_cluster_id_in_the_key() -> None:
     obj = f.wire(f.cluster_event())
     obj["idempotency_key"] = obj["idempotency_key"].upper()
     assert reason_of(f.dumps(obj)) is DecodeReason.KEY_MISMATCH
+
+
+_OTHER_SPELLINGS: dict[str, Callable[[UUID], str]] = {
+    "upper": lambda u: str(u).upper(),
+    "hex": lambda u: u.hex,
+    "braced": lambda u: f"{{{u}}}",
+    "urn": lambda u: f"urn:uuid:{u}",
+    "mixed": lambda u: str(u)[:9] + str(u)[9:].upper(),
+}
+_SPELLINGS = (str, *_OTHER_SPELLINGS.values())
+
+
+@given(st.uuids(), st.sampled_from(_SPELLINGS))
+def test_the_key_from_the_wire_equals_the_key_from_the_payload(
+    cluster_id: UUID, spelling: Callable[[UUID], str]
+) -> None:
+    # decode derives the key from cluster_id as written when that is the canonical spelling.
+    obj = cluster_wire()
+    obj["payload"]["cluster_id"] = spelling(cluster_id)
+    obj["idempotency_key"] = f"{cluster_id}:{obj['payload']['snapshot_hash']}"
+    decoded = decode(f.dumps(obj))
+    assert decoded.payload.cluster_id == cluster_id
+    wire_key = FAILURE_CLUSTER_SPEC.wire_idempotency_key
+    assert wire_key is not None
+    expected = FAILURE_CLUSTER_SPEC.idempotency_key(decoded.payload)
+    assert wire_key(obj["payload"], decoded.payload) == expected == decoded.idempotency_key
+
+
+@pytest.mark.parametrize("spelling", _OTHER_SPELLINGS.values(), ids=_OTHER_SPELLINGS.keys())
+def test_key_mismatch_when_the_key_repeats_a_non_canonical_cluster_id(
+    spelling: Callable[[UUID], str],
+) -> None:
+    obj = cluster_wire()
+    obj["payload"]["cluster_id"] = spelling(f.CLUSTER_ID)
+    obj["idempotency_key"] = f"{spelling(f.CLUSTER_ID)}:{obj['payload']['snapshot_hash']}"
+    with pytest.raises(DecodeError) as caught:
+        decode(f.dumps(obj))
+    assert caught.value.reason is DecodeReason.KEY_MISMATCH
+    assert f"derives '{f.CLUSTER_ID}:" in caught.value.detail
 
 
 @pytest.mark.parametrize(
