@@ -79,8 +79,9 @@ class EventRegistry:
                 DecodeReason.UNKNOWN_EVENT_TYPE,
                 f"no payload model is registered for {_echo(event_type)}",
             )
-        try:
-            envelope: EventEnvelope[Any] = spec.envelope_model.model_validate(obj)
+        try:  # model_validate without its Python frame and keyword defaults (4% of a decode)
+            validator = spec.envelope_model.__pydantic_validator__
+            envelope: EventEnvelope[Any] = validator.validate_python(obj)
         except ValidationError as exc:
             raise _validation_failure(exc, event_type) from None
         if spec.verify_wire is not None:
