@@ -35,32 +35,52 @@ _WRITTEN_CHARS: Final = 27  # len("2026-11-21T10:00:00.123456Z"), the form forma
 _WRITTEN_SEPARATORS: Final = "--T::."  # characters 4, 7, 10, 13, 16 and 19 of that form
 
 
+_PARSED: dict[str, datetime] = {}
+"""Text already read -> its value: one cluster's snapshots repeat first_observed_at and most
+evidence timestamps. Only text that parsed is kept; datetimes are immutable, so sharing one
+between records is safe."""
+_PARSED_LIMIT: Final = 16_384  # emptied when full: at most ~3 MB
+
+
 def parse_utc(value: object) -> datetime:
     """An aware UTC datetime from RFC 3339 text or an aware datetime; ValueError otherwise.
 
-    Hot path (up to 13 timestamps per failure-cluster record): the layout checks of
-    :func:`_rfc3339_layout` plus ``datetime.fromisoformat`` (which checks the digits and ranges)
-    accept exactly :data:`RFC3339_PATTERN`, at a third of the cost of the regular expression.
-    Text in the written form (``YYYY-MM-DDTHH:MM:SS.ffffffZ``) takes a shorter path: the same
-    checks specialised to that one layout.
+    Hot path (up to 13 timestamps per failure-cluster record): text seen recently comes from a
+    bounded memo; other text is checked by the layout checks of :func:`_rfc3339_layout` plus
+    ``datetime.fromisoformat`` (which checks the digits and ranges), which accept exactly
+    :data:`RFC3339_PATTERN` at a third of the cost of the regular expression. Text in the
+    written form (``YYYY-MM-DDTHH:MM:SS.ffffffZ``) takes a shorter path: the same checks
+    specialised to that one layout.
     """
     if type(value) is str:
-        if (  # the written form, a case of the layout below (fromisoformat checks the rest)
-            len(value) == _WRITTEN_CHARS
-            and value[-1] == "Z"
-            and value[4:20:3] == _WRITTEN_SEPARATORS
-            and value[20:26].isdigit()
-            and value.isascii()
-            and "\x00" not in value
-        ):
-            return datetime.fromisoformat(value)  # tzinfo is UTC: it reads Z as UTC
-        if not _rfc3339_layout(value):
-            raise ValueError(f"expected an RFC 3339 date-time such as {_EXAMPLE}")
-        parsed = datetime.fromisoformat(value[:-1] + "Z" if value[-1] == "z" else value)
-    elif isinstance(value, datetime):
-        parsed = value
-    else:
-        raise ValueError(f"expected an RFC 3339 date-time string such as {_EXAMPLE}")
+        parsed = _PARSED.get(value)
+        if parsed is None:
+            parsed = _parse_text(value)
+            if len(_PARSED) >= _PARSED_LIMIT:
+                _PARSED.clear()
+            _PARSED[value] = parsed
+        return parsed
+    if isinstance(value, datetime):
+        return _to_utc(value)
+    raise ValueError(f"expected an RFC 3339 date-time string such as {_EXAMPLE}")
+
+
+def _parse_text(text: str) -> datetime:
+    if (  # the written form, a case of the layout below (fromisoformat checks the rest)
+        len(text) == _WRITTEN_CHARS
+        and text[-1] == "Z"
+        and text[4:20:3] == _WRITTEN_SEPARATORS
+        and text[20:26].isdigit()
+        and text.isascii()
+        and "\x00" not in text
+    ):
+        return datetime.fromisoformat(text)  # tzinfo is UTC: it reads Z as UTC
+    if not _rfc3339_layout(text):
+        raise ValueError(f"expected an RFC 3339 date-time such as {_EXAMPLE}")
+    return _to_utc(datetime.fromisoformat(text[:-1] + "Z" if text[-1] == "z" else text))
+
+
+def _to_utc(parsed: datetime) -> datetime:
     if parsed.tzinfo is UTC:
         return parsed
     if parsed.utcoffset() is None:
