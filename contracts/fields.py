@@ -54,30 +54,29 @@ def parse_utc(value: object) -> datetime:
     """
     if type(value) is str:
         parsed = _PARSED.get(value)
-        if parsed is None:
-            parsed = _parse_text(value)
-            if len(_PARSED) >= _PARSED_LIMIT:
-                _PARSED.clear()
-            _PARSED[value] = parsed
+        if parsed is not None:
+            return parsed
+        if (  # the written form, a case of the layout below (fromisoformat checks the rest)
+            len(value) == _WRITTEN_CHARS
+            and value[-1] == "Z"
+            and value[4:20:3] == _WRITTEN_SEPARATORS
+            and value[20:26].isdigit()
+            and value.isascii()
+            and "\x00" not in value
+        ):
+            parsed = datetime.fromisoformat(value)  # tzinfo is UTC: it reads Z as UTC
+        elif _rfc3339_layout(value):
+            upper_z = value[:-1] + "Z" if value[-1] == "z" else value  # fromisoformat needs Z
+            parsed = _to_utc(datetime.fromisoformat(upper_z))
+        else:
+            raise ValueError(f"expected an RFC 3339 date-time such as {_EXAMPLE}")
+        if len(_PARSED) >= _PARSED_LIMIT:
+            _PARSED.clear()
+        _PARSED[value] = parsed
         return parsed
     if isinstance(value, datetime):
         return _to_utc(value)
     raise ValueError(f"expected an RFC 3339 date-time string such as {_EXAMPLE}")
-
-
-def _parse_text(text: str) -> datetime:
-    if (  # the written form, a case of the layout below (fromisoformat checks the rest)
-        len(text) == _WRITTEN_CHARS
-        and text[-1] == "Z"
-        and text[4:20:3] == _WRITTEN_SEPARATORS
-        and text[20:26].isdigit()
-        and text.isascii()
-        and "\x00" not in text
-    ):
-        return datetime.fromisoformat(text)  # tzinfo is UTC: it reads Z as UTC
-    if not _rfc3339_layout(text):
-        raise ValueError(f"expected an RFC 3339 date-time such as {_EXAMPLE}")
-    return _to_utc(datetime.fromisoformat(text[:-1] + "Z" if text[-1] == "z" else text))
 
 
 def _to_utc(parsed: datetime) -> datetime:
