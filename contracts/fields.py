@@ -35,27 +35,17 @@ _WRITTEN_CHARS: Final = 27  # len("2026-11-21T10:00:00.123456Z"), the form forma
 _WRITTEN_SEPARATORS: Final = "--T::."  # characters 4, 7, 10, 13, 16 and 19 of that form
 
 
-_PARSED: dict[str, datetime] = {}
-"""Text already read -> its value: one cluster's snapshots repeat first_observed_at and most
-evidence timestamps. Only text that parsed is kept; datetimes are immutable, so sharing one
-between records is safe."""
-_PARSED_LIMIT: Final = 16_384  # emptied when full: at most ~3 MB
-
-
 def parse_utc(value: object) -> datetime:
     """An aware UTC datetime from RFC 3339 text or an aware datetime; ValueError otherwise.
 
-    Hot path (up to 13 timestamps per failure-cluster record): text seen recently comes from a
-    bounded memo; other text is checked by the layout checks of :func:`_rfc3339_layout` plus
-    ``datetime.fromisoformat`` (which checks the digits and ranges), which accept exactly
-    :data:`RFC3339_PATTERN` at a third of the cost of the regular expression. Text in the
-    written form (``YYYY-MM-DDTHH:MM:SS.ffffffZ``) takes a shorter path: the same checks
-    specialised to that one layout.
+    Hot path (up to 13 timestamps per failure-cluster record): the layout checks of
+    :func:`_rfc3339_layout` plus ``datetime.fromisoformat`` (which checks the digits and ranges)
+    accept exactly :data:`RFC3339_PATTERN`, at a third of the cost of the regular expression.
+    Text in the written form (``YYYY-MM-DDTHH:MM:SS.ffffffZ``) takes a shorter path: the same
+    checks specialised to that one layout. (A memo of recently read text was tried and dropped:
+    hashing fresh text and missing the cache on a large dict cost as much as the parse it saved.)
     """
     if type(value) is str:
-        parsed = _PARSED.get(value)
-        if parsed is not None:
-            return parsed
         if (  # the written form, a case of the layout below (fromisoformat checks the rest)
             len(value) == _WRITTEN_CHARS
             and value[-1] == "Z"
@@ -64,16 +54,11 @@ def parse_utc(value: object) -> datetime:
             and value.isascii()
             and "\x00" not in value
         ):
-            parsed = datetime.fromisoformat(value)  # tzinfo is UTC: it reads Z as UTC
-        elif _rfc3339_layout(value):
-            upper_z = value[:-1] + "Z" if value[-1] == "z" else value  # fromisoformat needs Z
-            parsed = _to_utc(datetime.fromisoformat(upper_z))
-        else:
+            return datetime.fromisoformat(value)  # tzinfo is UTC: it reads Z as UTC
+        if not _rfc3339_layout(value):
             raise ValueError(f"expected an RFC 3339 date-time such as {_EXAMPLE}")
-        if len(_PARSED) >= _PARSED_LIMIT:
-            _PARSED.clear()
-        _PARSED[value] = parsed
-        return parsed
+        upper_z = value[:-1] + "Z" if value[-1] == "z" else value  # fromisoformat needs Z
+        return _to_utc(datetime.fromisoformat(upper_z))
     if isinstance(value, datetime):
         return _to_utc(value)
     raise ValueError(f"expected an RFC 3339 date-time string such as {_EXAMPLE}")

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from contracts import fields, format_utc, parse_utc
+from contracts import format_utc, parse_utc
 from contracts.fields import RFC3339_PATTERN
 from tests.unit.contracts import factories as f
 
@@ -246,29 +246,3 @@ def test_every_two_character_change_parses_as_the_reference() -> None:
                 except ValueError:
                     parsed = None
                 assert parsed == reference_parse(text), text
-
-
-def test_the_memo_of_parsed_text_is_bounded_and_keeps_only_successes() -> None:
-    fields._PARSED.clear()
-    start = datetime(2026, 1, 1, tzinfo=UTC)
-    stamps = [format_utc(start + timedelta(seconds=i)) for i in range(fields._PARSED_LIMIT + 10)]
-    for i, text in enumerate(stamps):
-        assert parse_utc(text) == start + timedelta(seconds=i)
-        assert len(fields._PARSED) <= fields._PARSED_LIMIT
-    assert len(fields._PARSED) == 10  # emptied once when full, then refilled
-    for bad in ("2026-02-30T10:00:00.000000Z", "2026-11-21T10:00:00"):
-        for _ in range(2):  # refused again, not remembered
-            with pytest.raises(ValueError):  # noqa: PT011 - the message varies by case
-                parse_utc(bad)
-        assert bad not in fields._PARSED
-
-
-def test_remembered_text_reads_as_it_did_the_first_time() -> None:
-    fields._PARSED.clear()
-    for text in ("2026-11-21T12:30:00.5+02:30", "2026-11-21t10:00:00z", _WRITTEN):
-        first = parse_utc(text)
-        assert fields._PARSED[text] is first
-        again = parse_utc(text)
-        assert again is first
-        assert again.tzinfo is UTC
-        assert again == reference_parse(text)
