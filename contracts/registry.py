@@ -79,7 +79,7 @@ class EventRegistry:
                 DecodeReason.UNKNOWN_EVENT_TYPE,
                 f"no payload model is registered for {_echo(event_type)}",
             )
-        try:  # model_validate without its Python frame and keyword defaults (4% of a decode)
+        try:  # model_validate minus its Python frame and keyword defaults (~0.3 us a record)
             validator = spec.envelope_model.__pydantic_validator__
             envelope: EventEnvelope[Any] = validator.validate_python(obj)
         except ValidationError as exc:
