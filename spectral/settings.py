@@ -100,7 +100,7 @@ class Settings(BaseSettings):
         default=32,
         ge=1,
         description="Items in flight per executor (their paid calls run concurrently); items "
-        "claimed together run as one batch of at most this many, sharing statements.",
+        "claimed together run in batches of at most half this many, sharing statements.",
     )
     work_sweep_interval_seconds: float = Field(
         default=15.0,

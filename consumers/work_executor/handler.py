@@ -69,7 +69,12 @@ class WorkExecutorHandler:
         self._db: asyncpg.Pool | None = None
         self._executor: WorkExecutor | None = None
         self._repo: ExecutorRepository | None = None
-        self._pool = WorkerPool(settings.work_pool_size, self._run)
+        # Batches of half the pool: while one batch waits on the database, the other runs
+        # (one batch of the whole pool left the process idle during every round trip; with the
+        # stub synthesizer 16 of 32 measured ~10 % faster than 32, 8 no better than 16).
+        self._pool = WorkerPool(
+            settings.work_pool_size, self._run, batch_size=max(1, settings.work_pool_size // 2)
+        )
         self._starting = asyncio.Lock()
         self._sweeper: asyncio.Task[None] | None = None
 
