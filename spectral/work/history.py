@@ -147,7 +147,7 @@ def describe(entry: LedgerEntry) -> str:
         )
     elif entry.entry_type is EntryType.PARSE_REPORT:
         detail = (
-            f"valid, {p.get('story_count')} stories"
+            f"valid, {p.get('story_count')} {'story' if p.get('story_count') == 1 else 'stories'}"
             if p.get("ok")
             else f"INVALID: {'; '.join(str(e) for e in p.get('errors', []))[:200]}"
         )

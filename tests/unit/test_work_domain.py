@@ -24,7 +24,7 @@ from spectral.work.documents import (
     validate_backlog,
 )
 from spectral.work.hashing import content_hash
-from spectral.work.history import ItemOutcome, reconstruct
+from spectral.work.history import ItemOutcome, describe, reconstruct
 from spectral.work.identity import (
     check_identifier,
     epic_lock_scope,
@@ -207,6 +207,14 @@ def _entry(
         hash=content_hash(payload),
         created_at=T0 + timedelta(seconds=seq),
     )
+
+
+def test_history_lines_count_stories_in_words() -> None:
+    item = uuid.uuid4()
+    one = _entry(1, item, 1, EntryType.PARSE_REPORT, ok=True, story_count=1)
+    three = _entry(2, item, 1, EntryType.PARSE_REPORT, ok=True, story_count=3)
+    assert describe(one) == "valid, 1 story"
+    assert describe(three) == "valid, 3 stories"
 
 
 def test_history_reconstructs_attempts_and_outcome_from_the_ledger_alone() -> None:
