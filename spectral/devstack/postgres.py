@@ -91,8 +91,7 @@ class LocalPostgres:
         if self.data_dir.exists() and not self._password_file.exists():
             # A cluster left by an earlier checkout at this path whose state directory is gone:
             # nobody knows its password any more. It is ours to replace.
-            self.stop()
-            shutil.rmtree(self.data_dir.parent, ignore_errors=True)
+            self.stop(wipe=True)
         if not (self.data_dir / "PG_VERSION").exists():
             self._initdb(bin_dir)
         port = self._pick_port()
