@@ -18,7 +18,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -30,6 +29,7 @@ import typer
 
 from spectral.cli._common import settings
 from spectral.devstack import resolve_endpoints
+from spectral.devstack.ports import free_port
 
 SAMPLE_FAILURES = Path(__file__).resolve().parents[2] / "producers/clusters/sample_failures.jsonl"
 DEMO_PROJECT = "demo-shop"
@@ -70,16 +70,9 @@ def _run(env: dict[str, str], *args: str, show: bool = True) -> str:
     return result.stdout
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
-
-
 def _consume_with_metrics(env: dict[str, str], name: str) -> None:
     """Run a deployment until idle, scraping its /metrics endpoint while it runs."""
-    port = _free_port()
+    port = free_port()
     args = ["consume", name, "--stop-when-idle", "3", "--metrics-port", str(port)]
     typer.secho(f"$ spectral {' '.join(args)}", fg=typer.colors.CYAN)
     proc = subprocess.Popen(  # noqa: S603
