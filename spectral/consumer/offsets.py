@@ -16,11 +16,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from spectral.consumer.replay_range import AtTime, Start, resolve
+from spectral.consumer.replay import plan_ranges
+from spectral.consumer.replay_range import Start
 from spectral.errors import PermanentError
 from spectral.kafka.groups import GroupState, commit_for_group, committed_offsets, describe_group
-from spectral.kafka.partitions import fetch_watermarks, topic_partitions
-from spectral.kafka.topics import topic_for
 from spectral.settings import Settings
 
 
@@ -78,15 +77,7 @@ async def reset_offsets(
 ) -> ResetReport:
     """Commit ``target`` for ``group`` on the topics of ``event_types``; raises GroupBusyError
     while the group has members."""
-    topics = [topic_for(t, settings.topic_prefix) for t in event_types]
-    partitions = await topic_partitions(settings, bootstrap, topics)
-    marks = await fetch_watermarks(
-        settings,
-        bootstrap,
-        partitions,
-        start_time=target.at if isinstance(target, AtTime) else None,
-    )
-    ranges = resolve(target, None, partitions, marks)
+    ranges = await plan_ranges(settings, bootstrap, event_types, target, None)
     state = await describe_group(settings, bootstrap, group)
     if state.active:
         raise GroupBusyError(
