@@ -18,7 +18,7 @@ def canonical_text(value: Any) -> str:
 
 def content_hash(value: Any) -> str:
     """sha256 of the canonical text, as 64 lowercase hex digits."""
-    return hashlib.sha256(canonical_text(value).encode("utf-8")).hexdigest()
+    return text_hash(canonical_text(value))
 
 
 def text_hash(text: str) -> str:
