@@ -418,7 +418,7 @@ class ExecutorRepository:
         )
         before = {row["work_item_id"]: bool(row["applied_before"]) for row in rows}
         applied = [a for a in wanted if a.loaded.item.work_item_id in before]
-        done.lost.update(a.loaded.item.work_item_id for a in wanted if a not in applied)
+        done.lost.update({a.loaded.item.work_item_id for a in wanted} - before.keys())
         if len(applied) < len(wanted) or any(before.values()):
             plan = _plan_mutations(applied, before, documents)  # versions without the others
         await self._write_mutations(conn, plan)
