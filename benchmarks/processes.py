@@ -57,6 +57,12 @@ def machine_sample() -> MachineSample:
     return MachineSample(time.time(), (total - idle) / _TICKS, total / _TICKS)
 
 
+def busy_fraction(before: MachineSample, after: MachineSample) -> float:
+    """Busy fraction of the whole machine (all cores) between two samples."""
+    total = after.total - before.total
+    return (after.busy - before.busy) / total if total else 0.0
+
+
 @dataclass(frozen=True)
 class ServerSample:
     at: float
@@ -190,15 +196,9 @@ class GroupRun:
     @property
     def machine_busy(self) -> float:
         """Busy fraction of the whole machine (all cores) during the batch window."""
-        starts = [r.first_fetch for r in self.runs if r.first_fetch is not None]
-        ends = [r.last_commit for r in self.runs if r.last_commit is not None]
-        if not starts or not ends:
-            return 0.0
-        inside = [m for m in self.machine if min(starts) <= m.at <= max(ends)]
-        if len(inside) < 2:
-            return 0.0
-        total = inside[-1].total - inside[0].total
-        return (inside[-1].busy - inside[0].busy) / total if total else 0.0
+        start, end = self.window
+        inside = [m for m in self.machine if start <= m.at <= end]
+        return busy_fraction(inside[0], inside[-1]) if len(inside) > 1 else 0.0
 
     @property
     def records(self) -> int:
@@ -206,9 +206,8 @@ class GroupRun:
 
     @property
     def seconds(self) -> float:
-        starts = [r.first_fetch for r in self.runs if r.first_fetch is not None]
-        ends = [r.last_commit for r in self.runs if r.last_commit is not None]
-        return max(ends) - min(starts) if starts and ends else 0.0
+        start, end = self.window
+        return end - start
 
     @property
     def per_second(self) -> float:

@@ -23,8 +23,8 @@ from benchmarks.dataset import DatasetSpec, DatasetStats, generate, verify_sampl
 from benchmarks.options import Options
 from benchmarks.processes import (
     GroupRun,
-    MachineSample,
     Servers,
+    busy_fraction,
     machine_sample,
     run_consumers,
 )
@@ -161,7 +161,7 @@ async def _raw_drain(stage: _Stage) -> float:
             topic.ends,
             limit_seconds=stage.options.limit(),
         )
-        drains.append((drain.per_second, _busy(before, machine_sample())))
+        drains.append((drain.per_second, busy_fraction(before, machine_sample())))
     rate, busy = sorted(drains)[len(drains) // 2]
     stage.report.add(
         "raw_drain",
@@ -336,8 +336,3 @@ async def _verify(
             handled == len(topic.stats.keys) and rows == clusters,
             f"{handled:,} event_handled rows; {rows:,} rows for {clusters:,} clusters",
         )
-
-
-def _busy(before: MachineSample, after: MachineSample) -> float:
-    total = after.total - before.total
-    return (after.busy - before.busy) / total if total else 0.0
