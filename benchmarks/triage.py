@@ -12,6 +12,7 @@ Order of the stages (all on the same topic and data, one run):
 
 from __future__ import annotations
 
+import statistics
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -162,7 +163,7 @@ async def _raw_drain(stage: _Stage) -> float:
             limit_seconds=stage.options.limit(),
         )
         drains.append((drain.per_second, busy_fraction(before, machine_sample())))
-    rate, busy = sorted(drains)[len(drains) // 2]
+    rate, busy = statistics.median_high(drains)
     stage.report.add(
         "raw_drain",
         rate,
@@ -269,13 +270,13 @@ async def _compare(stage: _Stage, other: Path) -> None:
             )
         )
     for side, label in (("this", "this checkout"), ("other", f"checkout at {other}")):
-        rates = sorted(g.per_second for g in runs[side])
-        cpus = sorted(g.cpu_us_per_event for g in runs[side])
-        rss = sorted(g.runs[0].peak_rss_mib for g in runs[side])
-        note = f"{label}, median of {len(rates)} first passes alternated with the other"
-        stage.report.add(f"ab_{side}_first_pass", rates[len(rates) // 2], "events/s", note)
-        stage.report.add(f"ab_{side}_cpu_per_event", cpus[len(cpus) // 2], "us", label)
-        stage.report.add(f"ab_{side}_peak_rss", rss[len(rss) // 2], "MiB", label)
+        rate = statistics.median_high(g.per_second for g in runs[side])
+        cpu = statistics.median_high(g.cpu_us_per_event for g in runs[side])
+        rss = statistics.median_high(g.runs[0].peak_rss_mib for g in runs[side])
+        note = f"{label}, median of {len(runs[side])} first passes alternated with the other"
+        stage.report.add(f"ab_{side}_first_pass", rate, "events/s", note)
+        stage.report.add(f"ab_{side}_cpu_per_event", cpu, "us", label)
+        stage.report.add(f"ab_{side}_peak_rss", rss, "MiB", label)
 
 
 async def _verify(
