@@ -538,6 +538,7 @@ class ConsumerEngine:
             unique.setdefault(delivery.idempotency_key, delivery)
         in_batch_duplicates = len(deliveries) - len(unique)
         batch = list(unique.values())
+        errored = 0
         try:
             result, fresh = await self._with_retry("database", lambda: self._transaction(batch))
         except PermanentError as exc:
@@ -547,11 +548,8 @@ class ConsumerEngine:
                 error=str(exc),
             )
             result, fresh, errored = await self._one_by_one(batch, dead)
-            duplicates = in_batch_duplicates + len(batch) - fresh - errored
-            dead.extend(self._rejected(rejection) for rejection in result.rejected)
-            return result, fresh, duplicates
         dead.extend(self._rejected(rejection) for rejection in result.rejected)
-        duplicates = in_batch_duplicates + len(batch) - fresh
+        duplicates = in_batch_duplicates + len(batch) - fresh - errored
         return result, fresh, duplicates
 
     async def _transaction(self, batch: list[Delivery]) -> tuple[HandlerResult, int]:
@@ -655,18 +653,19 @@ class ConsumerEngine:
         assert self._producer is not None  # noqa: S101
         producer = self._producer
 
+        async def send(letter: DeadLetter) -> Any:  # the delivery future
+            return await producer.send(
+                dlq_topic(letter.source_topic),
+                value=letter.value,
+                key=letter.key,
+                headers=letter.headers(),
+            )
+
         async def send_all() -> None:
             futures = []
             for index, letter in enumerate(dead):
                 try:
-                    futures.append(
-                        await producer.send(
-                            dlq_topic(letter.source_topic),
-                            value=letter.value,
-                            key=letter.key,
-                            headers=letter.headers(),
-                        )
-                    )
+                    futures.append(await send(letter))
                 except KafkaError as exc:
                     if exc.retriable:
                         raise
@@ -674,14 +673,7 @@ class ConsumerEngine:
                     # limit): dead-letter a reference instead. The original stays readable at
                     # its source topic/partition/offset, which the headers name.
                     reference = dead[index] = letter.as_reference(str(exc))
-                    futures.append(
-                        await producer.send(
-                            dlq_topic(reference.source_topic),
-                            value=reference.value,
-                            key=reference.key,
-                            headers=reference.headers(),
-                        )
-                    )
+                    futures.append(await send(reference))
             await asyncio.gather(*futures)
 
         await self._with_retry("kafka", send_all)
