@@ -120,9 +120,10 @@ class RuleCandidatesHandler:
                 continue
             if row.prior is not None and earlier:
                 # One by one, a superseded snapshot no newer than the stored one was stale.
-                prior = row.prior
-                stale.extend(d for d in earlier if _order(d) <= prior)
-                earlier = [d for d in earlier if _order(d) > prior]
+                newer: list[Delivery] = []
+                for delivery in earlier:
+                    (stale if _order(delivery) <= row.prior else newer).append(delivery)
+                earlier = newer
             severity = _severity(winner)
             kind = INSERTED if row.inserted else UPDATED
             facts[kind] += 1
