@@ -59,7 +59,7 @@ from spectral.db.connect import create_pool, is_transient
 from spectral.db.queries import load_queries
 from spectral.errors import PermanentError, SpectralError, TransientError
 from spectral.kafka.config import client_kwargs
-from spectral.kafka.dlq import DeadLetter
+from spectral.kafka.dlq import MAX_REQUEST_BYTES, DeadLetter
 from spectral.kafka.topics import dlq_topic, topic_for
 from spectral.observability.logging import get_logger
 from spectral.retry import Backoff
@@ -68,7 +68,6 @@ from spectral.settings import Settings
 log = get_logger(__name__)
 
 _SQL = load_queries(Path(__file__).with_name("queries.sql"))
-DLQ_MAX_REQUEST_BYTES = 16 * 1024 * 1024
 DECODE_SLICE = 64
 """Records decoded between two yields to the event loop while a batch is in flight (~2 ms:
 each of the in-flight batch's statement replies waits at most that long for the loop)."""
@@ -235,9 +234,7 @@ class ConsumerEngine:
             acks="all",
             enable_idempotence=True,
             linger_ms=5,
-            # A dead letter carries the original bytes, which may exceed the contract's 1 MiB
-            # limit (that may be why it is dead): allow what a source topic can allow.
-            max_request_size=DLQ_MAX_REQUEST_BYTES,
+            max_request_size=MAX_REQUEST_BYTES,  # dead letters carry the original bytes
         )
         assignment = self.options.assignment
         self._consumer = AIOKafkaConsumer(

@@ -35,14 +35,13 @@ from spectral.dlq.records import DeadLetterRecord, Topics, read_dead_letters
 from spectral.dlq.repository import RedriveRepository
 from spectral.errors import TransientError
 from spectral.kafka.config import client_kwargs
-from spectral.kafka.dlq import redrive_headers
+from spectral.kafka.dlq import MAX_REQUEST_BYTES, redrive_headers
 from spectral.observability.logging import get_logger
 from spectral.settings import Settings
 
 log = get_logger(__name__)
 
 BATCH = 500
-MAX_REQUEST_BYTES = 16 * 1024 * 1024  # as the engine's dead-letter producer: originals may be big
 
 
 @dataclass(frozen=True, slots=True)

@@ -38,6 +38,9 @@ PREFIX = "dlq."
 HISTORY = "dlq.history"
 REDRIVEN_FROM = "dlq.redriven_from"
 DETAIL_LIMIT = 1000
+MAX_REQUEST_BYTES = 16 * 1024 * 1024
+"""Request limit of a producer of dead letters or redriven records: they carry the original
+bytes, which may exceed the contract's 1 MiB limit (that may be why they are dead)."""
 
 
 @dataclass(frozen=True)
