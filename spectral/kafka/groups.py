@@ -17,12 +17,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
-from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.errors import KafkaError
 
 from spectral.consumer.replay_range import TopicPartitionKey
 from spectral.errors import PermanentError, TransientError
 from spectral.kafka.config import client_kwargs
+from spectral.kafka.partitions import admin_client
 from spectral.settings import Settings
 
 GROUP_ID_NOT_FOUND = 69
@@ -56,15 +56,8 @@ class GroupState:
 
 
 async def describe_group(settings: Settings, bootstrap: str, group: str) -> GroupState:
-    admin = AIOKafkaAdminClient(**client_kwargs(settings, bootstrap))
-    try:
-        await admin.start()
+    async with admin_client(settings, bootstrap, f"could not describe group {group!r}") as admin:
         responses = await admin.describe_consumer_groups([group])
-    except KafkaError as exc:
-        raise TransientError(f"could not describe group {group!r}: {exc}") from exc
-    finally:
-        with contextlib.suppress(Exception):
-            await admin.close()
     for response in responses:
         for entry in response.to_object().get("groups", []):
             if entry.get("group") == group:
@@ -91,17 +84,11 @@ async def committed_offsets(
     settings: Settings, bootstrap: str, group: str, partitions: Sequence[TopicPartitionKey]
 ) -> dict[TopicPartitionKey, int | None]:
     """The group's committed offset per partition (None: nothing committed)."""
-    admin = AIOKafkaAdminClient(**client_kwargs(settings, bootstrap))
-    try:
-        await admin.start()
+    failure = f"could not read the offsets of group {group!r}"
+    async with admin_client(settings, bootstrap, failure) as admin:
         found = await admin.list_consumer_group_offsets(
             group, partitions=[TopicPartition(t, p) for t, p in partitions]
         )
-    except KafkaError as exc:
-        raise TransientError(f"could not read the offsets of group {group!r}: {exc}") from exc
-    finally:
-        with contextlib.suppress(Exception):
-            await admin.close()
     out: dict[TopicPartitionKey, int | None] = dict.fromkeys(partitions)
     for tp, meta in found.items():
         out[(tp.topic, tp.partition)] = meta.offset if meta.offset >= 0 else None

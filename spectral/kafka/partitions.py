@@ -43,19 +43,29 @@ async def standalone_consumer(
             await consumer.stop()
 
 
+@asynccontextmanager
+async def admin_client(
+    settings: Settings, bootstrap: str, failure: str
+) -> AsyncIterator[AIOKafkaAdminClient]:
+    """A started admin client, closed on exit; a Kafka error in the block is raised as a
+    TransientError ``"{failure}: {error}"``."""
+    admin = AIOKafkaAdminClient(**client_kwargs(settings, bootstrap))
+    try:
+        await admin.start()
+        yield admin
+    except KafkaError as exc:
+        raise TransientError(f"{failure}: {exc}") from exc
+    finally:
+        with contextlib.suppress(Exception):
+            await admin.close()
+
+
 async def topic_partitions(
     settings: Settings, bootstrap: str, topics: Sequence[str]
 ) -> list[TopicPartitionKey]:
     """(topic, partition) of every partition of ``topics``; a missing topic has none."""
-    admin = AIOKafkaAdminClient(**client_kwargs(settings, bootstrap))
-    try:
-        await admin.start()
+    async with admin_client(settings, bootstrap, "Kafka unavailable") as admin:
         described = await admin.describe_topics(list(topics))
-    except KafkaError as exc:
-        raise TransientError(f"Kafka unavailable: {exc}") from exc
-    finally:
-        with contextlib.suppress(Exception):
-            await admin.close()
     found: list[TopicPartitionKey] = []
     for entry in described:
         if entry.get("error_code", 0) == 0 and entry.get("topic") in topics:
