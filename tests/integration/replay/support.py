@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 from uuid import UUID
 
@@ -19,6 +23,7 @@ from spectral.settings import Settings
 from tests.kafka_support import cluster_event
 
 T0 = datetime(2026, 5, 1, 9, 0, tzinfo=UTC)
+SPECTRAL = str(Path(sys.executable).with_name("spectral"))
 
 PROJECTION_CHECKSUM = """
 SELECT count(*) AS n, md5(coalesce(string_agg(t::text, '|' ORDER BY cluster_id), '')) AS md5
@@ -66,6 +71,25 @@ async def run_replay(
         request=request,
         hooks=hooks,
     )
+
+
+def spectral_cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    """`spectral ARGS` in a subprocess with ``env``; the caller checks the exit code."""
+    return subprocess.run(
+        [SPECTRAL, *args], env=env, capture_output=True, text=True, timeout=120, check=False
+    )
+
+
+def spectral_ok(env: dict[str, str], *args: str) -> str:
+    """The standard output of `spectral ARGS`, which must exit 0."""
+    result = spectral_cli(env, *args)
+    assert result.returncode == 0, result.stderr
+    return result.stdout
+
+
+def spectral_json(env: dict[str, str], *args: str) -> Any:
+    """The parsed JSON output of `spectral ARGS`, which must exit 0."""
+    return json.loads(spectral_ok(env, *args))
 
 
 async def fetchval(database_url: str, sql: str, *args: Any) -> Any:

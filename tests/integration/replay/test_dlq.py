@@ -11,11 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-import subprocess
-import sys
 import uuid
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 import asyncpg
@@ -29,7 +26,13 @@ from spectral.dlq.repository import connect_operator
 from spectral.kafka.dlq import history_of
 from spectral.kafka.topics import dlq_topic, topic_for
 from spectral.settings import Settings
-from tests.integration.replay.support import execute, fetchval, run_live
+from tests.integration.replay.support import (
+    execute,
+    fetchval,
+    run_live,
+    spectral_json,
+    spectral_ok,
+)
 from tests.kafka_support import (
     ReadRecord,
     cluster_event,
@@ -91,23 +94,6 @@ async def _redrive(settings: Settings, topic: str, **options: Any) -> Any:
         await conn.close()
 
 
-def _spectral_text(env: dict[str, str], *args: str) -> str:
-    result = subprocess.run(
-        [str(Path(sys.executable).with_name("spectral")), *args],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert result.returncode == 0, result.stderr
-    return result.stdout
-
-
-def _spectral(env: dict[str, str], *args: str) -> Any:
-    return json.loads(_spectral_text(env, *args))
-
-
 async def _dead_lettered(
     settings: Settings, kafka_bootstrap: str
 ) -> tuple[EventEnvelope[Any], ReadRecord]:
@@ -139,43 +125,43 @@ async def test_list_and_show_decode_what_they_can(
     late, _ = await _dead_lettered(settings, kafka_bootstrap)
     # list / show through the CLI: reasons, the decoded original, the undecodable one.
     listed = await asyncio.to_thread(
-        _spectral, spectral_env, "dlq", "list", "--topic", topic, "--json"
+        spectral_json, spectral_env, "dlq", "list", "--topic", topic, "--json"
     )
     assert [(r["offset"], r["reason"], r["redriven"]) for r in listed] == [
         (0, "handler_error", False),
         (1, "not_json", False),
     ]
     only = await asyncio.to_thread(
-        _spectral, spectral_env, "dlq", "list", "--topic", dlq, "--reason", "not_json", "--json"
+        spectral_json, spectral_env, "dlq", "list", "--topic", dlq, "--reason", "not_json", "--json"
     )
     assert [r["offset"] for r in only] == [1]
     shown = await asyncio.to_thread(
-        _spectral, spectral_env, "dlq", "show", "--topic", topic, "--offset", "0", "--json"
+        spectral_json, spectral_env, "dlq", "show", "--topic", topic, "--offset", "0", "--json"
     )
     assert shown["envelope"]["idempotency_key"] == late.idempotency_key
     assert shown["headers"]["dlq.source.offset"] == "1"
     assert [h["reason"] for h in shown["history"]] == ["handler_error"]
     bad = await asyncio.to_thread(
-        _spectral, spectral_env, "dlq", "show", "--topic", topic, "--offset", "1", "--json"
+        spectral_json, spectral_env, "dlq", "show", "--topic", topic, "--offset", "1", "--json"
     )
     assert bad["envelope"] is None
     assert bad["undecodable"].startswith("not_json")
     assert bad["value_preview"] == "{not json"
     # The same for a person on a terminal.
-    table = await asyncio.to_thread(_spectral_text, spectral_env, "dlq", "list", "--topic", topic)
+    table = await asyncio.to_thread(spectral_ok, spectral_env, "dlq", "list", "--topic", topic)
     assert "handler_error" in table
     assert "not_json" in table
     text = await asyncio.to_thread(
-        _spectral_text, spectral_env, "dlq", "show", "--topic", topic, "--offset", "1"
+        spectral_ok, spectral_env, "dlq", "show", "--topic", topic, "--offset", "1"
     )
     assert "original does not decode" in text
     assert "{not json" in text
     text = await asyncio.to_thread(
-        _spectral_text, spectral_env, "dlq", "show", "--topic", topic, "--offset", "0"
+        spectral_ok, spectral_env, "dlq", "show", "--topic", topic, "--offset", "0"
     )
     assert late.idempotency_key in text
     plan = await asyncio.to_thread(
-        _spectral_text, spectral_env, "dlq", "redrive", "--topic", topic, "--dry-run"
+        spectral_ok, spectral_env, "dlq", "redrive", "--topic", topic, "--dry-run"
     )
     assert "would redrive 2 of 2 dead letters" in plan
 
@@ -243,6 +229,6 @@ async def test_a_dead_letter_fails_again_with_its_history_then_applies_once_afte
     assert dup.counts[Outcome.DEDUPLICATED] == 1
     assert await _applied(database_url, late.idempotency_key) == 1
     listed = await asyncio.to_thread(
-        _spectral, spectral_env, "dlq", "list", "--topic", topic, "--json"
+        spectral_json, spectral_env, "dlq", "list", "--topic", topic, "--json"
     )
     assert [r["redriven"] for r in listed] == [True, True, True, False]

@@ -4,10 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-import subprocess
-import sys
 from datetime import timedelta
-from pathlib import Path
 
 import pytest
 from prometheus_client import CollectorRegistry
@@ -26,7 +23,13 @@ from spectral.consumer.replay_range import (
 from spectral.kafka.groups import describe_group
 from spectral.kafka.topics import topic_for
 from spectral.settings import Settings
-from tests.integration.replay.support import T0, endpoints, rule_candidates, run_live
+from tests.integration.replay.support import (
+    T0,
+    endpoints,
+    rule_candidates,
+    run_live,
+    spectral_cli,
+)
 from tests.kafka_support import (
     cluster_event,
     committed_offsets,
@@ -39,17 +42,6 @@ pytestmark = pytest.mark.integration
 
 CONSUMER = "rule-candidates"
 EVENT_TYPES = (FAILURE_CLUSTER_DETECTED,)
-
-
-def _spectral(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [str(Path(sys.executable).with_name("spectral")), *args],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
 
 
 async def test_reset_is_refused_while_members_are_active_and_exact_when_none_are(
@@ -85,7 +77,7 @@ async def test_reset_is_refused_while_members_are_active_and_exact_when_none_are
                 settings, bootstrap, event_types=EVENT_TYPES, group=CONSUMER, target=Beginning()
             )
         cli = await asyncio.to_thread(
-            _spectral,
+            spectral_cli,
             spectral_env,
             "offsets",
             "reset",
@@ -129,7 +121,7 @@ async def test_reset_is_refused_while_members_are_active_and_exact_when_none_are
 
     # Timestamps, earliest and latest, through the CLI.
     cli = await asyncio.to_thread(
-        _spectral,
+        spectral_cli,
         spectral_env,
         "offsets",
         "reset",
@@ -154,11 +146,11 @@ async def test_reset_is_refused_while_members_are_active_and_exact_when_none_are
 
 
 def test_reset_options_are_checked(spectral_env: dict[str, str]) -> None:
-    both = _spectral(
+    both = spectral_cli(
         spectral_env, "offsets", "reset", "--consumer", CONSUMER, "--to-earliest", "--to-latest"
     )
     assert both.returncode == 2
     assert "exactly one of" in both.stderr
-    bad = _spectral(spectral_env, "offsets", "reset", "--consumer", CONSUMER, "--to-offset", "x")
+    bad = spectral_cli(spectral_env, "offsets", "reset", "--consumer", CONSUMER, "--to-offset", "x")
     assert bad.returncode == 2
     assert "PARTITION:OFFSET" in bad.stderr

@@ -3,15 +3,11 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import signal
-import subprocess
-import sys
 import uuid
 from collections.abc import Sequence
 from datetime import timedelta
-from pathlib import Path
 from typing import Any
 
 import asyncpg
@@ -39,6 +35,7 @@ from tests.integration.replay.support import (
     history_of_clusters,
     rule_candidates,
     run_live,
+    spectral_json,
 )
 from tests.kafka_support import create_topics, publish_envelopes
 from tests.support import eventually
@@ -79,19 +76,6 @@ async def _signal_hours(database_url: str) -> set[tuple[Any, ...]]:
         return {tuple(r) for r in await conn.fetch("SELECT * FROM platform.cluster_signal_hours")}
     finally:
         await conn.close()
-
-
-def _spectral_json(env: dict[str, str], *args: str) -> Any:
-    result = subprocess.run(
-        [str(Path(sys.executable).with_name("spectral")), *args],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert result.returncode == 0, result.stderr
-    return json.loads(result.stdout)
 
 
 async def test_a_rebuild_restores_snapshots_and_keeps_every_operator_column(
@@ -182,7 +166,7 @@ async def test_a_rebuild_restores_snapshots_and_keeps_every_operator_column(
 
     # A dry run (through the CLI) reports the diff and changes nothing.
     dry = await asyncio.to_thread(
-        _spectral_json, spectral_env, "rebuild", "rule-candidates", "--dry-run", "--json"
+        spectral_json, spectral_env, "rebuild", "rule-candidates", "--dry-run", "--json"
     )
     assert dry["committed"] is False
     assert dry["complete"] is True

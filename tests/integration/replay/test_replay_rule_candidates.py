@@ -5,11 +5,9 @@ from __future__ import annotations
 import asyncio
 import json
 import subprocess
-import sys
 import uuid
 from collections.abc import Sequence
 from datetime import timedelta
-from pathlib import Path
 
 import asyncpg
 import pytest
@@ -30,6 +28,7 @@ from tests.integration.replay.support import (
     rule_candidates,
     run_live,
     run_replay,
+    spectral_cli,
 )
 from tests.kafka_support import (
     cluster_event,
@@ -223,17 +222,6 @@ async def test_ranges_by_offset_and_timestamp_stop_where_asked(
     assert await end_offsets(kafka_bootstrap, topic) == {0: 10}
 
 
-def _spectral(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [str(Path(sys.executable).with_name("spectral")), *args],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-
-
 async def test_the_cli_reports_in_json_and_in_tables(
     settings: Settings, kafka_bootstrap: str, database_url: str, spectral_env: dict[str, str]
 ) -> None:
@@ -241,7 +229,7 @@ async def test_the_cli_reports_in_json_and_in_tables(
     before = await projection(database_url)
 
     async def run(*args: str) -> subprocess.CompletedProcess[str]:
-        return await asyncio.to_thread(_spectral, spectral_env, "replay", *args)
+        return await asyncio.to_thread(spectral_cli, spectral_env, "replay", *args)
 
     dry = await run("--consumer", CONSUMER, "--from-beginning", "--dry-run", "--json")
     assert dry.returncode == 0, dry.stderr
