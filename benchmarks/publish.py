@@ -73,19 +73,3 @@ async def end_offsets(bootstrap: str, topic: str, partitions: int) -> dict[int, 
         return {tp.partition: int(offset) for tp, offset in ends.items()}
     finally:
         await consumer.stop()
-
-
-async def committed(bootstrap: str, group: str, topic: str, partitions: Iterable[int]) -> int:
-    """Sum of the group's committed offsets on ``topic`` (0 for a partition with none)."""
-    consumer = AIOKafkaConsumer(
-        bootstrap_servers=bootstrap, group_id=group, enable_auto_commit=False
-    )
-    await consumer.start()
-    try:
-        total = 0
-        for partition in partitions:
-            offset = await consumer.committed(TopicPartition(topic, partition))
-            total += int(offset or 0)
-        return total
-    finally:
-        await consumer.stop()

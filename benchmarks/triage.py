@@ -29,10 +29,12 @@ from benchmarks.processes import (
     machine_sample,
     run_consumers,
 )
-from benchmarks.publish import committed, publish
+from benchmarks.publish import publish
 from benchmarks.report import Report
 from benchmarks.stack import BenchStack
 from contracts import FAILURE_CLUSTER_DETECTED
+from spectral.kafka.groups import committed_offsets
+from spectral.settings import load_settings
 
 DEPLOYMENT = "rule-candidates"
 
@@ -312,7 +314,13 @@ async def _verify(
         + (f" ({again:,} delivered again after a rebalance)" if again else "")
         + f"; {outcomes}; {len(topic.stats.keys):,} distinct events",
     )
-    done = await committed(stack.endpoints.kafka_bootstrap, group.group, topic.name, topic.ends)
+    offsets = await committed_offsets(
+        load_settings(),
+        stack.endpoints.kafka_bootstrap,
+        group.group,
+        [(topic.name, partition) for partition in topic.ends],
+    )
+    done = sum(offset or 0 for offset in offsets.values())
     report.check(
         f"{label}: committed offsets reach the end of every partition",
         done == topic.records,
