@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -19,8 +21,10 @@ from contracts import EventEnvelope
 from spectral.consumer.engine import ConsumerEngine, EngineOptions, RunSummary
 from spectral.consumer.handler import Handler
 from spectral.consumer.replay import ReplayReport, ReplayRequest, TransactionHooks, replay
+from spectral.kafka.groups import describe_group
 from spectral.settings import Settings
 from tests.kafka_support import cluster_event
+from tests.support import eventually
 
 T0 = datetime(2026, 5, 1, 9, 0, tzinfo=UTC)
 SPECTRAL = str(Path(sys.executable).with_name("spectral"))
@@ -54,6 +58,32 @@ async def run_live(
         options=EngineOptions(group=group, stop_when_idle=idle, max_batch=50),
         registry=CollectorRegistry(),
     ).run()
+
+
+@asynccontextmanager
+async def live_member(settings: Settings) -> AsyncIterator[None]:
+    """The live rule-candidates consumer, joined to its group, for the body of the block."""
+    bootstrap, url = endpoints(settings)
+    handler = rule_candidates(settings)(url)
+    live = ConsumerEngine(
+        handler,
+        settings,
+        kafka_bootstrap=bootstrap,
+        database_url=url,
+        options=EngineOptions(),
+        registry=CollectorRegistry(),
+    )
+    task = asyncio.create_task(live.run())
+    try:
+
+        async def joined() -> bool:
+            return (await describe_group(settings, bootstrap, handler.name)).active
+
+        await eventually(joined)
+        yield
+    finally:
+        live.stop()
+        await asyncio.wait_for(task, timeout=30)
 
 
 async def run_replay(

@@ -7,10 +7,8 @@ import json
 from datetime import timedelta
 
 import pytest
-from prometheus_client import CollectorRegistry
 
 from contracts import FAILURE_CLUSTER_DETECTED
-from spectral.consumer.engine import ConsumerEngine, EngineOptions
 from spectral.consumer.handler import Outcome
 from spectral.consumer.offsets import GroupBusyError, reset_offsets
 from spectral.consumer.replay_range import (
@@ -20,12 +18,12 @@ from spectral.consumer.replay_range import (
     Latest,
     PartitionOffset,
 )
-from spectral.kafka.groups import describe_group
 from spectral.kafka.topics import topic_for
 from spectral.settings import Settings
 from tests.integration.replay.support import (
     T0,
     endpoints,
+    live_member,
     rule_candidates,
     run_live,
     spectral_cli,
@@ -36,7 +34,6 @@ from tests.kafka_support import (
     create_topics,
     publish_envelopes,
 )
-from tests.support import eventually
 
 pytestmark = pytest.mark.integration
 
@@ -56,22 +53,8 @@ async def test_reset_is_refused_while_members_are_active_and_exact_when_none_are
     assert sum(v or 0 for v in ends.values()) == 10
 
     # A live member: the reset is refused and says who is there.
-    bootstrap, url = endpoints(settings)
-    live = ConsumerEngine(
-        rule_candidates(settings)(url),
-        settings,
-        kafka_bootstrap=bootstrap,
-        database_url=url,
-        options=EngineOptions(),
-        registry=CollectorRegistry(),
-    )
-    task = asyncio.create_task(live.run())
-    try:
-
-        async def joined() -> bool:
-            return (await describe_group(settings, bootstrap, CONSUMER)).active
-
-        await eventually(joined)
+    bootstrap, _ = endpoints(settings)
+    async with live_member(settings):
         with pytest.raises(GroupBusyError, match=r"1 active member .*spectral-rule-candidates"):
             await reset_offsets(
                 settings, bootstrap, event_types=EVENT_TYPES, group=CONSUMER, target=Beginning()
@@ -88,9 +71,6 @@ async def test_reset_is_refused_while_members_are_active_and_exact_when_none_are
         assert cli.returncode == 1, cli.stderr
         assert "refusing: group" in cli.stderr
         assert "spectral-rule-candidates" in cli.stderr
-    finally:
-        live.stop()
-        await asyncio.wait_for(task, timeout=30)
     assert await committed_offsets(kafka_bootstrap, CONSUMER, topic) == ends
 
     # No members: a dry run shows the change and commits nothing ...

@@ -19,12 +19,10 @@ from consumers.rule_candidates.metrics import RuleCandidateMetrics
 from consumers.rule_candidates.rebuild import RebuildHooks, rebuild
 from consumers.rule_candidates.repository import Conn
 from contracts import FAILURE_CLUSTER_DETECTED
-from spectral.consumer.engine import ConsumerEngine, EngineOptions
 from spectral.consumer.handler import Delivery, HandlerResult, Outcome
 from spectral.consumer.offsets import GroupBusyError
 from spectral.consumer.replay import Mode, ReplayRequest, replay
 from spectral.consumer.replay_range import Beginning
-from spectral.kafka.groups import describe_group
 from spectral.kafka.topics import topic_for
 from spectral.settings import Settings
 from tests.integration.replay.support import (
@@ -33,12 +31,12 @@ from tests.integration.replay.support import (
     execute,
     fetchval,
     history_of_clusters,
+    live_member,
     rule_candidates,
     run_live,
     spectral_json,
 )
 from tests.kafka_support import create_topics, publish_envelopes
-from tests.support import eventually
 
 pytestmark = pytest.mark.integration
 
@@ -143,26 +141,9 @@ async def test_a_rebuild_restores_snapshots_and_keeps_every_operator_column(
     bootstrap, url = endpoints(settings)
 
     # Refused while the live consumer is in its group.
-    live = ConsumerEngine(
-        rule_candidates(settings)(url),
-        settings,
-        kafka_bootstrap=bootstrap,
-        database_url=url,
-        options=EngineOptions(),
-        registry=CollectorRegistry(),
-    )
-    task = asyncio.create_task(live.run())
-    try:
-
-        async def joined() -> bool:
-            return (await describe_group(settings, bootstrap, CONSUMER)).active
-
-        await eventually(joined)
+    async with live_member(settings):
         with pytest.raises(GroupBusyError, match="active member"):
             await rebuild(settings, kafka_bootstrap=bootstrap, database_url=url)
-    finally:
-        live.stop()
-        await asyncio.wait_for(task, timeout=30)
 
     # A dry run (through the CLI) reports the diff and changes nothing.
     dry = await asyncio.to_thread(
