@@ -38,11 +38,10 @@ from prometheus_client import CollectorRegistry
 
 from consumers.rule_candidates.handler import CONSUMER_NAME, RuleCandidatesHandler
 from consumers.rule_candidates.metrics import RuleCandidateMetrics
-from spectral.consumer.offsets import GroupBusyError
+from spectral.consumer.offsets import require_idle
 from spectral.consumer.replay import Mode, Progress, ReplayReport, ReplayRequest, replay
 from spectral.consumer.replay_range import Beginning
 from spectral.db.queries import load_queries
-from spectral.kafka.groups import describe_group
 from spectral.settings import Settings
 
 _SQL: Final = load_queries(Path(__file__).with_name("rebuild.sql"))
@@ -82,11 +81,12 @@ async def rebuild(
     progress: Progress | None = None,
 ) -> ReplayReport:
     """Rebuild the projection from the topic (see the module docstring)."""
-    state = await describe_group(settings, kafka_bootstrap, group)
-    if state.active:
-        raise GroupBusyError(
-            state, "the live consumer would wait on the rebuild's locks for its whole duration"
-        )
+    await require_idle(
+        settings,
+        kafka_bootstrap,
+        group,
+        "the live consumer would wait on the rebuild's locks for its whole duration",
+    )
 
     def make_handler(_url: str) -> RuleCandidatesHandler:
         return RuleCandidatesHandler(RuleCandidateMetrics(CollectorRegistry()))

@@ -34,6 +34,14 @@ class GroupBusyError(PermanentError):
         self.state = state
 
 
+async def require_idle(settings: Settings, bootstrap: str, group: str, why: str) -> GroupState:
+    """The group's state; GroupBusyError (saying ``why``) while it has active members."""
+    state = await describe_group(settings, bootstrap, group)
+    if state.active:
+        raise GroupBusyError(state, why)
+    return state
+
+
 @dataclass(frozen=True, slots=True)
 class OffsetChange:
     topic: str
@@ -78,13 +86,13 @@ async def reset_offsets(
     """Commit ``target`` for ``group`` on the topics of ``event_types``; raises GroupBusyError
     while the group has members."""
     ranges = await plan_ranges(settings, bootstrap, event_types, target, None)
-    state = await describe_group(settings, bootstrap, group)
-    if state.active:
-        raise GroupBusyError(
-            state,
-            "their next commit would overwrite the reset, and Kafka refuses commits from "
-            "outside a group with members",
-        )
+    state = await require_idle(
+        settings,
+        bootstrap,
+        group,
+        "their next commit would overwrite the reset, and Kafka refuses commits from "
+        "outside a group with members",
+    )
     before = await committed_offsets(settings, bootstrap, group, [r.key for r in ranges])
     changes = tuple(OffsetChange(r.topic, r.partition, before[r.key], r.start) for r in ranges)
     if not dry_run:
