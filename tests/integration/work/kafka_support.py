@@ -8,7 +8,6 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 import asyncpg
-from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from prometheus_client import CollectorRegistry
 
 from contracts import WORK_ITEM_ENQUEUED
@@ -17,17 +16,13 @@ from spectral.consumer.engine import ConsumerEngine, EngineOptions
 from spectral.consumer.handler import Handler
 from spectral.kafka.topics import topic_for
 from spectral.settings import Settings
+from tests.kafka_support import create_topics
 
 
 async def create_work_topic(bootstrap: str, prefix: str, partitions: int = 3) -> str:
     """The work-item topic, created up front so consumers are assigned it at once."""
     name = topic_for(WORK_ITEM_ENQUEUED, prefix)
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
-    await admin.start()
-    try:
-        await admin.create_topics([NewTopic(name, num_partitions=partitions, replication_factor=1)])
-    finally:
-        await admin.close()
+    await create_topics(bootstrap, [name], partitions=partitions)
     return name
 
 
