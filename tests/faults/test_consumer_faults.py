@@ -19,14 +19,15 @@ from pathlib import Path
 
 import asyncpg
 import pytest
-from aiokafka.admin import AIOKafkaAdminClient
 
 from contracts import FAILURE_CLUSTER_DETECTED
 from spectral.db.migrate import migrate
 from spectral.devstack.kafka import LocalKafka
 from spectral.devstack.kafka_jars import default_cache_dir
 from spectral.devstack.postgres import LocalPostgres
+from spectral.kafka.groups import describe_group
 from spectral.kafka.topics import dlq_topic, topic_for
+from spectral.settings import Settings
 from tests.faults.recording_consumer import CREATE_TABLE
 from tests.kafka_support import (
     cluster_event,
@@ -210,15 +211,15 @@ async def test_broker_stopped_mid_stream_loses_nothing_and_dead_letters_nothing(
 
 
 async def test_sigterm_commits_leaves_the_group_and_exits_zero(
+    settings: Settings,
     database_url: str,
     kafka_bootstrap: str,
-    topic_prefix: str,
     spectral_env: dict[str, str],
     tmp_path: Path,
 ) -> None:
     log = tmp_path / "consumer.log"
     await _execute(database_url, CREATE_TABLE)
-    topic = topic_for(FAILURE_CLUSTER_DETECTED, topic_prefix)
+    topic = topic_for(FAILURE_CLUSTER_DETECTED, settings.topic_prefix)
     await create_topics(kafka_bootstrap, [topic], partitions=3)
     events = [cluster_event() for _ in range(500)]
     await publish_envelopes(kafka_bootstrap, topic, events)
@@ -235,11 +236,5 @@ async def test_sigterm_commits_leaves_the_group_and_exits_zero(
     assert await committed_offsets(kafka_bootstrap, "fault-recorder", topic) == await end_offsets(
         kafka_bootstrap, topic
     )
-    admin = AIOKafkaAdminClient(bootstrap_servers=kafka_bootstrap)
-    await admin.start()
-    try:
-        described = await admin.describe_consumer_groups(["fault-recorder"])
-    finally:
-        await admin.close()
-    members = [m for group in described for m in getattr(group, "members", [])]
-    assert members == [], "the consumer left its group on SIGTERM"
+    group = await describe_group(settings, kafka_bootstrap, "fault-recorder")
+    assert group.members == (), "the consumer left its group on SIGTERM"
