@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import Sequence
 from typing import Any, Final
 from uuid import UUID, uuid4
@@ -77,6 +78,7 @@ class WorkExecutorHandler:
         )
         self._starting = asyncio.Lock()
         self._sweeper: asyncio.Task[None] | None = None
+        self._stopping = asyncio.Event()
 
     @property
     def name(self) -> str:
@@ -108,6 +110,7 @@ class WorkExecutorHandler:
                     self._metrics,
                     self._config,
                 )
+                self._stopping.clear()
                 self._sweeper = asyncio.create_task(self._sweep_forever(), name="work-sweeper")
             return self._executor
 
@@ -120,13 +123,18 @@ class WorkExecutorHandler:
         return len(jobs)
 
     async def _sweep_forever(self) -> None:
+        """Sweep now, then every interval, until ``aclose`` asks it to stop: it stops between
+        sweeps, never between a sweep's claim and its hand-over to the pool."""
         interval = self._settings.work_sweep_interval_seconds
         while True:
             try:
                 await self.sweep_once()
             except Exception as exc:  # noqa: BLE001 - a failed sweep is retried next interval
                 log.warning("sweep failed", error=f"{type(exc).__name__}: {exc}")
-            await asyncio.sleep(interval)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stopping.wait(), timeout=interval)
+            if self._stopping.is_set():
+                return
 
     async def _run(self, jobs: Sequence[Job], done: JobDone) -> None:
         executor = await self.start()
@@ -168,19 +176,24 @@ class WorkExecutorHandler:
         await self._pool.join()
 
     async def aclose(self, drain_seconds: float | None = None) -> None:
-        """Stop sweeping, let the items in flight finish (at most ``drain_seconds``, default
-        the model timeout plus 5 s), then close. An item still running after that keeps its
-        lease and is recovered by the next executor (its attempt counted as used)."""
-        if self._sweeper is not None:
-            self._sweeper.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._sweeper
-            self._sweeper = None
+        """Stop sweeping (a sweep under way finishes and hands its claims to the pool), let the
+        items in flight finish (both within ``drain_seconds``, default the model timeout plus
+        5 s), then close. An item still running after that keeps its lease and is recovered by
+        the next executor (its attempt counted as used)."""
         patience = (
             drain_seconds if drain_seconds is not None else self._settings.llm_timeout_seconds + 5
         )
+        deadline = time.monotonic() + patience
+        if self._sweeper is not None:
+            self._stopping.set()
+            done, _ = await asyncio.wait({self._sweeper}, timeout=patience)
+            if not done:
+                self._sweeper.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await self._sweeper
+            self._sweeper = None
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._pool.join(), timeout=patience)
+            await asyncio.wait_for(self._pool.join(), timeout=max(deadline - time.monotonic(), 0.0))
         await self._pool.close()
         closer = getattr(self._synthesizer, "aclose", None)
         if closer is not None:
