@@ -65,6 +65,25 @@ class Settings(BaseSettings):
     cache_dir: Path = Field(default_factory=_default_cache_dir, description="Kafka jars cache.")
     log_level: str = "INFO"
     log_format: str = Field(default="auto", description="auto | json | console")
+    metrics_host: str = Field(
+        default="127.0.0.1",
+        description="Interface of the --metrics-port endpoint (/metrics, /healthz, /readyz); "
+        "0.0.0.0 in a container.",
+    )
+    liveness_timeout_seconds: float = Field(
+        default=30.0,
+        gt=0,
+        description="/healthz fails once the event loop made no progress for this long.",
+    )
+    lag_interval_seconds: float = Field(
+        default=10.0, gt=0, description="How often a consumer measures its lag per partition."
+    )
+    stall_after_seconds: float = Field(
+        default=120.0,
+        gt=0,
+        description="A partition whose committed offset stayed put this long while its end "
+        "offset grew is stalled (metric and log line).",
+    )
 
     # -- durable LLM work (issue 6: ADR-035, ADR-0008, ADR-0023) --------------------------------
     synthesizer: SynthesizerKind = Field(

@@ -1,52 +1,132 @@
 """The composition root: the `spectral` command wires concrete pieces together.
 
-Each command group lives in its own module and is registered here.
+Each command (group) lives in its own module, listed in :data:`COMMANDS` with its one-line help
+and imported only when that command runs: `spectral --help` and `spectral --version` load no
+command module (no Kafka client, no database driver, no web framework).
 """
 
 from __future__ import annotations
 
+import importlib
 import sys
+from importlib import metadata
+from typing import Any
 
 import typer
+from typer.core import TyperCommand, TyperGroup
 
-from spectral.cli import (
-    clusters,
-    consume,
-    contracts,
-    db,
-    demo,
-    dev,
-    dlq,
-    offsets,
-    outbox,
-    rebuild,
-    replay,
-    triage,
-    work,
-)
 from spectral.errors import ConfigurationError, SpectralError, TransientError
+
+COMMANDS: dict[str, tuple[str, str]] = {
+    # name: ("module:attribute", one-line help); the attribute is a Typer app or a function
+    "dev": ("spectral.cli.dev:app", "Run a real Kafka broker (KRaft) and PostgreSQL locally."),
+    "db": ("spectral.cli.db:app", "Database schema."),
+    "topics": ("spectral.cli.topics:app", "Declare spectral's topics: plan, then apply."),
+    "contracts": (
+        "spectral.cli.contracts:app",
+        "Wire contracts: JSON Schemas and the snapshot hash.",
+    ),
+    "outbox": ("spectral.cli.outbox:app", "The transactional outbox: relay its rows to Kafka."),
+    "clusters": (
+        "spectral.cli.clusters:app",
+        "FailureClusterService: failures in, cluster snapshots out (ADR-057).",
+    ),
+    "consume": ("spectral.cli.consume:consume", "Apply a deployment's events exactly once."),
+    "demo": ("spectral.cli.demo:demo", "Show both streams working end to end."),
+    "triage": (
+        "spectral.cli.triage:app",
+        "Triage failure clusters: list, show and set status, assignee and notes.",
+    ),
+    "work": ("spectral.cli.work:app", "Durable LLM work: documents and commands (ADR-035)."),
+    "threads": ("spectral.cli.work:threads_app", "Observe threads and their execution ledger."),
+    "api": (
+        "spectral.cli.work:api",
+        "Serve the work HTTP API (OpenAPI at /openapi.json, docs at /docs).",
+    ),
+    "replay": ("spectral.cli.replay:replay", "Replay a deployment over a range of its topics."),
+    "offsets": ("spectral.cli.offsets:app", "Consumer group offsets."),
+    "dlq": (
+        "spectral.cli.dlq:app",
+        "Dead letters: list, show, and redrive them to their source topic.",
+    ),
+    "rebuild": ("spectral.cli.rebuild:app", "Rebuild a projection from its topic."),
+}
+EXIT_FAILURE = 1
+EXIT_CONFIGURATION = 2
+EXIT_UNAVAILABLE = 3
+
+
+def load_command(name: str) -> TyperCommand | TyperGroup:
+    """Import the module of command ``name`` and build its click command."""
+    target, _ = COMMANDS[name]
+    module_name, attribute = target.split(":")
+    found: Any = getattr(importlib.import_module(module_name), attribute)
+    wrapper = typer.Typer(add_completion=False)  # completion is the root's business
+    if isinstance(found, typer.Typer):
+        wrapper.add_typer(found, name=name)
+        group = typer.main.get_command(wrapper)
+        assert isinstance(group, TyperGroup)  # noqa: S101 - one sub-app makes a group
+        sub = group.commands[name]
+        assert isinstance(sub, TyperGroup)  # noqa: S101
+        return sub
+    wrapper.command(name=name)(found)
+    command = typer.main.get_command(wrapper)
+    assert isinstance(command, TyperCommand)  # noqa: S101 - one function makes a command
+    return command
+
+
+class _Listed(TyperCommand):
+    """What `spectral --help` shows of a command without importing it."""
+
+
+class LazyGroup(TyperGroup):
+    """Lists the commands of :data:`COMMANDS`; imports a command's module only to run it."""
+
+    def list_commands(self, ctx: Any) -> list[str]:  # noqa: ARG002 - click's signature
+        return sorted(COMMANDS)
+
+    def get_command(self, ctx: Any, cmd_name: str) -> TyperCommand | None:  # noqa: ARG002
+        if cmd_name not in COMMANDS:
+            return None
+        _, short = COMMANDS[cmd_name]
+        return _Listed(cmd_name, help=short, short_help=short)
+
+    def resolve_command(self, ctx: Any, args: list[str]) -> tuple[str | None, Any, list[str]]:
+        name, command, rest = super().resolve_command(ctx, args)
+        if name is not None and isinstance(command, _Listed):
+            command = load_command(name)
+        return name, command, rest
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"spectral {metadata.version('spectral')}")
+        raise typer.Exit
+
 
 app = typer.Typer(
     name="spectral",
+    cls=LazyGroup,
     help="Typed events on Kafka, materialized exactly once into PostgreSQL.",
     no_args_is_help=True,
+    context_settings={"help_option_names": ["-h", "--help"]},
     pretty_exceptions_enable=False,  # errors are reported as one clear line (see main)
+    rich_markup_mode=None,
 )
-app.add_typer(dev.app, name="dev")
-app.add_typer(db.app, name="db")
-app.add_typer(contracts.app, name="contracts")
-app.add_typer(outbox.app, name="outbox")
-app.add_typer(clusters.app, name="clusters")
-app.command(name="consume")(consume.consume)
-app.command(name="demo")(demo.demo)
-app.add_typer(triage.app, name="triage")
-app.add_typer(work.app, name="work")
-app.add_typer(work.threads_app, name="threads")
-app.command(name="api")(work.api)
-app.command(name="replay")(replay.replay)
-app.add_typer(offsets.app, name="offsets")
-app.add_typer(dlq.app, name="dlq")
-app.add_typer(rebuild.app, name="rebuild")
+
+
+@app.callback()
+def _root(
+    version: bool = typer.Option(
+        False,  # noqa: FBT003 - typer's default-first Option signature
+        "--version",
+        "-V",
+        is_eager=True,
+        callback=_version,
+        help="Print the version and exit.",
+    ),
+) -> None:
+    """Typed events on Kafka, materialized exactly once into PostgreSQL."""
 
 
 def main() -> None:
@@ -55,10 +135,10 @@ def main() -> None:
         app()
     except ConfigurationError as exc:
         typer.echo(f"error: {exc}", err=True)
-        sys.exit(2)
+        sys.exit(EXIT_CONFIGURATION)
     except TransientError as exc:
         typer.echo(f"error: {exc}", err=True)
-        sys.exit(3)
+        sys.exit(EXIT_UNAVAILABLE)
     except SpectralError as exc:
         typer.echo(f"error: {exc}", err=True)
-        sys.exit(1)
+        sys.exit(EXIT_FAILURE)

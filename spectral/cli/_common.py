@@ -9,7 +9,9 @@ from typing import Any, NoReturn, TypeVar
 
 import typer
 
+from spectral.observability.health import Health
 from spectral.observability.logging import configure_logging
+from spectral.observability.metrics import serve_metrics
 from spectral.settings import Settings, load_settings
 
 T = TypeVar("T")
@@ -27,6 +29,23 @@ def settings() -> Settings:
         fail(f"invalid SPECTRAL_* settings: {exc}", EXIT_CONFIGURATION)
     configure_logging(current.log_level, current.log_format)
     return current
+
+
+METRICS_PORT_HELP = "Serve /metrics, /healthz and /readyz on this port."
+METRICS_HOST_HELP = "Interface for --metrics-port (default: SPECTRAL_METRICS_HOST, 127.0.0.1)."
+
+
+def serve_health(current: Settings, port: int | None, host: str | None) -> Health:
+    """The process's Health, served with its metrics on ``host:port`` when a port is given."""
+    health = Health(stall_after=current.liveness_timeout_seconds)
+    try:
+        serve_metrics(port, addr=host or current.metrics_host, health=health)
+    except OSError as exc:
+        fail(
+            f"cannot serve metrics on {host or current.metrics_host}:{port}: {exc.strerror}",
+            EXIT_CONFIGURATION,
+        )
+    return health
 
 
 def fail(message: str, code: int = EXIT_FAILURE) -> NoReturn:

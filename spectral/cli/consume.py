@@ -5,37 +5,47 @@ from __future__ import annotations
 import typer
 from prometheus_client import REGISTRY
 
-from spectral.cli._common import run, settings
+from spectral.cli._common import METRICS_HOST_HELP, METRICS_PORT_HELP, run, serve_health, settings
 from spectral.consumer.collector import tune_for_batches
 from spectral.consumer.deployments import factory
 from spectral.consumer.engine import ConsumerEngine, EngineOptions, RunSummary
 from spectral.devstack import resolve_endpoints
-from spectral.observability.metrics import serve_metrics
+from spectral.observability.health import run_with_health
+from spectral.observability.progress import ProgressMonitor
 
 
-def consume(
+def consume(  # noqa: PLR0917 - typer maps each parameter to an option
     name: str = typer.Argument(..., help="Deployment: rule-candidates | work-executor."),
     group: str | None = typer.Option(None, help="Consumer group (default: the deployment name)."),
     stop_when_idle: float | None = typer.Option(
         None, "--stop-when-idle", help="Exit 0 once no record arrived for this many seconds."
     ),
-    max_batch: int = typer.Option(2000, help="Most records per batch (one transaction)."),
-    metrics_port: int | None = typer.Option(None, help="Serve Prometheus /metrics on this port."),
+    max_batch: int = typer.Option(2000, min=1, help="Most records per batch (one transaction)."),
+    metrics_port: int | None = typer.Option(None, help=METRICS_PORT_HELP),
+    metrics_host: str | None = typer.Option(None, help=METRICS_HOST_HELP),
 ) -> None:
     """Apply a deployment's events exactly once; SIGTERM/SIGINT commit, leave the group, exit 0."""
     current = settings()
     endpoints = resolve_endpoints(current)
     handler = factory(name)(current, endpoints.database_url, REGISTRY)
-    serve_metrics(metrics_port)
+    health = serve_health(current, metrics_port, metrics_host)
+    monitor = ProgressMonitor(
+        handler.name,
+        REGISTRY,
+        health,
+        interval=current.lag_interval_seconds,
+        stall_after=current.stall_after_seconds,
+    )
     engine = ConsumerEngine(
         handler,
         current,
         kafka_bootstrap=endpoints.kafka_bootstrap,
         database_url=endpoints.database_url,
         options=EngineOptions(group=group, max_batch=max_batch, stop_when_idle=stop_when_idle),
+        hook=monitor,
     )
     tune_for_batches()
-    summary: RunSummary = run(engine.run())
+    summary: RunSummary = run(run_with_health(health, engine.run()))
     typer.echo(
         " ".join(f"{outcome.value}={count}" for outcome, count in summary.counts.items()),
         err=True,

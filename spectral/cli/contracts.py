@@ -15,10 +15,14 @@ from contracts import (
     schema_violations,
     snapshot_hash_of_json,
 )
+from spectral import resources
 
 app = typer.Typer(help="Wire contracts: JSON Schemas and the snapshot hash.", no_args_is_help=True)
 
-DEFAULT_SCHEMA_DIR = Path(__file__).resolve().parents[2] / "schemas" / "events"
+SOURCE_SCHEMA_DIR = resources.source_event_schemas()
+"""schemas/events of the source checkout; None when spectral runs from an installed wheel."""
+DEFAULT_SCHEMA_DIR = SOURCE_SCHEMA_DIR or Path(str(resources.event_schemas()))
+"""Where --check compares by default: the checkout's files, else the ones the wheel ships."""
 
 
 @app.command()
@@ -28,13 +32,28 @@ def export(
         typer.Option("--check", help="Write nothing; exit 1 when a checked-in schema differs."),
     ] = False,
     directory: Annotated[
-        Path, typer.Option("--dir", help="Where the schemas live.", show_default=False)
-    ] = DEFAULT_SCHEMA_DIR,
+        Path | None,
+        typer.Option(
+            "--dir",
+            help="Where the schemas live (default: schemas/events of the source checkout).",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
     """Write schemas/events/<event_type>.v<schema_version>.json for every registered type.
 
     Refuses (exit 1) a model change that is not additive against the checked-in schemas.
+    Writes only into a source checkout or --dir, never into an installed package (exit 2).
     """
+    if directory is None:
+        if SOURCE_SCHEMA_DIR is None and not check:
+            typer.echo(
+                "error: spectral runs from an installed package, not a source checkout: pass "
+                "--dir DIR to write the schemas somewhere (or --check to compare)",
+                err=True,
+            )
+            raise typer.Exit(2)
+        directory = DEFAULT_SCHEMA_DIR
     rendered = render_event_schemas(DEFAULT_REGISTRY)
     checked_in = {path.name: path.read_text("utf-8") for path in sorted(directory.glob("*.json"))}
     violations = schema_violations(rendered, checked_in)

@@ -62,6 +62,7 @@ from spectral.kafka.config import client_kwargs
 from spectral.kafka.dlq import MAX_REQUEST_BYTES, DeadLetter
 from spectral.kafka.topics import dlq_topic, topic_for
 from spectral.observability.logging import get_logger
+from spectral.observability.progress import EngineHook
 from spectral.retry import Backoff
 from spectral.settings import Settings
 
@@ -149,14 +150,14 @@ class _Revocations(ConsumerRebalanceListener):  # type: ignore[misc]
 
     async def on_partitions_revoked(self, revoked: list[TopicPartition]) -> None:
         async with self._engine.batch_lock:
-            for tp in revoked:
-                self._engine.metrics.forget_partition(tp.topic, tp.partition)
+            self._engine.hook.revoked(revoked)
         if revoked:
             log.info(
                 "partitions revoked", partitions=[f"{tp.topic}:{tp.partition}" for tp in revoked]
             )
 
     async def on_partitions_assigned(self, assigned: list[TopicPartition]) -> None:
+        self._engine.hook.assigned(assigned)
         if assigned:
             log.info(
                 "partitions assigned", partitions=[f"{tp.topic}:{tp.partition}" for tp in assigned]
@@ -178,8 +179,10 @@ class ConsumerEngine:
         decoder: Decoder = decode,
         connections: ConnectionSource | None = None,
         dead_letter_sink: DeadLetterSink | None = None,
+        hook: EngineHook | None = None,
     ) -> None:
         self.handler = handler
+        self.hook = hook or EngineHook()
         self.settings = settings
         self.options = options or EngineOptions()
         self.metrics = ConsumerMetrics(registry, handler.name)
@@ -260,11 +263,13 @@ class ConsumerEngine:
             self._consumer.assign(sorted(self._remaining))
             for tp in self._remaining:
                 self._consumer.seek(tp, assignment.start[tp])
+        await self.hook.started(self._consumer, self._pool)
         log.info("consumer started", consumer=self.handler.name, topics=sorted(self._topics))
 
     async def _close(self) -> None:
         # A handler with work of its own in flight (the work executor's paid calls) finishes it
         # first, within its own bound, so a graceful stop does not strand leased items.
+        await self.hook.stopped()
         closer = getattr(self.handler, "aclose", None)
         if closer is not None:
             try:
@@ -709,10 +714,8 @@ class ConsumerEngine:
                 # The partitions moved to another member mid-batch: it re-reads from the last
                 # committed offset and finds these events deduplicated.
                 log.warning("offset commit refused after a rebalance", error=str(exc))
-        for tp, offset in owned.items():
-            highwater = consumer.highwater(tp)
-            if highwater is not None:
-                self.metrics.lag(tp.topic, tp.partition, max(highwater - offset, 0))
+            else:
+                self.hook.committed(owned)
 
     # -- infrastructure retries ---------------------------------------------------------------
 

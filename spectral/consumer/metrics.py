@@ -2,14 +2,12 @@
 
 Labels: ``consumer`` (one per deployment), ``outcome`` (the four Outcome values), ``reason`` (the
 decode reasons plus the engine's own, folded to ``other`` if unknown), ``component``
-(database | kafka), and topic/partition for lag (bounded by the partition count).
+(database | kafka). Lag per partition is measured by spectral/observability/progress.py.
 """
 
 from __future__ import annotations
 
-import contextlib
-
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry, Counter, Histogram
 
 from contracts import DecodeReason
 from spectral.consumer.handler import Outcome
@@ -63,12 +61,6 @@ class ConsumerMetrics:
             ["consumer", "component"],
             registry=registry,
         )
-        self._lag = Gauge(
-            "spectral_consumer_lag",
-            "Records behind the partition's high watermark after the last commit.",
-            ["consumer", "topic", "partition"],
-            registry=registry,
-        )
 
     def dead_lettered(self, reason: str) -> None:
         label = reason if reason in DEAD_LETTER_REASONS else "other"
@@ -77,10 +69,3 @@ class ConsumerMetrics:
 
     def retried(self, component: str) -> None:
         self._retries.labels(self.consumer, component).inc()
-
-    def lag(self, topic: str, partition: int, value: int) -> None:
-        self._lag.labels(self.consumer, topic, str(partition)).set(value)
-
-    def forget_partition(self, topic: str, partition: int) -> None:
-        with contextlib.suppress(KeyError):
-            self._lag.remove(self.consumer, topic, str(partition))

@@ -9,13 +9,25 @@ from typing import TypeVar
 
 import asyncpg
 
-from spectral.errors import PermanentError, SpectralError, TransientError
+from spectral.errors import ConfigurationError, PermanentError, SpectralError, TransientError
 
 T = TypeVar("T")
 
 # SQLSTATE classes/codes that mean "the database, not the data": try again later.
 _TRANSIENT_SQLSTATES = frozenset({"40001", "40P01", "55P03", "53300", "53400"})
 _TRANSIENT_CLASSES = ("08", "57", "53", "58")
+# ... and those that mean "the settings are wrong": a login refused (class 28: wrong password,
+# no such role, pg_hba), no such database. Retrying cannot help; the operator must fix them.
+_CONFIGURATION_SQLSTATES = frozenset({"3D000"})
+_CONFIGURATION_CLASSES = ("28",)
+
+
+def is_configuration(exc: BaseException) -> bool:
+    """True when the database refused the login or does not exist (fix the settings)."""
+    if not isinstance(exc, asyncpg.PostgresError):
+        return False
+    state = getattr(exc, "sqlstate", None) or ""
+    return state in _CONFIGURATION_SQLSTATES or state.startswith(_CONFIGURATION_CLASSES)
 
 
 def is_transient(exc: BaseException) -> bool:
@@ -40,7 +52,12 @@ def is_transient(exc: BaseException) -> bool:
 
 
 def translate(exc: BaseException, what: str) -> SpectralError:
-    """Wrap a driver exception as TransientError or PermanentError."""
+    """Wrap a driver exception as TransientError, ConfigurationError or PermanentError."""
+    if is_configuration(exc):
+        return ConfigurationError(
+            f"{what}: the database refused the settings ({type(exc).__name__}: {exc}); check "
+            "SPECTRAL_DATABASE_URL (user, password, database)"
+        )
     if is_transient(exc):
         return TransientError(f"{what}: database unavailable ({type(exc).__name__}: {exc})")
     return PermanentError(f"{what}: {type(exc).__name__}: {exc}")

@@ -1,5 +1,8 @@
 """Append-only migrations: ``schemas/sql/NNNN_name.sql`` applied in order, once each.
 
+The files are read as package resources (spectral/resources.py), so an installed wheel finds
+them as a checkout does; finding none is an error, never "0 applied".
+
 Each file runs in its own transaction and is recorded in ``core.schema_migrations`` with a
 checksum; a recorded file whose content changed afterwards is refused (migrations are
 append-only). A transaction-scoped advisory lock serialises concurrent runners, so two
@@ -11,14 +14,15 @@ from __future__ import annotations
 import hashlib
 import re
 from dataclasses import dataclass
-from pathlib import Path
+from importlib.resources.abc import Traversable
 
 import asyncpg
 
+from spectral import resources
 from spectral.db.connect import connect, translate
-from spectral.errors import PermanentError, SpectralError
+from spectral.errors import ConfigurationError, PermanentError, SpectralError
 
-MIGRATIONS_DIR = Path(__file__).resolve().parents[2] / "schemas" / "sql"
+MIGRATIONS_DIR: Traversable = resources.migrations()
 _FILE = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
 _LOCK_KEY = 0x5350454354524C  # "SPECTRL": one advisory lock key for every migrator
 
@@ -50,21 +54,30 @@ class MigrationReport:
     already: tuple[str, ...]
 
 
-def discover(directory: Path = MIGRATIONS_DIR) -> list[Migration]:
-    """The migrations in ``directory``, ordered, with gaps and duplicates refused."""
+def discover(directory: Traversable = MIGRATIONS_DIR) -> list[Migration]:
+    """The migrations in ``directory``, ordered, with gaps and duplicates refused; none at all
+    is a broken installation (ConfigurationError), not an empty schema."""
     found: list[Migration] = []
-    for path in sorted(directory.glob("*.sql")):
-        match = _FILE.match(path.name)
+    entries = sorted(directory.iterdir(), key=lambda e: e.name) if directory.is_dir() else []
+    for entry in entries:
+        if not entry.name.endswith(".sql"):
+            continue
+        match = _FILE.match(entry.name)
         if not match:
-            raise PermanentError(f"{path.name}: migrations are named NNNN_lowercase_name.sql")
-        found.append(Migration(int(match[1]), match[2], path.read_text(encoding="utf-8")))
+            raise PermanentError(f"{entry.name}: migrations are named NNNN_lowercase_name.sql")
+        found.append(Migration(int(match[1]), match[2], entry.read_text(encoding="utf-8")))
+    if not found:
+        raise ConfigurationError(
+            f"no migrations found in {directory}: the installation is incomplete (the "
+            "spectral_schemas package ships schemas/sql); reinstall spectral"
+        )
     versions = [m.version for m in found]
     if versions != list(range(1, len(found) + 1)):
         raise PermanentError(f"migration numbers must run 1..N without gaps, found {versions}")
     return found
 
 
-async def migrate(dsn: str, directory: Path = MIGRATIONS_DIR) -> MigrationReport:
+async def migrate(dsn: str, directory: Traversable = MIGRATIONS_DIR) -> MigrationReport:
     """Apply every pending migration; return what was applied and what was already there."""
     migrations = discover(directory)
     conn = await connect(dsn)

@@ -1,13 +1,75 @@
-"""The Prometheus /metrics endpoint every long-running command can expose (``--metrics-port``)."""
+"""The HTTP endpoint every long-running command exposes with ``--metrics-port``.
+
+It serves, from a daemon thread (so it answers even when the event loop is wedged):
+
+* ``/metrics`` — Prometheus exposition of the registry;
+* ``/healthz`` — 200 while the event loop makes progress, 503 once it stalled (see health.py);
+* ``/readyz`` — 200 when live and every readiness check passes, else 503, with a JSON body
+  naming each check;
+* 404 for anything else (a probe of a wrong path must not look healthy).
+
+The interface is ``SPECTRAL_METRICS_HOST`` (default 127.0.0.1; 0.0.0.0 in a container, so the
+scraper and the orchestrator's probes can reach it) or ``--metrics-host``.
+"""
 
 from __future__ import annotations
 
-from prometheus_client import REGISTRY, CollectorRegistry, start_http_server
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, generate_latest
+
+from spectral.observability.health import Health
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    registry: CollectorRegistry
+    health: Health | None
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: _Server
+
+    def do_GET(self) -> None:
+        path = self.path.split("?", 1)[0]
+        if path == "/metrics":
+            self._send(200, generate_latest(self.server.registry), CONTENT_TYPE_LATEST)
+        elif path in {"/healthz", "/readyz"}:
+            health = self.server.health
+            if health is None:
+                ok, body = True, {"status": "ok", "detail": "no health tracking in this process"}
+            else:
+                ok, body = health.live() if path == "/healthz" else health.ready()
+            payload = json.dumps(body, sort_keys=True).encode()
+            self._send(200 if ok else 503, payload, "application/json")
+        else:
+            self._send(404, b"not found: /metrics, /healthz, /readyz\n", "text/plain")
+
+    def _send(self, status: int, body: bytes, content_type: str) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib's name
+        """Scrapes and probes are not worth a log line each."""
 
 
 def serve_metrics(
-    port: int | None, registry: CollectorRegistry = REGISTRY, addr: str = "127.0.0.1"
-) -> None:
-    """Start the /metrics HTTP endpoint in a daemon thread; ``None`` or 0 means no endpoint."""
-    if port:
-        start_http_server(port, addr=addr, registry=registry)
+    port: int | None,
+    registry: CollectorRegistry = REGISTRY,
+    addr: str = "127.0.0.1",
+    health: Health | None = None,
+) -> ThreadingHTTPServer | None:
+    """Start the endpoint in a daemon thread; ``None`` or 0 means no endpoint."""
+    if not port:
+        return None
+    server = _Server((addr, port), _Handler)
+    server.registry = registry
+    server.health = health
+    threading.Thread(target=server.serve_forever, name="metrics-http", daemon=True).start()
+    return server
