@@ -37,6 +37,7 @@ from producers.relay.shards import SHARD_COUNT, plan
 from spectral.errors import TransientError
 from spectral.kafka.config import client_kwargs
 from spectral.kafka.topics import topic_for
+from spectral.observability.health import Health
 from spectral.observability.logging import get_logger
 from spectral.retry import Backoff
 from spectral.settings import Settings
@@ -105,8 +106,10 @@ class OutboxRelay:
         metrics: RelayMetrics,
         options: RelayOptions | None = None,
         role: str | None = RELAY_ROLE,
+        health: Health | None = None,
     ) -> None:
         self._settings = settings
+        self._health = health
         self._bootstrap = kafka_bootstrap
         self._database_url = database_url
         self._role = role
@@ -160,8 +163,11 @@ class OutboxRelay:
             producer = await self._start_producer()
             report.sessions += 1
             log.info("relay session started", once=self.options.once)
+            self._ready("session", ok=True, detail="database and Kafka connected")
             await self._loop(repo, producer, held, report)
         finally:
+            self._ready("session", ok=False, detail="no session (backing off)")
+            self._ready("shards", ok=False, detail="no session")
             self.metrics.shards_held.set(0)
             if producer is not None:
                 with contextlib.suppress(Exception):
@@ -218,6 +224,11 @@ class OutboxRelay:
             held.update(won)
             log.info("acquired shards", shards=sorted(won), members=members, held=len(held))
         self.metrics.shards_held.set(len(held))
+        self._ready("shards", ok=bool(held), detail=f"{len(held)} of {SHARD_COUNT} held")
+
+    def _ready(self, check: str, *, ok: bool, detail: str) -> None:
+        if self._health is not None:
+            self._health.set_check(check, ok=ok, detail=detail)
 
     async def _refresh_stats(self, repo: RelayRepository) -> None:
         stats = await repo.stats()

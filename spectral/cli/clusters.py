@@ -21,11 +21,19 @@ from producers.clusters import (
     Criticality,
     FailureClusterService,
 )
-from spectral.cli._common import fail, run, settings
+from spectral.cli._common import (
+    METRICS_HOST_HELP,
+    METRICS_PORT_HELP,
+    fail,
+    run,
+    serve_health,
+    settings,
+)
+from spectral.db.connect import ping
 from spectral.devstack import resolve_database_url
 from spectral.llm.seam import Synthesizer
 from spectral.llm.stub import StubSynthesizer
-from spectral.observability.metrics import serve_metrics
+from spectral.observability.health import run_with_health
 from spectral.settings import Settings
 
 app = typer.Typer(
@@ -102,7 +110,8 @@ def tick(
     default_criticality: Criticality = typer.Option(
         Criticality.NORMAL, help="Criticality of rules without a configured one."
     ),
-    metrics_port: int | None = typer.Option(None, help="Serve Prometheus /metrics on this port."),
+    metrics_port: int | None = typer.Option(None, help=METRICS_PORT_HELP),
+    metrics_host: str | None = typer.Option(None, help=METRICS_HOST_HELP),
 ) -> None:
     """Re-evaluate changed clusters and put changed snapshots in the outbox. Safe to run on
     several replicas at once."""
@@ -114,7 +123,8 @@ def tick(
         generate_stubs=stubs,
         stub_lease_timeout=timedelta(seconds=lease_timeout),
     )
-    serve_metrics(metrics_port)
+    health = serve_health(current, metrics_port, metrics_host)
+    health.probe("database", lambda: ping(url))
 
     async def go() -> None:
         async with (
@@ -132,7 +142,7 @@ def tick(
             for sig in (signal.SIGTERM, signal.SIGINT):
                 with contextlib.suppress(NotImplementedError, RuntimeError):
                     loop.add_signal_handler(sig, stop.set)
-            await svc.run(every, stop)
+            await run_with_health(health, svc.run(every, stop))
 
     run(go())
 

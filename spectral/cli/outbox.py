@@ -9,9 +9,9 @@ from prometheus_client import REGISTRY
 
 from producers.relay import OutboxRelay, RelayMetrics, RelayOptions
 from producers.relay.repository import RelayRepository
-from spectral.cli._common import run, settings
+from spectral.cli._common import METRICS_HOST_HELP, METRICS_PORT_HELP, run, serve_health, settings
 from spectral.devstack import resolve_database_url, resolve_endpoints
-from spectral.observability.metrics import serve_metrics
+from spectral.observability.health import run_with_health
 
 app = typer.Typer(help="The transactional outbox: relay its rows to Kafka.", no_args_is_help=True)
 
@@ -27,7 +27,8 @@ def relay(
     poll_interval: float = typer.Option(
         0.2, "--poll-interval", min=0.01, help="Seconds between polls when idle."
     ),
-    metrics_port: int | None = typer.Option(None, help="Serve Prometheus /metrics on this port."),
+    metrics_port: int | None = typer.Option(None, help=METRICS_PORT_HELP),
+    metrics_host: str | None = typer.Option(None, help=METRICS_HOST_HELP),
 ) -> None:
     """Publish outbox rows (idempotent producer, acks=all), in id order per key, at least once.
 
@@ -36,7 +37,7 @@ def relay(
     """
     current = settings()
     endpoints = resolve_endpoints(current)
-    serve_metrics(metrics_port)
+    health = serve_health(current, metrics_port, metrics_host)
     relay_ = OutboxRelay(
         current,
         kafka_bootstrap=endpoints.kafka_bootstrap,
@@ -48,8 +49,9 @@ def relay(
             once=once,
             crash_after_publish=os.environ.get(CRASH_HOOK_ENV) == "1",
         ),
+        health=health,
     )
-    report = run(relay_.run())
+    report = run(run_with_health(health, relay_.run()))
     typer.echo(f"published={report.published} batches={report.batches}", err=True)
 
 

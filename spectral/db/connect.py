@@ -77,6 +77,15 @@ async def connect(
     return conn
 
 
+async def ping(dsn: str, *, seconds: float = 5.0) -> None:
+    """Connect, ``SELECT 1``, disconnect: a readiness probe for processes without a pool."""
+    conn = await connect(dsn, connect_timeout=seconds)
+    try:
+        await conn.fetchval("SELECT 1", timeout=seconds)
+    finally:
+        await conn.close()
+
+
 async def create_pool(
     dsn: str,
     *,

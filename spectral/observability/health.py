@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import threading
 import time
 from collections.abc import Awaitable, Callable
@@ -153,3 +154,29 @@ async def run_with_health(health: Health | None, main: Awaitable[Any]) -> Any:
         beating.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await beating
+
+
+class HealthASGI:
+    """An ASGI app answering ``/healthz`` and ``/readyz`` from ``health`` in front of ``app``
+    (the HTTP API): no authentication, not in the OpenAPI document. The heartbeat starts with
+    the server's lifespan, on its event loop, so a wedged loop stops answering here and turns
+    ``/healthz`` red on the metrics port."""
+
+    def __init__(self, app: Any, health: Health) -> None:
+        self.app = app
+        self.health = health
+        self._heartbeat: asyncio.Task[None] | None = None
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] == "lifespan" and self._heartbeat is None:
+            self._heartbeat = asyncio.create_task(self.health.heartbeat(), name="health")
+        if scope["type"] == "http" and scope.get("path") in {"/healthz", "/readyz"}:
+            ok, body = self.health.live() if scope["path"] == "/healthz" else self.health.ready()
+            payload = json.dumps(body, sort_keys=True).encode()
+            headers = [(b"content-type", b"application/json"), (b"cache-control", b"no-store")]
+            await send(
+                {"type": "http.response.start", "status": 200 if ok else 503, "headers": headers}
+            )
+            await send({"type": "http.response.body", "body": payload})
+            return
+        await self.app(scope, receive, send)

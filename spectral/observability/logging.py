@@ -68,7 +68,12 @@ class _StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
 
 
 def configure_logging(level: str = "INFO", fmt: str = "auto", stream: TextIO | None = None) -> None:
-    """Configure structlog and the stdlib root logger. Safe to call more than once."""
+    """Configure structlog and the stdlib root logger. Safe to call more than once.
+
+    Lines of libraries that log through the standard library (aiokafka, asyncpg, uvicorn) take
+    the same road as spectral's own: the same renderer (JSON with ``SPECTRAL_LOG_FORMAT=json``),
+    the same keys (``timestamp``, ``level``, ``event``, plus ``logger``) and ``redact_secrets``.
+    """
     out = stream or sys.stderr
     use_json = fmt == "json" or (fmt == "auto" and not out.isatty())
     renderer: Any = (
@@ -77,11 +82,14 @@ def configure_logging(level: str = "INFO", fmt: str = "auto", stream: TextIO | N
         else structlog.dev.ConsoleRenderer(colors=out.isatty())
     )
     numeric = logging.getLevelNamesMapping().get(level.upper(), logging.INFO)
+    shared: list[Any] = [
+        structlog.contextvars.merge_contextvars,
+        structlog.processors.add_log_level,
+        structlog.processors.TimeStamper(fmt="iso", utc=True),
+    ]
     structlog.configure(
         processors=[
-            structlog.contextvars.merge_contextvars,
-            structlog.processors.add_log_level,
-            structlog.processors.TimeStamper(fmt="iso", utc=True),
+            *shared,
             structlog.processors.format_exc_info,
             redact_secrets,
             renderer,
@@ -91,7 +99,19 @@ def configure_logging(level: str = "INFO", fmt: str = "auto", stream: TextIO | N
         cache_logger_on_first_use=False,
     )
     handler = logging.StreamHandler(stream) if stream else _StderrHandler()
+    handler.setFormatter(
+        structlog.stdlib.ProcessorFormatter(
+            foreign_pre_chain=[*shared, structlog.stdlib.add_logger_name],
+            processors=[
+                structlog.stdlib.ProcessorFormatter.remove_processors_meta,
+                structlog.processors.format_exc_info,
+                redact_secrets,
+                renderer,
+            ],
+        )
+    )
     logging.basicConfig(level=max(numeric, logging.WARNING), handlers=[handler], force=True)
+    logging.captureWarnings(capture=True)
 
 
 def get_logger(name: str) -> Any:
