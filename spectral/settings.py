@@ -65,6 +65,22 @@ class Settings(BaseSettings):
     cache_dir: Path = Field(default_factory=_default_cache_dir, description="Kafka jars cache.")
     log_level: str = "INFO"
     log_format: str = Field(default="auto", description="auto | json | console")
+    topic_partitions: int = Field(
+        default=3, ge=1, description="Partitions of each topic `spectral topics apply` creates."
+    )
+    topic_replication_factor: int | None = Field(
+        default=None, ge=1, description="Replicas per partition; unset = min(3, brokers)."
+    )
+    topic_retention_ms: int = Field(
+        default=7 * 24 * 3600 * 1000,
+        ge=-1,
+        description="How long event topics keep records (the replay window; -1 = forever).",
+    )
+    dlq_retention_ms: int = Field(
+        default=30 * 24 * 3600 * 1000,
+        ge=-1,
+        description="How long dead-letter topics keep records (-1 = forever).",
+    )
     metrics_host: str = Field(
         default="127.0.0.1",
         description="Interface of the --metrics-port endpoint (/metrics, /healthz, /readyz); "

@@ -83,26 +83,20 @@ def status(settings: Settings) -> StackStatus:
 
 def resolve_endpoints(settings: Settings) -> Endpoints:
     """The endpoints a command uses: from the settings, else the running local stack."""
-    bootstrap = settings.kafka_bootstrap
-    if bootstrap is None:
-        k = _kafka(settings).status()
-        if not k.running or not k.bootstrap:
-            raise ConfigurationError(
-                "no Kafka: set SPECTRAL_KAFKA_BOOTSTRAP, or start the local stack with "
-                "`spectral dev up`"
-            )
-        bootstrap = k.bootstrap
-    if settings.database_url is not None:
-        database_url = settings.database_url.get_secret_value()
-    else:
-        p = _postgres(settings).status()
-        if not p.running or not p.url:
-            raise ConfigurationError(
-                "no PostgreSQL: set SPECTRAL_DATABASE_URL, or start the local stack with "
-                "`spectral dev up`"
-            )
-        database_url = p.url
-    return Endpoints(bootstrap, database_url)
+    return Endpoints(resolve_kafka_bootstrap(settings), resolve_database_url(settings))
+
+
+def resolve_kafka_bootstrap(settings: Settings) -> str:
+    """Only Kafka (commands that never touch the database)."""
+    if settings.kafka_bootstrap:
+        return settings.kafka_bootstrap
+    k = _kafka(settings).status()
+    if not k.running or not k.bootstrap:
+        raise ConfigurationError(
+            "no Kafka: set SPECTRAL_KAFKA_BOOTSTRAP, or start the local stack with "
+            "`spectral dev up`"
+        )
+    return k.bootstrap
 
 
 def resolve_database_url(settings: Settings) -> str:

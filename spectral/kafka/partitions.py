@@ -63,9 +63,12 @@ async def admin_client(
 async def topic_partitions(
     settings: Settings, bootstrap: str, topics: Sequence[str]
 ) -> list[TopicPartitionKey]:
-    """(topic, partition) of every partition of ``topics``; a missing topic has none."""
+    """(topic, partition) of every partition of ``topics``; a missing topic has none (and is
+    not created: only topics that ``list_topics`` shows are named in a metadata request, which
+    would create a missing one on a broker that auto-creates topics)."""
     async with admin_client(settings, bootstrap, "Kafka unavailable") as admin:
-        described = await admin.describe_topics(list(topics))
+        present = sorted(set(topics) & set(await admin.list_topics()))
+        described = await admin.describe_topics(present) if present else []
     found: list[TopicPartitionKey] = []
     for entry in described:
         if entry.get("error_code", 0) == 0 and entry.get("topic") in topics:
