@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import shlex
+
 import typer
 
 from spectral import devstack
@@ -14,26 +16,37 @@ app = typer.Typer(
 
 @app.command()
 def up() -> None:
-    """Start the stack (or reuse what runs) and print shell-evaluable settings."""
+    """Start the stack (or reuse what runs) and print its settings as shell exports:
+    eval "$(spectral dev up)"."""
     current = settings()
     endpoints = devstack.up(current)
-    typer.echo(f"SPECTRAL_KAFKA_BOOTSTRAP={endpoints.kafka_bootstrap}")
+    typer.echo(f"export SPECTRAL_KAFKA_BOOTSTRAP={shlex.quote(endpoints.kafka_bootstrap)}")
     if current.database_url is None:
-        typer.echo(f"SPECTRAL_DATABASE_URL='{endpoints.database_url}'")
+        typer.echo(f"export SPECTRAL_DATABASE_URL={shlex.quote(endpoints.database_url)}")
     else:
         typer.echo("# SPECTRAL_DATABASE_URL is set in the environment (external server)")
+    if current.kafka_bootstrap is None or current.database_url is None:
+        typer.echo(f"export SPECTRAL_STATE_DIR={shlex.quote(str(devstack.state_dir(current)))}")
 
 
 @app.command()
 def status() -> None:
     """Say what runs where."""
-    current = devstack.status(settings())
-    typer.echo(f"kafka:    {current.kafka}")
-    typer.echo(f"postgres: {current.postgres}")
+    current = settings()
+    report = devstack.status(current)
+    typer.echo(f"kafka:    {report.kafka}")
+    typer.echo(f"postgres: {report.postgres}")
+    typer.echo(f"state:    {devstack.state_dir(current)}")
 
 
 @app.command()
-def down() -> None:
-    """Stop the local stack's processes; data stays in the state directory."""
-    devstack.down(settings())
-    typer.echo("stopped")
+def down(
+    wipe: bool = typer.Option(
+        default=False,
+        help="Also delete everything the stack created: Kafka's and PostgreSQL's data (as root "
+        "under /var/lib/spectral) and the state directory.",
+    ),
+) -> None:
+    """Stop the local stack's processes; their data is kept unless --wipe."""
+    devstack.down(settings(), wipe=wipe)
+    typer.echo("stopped and wiped" if wipe else "stopped")

@@ -2,11 +2,20 @@
 
 `resolve_endpoints` is how every command finds Kafka and PostgreSQL: the settings win when they
 name an existing cluster or server; otherwise the local stack is used if it runs.
+
+Which local stack (:func:`state_dir`): ``SPECTRAL_STATE_DIR`` when set; else the nearest
+``.spectral`` holding a stack in the working directory or one of its parents; else the stack
+``spectral dev up`` started last (its state directory is remembered in
+``$XDG_STATE_HOME/spectral/last-stack``, default ``~/.local/state``); else ``./.spectral``. So
+``spectral dev status`` (or any command) finds a running stack from any directory.
 """
 
 from __future__ import annotations
 
+import os
+import shutil
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from spectral.errors import ConfigurationError
@@ -29,16 +38,52 @@ class StackStatus:
     postgres: str
 
 
+_STACK_FILES = ("postgres.json", "kafka")
+
+
+def last_stack_file() -> Path:
+    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(base) / "spectral" / "last-stack"
+
+
+def state_dir(settings: Settings) -> Path:
+    """The local stack's state directory (see the module docstring), absolute."""
+    if "state_dir" in settings.model_fields_set:
+        return settings.state_dir.resolve()
+    name = settings.state_dir.name
+    here = Path.cwd()
+    for folder in (here, *here.parents):
+        candidate = folder / name
+        if any((candidate / part).exists() for part in _STACK_FILES):
+            return candidate
+    try:
+        remembered = Path(last_stack_file().read_text(encoding="utf-8").strip())
+    except OSError:
+        remembered = None
+    if remembered is not None and remembered.is_absolute() and remembered.is_dir():
+        return remembered
+    return (here / name).resolve()
+
+
+def _remember(directory: Path) -> None:
+    path = last_stack_file()
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(f"{directory}\n", encoding="utf-8")
+    except OSError:  # a read-only home only costs the convenience
+        return
+
+
 def _kafka(settings: Settings) -> LocalKafka:
     from spectral.devstack.kafka import LocalKafka  # noqa: PLC0415 - keeps `import spectral` light
 
-    return LocalKafka(settings.state_dir, settings.cache_dir)
+    return LocalKafka(state_dir(settings), settings.cache_dir)
 
 
 def _postgres(settings: Settings) -> LocalPostgres:
     from spectral.devstack.postgres import LocalPostgres  # noqa: PLC0415
 
-    return LocalPostgres(settings.state_dir)
+    return LocalPostgres(state_dir(settings))
 
 
 def up(settings: Settings) -> Endpoints:
@@ -49,13 +94,25 @@ def up(settings: Settings) -> Endpoints:
         if settings.database_url
         else _postgres(settings).ensure_running()
     )
+    if not (settings.kafka_bootstrap and settings.database_url):
+        _remember(state_dir(settings))
     return Endpoints(bootstrap, database_url)
 
 
-def down(settings: Settings) -> None:
-    """Stop the local stack's processes (never an external cluster or server)."""
-    _kafka(settings).stop()
-    _postgres(settings).stop()
+def down(settings: Settings, *, wipe: bool = False) -> None:
+    """Stop the local stack's processes (never an external cluster or server); ``wipe`` also
+    deletes everything the stack created: Kafka's data, the PostgreSQL cluster (which lives
+    outside the checkout, under /var/lib/spectral, when run as root) and the state directory."""
+    directory = state_dir(settings)
+    _kafka(settings).stop(wipe=wipe)
+    _postgres(settings).stop(wipe=wipe)
+    if wipe:
+        shutil.rmtree(directory, ignore_errors=True)
+        try:
+            if Path(last_stack_file().read_text(encoding="utf-8").strip()) == directory:
+                last_stack_file().unlink()
+        except OSError:
+            pass
 
 
 def status(settings: Settings) -> StackStatus:
