@@ -1,8 +1,9 @@
 """`spectral demo`: both streams end to end on the running stack, narrated for a newcomer.
 
-Every step is an ordinary `spectral` command run as its own process, printed before it runs,
-so what the demo shows is exactly what an operator would type:
+Every step is an ordinary `spectral` command run as its own process, printed (shell-quoted)
+before it runs, so what the demo shows is exactly what an operator would type:
 
+0. `topics apply` creates the topics with their declared settings (nothing is auto-created);
 1. failures in: `clusters ingest` a sample of rule-evaluation failures, `clusters tick` turns
    them into cluster snapshots (outbox rows, in the same transaction);
 2. `outbox relay --once` publishes the snapshots to Kafka;
@@ -18,10 +19,12 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shlex
 import subprocess
 import sys
 import tempfile
 import time
+from importlib import resources
 from pathlib import Path
 
 import httpx
@@ -31,7 +34,7 @@ from spectral.cli._common import settings
 from spectral.devstack import resolve_endpoints
 from spectral.devstack.ports import free_port
 
-SAMPLE_FAILURES = Path(__file__).resolve().parents[2] / "producers/clusters/sample_failures.jsonl"
+SAMPLE_FAILURES = Path(str(resources.files("producers.clusters") / "sample_failures.jsonl"))
 DEMO_PROJECT = "demo-shop"
 DEMO_BACKLOG = "demo-backlog"
 _BACKLOG = {
@@ -52,8 +55,12 @@ def _step(title: str) -> None:
     typer.secho(f"\n== {title}", bold=True)
 
 
+def _show(args: list[str] | tuple[str, ...]) -> None:
+    typer.secho(f"$ {shlex.join(['spectral', *args])}", fg=typer.colors.CYAN)
+
+
 def _run(env: dict[str, str], *args: str, show: bool = True) -> str:
-    typer.secho(f"$ spectral {' '.join(args)}", fg=typer.colors.CYAN)
+    _show(args)
     result = subprocess.run(  # noqa: S603 - our own executable with fixed arguments
         [_spectral_bin(), *args], env=env, capture_output=True, text=True, check=False
     )
@@ -74,7 +81,7 @@ def _consume_with_metrics(env: dict[str, str], name: str) -> None:
     """Run a deployment until idle, scraping its /metrics endpoint while it runs."""
     port = free_port()
     args = ["consume", name, "--stop-when-idle", "3", "--metrics-port", str(port)]
-    typer.secho(f"$ spectral {' '.join(args)}", fg=typer.colors.CYAN)
+    _show(args)
     proc = subprocess.Popen(  # noqa: S603
         [_spectral_bin(), *args],
         env={**env, "SPECTRAL_LOG_FORMAT": "json", "SPECTRAL_LOG_LEVEL": "INFO"},
@@ -117,6 +124,9 @@ def demo() -> None:
         "SPECTRAL_LOG_LEVEL": "WARNING",
     }
     typer.secho("spectral demo: failure clusters -> triage inbox, and durable LLM work", bold=True)
+
+    _step("0. Topics: create spectral's topics with their declared settings")
+    _run(env, "topics", "apply")
 
     _step("1. Failures in: ingest rule-evaluation failures and detect clusters")
     _run(env, "clusters", "ingest", str(SAMPLE_FAILURES))
