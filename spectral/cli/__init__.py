@@ -43,7 +43,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "spectral.cli.work:api",
         "Serve the work HTTP API (OpenAPI at /openapi.json, docs at /docs).",
     ),
-    "replay": ("spectral.cli.replay:replay", "Replay a deployment over a range of its topics."),
+    "replay": (
+        "spectral.cli.replay:replay",
+        "Replay a range of a consumer's topics through its handler.",
+    ),
     "offsets": ("spectral.cli.offsets:app", "Consumer group offsets."),
     "dlq": (
         "spectral.cli.dlq:app",

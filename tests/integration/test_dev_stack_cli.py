@@ -46,7 +46,7 @@ def test_dev_up_exports_status_from_elsewhere_and_down_wipe(
         # eval "$(spectral dev up)": a child process of the shell sees the settings.
         up = _sh(
             f'eval "$({SPECTRAL} dev up)" && bash -c \'echo "db=$SPECTRAL_DATABASE_URL"; '
-            "echo \"state=$SPECTRAL_STATE_DIR\"'",
+            'echo "state=$SPECTRAL_STATE_DIR"\'',
             checkout,
             env,
         )

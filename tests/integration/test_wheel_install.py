@@ -72,7 +72,7 @@ async def test_the_wheel_migrates_and_runs_the_demo_from_outside_the_checkout(
         site = venv / "lib"
         before = sorted(p.name for p in site.rglob("*.json"))
         export = _run([spectral, "contracts", "export"], cwd=outside, env=env)
-        assert export.returncode == 2, export.stdout + export.stderr  # noqa: PLR2004
+        assert export.returncode == 2, export.stdout + export.stderr
         assert "--dir" in export.stderr
         assert sorted(p.name for p in site.rglob("*.json")) == before
 
