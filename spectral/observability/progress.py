@@ -68,6 +68,8 @@ class _Partition:
     """Wall-clock time of the last progress (commit moved, or caught up)."""
     end_at_progress: int | None = None
     stalled: bool = False
+    started: bool = False
+    """The group's committed offset at assignment was read."""
 
 
 class ProgressMetrics:
@@ -199,8 +201,10 @@ class ProgressMonitor(EngineHook):
             state = self._partitions.get(tp)
             if state is None:  # revoked meanwhile
                 continue
-            if state.committed is None:
-                state.committed = await self._starting_offset(tp)
+            if not state.started:
+                state.started = True
+                if state.committed is None:
+                    state.committed = await self._starting_offset(tp)
                 state.end_at_progress = ends[tp]
             self._update(tp, state, ends[tp])
 

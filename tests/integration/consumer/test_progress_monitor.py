@@ -1,0 +1,140 @@
+"""Lag, last progress and stalls measured on a timer, against the real broker and database.
+
+A handler that keeps failing for an infrastructure reason keeps the engine in its retry loop:
+nothing commits while the topic grows. Before the monitor, `spectral_consumer_lag` froze at the
+value of the last commit (0 here: nothing was ever committed, so no series at all); now the lag
+grows, the partition is reported stalled (metric and log line) and readiness stays green only
+for what is true (the group is joined, Kafka and the database answer)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Sequence
+
+import asyncpg
+import pytest
+from prometheus_client import CollectorRegistry
+from structlog.testing import capture_logs
+
+from contracts import FAILURE_CLUSTER_DETECTED
+from spectral.consumer.engine import ConsumerEngine, EngineOptions
+from spectral.consumer.handler import Delivery, HandlerResult
+from spectral.errors import TransientError
+from spectral.kafka.topics import topic_for
+from spectral.observability.health import Health, run_with_health
+from spectral.observability.progress import ProgressMonitor
+from spectral.retry import Backoff
+from spectral.settings import Settings
+from tests.kafka_support import cluster_event, create_topics, publish_envelopes
+from tests.support import eventually
+
+pytestmark = pytest.mark.integration
+
+
+class Wedged:
+    """Applies nothing until ``released``; until then every batch fails transiently."""
+
+    name = "progress-test"
+    event_types = (FAILURE_CLUSTER_DETECTED,)
+
+    def __init__(self) -> None:
+        self.released = False
+
+    async def apply(
+        self, conn: asyncpg.Connection, deliveries: Sequence[Delivery]
+    ) -> HandlerResult:
+        del conn, deliveries
+        if not self.released:
+            raise TransientError("database unavailable (simulated)")
+        return HandlerResult()
+
+
+def _value(registry: CollectorRegistry, name: str, partition: int) -> float | None:
+    for metric in registry.collect():
+        for sample in metric.samples:
+            if sample.name == name and sample.labels.get("partition") == str(partition):
+                return sample.value
+    return None
+
+
+async def test_a_consumer_stuck_retrying_reports_growing_lag_and_a_stalled_partition(
+    settings: Settings, kafka_bootstrap: str, database_url: str
+) -> None:
+    topic = topic_for(FAILURE_CLUSTER_DETECTED, settings.topic_prefix)
+    await create_topics(kafka_bootstrap, [topic], partitions=1)
+    registry = CollectorRegistry()
+    health = Health(stall_after=10.0, probe_interval=0.5)
+    monitor = ProgressMonitor("progress-test", registry, health, interval=0.3, stall_after=1.5)
+    handler = Wedged()
+    engine = ConsumerEngine(
+        handler,
+        settings,
+        kafka_bootstrap=kafka_bootstrap,
+        database_url=database_url,
+        options=EngineOptions(backoff=Backoff(base=0.2, cap=0.5), max_batch=50),
+        registry=registry,
+        hook=monitor,
+    )
+    await publish_envelopes(kafka_bootstrap, topic, [cluster_event() for _ in range(5)])
+    with capture_logs() as logs:
+        running = asyncio.create_task(run_with_health(health, engine.run()))
+        try:
+
+            async def ready() -> bool:
+                return health.ready()[0]
+
+            await eventually(ready, timeout=60)
+            lag = "spectral_consumer_lag"
+
+            async def lag_is(n: int) -> bool:
+                return _value(registry, lag, 0) == n
+
+            await eventually(lambda: lag_is(5), timeout=30)
+            # The end grows while nothing commits: lag follows, the partition stalls.
+            await publish_envelopes(kafka_bootstrap, topic, [cluster_event() for _ in range(3)])
+            await eventually(lambda: lag_is(8), timeout=30)
+
+            async def stalled() -> bool:
+                return _value(registry, "spectral_consumer_partition_stalled", 0) == 1
+
+            await eventually(stalled, timeout=30)
+            assert any(e["event"] == "partition stalled" for e in logs)
+            stuck_since = _value(registry, "spectral_consumer_last_progress_timestamp_seconds", 0)
+
+            handler.released = True  # the database is back: the backlog commits
+
+            async def recovered() -> bool:
+                return _value(registry, "spectral_consumer_partition_stalled", 0) == 0 and (
+                    _value(registry, lag, 0) == 0
+                )
+
+            await eventually(recovered, timeout=30)
+            progressed = _value(registry, "spectral_consumer_last_progress_timestamp_seconds", 0)
+            assert progressed is not None
+            assert stuck_since is not None
+            assert progressed > stuck_since
+            assert any(e["event"] == "partition progressing again" for e in logs)
+        finally:
+            engine.stop()
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(running, timeout=30)
+    assert _value(registry, lag, 0) is None  # series removed when the engine stops
+
+
+async def test_liveness_fails_when_the_event_loop_is_wedged() -> None:
+    health = Health(stall_after=0.3, probe_interval=10)
+    beating = asyncio.create_task(health.heartbeat())
+    try:
+        await asyncio.sleep(0.1)
+        assert health.live()[0]
+        import time  # noqa: PLC0415
+
+        time.sleep(0.6)  # a blocking call: the loop makes no progress meanwhile
+        assert not health.live()[0]
+        await asyncio.sleep(0.6)
+        assert health.live()[0]
+    finally:
+        beating.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await beating
