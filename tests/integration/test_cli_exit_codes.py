@@ -41,6 +41,6 @@ def test_a_wrong_database_password_exits_2(args: list[str], stack: Endpoints) ->
     result = subprocess.run(
         [SPECTRAL, *args], env=env, capture_output=True, text=True, check=False, timeout=120
     )
-    assert result.returncode == 2, result.stdout + result.stderr  # noqa: PLR2004
+    assert result.returncode == 2, result.stdout + result.stderr
     assert "check SPECTRAL_DATABASE_URL" in result.stderr
     assert "wrong" not in result.stderr  # the password is never printed
