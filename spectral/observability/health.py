@@ -20,7 +20,7 @@ import contextlib
 import json
 import threading
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, MutableMapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -167,7 +167,7 @@ class HealthASGI:
         self.health = health
         self._heartbeat: asyncio.Task[None] | None = None
 
-    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+    async def __call__(self, scope: MutableMapping[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] == "lifespan" and self._heartbeat is None:
             self._heartbeat = asyncio.create_task(self.health.heartbeat(), name="health")
         if scope["type"] == "http" and scope.get("path") in {"/healthz", "/readyz"}:

@@ -1,0 +1,127 @@
+"""The --metrics-port endpoint: /metrics, real /healthz and /readyz, 404 elsewhere; the API's
+health endpoints in front of the app; every log line JSON with secrets masked."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+import logging
+import socket
+
+import httpx
+import pytest
+from prometheus_client import CollectorRegistry, Counter
+
+from spectral.db.migrate import discover
+from spectral.errors import ConfigurationError
+from spectral.observability.health import Health, HealthASGI
+from spectral.observability.logging import configure_logging
+from spectral.observability.metrics import serve_metrics
+
+
+def _port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def test_endpoints_answer_for_real() -> None:
+    registry = CollectorRegistry()
+    Counter("probe_total", "a test counter", registry=registry).inc()
+    clock = [100.0]
+    health = Health(stall_after=10, clock=lambda: clock[0])
+    port = _port()
+    server = serve_metrics(port, registry, health=health)
+    assert server is not None
+    base = f"http://127.0.0.1:{port}"
+    try:
+        assert "probe_total 1.0" in httpx.get(f"{base}/metrics").text
+        assert httpx.get(f"{base}/").status_code == 404
+        assert httpx.get(f"{base}/anything").status_code == 404
+        assert httpx.get(f"{base}/healthz").status_code == 503  # no heartbeat yet
+        health.beat()
+        assert httpx.get(f"{base}/healthz").status_code == 200
+        assert httpx.get(f"{base}/readyz").status_code == 503  # no check reported yet
+        health.set_check("group", ok=True, detail="3 partitions")
+        health.set_check("database", ok=False, detail="connection refused")
+        body = httpx.get(f"{base}/readyz")
+        assert body.status_code == 503
+        assert body.json()["checks"]["database"]["detail"] == "connection refused"
+        health.set_check("database", ok=True)
+        assert httpx.get(f"{base}/readyz").status_code == 200
+        clock[0] += 11  # the loop stopped stamping: dead, and so not ready
+        assert httpx.get(f"{base}/healthz").status_code == 503
+        assert httpx.get(f"{base}/readyz").status_code == 503
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_the_metrics_host_is_configurable() -> None:
+    port = _port()
+    server = serve_metrics(port, CollectorRegistry(), addr="0.0.0.0")  # noqa: S104 - the point
+    assert server is not None
+    try:
+        assert server.server_address[0] == "0.0.0.0"  # noqa: S104
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+async def test_the_api_answers_health_in_front_of_the_app() -> None:
+    async def app(scope: dict[str, object], receive: object, send: object) -> None:
+        raise AssertionError("health requests never reach the app")
+
+    health = Health(stall_after=5)
+    health.beat()
+    health.set_check("database", ok=True)
+    transport = httpx.ASGITransport(app=HealthASGI(app, health))
+    async with httpx.AsyncClient(transport=transport, base_url="http://api") as client:
+        assert (await client.get("/healthz")).status_code == 200
+        assert (await client.get("/readyz")).json()["status"] == "ready"
+        health.set_check("database", ok=False, detail="down")
+        assert (await client.get("/readyz")).status_code == 503
+
+
+def test_every_log_line_is_json_and_masked() -> None:
+    out = io.StringIO()
+    configure_logging("INFO", "json", stream=out)
+    try:
+        logging.getLogger("aiokafka.cluster").error(
+            "Topic %s not reachable via postgresql://user:canary-secret@db/x", "t"
+        )
+        logging.getLogger("uvicorn.error").warning("shutting down")
+        import structlog  # noqa: PLC0415
+
+        structlog.get_logger("spectral.test").info("own line", password="canary-secret")  # noqa: S106 - a canary
+    finally:
+        configure_logging("INFO", "console")
+    lines = out.getvalue().splitlines()
+    assert len(lines) == 3
+    parsed = [json.loads(line) for line in lines]
+    assert parsed[0]["logger"] == "aiokafka.cluster"
+    assert parsed[0]["level"] == "error"
+    assert {"timestamp", "level", "event"} <= set(parsed[1])
+    assert "canary-secret" not in out.getvalue()
+
+
+def test_no_migrations_is_an_error_not_an_empty_schema(tmp_path: pytest.TempPathFactory) -> None:
+    with pytest.raises(ConfigurationError, match="no migrations"):
+        discover(tmp_path)  # type: ignore[arg-type]
+
+
+def test_a_blocked_loop_is_not_live() -> None:
+    async def scenario() -> tuple[bool, bool]:
+        health = Health(stall_after=0.2)
+        task = asyncio.create_task(health.heartbeat())
+        await asyncio.sleep(0.05)
+        before = health.live()[0]
+        import time  # noqa: PLC0415
+
+        time.sleep(0.4)
+        after = health.live()[0]
+        task.cancel()
+        return before, after
+
+    assert asyncio.run(scenario()) == (True, False)
