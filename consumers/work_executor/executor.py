@@ -752,6 +752,7 @@ class WorkExecutor:
             jobs.extend((item_id, token) for item_id in due)
         for parent_id, project_id in await self._repo.parents_to_settle(100):
             await self._repo.settle_parent(parent_id, project_id)
+        self._metrics.oldest_lease_age.set(await self._repo.oldest_lease_age())
         depth = await self._repo.queue_depth()
         self._metrics.observe_queue(
             {status: depth.get(status.value, 0) for status in QueueStatus},

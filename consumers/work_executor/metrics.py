@@ -87,6 +87,12 @@ class ExecutorMetrics:
             "Work items currently in dead_letter (refreshed by the periodic sweep).",
             registry=registry,
         )
+        self.oldest_lease_age = Gauge(
+            "work_oldest_lease_age_seconds",
+            "Age of the oldest live work-item lease (refreshed by the periodic sweep); past the "
+            "lease timeout it is stale.",
+            registry=registry,
+        )
         for outcome in AttemptOutcome:
             self.attempts.labels(outcome.value)
         for reason in FailureReason:

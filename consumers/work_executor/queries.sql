@@ -293,6 +293,14 @@ WHERE p.kind = 'story_generate_all' AND p.status IN ('open', 'running')
 ORDER BY p.created_at
 LIMIT $1
 
+-- name: oldest_lease_age
+-- Seconds since the oldest live lease was stamped (0 with none): past the lease timeout it is
+-- stale and the sweep should recover it; the alert on work_oldest_lease_age_seconds says it did
+-- not. Reads the partial index work_items_leased.
+SELECT coalesce(extract(epoch FROM now() - min(leased_at)), 0)::float8
+FROM work.work_items
+WHERE status IN ('claimed', 'running')
+
 -- name: queue_depth
 SELECT status, count(*)::integer AS items
 FROM work.work_items

@@ -244,6 +244,9 @@ class ExecutorRepository:
     async def load(self, item_id: UUID) -> LoadedItem | None:
         return (await self.load_batch([item_id])).items.get(item_id)
 
+    async def oldest_lease_age(self) -> float:
+        return float(await self._pool.fetchval(_SQL["oldest_lease_age"]))
+
     async def queue_depth(self) -> dict[str, int]:
         rows = await self._pool.fetch(_SQL["queue_depth"])
         return {row["status"]: row["items"] for row in rows}
