@@ -1,6 +1,7 @@
 # The README's two commands: `make demo` and `make test`. Each does the whole set-up on a fresh
 # clone: the virtual environment, the PostgreSQL server binaries (Debian package) when missing,
-# Kafka's jars (Maven, inside `spectral dev up`), the local stack and the migrations.
+# Kafka's jars (Maven, inside `spectral dev up`), the local stack and the migrations; `make test`
+# also installs promtool (Debian's prometheus package) for the alert rules' unit tests.
 
 PYTHON ?= python3
 VENV   := .venv
@@ -9,11 +10,11 @@ STAMP  := $(VENV)/.installed-stamp
 SPECTRAL := $(BIN)/spectral
 PYTEST_ARGS ?=
 
-.PHONY: all install postgres-binaries up down status migrate demo test unit lint bench clean
+.PHONY: all install postgres-binaries promtool up down status migrate topics demo test unit lint bench clean
 
 all: test
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml setup.py
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e '.[dev]'
@@ -32,6 +33,18 @@ postgres-binaries:
 		fi; \
 	fi
 
+# promtool runs the alert rules' unit tests (deploy/prometheus/tests); only the tool is used, no
+# Prometheus server is started.
+promtool:
+	@if ! command -v promtool >/dev/null 2>&1; then \
+		echo "installing Debian's prometheus package (promtool)"; \
+		if [ "$$(id -u)" = 0 ]; then \
+			apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null; \
+		else \
+			echo "promtool missing: run 'sudo apt-get install -y prometheus'" >&2; exit 1; \
+		fi; \
+	fi
+
 up: install postgres-binaries
 	$(SPECTRAL) dev up
 
@@ -43,6 +56,9 @@ down:
 
 status: install
 	$(SPECTRAL) dev status
+
+topics: up
+	$(SPECTRAL) topics apply
 
 demo: migrate
 	$(SPECTRAL) demo
@@ -57,7 +73,7 @@ unit: install
 
 # The whole suite against the real broker and database; the stack is stopped afterwards even
 # when tests fail, so no process is left behind.
-test: install postgres-binaries lint
+test: install postgres-binaries promtool lint
 	$(SPECTRAL) dev up
 	@status=0; $(BIN)/pytest -q -p no:cacheprovider --durations=15 $(PYTEST_ARGS) || status=$$?; \
 		$(SPECTRAL) dev down; exit $$status
@@ -65,5 +81,8 @@ test: install postgres-binaries lint
 bench: migrate
 	$(BIN)/python -m benchmarks
 
-clean: down
+# Everything the stack created goes too, also the PostgreSQL cluster that lives outside the
+# checkout (under /var/lib/spectral) when run as root.
+clean:
+	@if [ -x $(SPECTRAL) ]; then $(SPECTRAL) dev down --wipe; fi
 	rm -rf .spectral $(VENV)

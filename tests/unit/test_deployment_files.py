@@ -1,0 +1,128 @@
+"""compose.yaml, the image and the monitoring files, checked the way a deployment depends on them.
+
+The Compose file is validated against the Compose specification (the schema check-jsonschema
+vendors: no network needed), then for what the schema cannot know: Kafka reachable from the
+host, deployments that wait for the migrations and topics, a snapshot producer, health checks
+on /readyz, metrics bound for scraping. The alert rules' unit tests run with promtool."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from prometheus_client import CollectorRegistry
+from ruamel.yaml import YAML
+
+from consumers.rule_candidates.metrics import RuleCandidateMetrics
+from consumers.work_executor.metrics import ExecutorMetrics
+from producers.relay.metrics import RelayMetrics
+from spectral.consumer.metrics import ConsumerMetrics
+from spectral.observability.progress import ProgressMetrics
+
+ROOT = Path(__file__).resolve().parents[2]
+LONG_RUNNING = ("relay", "rule-candidates", "work-executor", "clusters-tick", "api")
+
+
+def _compose() -> dict[str, Any]:
+    loaded: dict[str, Any] = YAML(typ="safe").load((ROOT / "compose.yaml").read_text())
+    return loaded
+
+
+def test_compose_follows_the_compose_specification() -> None:
+    checker = Path(sys.executable).with_name("check-jsonschema")
+    result = subprocess.run(
+        [str(checker), "--builtin-schema", "vendor.compose-spec", str(ROOT / "compose.yaml")],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_kafka_is_advertised_to_the_host_too() -> None:
+    kafka = _compose()["services"]["kafka"]
+    env = kafka["environment"]
+    advertised = dict(item.split("://", 1) for item in env["KAFKA_ADVERTISED_LISTENERS"].split(","))
+    host_port = advertised["HOST"].rsplit(":", 1)[1]
+    assert any(port.endswith(f":{host_port}:{host_port}") for port in kafka["ports"])
+    assert advertised["PLAINTEXT"] == "kafka:9092"
+    assert env["KAFKA_AUTO_CREATE_TOPICS_ENABLE"] == "false"
+
+
+def test_deployments_wait_for_setup_and_report_health() -> None:
+    services = _compose()["services"]
+    assert services["topics"]["command"][-2:] == ["topics", "apply"]
+    assert "--every" in services["clusters-tick"]["command"]
+    for name in LONG_RUNNING:
+        service = services[name]
+        assert service["depends_on"]["migrate"]["condition"] == "service_completed_successfully"
+        assert service["depends_on"]["topics"]["condition"] == "service_completed_successfully"
+        assert "/readyz" in " ".join(service["healthcheck"]["test"])
+        assert service["environment"]["SPECTRAL_METRICS_HOST"] == "0.0.0.0"  # noqa: S104
+        assert "--metrics-port" in service["command"]
+
+
+def test_the_image_installs_the_wheel_and_ignores_local_state() -> None:
+    dockerfile = (ROOT / "Dockerfile").read_text()
+    assert "pip install -e" not in dockerfile
+    assert "pip wheel" in dockerfile
+    assert "/wheels/*.whl" in dockerfile
+    ignored = (ROOT / ".dockerignore").read_text().splitlines()
+    assert "*" in ignored  # everything not named is left out: .spectral, .venv, .git
+
+
+def _exported_series() -> set[str]:
+    registry = CollectorRegistry()
+    RuleCandidateMetrics(registry)
+    ExecutorMetrics(registry)
+    RelayMetrics(registry)
+    consumer = ConsumerMetrics(registry, "c")
+    consumer.retried("database")
+    consumer.dead_lettered("not_json")
+    progress = ProgressMetrics(registry, "c")
+    from aiokafka import TopicPartition  # noqa: PLC0415
+
+    progress.set(TopicPartition("t", 0), 1, 0.0, stalled=False)
+    names = {sample.name for metric in registry.collect() for sample in metric.samples}
+    histograms = {n.rsplit("_", 1)[0] for n in names if n.endswith(("_bucket", "_count"))}
+    return names | histograms | {"up"}
+
+
+def test_rules_and_dashboard_name_only_exported_series() -> None:
+    exported = _exported_series()
+    series = re.compile(r"\b((?:spectral|synthesis|work)_[a-z0-9_]+)")
+    rules = (ROOT / "deploy/prometheus/spectral-alerts.yaml").read_text()
+    referenced = set(series.findall(rules)) - {"spectral_alerts"}
+    assert referenced <= exported, referenced - exported
+    dashboard = json.loads((ROOT / "deploy/grafana/dashboards/spectral.json").read_text())
+    exprs = [t["expr"] for panel in dashboard["panels"] for t in panel["targets"]]
+    used = {name for e in exprs for name in series.findall(e)}
+    assert used <= exported, used - exported
+
+
+def test_every_alert_has_a_runbook_line() -> None:
+    rules = YAML(typ="safe").load((ROOT / "deploy/prometheus/spectral-alerts.yaml").read_text())
+    for group in rules["groups"]:
+        for rule in group["rules"]:
+            annotations = rule["annotations"]
+            assert annotations.get("runbook") or annotations.get("description"), rule["alert"]
+
+
+def test_the_alert_rules_pass_their_promtool_unit_tests() -> None:
+    promtool = shutil.which("promtool")
+    if promtool is None:
+        pytest.fail("promtool missing: `make test` installs Debian's prometheus package")
+    result = subprocess.run(
+        [promtool, "test", "rules", "spectral-alerts.test.yaml"],
+        cwd=ROOT / "deploy/prometheus/tests",
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
