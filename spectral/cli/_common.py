@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import sys
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Iterable
 from typing import Any, NoReturn, TypeVar
 
 import typer
 
+from spectral.errors import SpectralError
 from spectral.observability.health import Health
-from spectral.observability.logging import configure_logging
+from spectral.observability.logging import configure_logging, get_logger
 from spectral.observability.metrics import serve_metrics
 from spectral.settings import Settings, load_settings
 
@@ -46,6 +47,25 @@ def serve_health(current: Settings, port: int | None, host: str | None) -> Healt
             EXIT_CONFIGURATION,
         )
     return health
+
+
+def warn_missing_topics(current: Settings, bootstrap: str, event_types: Iterable[str]) -> None:
+    """Log a warning naming the topics (and dead-letter topics) of ``event_types`` that do not
+    exist: `spectral topics apply` creates them with their settings; a broker that auto-creates
+    topics would create them with its defaults on first use instead."""
+    from spectral.kafka.topic_admin import missing_topics  # noqa: PLC0415 - only long-running commands
+    from spectral.kafka.topics import dlq_topic, topic_for  # noqa: PLC0415
+
+    names = [topic_for(t, current.topic_prefix) for t in event_types]
+    try:
+        missing = asyncio.run(missing_topics(current, bootstrap, [*names, *map(dlq_topic, names)]))
+    except SpectralError:
+        return  # Kafka unreachable: the command's own retries report it
+    if missing:
+        get_logger(__name__).warning(
+            "topics missing: run `spectral topics apply` to create them with their settings",
+            topics=missing,
+        )
 
 
 def fail(message: str, code: int = EXIT_FAILURE) -> NoReturn:

@@ -5,7 +5,14 @@ from __future__ import annotations
 import typer
 from prometheus_client import REGISTRY
 
-from spectral.cli._common import METRICS_HOST_HELP, METRICS_PORT_HELP, run, serve_health, settings
+from spectral.cli._common import (
+    METRICS_HOST_HELP,
+    METRICS_PORT_HELP,
+    run,
+    serve_health,
+    settings,
+    warn_missing_topics,
+)
 from spectral.consumer.collector import tune_for_batches
 from spectral.consumer.deployments import factory
 from spectral.consumer.engine import ConsumerEngine, EngineOptions, RunSummary
@@ -44,6 +51,7 @@ def consume(  # noqa: PLR0917 - typer maps each parameter to an option
         options=EngineOptions(group=group, max_batch=max_batch, stop_when_idle=stop_when_idle),
         hook=monitor,
     )
+    warn_missing_topics(current, endpoints.kafka_bootstrap, handler.event_types)
     tune_for_batches()
     summary: RunSummary = run(run_with_health(health, engine.run()))
     typer.echo(

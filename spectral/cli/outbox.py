@@ -7,9 +7,17 @@ import os
 import typer
 from prometheus_client import REGISTRY
 
+from contracts import DEFAULT_REGISTRY
 from producers.relay import OutboxRelay, RelayMetrics, RelayOptions
 from producers.relay.repository import RelayRepository
-from spectral.cli._common import METRICS_HOST_HELP, METRICS_PORT_HELP, run, serve_health, settings
+from spectral.cli._common import (
+    METRICS_HOST_HELP,
+    METRICS_PORT_HELP,
+    run,
+    serve_health,
+    settings,
+    warn_missing_topics,
+)
 from spectral.devstack import resolve_database_url, resolve_endpoints
 from spectral.observability.health import run_with_health
 
@@ -38,6 +46,7 @@ def relay(
     current = settings()
     endpoints = resolve_endpoints(current)
     health = serve_health(current, metrics_port, metrics_host)
+    warn_missing_topics(current, endpoints.kafka_bootstrap, DEFAULT_REGISTRY.event_types())
     relay_ = OutboxRelay(
         current,
         kafka_bootstrap=endpoints.kafka_bootstrap,

@@ -35,6 +35,13 @@ async def existing_topic_names(admin: AIOKafkaAdminClient, names: Iterable[str])
     return set(names) & set(await admin.list_topics())
 
 
+async def missing_topics(settings: Settings, bootstrap: str, names: Iterable[str]) -> list[str]:
+    """Which of ``names`` do not exist (creates none)."""
+    wanted = set(names)
+    async with admin_client(settings, bootstrap, "Kafka unavailable") as admin:
+        return sorted(wanted - await existing_topic_names(admin, wanted))
+
+
 async def describe(
     settings: Settings, bootstrap: str, names: Sequence[str]
 ) -> tuple[int, dict[str, ExistingTopic]]:
