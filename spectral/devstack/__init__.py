@@ -148,12 +148,7 @@ def resolve_kafka_bootstrap(settings: Settings) -> str:
     if settings.kafka_bootstrap:
         return settings.kafka_bootstrap
     k = _kafka(settings).status()
-    if not k.running or not k.bootstrap:
-        raise ConfigurationError(
-            "no Kafka: set SPECTRAL_KAFKA_BOOTSTRAP, or start the local stack with "
-            "`spectral dev up`"
-        )
-    return k.bootstrap
+    return _running(k.bootstrap if k.running else None, "Kafka", "SPECTRAL_KAFKA_BOOTSTRAP")
 
 
 def resolve_database_url(settings: Settings) -> str:
@@ -161,9 +156,12 @@ def resolve_database_url(settings: Settings) -> str:
     if settings.database_url is not None:
         return settings.database_url.get_secret_value()
     p = _postgres(settings).status()
-    if not p.running or not p.url:
+    return _running(p.url if p.running else None, "PostgreSQL", "SPECTRAL_DATABASE_URL")
+
+
+def _running(address: str | None, what: str, variable: str) -> str:
+    if not address:
         raise ConfigurationError(
-            "no PostgreSQL: set SPECTRAL_DATABASE_URL, or start the local stack with "
-            "`spectral dev up`"
+            f"no {what}: set {variable}, or start the local stack with `spectral dev up`"
         )
-    return p.url
+    return address
