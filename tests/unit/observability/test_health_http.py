@@ -91,7 +91,7 @@ def test_every_log_line_is_json_and_masked() -> None:
         logging.getLogger("aiokafka.cluster").error(
             "Topic %s not reachable via postgresql://user:canary-secret@db/x", "t"
         )
-        logging.getLogger("uvicorn.error").warning("shutting down")
+        logging.getLogger("asyncpg.pool").warning("connection lost")
         import structlog  # noqa: PLC0415
 
         structlog.get_logger("spectral.test").info("own line", password="canary-secret")  # noqa: S106 - a canary
