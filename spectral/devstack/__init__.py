@@ -7,7 +7,9 @@ Which local stack (:func:`state_dir`): ``SPECTRAL_STATE_DIR`` when set; else the
 ``.spectral`` holding a stack in the working directory or one of its parents; else the stack
 ``spectral dev up`` started last (its state directory is remembered in
 ``$XDG_STATE_HOME/spectral/last-stack``, default ``~/.local/state``); else ``./.spectral``. So
-``spectral dev status`` (or any command) finds a running stack from any directory.
+``spectral dev status`` (or any command) finds a running stack from any directory. ``dev up``
+never adopts the remembered stack: run in a checkout without one, it starts that checkout's own
+(so ``make test`` in a second clone starts, and then stops, its own stack, never the first's).
 """
 
 from __future__ import annotations
@@ -46,8 +48,9 @@ def last_stack_file() -> Path:
     return Path(base) / "spectral" / "last-stack"
 
 
-def state_dir(settings: Settings) -> Path:
-    """The local stack's state directory (see the module docstring), absolute."""
+def state_dir(settings: Settings, *, remembered: bool = True) -> Path:
+    """The local stack's state directory (see the module docstring), absolute; without
+    ``remembered`` the stack ``dev up`` started last elsewhere is not considered."""
     if "state_dir" in settings.model_fields_set:
         return settings.state_dir.resolve()
     name = settings.state_dir.name
@@ -56,12 +59,13 @@ def state_dir(settings: Settings) -> Path:
         candidate = folder / name
         if any((candidate / part).exists() for part in _STACK_FILES):
             return candidate
-    try:
-        remembered = Path(last_stack_file().read_text(encoding="utf-8").strip())
-    except OSError:
-        remembered = None
-    if remembered is not None and remembered.is_absolute() and remembered.is_dir():
-        return remembered
+    if remembered:
+        try:
+            last = Path(last_stack_file().read_text(encoding="utf-8").strip())
+        except OSError:
+            last = None
+        if last is not None and last.is_absolute() and last.is_dir():
+            return last
     return (here / name).resolve()
 
 
@@ -74,28 +78,28 @@ def _remember(directory: Path) -> None:
         return
 
 
-def _kafka(settings: Settings) -> LocalKafka:
+def _kafka(settings: Settings, *, remembered: bool = True) -> LocalKafka:
     from spectral.devstack.kafka import LocalKafka  # noqa: PLC0415 - keeps `import spectral` light
 
-    return LocalKafka(state_dir(settings), settings.cache_dir)
+    return LocalKafka(state_dir(settings, remembered=remembered), settings.cache_dir)
 
 
-def _postgres(settings: Settings) -> LocalPostgres:
+def _postgres(settings: Settings, *, remembered: bool = True) -> LocalPostgres:
     from spectral.devstack.postgres import LocalPostgres  # noqa: PLC0415
 
-    return LocalPostgres(state_dir(settings))
+    return LocalPostgres(state_dir(settings, remembered=remembered))
 
 
 def up(settings: Settings) -> Endpoints:
     """Start what the settings do not already provide (idempotent) and return the endpoints."""
-    bootstrap = settings.kafka_bootstrap or _kafka(settings).ensure_running()
+    bootstrap = settings.kafka_bootstrap or _kafka(settings, remembered=False).ensure_running()
     database_url = (
         settings.database_url.get_secret_value()
         if settings.database_url
-        else _postgres(settings).ensure_running()
+        else _postgres(settings, remembered=False).ensure_running()
     )
     if not (settings.kafka_bootstrap and settings.database_url):
-        _remember(state_dir(settings))
+        _remember(state_dir(settings, remembered=False))
     return Endpoints(bootstrap, database_url)
 
 

@@ -5,6 +5,7 @@ PostgreSQL cluster lives outside the checkout, under /var/lib/spectral)."""
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -64,6 +65,23 @@ def test_dev_up_exports_status_from_elsewhere_and_down_wipe(
         assert data_dir.exists()
         if os.geteuid() == 0:
             assert not data_dir.is_relative_to(checkout)  # why --wipe must reach outside
+
+        # `dev up` in a second checkout starts that checkout's own stack (it never adopts the
+        # remembered one), so its `make test` stops only what it started. (A copy of the state
+        # home, so the pointer to the first stack survives for the steps below.)
+        second = tmp_path / "second"
+        second.mkdir()
+        other = LocalPostgres(second / ".spectral")
+        second_env = {**env, "XDG_STATE_HOME": str(tmp_path / "xdg2")}
+        shutil.copytree(tmp_path / "xdg", tmp_path / "xdg2")
+        try:
+            again = _sh(f"{SPECTRAL} dev up && {SPECTRAL} dev down --wipe", second, second_env)
+            assert again.returncode == 0, again.stderr
+            assert str(second / ".spectral") in again.stdout
+            assert not other.data_dir.exists()
+            assert "postgres: running" in _sh(f"{SPECTRAL} dev status", checkout, env).stdout
+        finally:
+            other.stop(wipe=True)
 
         down = _sh(f"{SPECTRAL} dev down --wipe", elsewhere, env)
         assert down.returncode == 0, down.stderr
