@@ -111,25 +111,49 @@ WHERE hour < date_trunc('hour', now()) - make_interval(hours => $1::int);
 -- ======================================================================================
 
 -- name: list_candidates
--- resurfaced = it came back after the operator's last status change. Most severe first, then
--- the most recently observed. $1 status, $2 severity, $3 workspace (NULL = any);
--- $4 only resurfaced; $5 include soft-deleted rows; $6 limit.
+-- resurfaced = it came back after the operator's last status change. $1 status, $2 severity,
+-- $3 workspace, $4 assignee (NULL = any); $5 only resurfaced; $6 include soft-deleted rows;
+-- $7 limit; $8 sort; $9..$11 the keyset to continue after (NULL = from the start); $12 only
+-- unassigned clusters.
+-- Every sort is one ascending keyset (k1, k2, cluster_id): descending keys are negated (k2 is
+-- the epoch as numeric, exact to the microsecond), so one row comparison pages any sort.
+--   severity  most severe first, then the most recently observed (the default)
+--   newest    most recently observed first;  oldest  least recently observed first
+--   failures  most failures first, then the most recently observed
+--   signaled  most recently signalled first
+WITH keyed AS (
+    SELECT c.*,
+           (c.resurfaced_at IS NOT NULL
+            AND (c.status_changed_at IS NULL OR c.resurfaced_at > c.status_changed_at))
+               AS resurfaced,
+           CASE $8::text
+               WHEN 'severity' THEN CASE c.severity WHEN 'high' THEN 0 WHEN 'medium' THEN 1
+                                                    ELSE 2 END
+               WHEN 'failures' THEN -c.failure_count::bigint
+               ELSE 0
+           END AS k1,
+           CASE $8::text
+               WHEN 'oldest' THEN extract(epoch FROM c.last_observed_at)
+               WHEN 'signaled' THEN -extract(epoch FROM c.last_signaled_at)
+               ELSE -extract(epoch FROM c.last_observed_at)
+           END AS k2
+    FROM platform.rule_candidates_pending AS c
+)
 SELECT cluster_id, status, severity, workspace_id, rule_id, failure_count,
        first_observed_at, last_observed_at, last_signaled_at, created_at,
-       assigned_to, resurfaced_at, status_changed_at, deleted_at,
-       (resurfaced_at IS NOT NULL
-        AND (status_changed_at IS NULL OR resurfaced_at > status_changed_at)) AS resurfaced
-FROM platform.rule_candidates_pending
+       assigned_to, resurfaced_at, status_changed_at, deleted_at, resurfaced, triage_version,
+       k1, k2::text AS k2
+FROM keyed
 WHERE ($1::text IS NULL OR status = $1::text)
   AND ($2::text IS NULL OR severity = $2::text)
   AND ($3::uuid IS NULL OR workspace_id = $3::uuid)
-  AND (NOT $4::boolean
-       OR (resurfaced_at IS NOT NULL
-           AND (status_changed_at IS NULL OR resurfaced_at > status_changed_at)))
-  AND ($5::boolean OR deleted_at IS NULL)
-ORDER BY CASE severity WHEN 'high' THEN 0 WHEN 'medium' THEN 1 ELSE 2 END,
-         last_observed_at DESC, cluster_id
-LIMIT $6::int;
+  AND ($4::uuid IS NULL OR assigned_to = $4::uuid)
+  AND (NOT $12::boolean OR assigned_to IS NULL)
+  AND (NOT $5::boolean OR resurfaced)
+  AND ($6::boolean OR deleted_at IS NULL)
+  AND ($9::bigint IS NULL OR (k1, k2, cluster_id) > ($9::bigint, $10::numeric, $11::uuid))
+ORDER BY k1, k2, cluster_id
+LIMIT $7::int;
 
 -- name: get_candidate
 SELECT cluster_id, status, severity, workspace_id, rule_id, failure_count,
@@ -137,14 +161,28 @@ SELECT cluster_id, status, severity, workspace_id, rule_id, failure_count,
        assigned_to, resurfaced_at, status_changed_at, deleted_at,
        (resurfaced_at IS NOT NULL
         AND (status_changed_at IS NULL OR resurfaced_at > status_changed_at)) AS resurfaced,
-       snapshot_hash, notes, suggested_rule_stub, evidence_bundle::text AS evidence_bundle
+       triage_version, snapshot_hash, notes, suggested_rule_stub,
+       evidence_bundle::text AS evidence_bundle
 FROM platform.rule_candidates_pending
 WHERE cluster_id = $1::uuid;
 
+-- name: triage_audit
+-- The audit trail of one cluster, oldest first (written by the database's trigger, 0008).
+SELECT audit_id, triage_version, changed_at, actor, from_status, to_status, from_assignee,
+       to_assignee, from_notes, to_notes, from_deleted_at, to_deleted_at
+FROM platform.triage_audit
+WHERE cluster_id = $1::uuid
+ORDER BY triage_version;
+
+-- name: act_as
+-- The acting principal of this transaction, recorded by the audit trigger (core.current_actor).
+SELECT set_config('spectral.actor', $1::text, true);
+
 -- name: lock_candidate
--- Held until the triage update commits, so the transition is checked against the status that
--- is actually replaced (two operators cannot both move the same cluster from one state).
-SELECT status FROM platform.rule_candidates_pending WHERE cluster_id = $1::uuid FOR UPDATE;
+-- Held until the triage update commits, so the transition and the expected version are checked
+-- against the row that is actually replaced (two operators cannot both move it from one state).
+SELECT status, triage_version
+FROM platform.rule_candidates_pending WHERE cluster_id = $1::uuid FOR UPDATE;
 
 -- name: update_triage
 -- Only the operator columns. $2 status (NULL = keep); $3 change the assignee to $4;

@@ -1,8 +1,13 @@
 """Operator triage of the rule-candidates inbox (ADR-057 D5), acting as ``spectral_operator``.
 
 The operator role may read the inbox and write only ``status``, ``assigned_to``, ``notes`` and
-``deleted_at`` (0002_rule_candidates.sql); the status policy is transitions.py. Everything is
-read and written through :class:`TriageRepository`, which returns frozen values.
+``deleted_at`` (0002_rule_candidates.sql); the status policy is transitions.py, and the database
+enforces the same table (0008: a trigger refuses any other status change, whoever writes it).
+Every change of those columns bumps the row's ``triage_version`` and appends one row to the
+audit trail ``platform.triage_audit`` (who, when, from -> to), both done by the database.
+Callers that edited a version they read pass it as ``expected_version``: a row changed since is
+refused (:class:`VersionConflictError`), so two operators never silently overwrite each other.
+Everything is read and written through :class:`TriageRepository`, which returns frozen values.
 
 "Resurfaced" in these views means: the cluster came back (a newer, different snapshot arrived
 while it was dismissed or resolved) after the operator's last status change. Re-triaging it
@@ -22,7 +27,7 @@ from uuid import UUID
 import asyncpg
 
 from consumers.rule_candidates.repository import Conn
-from consumers.rule_candidates.transitions import Status, check
+from consumers.rule_candidates.transitions import Status, TransitionError, check
 from spectral.db.connect import connect, guarded
 from spectral.db.queries import load_queries
 from spectral.errors import PermanentError
@@ -37,8 +42,33 @@ class Severity(StrEnum):
     HIGH = "high"
 
 
+class Sort(StrEnum):
+    """Orders of the inbox (see list_candidates in queries.sql)."""
+
+    SEVERITY = "severity"
+    NEWEST = "newest"
+    OLDEST = "oldest"
+    FAILURES = "failures"
+    SIGNALED = "signaled"
+
+
 class ClusterNotFoundError(PermanentError):
     """No rule candidate has this cluster_id."""
+
+
+class VersionConflictError(PermanentError):
+    """The cluster's triage state changed since the version the caller edited."""
+
+    def __init__(self, cluster_id: UUID, expected: int, current: int) -> None:
+        self.expected = expected
+        self.current = current
+        super().__init__(
+            f"cluster {cluster_id} is at triage version {current}, not {expected}: "
+            "someone changed it meanwhile; reload it and apply your change again"
+        )
+
+
+_TRANSITION_CONSTRAINT: Final = "rule_candidates_triage_transition"
 
 
 async def connect_operator(database_url: str, *, assume_role: bool = True) -> asyncpg.Connection:
@@ -66,19 +96,69 @@ class CandidateSummary:
     status_changed_at: datetime | None
     deleted_at: datetime | None
     resurfaced: bool
+    triage_version: int
 
     def to_json(self) -> dict[str, Any]:
         return {name: _json_value(value) for name, value in asdict(self).items()}
 
 
 @dataclass(frozen=True, slots=True)
+class AuditEntry:
+    """One change of a cluster's triage state, as the database recorded it."""
+
+    triage_version: int
+    changed_at: datetime
+    actor: str
+    from_status: str
+    to_status: str
+    from_assignee: UUID | None
+    to_assignee: UUID | None
+    from_notes: str | None
+    to_notes: str | None
+    from_deleted_at: datetime | None
+    to_deleted_at: datetime | None
+
+    def changes(self) -> dict[str, tuple[Any, Any]]:
+        """What changed: {field: (from, to)} for the fields that differ."""
+        pairs = {
+            "status": (self.from_status, self.to_status),
+            "assigned_to": (self.from_assignee, self.to_assignee),
+            "notes": (self.from_notes, self.to_notes),
+            "deleted_at": (self.from_deleted_at, self.to_deleted_at),
+        }
+        return {name: pair for name, pair in pairs.items() if pair[0] != pair[1]}
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "triage_version": self.triage_version,
+            "changed_at": self.changed_at.isoformat(),
+            "actor": self.actor,
+            "changes": {
+                name: {"from": _json_value(old), "to": _json_value(new)}
+                for name, (old, new) in self.changes().items()
+            },
+        }
+
+
+@dataclass(frozen=True, slots=True)
 class CandidateDetail(CandidateSummary):
-    """One inbox row in full: the summary plus the evidence, the stub and the notes."""
+    """One inbox row in full: the summary plus the evidence, the stub, the notes and the audit
+    trail of its triage (oldest first)."""
 
     snapshot_hash: str
     notes: str | None
     suggested_rule_stub: str | None
     evidence_bundle: list[Any]
+    audit: tuple[AuditEntry, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        out = {
+            name: _json_value(getattr(self, name))
+            for name in self.__dataclass_fields__
+            if name != "audit"
+        }
+        out["audit"] = [entry.to_json() for entry in self.audit]
+        return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,6 +169,18 @@ class ListFilter:
     resurfaced_only: bool = False
     include_deleted: bool = False
     limit: int = 100
+    assignee: UUID | None = None
+    unassigned_only: bool = False
+    sort: Sort = Sort.SEVERITY
+    after: tuple[int, str, UUID] | None = None
+    """The keyset to continue after (a page's ``next_key``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class CandidatePage:
+    rows: list[CandidateSummary]
+    next_key: tuple[int, str, UUID] | None
+    """Where the next page starts; None on the last page."""
 
 
 DeletedChange = Literal["keep", "delete", "restore"]
@@ -130,7 +222,12 @@ class TriageRepository:
         self._sql = load_queries(QUERIES)
 
     async def list(self, where: ListFilter | None = None) -> list[CandidateSummary]:
+        return (await self.page(where)).rows
+
+    async def page(self, where: ListFilter | None = None) -> CandidatePage:
+        """One page of the inbox in ``where.sort`` order, from ``where.after`` on."""
         f = where or ListFilter()
+        after = f.after or (None, None, None)
         records = await guarded(
             "list rule candidates",
             lambda: self._conn.fetch(
@@ -138,34 +235,59 @@ class TriageRepository:
                 f.status.value if f.status else None,
                 f.severity.value if f.severity else None,
                 f.workspace_id,
+                f.assignee,
                 f.resurfaced_only,
                 f.include_deleted,
-                f.limit,
+                f.limit + 1,
+                f.sort.value,
+                *after,
+                f.unassigned_only,
             ),
         )
-        return [_summary(r) for r in records]
+        rows = [_summary(r) for r in records[: f.limit]]
+        last = records[f.limit - 1] if len(records) > f.limit else None
+        next_key = (last["k1"], last["k2"], last["cluster_id"]) if last is not None else None
+        return CandidatePage(rows, next_key)
 
     async def get(self, cluster_id: UUID) -> CandidateDetail:
-        record = await guarded(
-            "read rule candidate",
-            lambda: self._conn.fetchrow(self._sql["get_candidate"], cluster_id),
-        )
-        if record is None:
-            raise ClusterNotFoundError(f"no rule candidate with cluster_id {cluster_id}")
-        return _detail(record)
+        async def run() -> CandidateDetail:
+            async with self._conn.transaction(isolation="repeatable_read", readonly=True):
+                record = await self._conn.fetchrow(self._sql["get_candidate"], cluster_id)
+                audit = await self._conn.fetch(self._sql["triage_audit"], cluster_id)
+            if record is None:
+                raise ClusterNotFoundError(f"no rule candidate with cluster_id {cluster_id}")
+            return _detail(record, audit)
 
-    async def update(self, cluster_id: UUID, change: TriageChange) -> TriageOutcome:
-        """Apply ``change`` in one transaction, the status transition checked under a row lock.
+        return await guarded("read rule candidate", run)
 
-        Raises ClusterNotFoundError, or transitions.TransitionError naming the allowed targets.
+    async def update(
+        self,
+        cluster_id: UUID,
+        change: TriageChange,
+        *,
+        expected_version: int | None = None,
+        actor: str | None = None,
+    ) -> TriageOutcome:
+        """Apply ``change`` in one transaction, checked under a row lock: the status transition
+        (also enforced by the database) and, when given, the version the caller edited.
+        ``actor`` is recorded in the audit trail (default: the database login).
+
+        Raises ClusterNotFoundError, VersionConflictError, or transitions.TransitionError naming
+        the allowed targets.
         """
 
         async def run() -> TriageOutcome:
             async with self._conn.transaction():
-                current = await self._conn.fetchval(self._sql["lock_candidate"], cluster_id)
-                if current is None:
+                if actor is not None:
+                    await self._conn.execute(self._sql["act_as"], actor)
+                locked = await self._conn.fetchrow(self._sql["lock_candidate"], cluster_id)
+                if locked is None:
                     raise ClusterNotFoundError(f"no rule candidate with cluster_id {cluster_id}")
-                previous = Status(current)
+                if expected_version is not None and locked["triage_version"] != expected_version:
+                    raise VersionConflictError(
+                        cluster_id, expected_version, locked["triage_version"]
+                    )
+                previous = Status(locked["status"])
                 changed = check(previous, change.status) if change.status else False
                 await self._conn.execute(
                     self._sql["update_triage"],
@@ -178,11 +300,23 @@ class TriageRepository:
                     change.deleted,
                 )
                 record = await self._conn.fetchrow(self._sql["get_candidate"], cluster_id)
+                audit = await self._conn.fetch(self._sql["triage_audit"], cluster_id)
             if record is None:  # the row is locked by this transaction: it cannot vanish
                 raise ClusterNotFoundError(f"no rule candidate with cluster_id {cluster_id}")
-            return TriageOutcome(previous, changed, _detail(record))
+            return TriageOutcome(previous, changed, _detail(record, audit))
 
-        return await guarded("triage rule candidate", run)
+        try:
+            return await guarded("triage rule candidate", run)
+        except PermanentError as exc:
+            cause = exc.__cause__
+            if (
+                isinstance(cause, asyncpg.CheckViolationError)
+                and cause.constraint_name == _TRANSITION_CONSTRAINT
+                and change.status is not None
+            ):
+                current = await self.get(cluster_id)
+                raise TransitionError(current.status, change.status) from exc
+            raise
 
 
 def _summary_fields(record: asyncpg.Record) -> dict[str, Any]:
@@ -202,6 +336,7 @@ def _summary_fields(record: asyncpg.Record) -> dict[str, Any]:
         "status_changed_at": record["status_changed_at"],
         "deleted_at": record["deleted_at"],
         "resurfaced": record["resurfaced"],
+        "triage_version": record["triage_version"],
     }
 
 
@@ -209,13 +344,14 @@ def _summary(record: asyncpg.Record) -> CandidateSummary:
     return CandidateSummary(**_summary_fields(record))
 
 
-def _detail(record: asyncpg.Record) -> CandidateDetail:
+def _detail(record: asyncpg.Record, audit: list[asyncpg.Record]) -> CandidateDetail:
     return CandidateDetail(
         **_summary_fields(record),
         snapshot_hash=record["snapshot_hash"],
         notes=record["notes"],
         suggested_rule_stub=record["suggested_rule_stub"],
         evidence_bundle=json.loads(record["evidence_bundle"]),
+        audit=tuple(AuditEntry(**{k: r[k] for k in r.keys() if k != "audit_id"}) for r in audit),
     )
 
 

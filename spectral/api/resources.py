@@ -1,0 +1,71 @@
+"""The database pools a surface acts through, opened at start-up and closed at shutdown.
+
+Each pool's sessions act as one role that can do no more than its callers need (invariant 8):
+``operator`` (triage, reads of work, the redrive record), ``producer`` (work commands) and
+``authenticator`` (token checks only). Routers receive this object when they are built and
+reach the pools only once the app has started.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass, field
+from typing import Final
+
+import asyncpg
+
+from spectral.auth.tokens import AUTHENTICATOR_ROLE, TokenVerifier
+from spectral.db.connect import create_pool
+from spectral.errors import TransientError
+from spectral.settings import Settings
+
+OPERATOR_ROLE: Final = "spectral_operator"
+PRODUCER_ROLE: Final = "spectral_producer"
+
+
+@dataclass
+class Resources:
+    settings: Settings
+    database_url: str
+    kafka_bootstrap: str
+    operator_database_url: str | None = None
+    """A login that already is an operator (SPECTRAL_OPERATOR_DATABASE_URL), if any."""
+    _pools: dict[str, asyncpg.Pool] = field(default_factory=dict)
+
+    async def open(self) -> None:
+        self._pools["authenticator"] = await create_pool(
+            self.database_url, role=AUTHENTICATOR_ROLE, max_size=4
+        )
+        if self.operator_database_url is not None:
+            self._pools["operator"] = await create_pool(self.operator_database_url, max_size=8)
+        else:
+            self._pools["operator"] = await create_pool(
+                self.database_url, role=OPERATOR_ROLE, max_size=8
+            )
+        self._pools["producer"] = await create_pool(
+            self.database_url, role=PRODUCER_ROLE, max_size=8
+        )
+
+    async def close(self) -> None:
+        pools, self._pools = self._pools, {}
+        for pool in pools.values():
+            with contextlib.suppress(Exception):
+                await pool.close()
+
+    def _pool(self, name: str) -> asyncpg.Pool:
+        pool = self._pools.get(name)
+        if pool is None:
+            raise TransientError("the service is starting or stopping")
+        return pool
+
+    @property
+    def operator(self) -> asyncpg.Pool:
+        return self._pool("operator")
+
+    @property
+    def producer(self) -> asyncpg.Pool:
+        return self._pool("producer")
+
+    @property
+    def verifier(self) -> TokenVerifier:
+        return TokenVerifier(self._pool("authenticator"))
