@@ -142,7 +142,7 @@ WITH keyed AS (
 SELECT cluster_id, status, severity, workspace_id, rule_id, failure_count,
        first_observed_at, last_observed_at, last_signaled_at, created_at,
        assigned_to, resurfaced_at, status_changed_at, deleted_at, resurfaced, triage_version,
-       k1, k2::text AS k2
+       k1, k2::text AS k2_text
 FROM keyed
 WHERE ($1::text IS NULL OR status = $1::text)
   AND ($2::text IS NULL OR severity = $2::text)

@@ -246,7 +246,7 @@ class TriageRepository:
         )
         rows = [_summary(r) for r in records[: f.limit]]
         last = records[f.limit - 1] if len(records) > f.limit else None
-        next_key = (last["k1"], last["k2"], last["cluster_id"]) if last is not None else None
+        next_key = (last["k1"], last["k2_text"], last["cluster_id"]) if last is not None else None
         return CandidatePage(rows, next_key)
 
     async def get(self, cluster_id: UUID) -> CandidateDetail:
@@ -351,7 +351,7 @@ def _detail(record: asyncpg.Record, audit: list[asyncpg.Record]) -> CandidateDet
         notes=record["notes"],
         suggested_rule_stub=record["suggested_rule_stub"],
         evidence_bundle=json.loads(record["evidence_bundle"]),
-        audit=tuple(AuditEntry(**{k: r[k] for k in r.keys() if k != "audit_id"}) for r in audit),
+        audit=tuple(AuditEntry(**{k: v for k, v in r.items() if k != "audit_id"}) for r in audit),
     )
 
 

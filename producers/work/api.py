@@ -1,25 +1,26 @@
-"""The HTTP API of ADR-035 §12 on FastAPI (OpenAPI at ``/openapi.json``, docs at ``/docs``).
+"""The work endpoints of the HTTP API (ADR-035 §12), composed into the app by spectral/cli/api.py.
 
-Commands:     POST /commands/story-backlog/generate-epic, POST .../generate-all
-              -> {thread_id, status, disposition}; 202 when work was enqueued, 200 otherwise.
-Observation:  GET /threads/{thread_id} (with child_summary), GET /threads/{thread_id}/history,
-              GET /projects/{project_id}/threads?active=true
-Documents:    PUT /projects/{project_id}/documents/{document_id}, GET /documents/{document_id}
+Commands (scope ``work:submit``; the token's principal is recorded on the threads created):
+    POST /commands/story-backlog/generate-epic, POST .../generate-all
+        -> {thread_id, status, disposition}: 202 + Location: /threads/{id} when work was
+           enqueued, 200 when an existing thread answers (idempotent by semantic identity)
+    PUT  /projects/{project_id}/documents/{document_id}
+        -> 201 created, 200 identical content again; 409 ``document-immutable`` for other
+           content: documents change only through mutations (ADR-035 §5.4), never by PUT
+Observation (scope ``work:read``; polling, ADR-035 §4):
+    GET /threads/{thread_id} (with child_summary), GET /threads/{thread_id}/history,
+    GET /projects/{project_id}/threads?active=&limit=&cursor=, GET /documents/{document_id}
 
-Polling is the observation model (ADR-035 §4). ``create_app`` takes ready services (tests) or a
-database URL, in which case the app opens its pool (role ``spectral_producer``) on startup.
+Commands act as ``spectral_producer``, reads as ``spectral_operator`` (read only on work.*).
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
-from dataclasses import dataclass
-from typing import Annotated, Any
+from datetime import datetime
+from typing import Annotated, Any, Final
 from uuid import UUID
 
-from fastapi import FastAPI, HTTPException, Query, Request, Response, status
-from fastapi.responses import JSONResponse
+from fastapi import APIRouter, Depends, Path, Query, Response, status
 
 from producers.work.commands import (
     DocumentConflictError,
@@ -39,174 +40,223 @@ from producers.work.schemas import (
     ThreadList,
     ThreadOut,
 )
-from spectral.db.connect import create_pool
-from spectral.errors import PermanentError, TransientError
+from spectral.api.auth import requires
+from spectral.api.cursor import decode_cursor, encode_cursor
+from spectral.api.problems import COMMON, ProblemError, responses
+from spectral.api.resources import Resources
+from spectral.auth.scopes import Scope
+from spectral.auth.tokens import Principal
+from spectral.errors import TransientError
 from spectral.work.documents import InvalidDocumentError, StoryBacklog
 from spectral.work.history import reconstruct
+from spectral.work.identity import IDENTIFIER_PATTERN
 from spectral.work.read import WorkReader
 
-ROLE = "spectral_producer"
+_CURSOR_KIND: Final = "project-threads"
+IdentifierPath = Annotated[str, Path(pattern=IDENTIFIER_PATTERN, max_length=128)]
+
+_ENQUEUED: Final[dict[int | str, dict[str, Any]]] = {
+    202: {
+        "description": "Work was enqueued (a new or reopened thread); poll Location.",
+        "headers": {"Location": {"description": "/threads/{thread_id}"}},
+        "model": CommandResponse,
+    },
+}
 
 
-@dataclass(frozen=True)
-class ApiServices:
-    commands: WorkCommands
-    reader: WorkReader
-
-
-def create_app(services: ApiServices | None = None, *, database_url: str | None = None) -> FastAPI:
-    if services is None and database_url is None:
-        raise ValueError("give the services or a database URL")
-
-    @asynccontextmanager
-    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        if services is not None:
-            app.state.services = services
-            yield
-            return
-        assert database_url is not None  # noqa: S101 - checked above
-        pool = await create_pool(database_url, role=ROLE, max_size=10)
-        app.state.services = ApiServices(WorkCommands(pool), WorkReader(pool))
-        try:
-            yield
-        finally:
-            await pool.close()
-
-    app = FastAPI(
-        title="spectral work API",
-        version="1",
-        description="Durable LLM work (ADR-035): commands open threads, observation by polling.",
-        lifespan=lifespan,
-    )
-    _errors(app)
-    _routes(app)
-    return app
-
-
-def _services(request: Request) -> ApiServices:
-    services: ApiServices = request.app.state.services
-    return services
-
-
-def _errors(app: FastAPI) -> None:
-    @app.exception_handler(UnknownTargetError)
-    async def unknown(_: Request, exc: UnknownTargetError) -> JSONResponse:
-        return JSONResponse({"detail": str(exc)}, status_code=status.HTTP_404_NOT_FOUND)
-
-    @app.exception_handler(DocumentConflictError)
-    async def conflict(_: Request, exc: DocumentConflictError) -> JSONResponse:
-        return JSONResponse({"detail": str(exc)}, status_code=status.HTTP_409_CONFLICT)
-
-    @app.exception_handler(InvalidDocumentError)
-    async def invalid(_: Request, exc: InvalidDocumentError) -> JSONResponse:
-        return JSONResponse({"detail": str(exc)}, status_code=status.HTTP_422_UNPROCESSABLE_CONTENT)
-
-    @app.exception_handler(TransientError)
-    async def unavailable(_: Request, exc: TransientError) -> JSONResponse:
-        return JSONResponse(
-            {"detail": str(exc)},
-            status_code=status.HTTP_503_SERVICE_UNAVAILABLE,
-            headers={"Retry-After": "1"},
-        )
-
-    @app.exception_handler(PermanentError)
-    async def refused(_: Request, exc: PermanentError) -> JSONResponse:
-        return JSONResponse({"detail": str(exc)}, status_code=status.HTTP_400_BAD_REQUEST)
+def _unknown(exc: UnknownTargetError) -> ProblemError:
+    return ProblemError(404, str(exc), slug="not-found")
 
 
 def _enqueued(response: Response, body: CommandResponse) -> CommandResponse:
     if body.disposition in (Disposition.CREATED.value, Disposition.RETRIED.value):
         response.status_code = status.HTTP_202_ACCEPTED
+        response.headers["Location"] = f"/threads/{body.thread_id}"
     return body
 
 
-def _routes(app: FastAPI) -> None:  # noqa: C901 - one nested function per route
-    @app.post("/commands/story-backlog/generate-epic", tags=["commands"])
+def _document_out(view: Any, *, created: bool | None = None) -> DocumentOut:
+    return DocumentOut(
+        document_id=view.document_id,
+        project_id=view.project_id,
+        doc_type=view.doc_type,
+        version=view.version,
+        content=dict(view.content),
+        created=created,
+    )
+
+
+def router(resources: Resources) -> APIRouter:  # noqa: C901, PLR0915 - one nested function per route
+    api = APIRouter()
+    submitter = Depends(requires(resources, Scope.WORK_SUBMIT))
+    reader = Depends(requires(resources, Scope.WORK_READ))
+
+    def commands() -> WorkCommands:
+        return WorkCommands(resources.producer)
+
+    def work_reader() -> WorkReader:
+        return WorkReader(resources.operator)
+
+    @api.post(
+        "/commands/story-backlog/generate-epic",
+        tags=["commands"],
+        summary="Generate the stories of one epic (idempotent by semantic identity).",
+        responses={**_ENQUEUED, **responses(*COMMON, 404)},
+    )
     async def generate_epic(
-        body: GenerateEpicRequest, request: Request, response: Response
+        *, body: GenerateEpicRequest, response: Response, principal: Principal = submitter
     ) -> CommandResponse:
-        result = await _services(request).commands.generate_epic(
-            GenerateEpic(
-                project_id=body.project_id,
-                document_id=body.story_backlog_id,
-                epic_id=body.epic_id,
-                force=body.force,
-                org_id=body.org_id,
+        try:
+            result = await commands().generate_epic(
+                GenerateEpic(
+                    project_id=body.project_id,
+                    document_id=body.story_backlog_id,
+                    epic_id=body.epic_id,
+                    force=body.force,
+                    org_id=body.org_id,
+                    requested_by=principal.actor,
+                )
             )
-        )
+        except UnknownTargetError as exc:
+            raise _unknown(exc) from None
         return _enqueued(response, CommandResponse.of(result))
 
-    @app.post("/commands/story-backlog/generate-all", tags=["commands"])
+    @api.post(
+        "/commands/story-backlog/generate-all",
+        tags=["commands"],
+        summary="Generate the stories of every epic (or the listed ones): an orchestration.",
+        responses={**_ENQUEUED, **responses(*COMMON, 404)},
+    )
     async def generate_all(
-        body: GenerateAllRequest, request: Request, response: Response
+        *, body: GenerateAllRequest, response: Response, principal: Principal = submitter
     ) -> CommandResponse:
-        result = await _services(request).commands.generate_all(
-            GenerateAll(
-                project_id=body.project_id,
-                document_id=body.story_backlog_id,
-                epic_ids=tuple(body.epic_ids) if body.epic_ids is not None else None,
-                continue_on_error=body.continue_on_error,
-                force=body.force,
-                org_id=body.org_id,
+        try:
+            result = await commands().generate_all(
+                GenerateAll(
+                    project_id=body.project_id,
+                    document_id=body.story_backlog_id,
+                    epic_ids=tuple(body.epic_ids) if body.epic_ids is not None else None,
+                    continue_on_error=body.continue_on_error,
+                    force=body.force,
+                    org_id=body.org_id,
+                    requested_by=principal.actor,
+                )
             )
-        )
+        except UnknownTargetError as exc:
+            raise _unknown(exc) from None
         return _enqueued(response, CommandResponse.of(result))
 
-    @app.get("/threads/{thread_id}", tags=["observation"])
-    async def get_thread(thread_id: UUID, request: Request) -> ThreadOut:
-        view = await _services(request).reader.thread(thread_id)
+    @api.get(
+        "/threads/{thread_id}",
+        tags=["observation"],
+        summary="A thread: status, target, items, child_summary for orchestrations.",
+        responses=responses(*COMMON, 404),
+    )
+    async def get_thread(*, thread_id: UUID, _: Principal = reader) -> ThreadOut:
+        view = await work_reader().thread(thread_id)
         if view is None:
-            raise HTTPException(status.HTTP_404_NOT_FOUND, f"no thread {thread_id}")
+            raise ProblemError(404, f"no thread {thread_id}", slug="not-found")
         return ThreadOut.of_view(view)
 
-    @app.get("/threads/{thread_id}/history", tags=["observation"])
-    async def get_history(thread_id: UUID, request: Request) -> HistoryOut:
-        entries = await _services(request).reader.thread_ledger(thread_id)
+    @api.get(
+        "/threads/{thread_id}/history",
+        tags=["observation"],
+        summary="The execution reconstructed from the ledger alone.",
+        responses=responses(*COMMON, 404),
+    )
+    async def get_thread_history(*, thread_id: UUID, _: Principal = reader) -> HistoryOut:
+        entries = await work_reader().thread_ledger(thread_id)
         if entries is None:
-            raise HTTPException(status.HTTP_404_NOT_FOUND, f"no thread {thread_id}")
+            raise ProblemError(404, f"no thread {thread_id}", slug="not-found")
         return HistoryOut.of(thread_id, entries, reconstruct(entries))
 
-    @app.get("/projects/{project_id}/threads", tags=["observation"])
-    async def project_threads(
-        project_id: str,
-        request: Request,
+    @api.get(
+        "/projects/{project_id}/threads",
+        tags=["observation"],
+        summary="Threads of a project, newest first, paged by cursor.",
+        responses=responses(*COMMON),
+    )
+    async def list_project_threads(
+        *,
+        project_id: IdentifierPath,
+        _: Principal = reader,
         active: Annotated[bool, Query(description="Only open and running threads.")] = False,
-        limit: Annotated[int, Query(ge=1, le=1000)] = 200,
+        limit: Annotated[int, Query(ge=1, le=500)] = 100,
+        cursor: Annotated[str | None, Query(max_length=512)] = None,
     ) -> ThreadList:
-        threads = await _services(request).reader.project_threads(
-            project_id, active=active, limit=limit
+        after = None
+        if cursor is not None:
+            at, tid = decode_cursor(cursor, _CURSOR_KIND, 2)
+            try:
+                after = (datetime.fromisoformat(str(at)), UUID(str(tid)))
+            except ValueError:
+                raise ProblemError(400, "the cursor is damaged", slug="invalid-cursor") from None
+        threads = await work_reader().project_threads(
+            project_id, active=active, limit=limit + 1, after=after
         )
-        return ThreadList(threads=[ThreadBrief.of(t) for t in threads])
+        page = threads[:limit]
+        next_cursor = None
+        if len(threads) > limit:
+            last = page[-1]
+            next_cursor = encode_cursor(
+                _CURSOR_KIND, [last.created_at.isoformat(), str(last.thread_id)]
+            )
+        return ThreadList(threads=[ThreadBrief.of(t) for t in page], next_cursor=next_cursor)
 
-    @app.put("/projects/{project_id}/documents/{document_id}", tags=["documents"])
+    @api.put(
+        "/projects/{project_id}/documents/{document_id}",
+        tags=["documents"],
+        summary="Create a story backlog (version 1); identical content again is a no-op.",
+        responses={
+            201: {"description": "Created (version 1).", "model": DocumentOut},
+            **responses(*COMMON, 409),
+        },
+    )
     async def put_document(
-        project_id: str, document_id: str, body: StoryBacklog, request: Request, response: Response
+        *,
+        project_id: IdentifierPath,
+        document_id: IdentifierPath,
+        body: StoryBacklog,
+        response: Response,
+        _: Principal = submitter,
     ) -> DocumentOut:
         content: dict[str, Any] = body.model_dump(mode="json")
-        ref = await _services(request).commands.put_document(project_id, document_id, content)
+        try:
+            ref = await commands().put_document(project_id, document_id, content)
+        except DocumentConflictError:
+            current = await work_reader().document(document_id)
+            raise ProblemError(
+                409,
+                f"document {document_id!r} exists with other content or in another project: "
+                "documents change only through mutations (generate commands), never by PUT",
+                slug="document-immutable",
+                current_version=current.version if current is not None else None,
+                document=f"/documents/{document_id}",
+            ) from None
+        except InvalidDocumentError as exc:
+            raise ProblemError(422, str(exc)[:300], slug="invalid-document") from None
         if ref.created:
             response.status_code = status.HTTP_201_CREATED
-        view = await _services(request).reader.document(document_id)
+            response.headers["Location"] = f"/documents/{document_id}"
+        view = await work_reader().document(document_id)
         if view is None:
             raise TransientError("the document is not readable yet")
-        return DocumentOut(
-            document_id=view.document_id,
-            project_id=view.project_id,
-            doc_type=view.doc_type,
-            version=view.version,
-            content=dict(view.content),
-            created=ref.created,
-        )
+        response.headers["ETag"] = f'"{view.version}"'
+        return _document_out(view, created=ref.created)
 
-    @app.get("/documents/{document_id}", tags=["documents"])
-    async def get_document(document_id: str, request: Request) -> DocumentOut:
-        view = await _services(request).reader.document(document_id)
+    @api.get(
+        "/documents/{document_id}",
+        tags=["documents"],
+        summary="A document at its current version (ETag: the version).",
+        responses=responses(*COMMON, 404),
+    )
+    async def get_document(
+        *, document_id: IdentifierPath, response: Response, _: Principal = reader
+    ) -> DocumentOut:
+        view = await work_reader().document(document_id)
         if view is None:
-            raise HTTPException(status.HTTP_404_NOT_FOUND, f"no document {document_id!r}")
-        return DocumentOut(
-            document_id=view.document_id,
-            project_id=view.project_id,
-            doc_type=view.doc_type,
-            version=view.version,
-            content=dict(view.content),
-        )
+            raise ProblemError(404, f"no document {document_id!r}", slug="not-found")
+        response.headers["ETag"] = f'"{view.version}"'
+        return _document_out(view)
+
+    return api

@@ -70,6 +70,8 @@ class GenerateEpic:
     epic_id: str
     force: bool = False
     org_id: str | None = None
+    requested_by: str | None = None
+    """The principal recorded on the threads it creates (default: the database login)."""
 
     def __post_init__(self) -> None:
         check_identifier(self.project_id, "project id")
@@ -85,6 +87,8 @@ class GenerateAll:
     continue_on_error: bool = True
     force: bool = False
     org_id: str | None = None
+    requested_by: str | None = None
+    """The principal recorded on the threads it creates (default: the database login)."""
 
     def __post_init__(self) -> None:
         check_identifier(self.project_id, "project id")
@@ -194,6 +198,7 @@ class WorkCommands:
         async def run() -> CommandResult:
             for _ in range(_RESOLVE_ROUNDS):
                 async with self._pool.acquire() as conn, conn.transaction():
+                    await self._repo.act_as(conn, command.requested_by)
                     document = await self._document(conn, command.document_id, command.project_id)
                     self._require_epics(document, [command.epic_id])
                     result = await self._generate_epic_once(conn, command, identity)
@@ -246,6 +251,7 @@ class WorkCommands:
         async def run() -> CommandResult:
             for _ in range(_RESOLVE_ROUNDS):
                 async with self._pool.acquire() as conn, conn.transaction():
+                    await self._repo.act_as(conn, command.requested_by)
                     locks = TransactionLocks(conn)
                     await locks.project(project_lock_scope(command.project_id))
                     document = await self._document(conn, command.document_id, command.project_id)

@@ -1,5 +1,10 @@
 -- Queries of producers/work/repository.py: the command side of threads and work items.
 
+-- name: act_as
+-- The acting principal of this transaction: the default of work.threads.requested_by
+-- (core.current_actor, migration 0008).
+SELECT set_config('spectral.actor', $1::text, true)
+
 -- name: latest_threads_for_update
 -- The thread each identity resolves to — its live one if any, else its newest — locked, so
 -- two commands reopening or adopting the same thread serialise on it. (Decisions taken on these

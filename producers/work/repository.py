@@ -54,6 +54,11 @@ class StoredDocument:
 class CommandRepository:
     """Threads, work items and documents as the commands see them."""
 
+    async def act_as(self, conn: Conn, principal: str | None) -> None:
+        """Record ``principal`` as the acting one of this transaction (threads.requested_by)."""
+        if principal is not None:
+            await conn.execute(_SQL["act_as"], principal)
+
     async def latest_threads(self, conn: Conn, identities: Sequence[str]) -> dict[str, Thread]:
         """The thread each identity resolves to (live first, else newest), row-locked."""
         rows = await conn.fetch(_SQL["latest_threads_for_update"], list(identities))

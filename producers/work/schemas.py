@@ -114,6 +114,9 @@ class ThreadBrief(_Model):
     parent_thread_id: UUID | None
     created_at: datetime
     closed_at: datetime | None
+    requested_by: str | None = Field(
+        default=None, description="Who submitted the command: token:NAME, or db:LOGIN."
+    )
 
     @classmethod
     def of(cls, thread: Thread) -> ThreadBrief:
@@ -125,6 +128,7 @@ class ThreadBrief(_Model):
             parent_thread_id=thread.parent_thread_id,
             created_at=thread.created_at,
             closed_at=thread.closed_at,
+            requested_by=thread.requested_by,
         )
 
 
@@ -152,6 +156,9 @@ class ThreadOut(ThreadBrief):
 
 class ThreadList(_Model):
     threads: list[ThreadBrief]
+    next_cursor: str | None = Field(
+        default=None, description="Pass as ?cursor= for the next page; null on the last page."
+    )
 
 
 class EntryOut(_Model):

@@ -51,7 +51,7 @@ CREATE UNIQUE INDEX api_tokens_one_live_name ON core.api_tokens (name) WHERE rev
 
 REVOKE ALL ON core.api_tokens FROM PUBLIC;
 GRANT USAGE ON SCHEMA core TO spectral_authenticator, spectral_token_admin;
-GRANT SELECT (token_id, name, token_hash, scopes, expires_at, revoked_at)
+GRANT SELECT (token_id, name, token_hash, scopes, expires_at, revoked_at, last_used_at)
     ON core.api_tokens TO spectral_authenticator;
 GRANT UPDATE (last_used_at) ON core.api_tokens TO spectral_authenticator;
 GRANT SELECT, INSERT ON core.api_tokens TO spectral_token_admin;

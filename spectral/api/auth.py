@@ -113,4 +113,3 @@ def check_csrf(request: Request, given: str | None) -> None:
     token = session_token(request)
     if not token or not given or not hmac.compare_digest(csrf_token(token), given):
         raise ProblemError(403, "the form's CSRF field is missing or wrong", slug="csrf")
-

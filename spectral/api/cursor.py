@@ -24,13 +24,13 @@ def encode_cursor(kind: str, key: list[Any]) -> str:
 
 def decode_cursor(cursor: str, kind: str, arity: int) -> list[Any]:
     """The keyset of ``cursor``; 400 invalid-cursor when it was not made by this listing."""
-    try:
-        if len(cursor) > _MAX_CHARS:
-            raise ValueError("too long")
+    value = None
+    if len(cursor) <= _MAX_CHARS:
         padded = cursor + "=" * (-len(cursor) % 4)
-        value = orjson.loads(base64.urlsafe_b64decode(padded.encode("ascii")))
-    except (ValueError, binascii.Error, UnicodeError):
-        value = None
+        try:
+            value = orjson.loads(base64.urlsafe_b64decode(padded.encode("ascii")))
+        except (ValueError, binascii.Error, UnicodeError):
+            value = None
     if (
         not isinstance(value, dict)
         or value.get("k") != kind

@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from http import HTTPStatus
 from typing import Any, Final
 
+import asyncpg
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
@@ -165,12 +166,21 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(PermanentError)
     async def refused(request: Request, exc: PermanentError) -> JSONResponse:
+        if isinstance(exc.__cause__, asyncpg.PostgresError | asyncpg.InterfaceError):
+            # The database refused what the API let through: a defect of the API, not of the
+            # request. The driver's text stays in the log.
+            return await crashed(request, exc)
         log.info("request refused", path=request.url.path, error=str(exc))
         return problem_response(request, 400, _first_line(str(exc)), slug="refused")
 
     @app.exception_handler(Exception)
     async def crashed(request: Request, exc: Exception) -> JSONResponse:
-        log.exception("request failed", path=request.url.path, error_type=type(exc).__name__)
+        log.error(
+            "request failed",
+            path=request.url.path,
+            error_type=type(exc).__name__,
+            exc_info=exc,
+        )
         return problem_response(
             request, 500, "the server failed to answer; the error is logged", slug="internal"
         )

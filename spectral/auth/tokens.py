@@ -26,8 +26,8 @@ from spectral.db.queries import load_queries
 from spectral.errors import PermanentError
 
 AUTHENTICATOR_ROLE: Final = "spectral_authenticator"
-TOKEN_ADMIN_ROLE: Final = "spectral_token_admin"
-TOKEN_PREFIX: Final = "spt_"
+TOKEN_ADMIN_ROLE: Final = "spectral_token_admin"  # noqa: S105 - a role name
+TOKEN_PREFIX: Final = "spt_"  # noqa: S105 - the marker every token starts with
 _SECRET_BYTES: Final = 32
 _DISPLAY_CHARS: Final = 8
 _MAX_TOKEN_CHARS: Final = 200

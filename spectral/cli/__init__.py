@@ -40,8 +40,12 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "work": ("spectral.cli.work:app", "Durable LLM work: documents and commands (ADR-035)."),
     "threads": ("spectral.cli.work:threads_app", "Observe threads and their execution ledger."),
     "api": (
-        "spectral.cli.work:api",
-        "Serve the work HTTP API (OpenAPI at /openapi.json, docs at /docs).",
+        "spectral.cli.api:api",
+        "Serve the HTTP API (OpenAPI at /openapi.json, docs at /docs) and the web console.",
+    ),
+    "tokens": (
+        "spectral.cli.api:tokens_app",
+        "API tokens for the HTTP API, the web console and the MCP server.",
     ),
     "replay": (
         "spectral.cli.replay:replay",

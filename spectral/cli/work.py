@@ -1,4 +1,4 @@
-"""`spectral work ...`, `spectral threads ...` and `spectral api`: durable LLM work (ADR-035).
+"""`spectral work ...` and `spectral threads ...`: durable LLM work (ADR-035).
 
 Commands act as the database role spectral_producer, observation as spectral_operator (read
 only). The executor itself runs as a consumer deployment: `spectral consume work-executor`.
@@ -13,23 +13,12 @@ from typing import Annotated, Any, TypeVar
 from uuid import UUID
 
 import typer
-import uvicorn
 
-from producers.work.api import create_app
 from producers.work.commands import GenerateAll, GenerateEpic, WorkCommands
 from producers.work.schemas import CommandResponse, HistoryOut, ThreadBrief, ThreadOut
-from spectral.cli._common import (
-    EXIT_FAILURE,
-    METRICS_HOST_HELP,
-    METRICS_PORT_HELP,
-    fail,
-    run,
-    serve_health,
-    settings,
-)
-from spectral.db.connect import ping, pooled
+from spectral.cli._common import EXIT_FAILURE, fail, run, settings
+from spectral.db.connect import pooled
 from spectral.devstack import resolve_database_url
-from spectral.observability.health import HealthASGI
 from spectral.work.history import reconstruct
 from spectral.work.read import WorkReader
 
@@ -223,30 +212,3 @@ def list_threads(
         return
     for b in briefs:
         typer.echo(f"{b.thread_id} {b.status:<9} {b.kind:<20} {json.dumps(b.target_ref)}")
-
-
-# -- spectral api -------------------------------------------------------------------------------
-
-
-def api(
-    host: Annotated[str, typer.Option(help="Interface to listen on.")] = "127.0.0.1",
-    port: Annotated[int, typer.Option(help="TCP port.")] = 8000,
-    metrics_port: Annotated[int | None, typer.Option(help=METRICS_PORT_HELP)] = None,
-    metrics_host: Annotated[str | None, typer.Option(help=METRICS_HOST_HELP)] = None,
-) -> None:
-    """Serve the work HTTP API (OpenAPI at /openapi.json, docs at /docs).
-
-    /healthz and /readyz (database reachable) answer on the API's port too, unauthenticated.
-    """
-    current = settings()
-    url = resolve_database_url(current)
-    health = serve_health(current, metrics_port, metrics_host)
-    health.probe("database", lambda: ping(url))
-    uvicorn.run(
-        HealthASGI(create_app(database_url=url), health),
-        host=host,
-        port=port,
-        log_level=current.log_level.lower(),
-        log_config=None,  # uvicorn's lines go through spectral's logging (JSON, secrets masked)
-        access_log=False,
-    )

@@ -81,6 +81,8 @@ class Thread:
     created_at: datetime
     updated_at: datetime
     closed_at: datetime | None
+    requested_by: str | None = None
+    """The principal whose command created the thread (token:NAME, or db:LOGIN)."""
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ FROM unnest($1::int[], $2::int[]) AS l (kind, objid)
 -- name: get_thread
 SELECT thread_id, kind, space_type, space_id, target_ref::text AS target_ref, status,
        parent_thread_id, idempotency_key, continue_on_error, outcome::text AS outcome,
-       created_at, updated_at, closed_at
+       created_at, updated_at, closed_at, requested_by
 FROM work.threads
 WHERE thread_id = $1
 
@@ -34,13 +34,17 @@ WHERE thread_id = $1
 ORDER BY sequence
 
 -- name: project_threads
--- Newest first; $2 = true keeps only open|running threads (ADR-035 §12 ?active=true).
+-- Newest first; $2 = true keeps only open|running threads (ADR-035 §12 ?active=true);
+-- $4, $5 = the (created_at, thread_id) to continue after (a page's last row; NULL = the start).
 SELECT thread_id, kind, space_type, space_id, target_ref::text AS target_ref, status,
        parent_thread_id, idempotency_key, continue_on_error, outcome::text AS outcome,
-       created_at, updated_at, closed_at
+       created_at, updated_at, closed_at, requested_by
 FROM work.threads
 WHERE space_type = 'project' AND space_id = $1
   AND (NOT $2::boolean OR status IN ('open', 'running'))
+  AND ($4::timestamptz IS NULL
+       OR created_at < $4::timestamptz
+       OR (created_at = $4::timestamptz AND thread_id > $5::uuid))
 ORDER BY created_at DESC, thread_id
 LIMIT $3
 

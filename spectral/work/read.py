@@ -74,10 +74,20 @@ class WorkReader:
         return await guarded("read thread", run)
 
     async def project_threads(
-        self, project_id: str, *, active: bool, limit: int = 200
+        self,
+        project_id: str,
+        *,
+        active: bool,
+        limit: int = 200,
+        after: tuple[datetime, UUID] | None = None,
     ) -> list[Thread]:
+        """Newest first; ``after`` = the (created_at, thread_id) of the last thread already seen."""
+        after_at, after_id = after or (None, None)
+
         async def run() -> list[Thread]:
-            rows = await self._pool.fetch(_SQL["project_threads"], project_id, active, limit)
+            rows = await self._pool.fetch(
+                _SQL["project_threads"], project_id, active, limit, after_at, after_id
+            )
             return [thread_from_row(r) for r in rows]
 
         return await guarded("list project threads", run)

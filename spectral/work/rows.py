@@ -39,6 +39,7 @@ def thread_from_row(row: asyncpg.Record | Mapping[str, Any]) -> Thread:
         created_at=row["created_at"],
         updated_at=row["updated_at"],
         closed_at=row["closed_at"],
+        requested_by=row.get("requested_by"),
     )
 
 

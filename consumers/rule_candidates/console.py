@@ -1,0 +1,199 @@
+"""Triage pages of the web console: the inbox (filters, severity, resurfaced marker), one
+cluster (evidence, triage form, audit trail), and the form's POST.
+
+The form carries the ``triage_version`` it was rendered with: a cluster changed meanwhile is
+not overwritten — the page comes back with 409, the other change shown and the operator's
+input kept, to apply again on purpose.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Final
+from uuid import UUID
+
+from fastapi import APIRouter, Depends, Form, Query, Request
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
+
+from consumers.rule_candidates.api import NOTES_MAX_CHARS, not_found
+from consumers.rule_candidates.transitions import Status, TransitionError, allowed_from
+from consumers.rule_candidates.triage import (
+    ClusterNotFoundError,
+    ListFilter,
+    Severity,
+    Sort,
+    TriageChange,
+    TriageRepository,
+    VersionConflictError,
+)
+from spectral.api.auth import check_csrf, console_requires
+from spectral.api.cursor import decode_cursor, encode_cursor
+from spectral.api.problems import ProblemError
+from spectral.api.resources import Resources
+from spectral.auth.scopes import Scope
+from spectral.auth.tokens import Principal
+from spectral.console.site import PREFIX, Console
+
+PAGE_SIZE: Final = 50
+_CURSOR_KIND: Final = "console-clusters"
+
+
+def _blank_none(value: str | None) -> str | None:
+    return value or None
+
+
+def router(console: Console, resources: Resources) -> APIRouter:  # noqa: C901
+    pages = APIRouter(prefix=PREFIX, include_in_schema=False)
+    reader = Depends(console_requires(resources, Scope.TRIAGE_READ))
+    writer = Depends(console_requires(resources, Scope.TRIAGE_WRITE))
+
+    @pages.get("/clusters")
+    async def console_clusters(
+        *,
+        request: Request,
+        principal: Principal = reader,
+        status: Annotated[str | None, Query(max_length=20)] = None,
+        severity: Annotated[str | None, Query(max_length=20)] = None,
+        resurfaced: Annotated[str | None, Query(max_length=5)] = None,
+        sort: Annotated[str | None, Query(max_length=20)] = None,
+        cursor: Annotated[str | None, Query(max_length=512)] = None,
+    ) -> HTMLResponse:
+        try:
+            where_status = Status(status) if status else None
+            where_severity = Severity(severity) if severity else None
+            order = Sort(sort) if sort else Sort.SEVERITY
+        except ValueError:
+            raise ProblemError(422, "unknown filter value", slug="invalid-request") from None
+        after = None
+        if cursor:
+            k1, k2, cid = decode_cursor(cursor, f"{_CURSOR_KIND}:{order.value}", 3)
+            after = (int(k1), str(k2), UUID(str(cid)))
+        where = ListFilter(
+            status=where_status,
+            severity=where_severity,
+            resurfaced_only=resurfaced == "1",
+            limit=PAGE_SIZE,
+            sort=order,
+            after=after,
+        )
+        async with resources.operator.acquire() as conn:
+            page = await TriageRepository(conn).page(where)
+        next_cursor = None
+        if page.next_key is not None:
+            k1, k2, cid = page.next_key
+            next_cursor = encode_cursor(f"{_CURSOR_KIND}:{order.value}", [k1, k2, str(cid)])
+        return console.page(
+            request,
+            "clusters.html",
+            principal,
+            section="clusters",
+            rows=page.rows,
+            next_cursor=next_cursor,
+            filters={
+                "status": status or "",
+                "severity": severity or "",
+                "resurfaced": resurfaced == "1",
+                "sort": order.value,
+            },
+            statuses=[s.value for s in Status],
+            severities=[s.value for s in Severity],
+            sorts=[s.value for s in Sort],
+        )
+
+    async def detail_page(
+        request: Request,
+        principal: Principal,
+        cluster_id: UUID,
+        *,
+        status_code: int = 200,
+        **context: object,
+    ) -> HTMLResponse:
+        try:
+            async with resources.operator.acquire() as conn:
+                detail = await TriageRepository(conn).get(cluster_id)
+        except ClusterNotFoundError as exc:
+            raise not_found(exc) from None
+        return console.page(
+            request,
+            "cluster.html",
+            principal,
+            status_code=status_code,
+            section="clusters",
+            c=detail,
+            allowed=[s.value for s in allowed_from(detail.status)],
+            can_write=principal.allows(Scope.TRIAGE_WRITE),
+            notes_max=NOTES_MAX_CHARS,
+            **context,
+        )
+
+    @pages.get("/clusters/{cluster_id}")
+    async def console_cluster(
+        *,
+        request: Request,
+        cluster_id: UUID,
+        principal: Principal = reader,
+        saved: Annotated[str | None, Query(max_length=5)] = None,
+    ) -> HTMLResponse:
+        return await detail_page(request, principal, cluster_id, saved=saved == "1")
+
+    @pages.post("/clusters/{cluster_id}")
+    async def console_triage(
+        *,
+        request: Request,
+        cluster_id: UUID,
+        principal: Principal = writer,
+        version: Annotated[int, Form(ge=0)],
+        csrf: Annotated[str, Form(max_length=200)] = "",
+        status: Annotated[str, Form(max_length=20)] = "",
+        assignee: Annotated[str, Form(max_length=64)] = "",
+        notes: Annotated[str, Form(max_length=NOTES_MAX_CHARS)] = "",
+    ) -> Response:
+        check_csrf(request, csrf)
+        try:
+            target = Status(status) if status else None
+            assignee_id = UUID(assignee.strip()) if assignee.strip() else None
+        except ValueError:
+            return await detail_page(
+                request,
+                principal,
+                cluster_id,
+                status_code=422,
+                error="The assignee must be a UUID (or empty) and the status one of the list.",
+                draft={"status": status, "assignee": assignee, "notes": notes},
+            )
+        change = TriageChange(
+            status=target,
+            change_assignee=True,
+            assignee=assignee_id,
+            change_notes=True,
+            notes=_blank_none(notes.replace("\r\n", "\n")),
+        )
+        try:
+            async with resources.operator.acquire() as conn:
+                await TriageRepository(conn).update(
+                    cluster_id, change, expected_version=version, actor=principal.actor
+                )
+        except ClusterNotFoundError as exc:
+            raise not_found(exc) from None
+        except VersionConflictError:
+            return await detail_page(
+                request,
+                principal,
+                cluster_id,
+                status_code=409,
+                error="Someone changed this cluster after you opened it; your change was NOT "
+                "applied. The current state and its audit trail are below — apply your change "
+                "again if it still stands.",
+                draft={"status": status, "assignee": assignee, "notes": notes},
+            )
+        except TransitionError as exc:
+            return await detail_page(
+                request,
+                principal,
+                cluster_id,
+                status_code=409,
+                error=str(exc),
+                draft={"status": status, "assignee": assignee, "notes": notes},
+            )
+        return RedirectResponse(f"{PREFIX}/clusters/{cluster_id}?saved=1", status_code=303)
+
+    return pages

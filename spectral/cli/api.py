@@ -1,0 +1,271 @@
+"""`spectral api` and `spectral tokens`: the HTTP surface, composed here (the composition root).
+
+One app serves the JSON API (work, triage, operations), its OpenAPI document with local docs,
+and the web console. The routers are built beside their domains — producers/work/api.py,
+consumers/rule_candidates/api.py, spectral/ops/api.py and their console pages — and only this
+module names them all: ``spectral`` itself never imports ``producers`` or ``consumers``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import getpass
+import json
+from collections.abc import Awaitable, Callable, Sequence
+from datetime import UTC, datetime, timedelta
+from typing import Annotated, TypeVar
+
+import typer
+import uvicorn
+from fastapi import FastAPI
+from prometheus_client import CollectorRegistry
+
+from consumers.rule_candidates import api as triage_api
+from consumers.rule_candidates import console as triage_console
+from producers.work import api as work_api
+from producers.work import console as work_console
+from spectral.api.app import build_app
+from spectral.api.guard import DEFAULT_MAX_BODY_BYTES
+from spectral.api.resources import Resources
+from spectral.auth.scopes import Scope, parse_scopes
+from spectral.auth.tokens import TOKEN_ADMIN_ROLE, TokenAdmin, TokenInfo
+from spectral.cli._common import (
+    METRICS_HOST_HELP,
+    METRICS_PORT_HELP,
+    fail,
+    run,
+    serve_health,
+    settings,
+)
+from spectral.console.site import Console
+from spectral.consumer.deployments import DEPLOYMENTS, factory
+from spectral.consumer.replay import Mode, ReplayReport, ReplayRequest
+from spectral.consumer.replay import replay as run_replay
+from spectral.consumer.replay_range import Start, Stop
+from spectral.db.connect import connect, ping
+from spectral.devstack import Endpoints, resolve_database_url, resolve_endpoints
+from spectral.kafka.topics import topic_for
+from spectral.observability.health import HealthASGI
+from spectral.ops import api as ops_api
+from spectral.ops import console as ops_console
+from spectral.ops.api import Deployment, ReplayDryRun
+from spectral.settings import Settings
+
+DESCRIPTION = """\
+The operator and service surface of spectral: durable LLM work (ADR-035 §12), the failure
+cluster triage inbox (ADR-057 D5) and consumer operations.
+
+**Authentication.** Every operation except `/healthz` needs `Authorization: Bearer spt_…`, a
+token made with `spectral tokens create --name NAME --scope SCOPE…`. Scopes: `work:read`,
+`work:submit` (implies work:read), `triage:read`, `triage:write` (implies triage:read),
+`ops:read`, `ops:redrive` (implies ops:read). 401: no valid token; 403: the token lacks the
+scope named in the problem document.
+
+**Errors** are `application/problem+json` (RFC 9457); `type` names the problem
+(`/problems/stale-version`, `/problems/missing-scope`, …). Request bodies are limited in size
+(413); text must be UTF-8 without NUL.
+
+**Concurrency.** `GET /clusters/{id}` returns an `ETag`; `PATCH` needs it in `If-Match`
+(412 when the cluster changed meanwhile, 428 without it).
+"""
+
+
+async def deployment_topics(current: Settings, database_url: str) -> dict[str, tuple[str, ...]]:
+    """Each consumer deployment's topics (its handler is built to ask, never run)."""
+    out: dict[str, tuple[str, ...]] = {}
+    for name in DEPLOYMENTS:
+        handler = factory(name)(current, database_url, CollectorRegistry())
+        closer = getattr(handler, "aclose", None)
+        if closer is not None:
+            await closer()
+        out[name] = tuple(topic_for(t, current.topic_prefix) for t in handler.event_types)
+    return out
+
+
+def _replay_dry_run(name: str, current: Settings, endpoints: Endpoints) -> ReplayDryRun:
+    build = factory(name)
+
+    async def dry_run(start: Start, stop: Stop | None) -> ReplayReport:
+        return await run_replay(
+            lambda url: build(current, url, CollectorRegistry()),
+            current,
+            kafka_bootstrap=endpoints.kafka_bootstrap,
+            database_url=endpoints.database_url,
+            request=ReplayRequest(start=start, stop=stop, mode=Mode.DRY_RUN, idle_timeout=20.0),
+        )
+
+    return dry_run
+
+
+def compose_app(
+    current: Settings,
+    endpoints: Endpoints,
+    topics: dict[str, tuple[str, ...]],
+    *,
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+) -> FastAPI:
+    """The whole HTTP surface over these endpoints; ``topics`` from :func:`deployment_topics`."""
+    operator_url = current.operator_database_url
+    resources = Resources(
+        settings=current,
+        database_url=endpoints.database_url,
+        kafka_bootstrap=endpoints.kafka_bootstrap,
+        operator_database_url=operator_url.get_secret_value() if operator_url else None,
+    )
+    deployments = [
+        Deployment(name, name, names, _replay_dry_run(name, current, endpoints))
+        for name, names in topics.items()
+    ]
+    console = Console(
+        resources,
+        template_packages=("consumers.rule_candidates", "producers.work", "spectral.ops"),
+    )
+
+    def pages(app: FastAPI) -> None:
+        console.install(app)
+        app.include_router(triage_console.router(console, resources))
+        app.include_router(ops_console.router(console, resources, deployments))
+        app.include_router(work_console.router(console, resources))
+
+    return build_app(
+        resources,
+        routers=[
+            work_api.router(resources),
+            triage_api.router(resources),
+            ops_api.router(resources, deployments),
+        ],
+        title="spectral",
+        description=DESCRIPTION,
+        max_body_bytes=max_body_bytes,
+        extra_setup=[pages],
+    )
+
+
+def api(
+    host: Annotated[str, typer.Option(help="Interface to listen on.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="TCP port.")] = 8000,
+    metrics_port: Annotated[int | None, typer.Option(help=METRICS_PORT_HELP)] = None,
+    metrics_host: Annotated[str | None, typer.Option(help=METRICS_HOST_HELP)] = None,
+    max_body_bytes: Annotated[
+        int, typer.Option(min=1024, help="Largest request body accepted (413 above).")
+    ] = DEFAULT_MAX_BODY_BYTES,
+) -> None:
+    """Serve the HTTP API (OpenAPI at /openapi.json, docs at /docs) and the web console
+    (/console).
+
+    /healthz and /readyz (database reachable) answer on the API's port too, unauthenticated.
+    """
+    current = settings()
+    endpoints = resolve_endpoints(current)
+    topics = asyncio.run(deployment_topics(current, endpoints.database_url))
+    health = serve_health(current, metrics_port, metrics_host)
+    health.probe("database", lambda: ping(endpoints.database_url))
+    uvicorn.run(
+        HealthASGI(compose_app(current, endpoints, topics, max_body_bytes=max_body_bytes), health),
+        host=host,
+        port=port,
+        log_level=current.log_level.lower(),
+        log_config=None,  # uvicorn's lines go through spectral's logging (JSON, secrets masked)
+        access_log=False,
+    )
+
+
+# -- spectral tokens ------------------------------------------------------------------------------
+
+tokens_app = typer.Typer(
+    help="API tokens for the HTTP API, the web console and the MCP server.", no_args_is_help=True
+)
+
+
+T = TypeVar("T")
+
+
+def _with_admin(use: Callable[[TokenAdmin], Awaitable[T]]) -> T:
+    url = resolve_database_url(settings())
+
+    async def go() -> T:
+        conn = await connect(url, role=TOKEN_ADMIN_ROLE)
+        try:
+            async with conn.transaction():
+                await conn.execute(
+                    "SELECT set_config('spectral.actor', $1, true)", f"cli:{_os_user()}"
+                )
+                return await use(TokenAdmin(conn))
+        finally:
+            await conn.close()
+
+    return run(go())
+
+
+def _os_user() -> str:
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):
+        return "unknown"
+
+
+def _token_line(info: TokenInfo) -> str:
+    state = "revoked" if info.revoked_at else "live"
+    expires = f", expires {info.expires_at.isoformat()}" if info.expires_at else ""
+    used = info.last_used_at.isoformat() if info.last_used_at else "never"
+    return (
+        f"{info.name:<24} {info.display_prefix}… {state:<7} {' '.join(info.scopes)} "
+        f"(created {info.created_at.isoformat()} by {info.created_by}{expires}; last used {used})"
+    )
+
+
+@tokens_app.command("create")
+def tokens_create(
+    name: Annotated[str, typer.Option("--name", help="Who or what uses it (e.g. ops-alice).")],
+    scope: Annotated[
+        list[str],
+        typer.Option("--scope", help=f"Repeat for each: {', '.join(s.value for s in Scope)}."),
+    ],
+    expires_in_days: Annotated[
+        int | None, typer.Option(min=1, help="Expire after this many days (default: never).")
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="JSON on stdout.")] = False,
+) -> None:
+    """Create a token and print it ONCE (only its hash is stored)."""
+    try:
+        scopes = parse_scopes(scope)
+    except ValueError as exc:
+        fail(str(exc), 2)
+    expires_at = datetime.now(UTC) + timedelta(days=expires_in_days) if expires_in_days else None
+    made = _with_admin(lambda admin: admin.create(name, scopes, expires_at=expires_at))
+    if as_json:
+        typer.echo(json.dumps({**made.info.to_json(), "token": made.token}, indent=2))
+        return
+    typer.echo(made.token)
+    typer.echo(
+        f"token {made.info.name!r} with {' '.join(made.info.scopes)}: shown once, keep it "
+        "secret (only its hash is stored)",
+        err=True,
+    )
+
+
+@tokens_app.command("list")
+def tokens_list(
+    include_revoked: Annotated[bool, typer.Option("--all", help="Also revoked tokens.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="JSON on stdout.")] = False,
+) -> None:
+    """The tokens (never their secret): name, prefix, scopes, creation, last use."""
+    found: Sequence[TokenInfo] = _with_admin(
+        lambda admin: admin.list(include_revoked=include_revoked)
+    )
+    if as_json:
+        typer.echo(json.dumps([t.to_json() for t in found], indent=2))
+        return
+    for info in found:
+        typer.echo(_token_line(info))
+
+
+@tokens_app.command("revoke")
+def tokens_revoke(
+    name: Annotated[str, typer.Argument(help="The live token's name (or its token_id).")],
+) -> None:
+    """Revoke a token: it stops working on the next request."""
+    revoked = _with_admin(lambda admin: admin.revoke(name))
+    if revoked is None:
+        fail(f"no live token named {name!r}")
+    typer.echo(f"revoked {revoked.name} ({revoked.display_prefix}…)")

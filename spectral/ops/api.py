@@ -1,0 +1,321 @@
+"""Consumer operations over HTTP, for the consumer deployments the composition root names.
+
+    GET  /ops/consumers                              list_consumers          ops:read
+    GET  /ops/dead-letters                           dead_letter_summary     ops:read
+    GET  /ops/dead-letters/{topic}                   list_dead_letters       ops:read
+    POST /ops/dead-letters/{topic}/redrive           redrive_dead_letters    ops:read for a dry
+                                                                             run, ops:redrive
+    POST /ops/consumers/{deployment}/replay-dry-run  replay_dry_run          ops:read
+
+Only the deployments' own topics (and their ``.dlq`` topics) can be named: the API is no way
+to read arbitrary topics. Redrive and replay call spectral/dlq and spectral/consumer/replay.py,
+exactly what ``spectral dlq redrive`` and ``spectral replay --dry-run`` run.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import Annotated, Any, cast
+
+import asyncpg
+from fastapi import APIRouter, Depends, Query
+from pydantic import BaseModel, ConfigDict, Field
+
+from spectral.api.auth import missing_scope, requires
+from spectral.api.problems import COMMON, ProblemError, responses
+from spectral.api.resources import Resources
+from spectral.auth.scopes import Scope
+from spectral.auth.tokens import Principal
+from spectral.consumer.replay import ReplayReport
+from spectral.consumer.replay_range import Start, Stop, check_order, start_of, stop_of
+from spectral.dlq.records import DeadLetterRecord, Topics, read_dead_letters
+from spectral.dlq.redrive import redrive
+from spectral.dlq.repository import RedriveRepository
+from spectral.ops.lag import group_progress
+
+ReplayDryRun = Callable[[Start, Stop | None], Awaitable[ReplayReport]]
+
+
+@dataclass(frozen=True)
+class Deployment:
+    """A consumer deployment as the operations surface sees it."""
+
+    name: str
+    group: str
+    topics: tuple[str, ...]
+    replay_dry_run: ReplayDryRun | None = None
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class PartitionOut(_Model):
+    topic: str
+    partition: int
+    committed: int | None = Field(description="The group's committed offset; null: none yet.")
+    end: int
+    lag: int
+    last_committed_record_at: str | None = Field(
+        description="Broker timestamp of the last record the group committed past."
+    )
+
+
+class ConsumerOut(_Model):
+    deployment: str
+    group: str
+    state: str = Field(description="Kafka's group state: Empty, Stable, Dead, ...")
+    members: int
+    total_lag: int
+    partitions: list[PartitionOut]
+
+
+class ReasonCount(_Model):
+    reason: str
+    count: int
+    redriven: int
+
+
+class DeadLetterTopicOut(_Model):
+    deployment: str
+    topic: str
+    dlq_topic: str
+    total: int
+    not_redriven: int
+    reasons: list[ReasonCount]
+
+
+class DeadLetterOut(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    partition: int
+    offset: int
+    reason: str
+    detail: str
+    consumer: str
+    failed_at: str
+    source: str
+    earlier_failures: int
+    redriven: bool
+
+
+class DeadLetterList(_Model):
+    topic: str
+    dlq_topic: str
+    total: int
+    dead_letters: list[DeadLetterOut]
+
+
+class RedriveIn(_Model):
+    reason: Annotated[str, Field(max_length=200)] | None = Field(
+        default=None, description="Only dead letters of this reason."
+    )
+    dry_run: bool = Field(
+        default=True, description="true (default): report what would be redriven, send nothing."
+    )
+
+
+class RedrivenOut(_Model):
+    dlq_partition: int
+    dlq_offset: int
+    reason: str
+    partition: int | None
+    offset: int | None
+
+
+class RedriveOut(_Model):
+    topic: str
+    dlq_topic: str
+    dry_run: bool
+    examined: int
+    redriven: int
+    skipped: dict[str, int]
+    records: list[RedrivenOut]
+
+
+class ReplayIn(_Model):
+    """The range, as for ``spectral replay``: exactly one start, at most one end."""
+
+    from_beginning: bool = False
+    from_offset: Annotated[str, Field(max_length=2000)] | None = Field(
+        default=None, description="[TOPIC:]P:O[,...]"
+    )
+    from_timestamp: Annotated[str, Field(max_length=64)] | None = Field(
+        default=None, description="RFC 3339"
+    )
+    to_offset: Annotated[str, Field(max_length=2000)] | None = None
+    to_timestamp: Annotated[str, Field(max_length=64)] | None = None
+
+
+def router(  # noqa: C901 - one nested function per route
+    resources: Resources, deployments: Sequence[Deployment]
+) -> APIRouter:
+    api = APIRouter(prefix="/ops", tags=["operations"])
+    by_name = {d.name: d for d in deployments}
+    reader = Depends(requires(resources, Scope.OPS_READ))
+
+    def deployment_of(name: str) -> Deployment:
+        found = by_name.get(name)
+        if found is None:
+            known = ", ".join(sorted(by_name))
+            raise ProblemError(
+                404, f"no consumer deployment {name!r}; known: {known}", slug="not-found"
+            )
+        return found
+
+    def topics_of(name: str) -> tuple[Deployment, Topics]:
+        topics = Topics.of(name)
+        for d in deployments:
+            if topics.source in d.topics:
+                return d, topics
+        raise ProblemError(
+            404, "not a topic of any consumer deployment (give T or T.dlq)", slug="not-found"
+        )
+
+    async def redriven_of(dlq_topic: str) -> set[tuple[int, int]]:
+        async with resources.operator.acquire() as conn:
+            return await RedriveRepository(cast("asyncpg.Connection", conn)).redriven(dlq_topic)
+
+    async def dead_letters_of(topics: Topics) -> list[DeadLetterRecord]:
+        return await read_dead_letters(resources.settings, resources.kafka_bootstrap, topics.dlq)
+
+    @api.get(
+        "/consumers",
+        summary="Each deployment's group: state, members, lag and progress per partition.",
+        responses=responses(*COMMON),
+    )
+    async def list_consumers(*, _: Principal = reader) -> list[ConsumerOut]:
+        out = []
+        for d in deployments:
+            progress = await group_progress(
+                resources.settings,
+                resources.kafka_bootstrap,
+                deployment=d.name,
+                group=d.group,
+                topics=d.topics,
+            )
+            out.append(ConsumerOut.model_validate(progress.to_json()))
+        return out
+
+    @api.get(
+        "/dead-letters",
+        summary="Dead letters of every deployment topic, counted by reason.",
+        responses=responses(*COMMON),
+    )
+    async def dead_letter_summary(*, _: Principal = reader) -> list[DeadLetterTopicOut]:
+        out = []
+        for d in deployments:
+            for topic in d.topics:
+                topics = Topics.of(topic)
+                records = await dead_letters_of(topics)
+                redriven = await redriven_of(topics.dlq)
+                out.append(summarize(d.name, topics, records, redriven))
+        return out
+
+    @api.get(
+        "/dead-letters/{topic}",
+        summary="The dead letters of one topic (T or T.dlq), oldest first per partition.",
+        responses=responses(*COMMON, 404),
+    )
+    async def list_dead_letters(
+        *,
+        topic: str,
+        _: Principal = reader,
+        reason: Annotated[str | None, Query(max_length=200)] = None,
+        limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+    ) -> DeadLetterList:
+        topics = topics_of(topic)[1]
+        records = await dead_letters_of(topics)
+        redriven = await redriven_of(topics.dlq)
+        chosen = [r for r in records if reason is None or r.reason == reason]
+        return DeadLetterList(
+            topic=topics.source,
+            dlq_topic=topics.dlq,
+            total=len(chosen),
+            dead_letters=[
+                DeadLetterOut.model_validate(r.summary_json(redriven=r.position in redriven))
+                for r in chosen[:limit]
+            ],
+        )
+
+    @api.post(
+        "/dead-letters/{topic}/redrive",
+        summary="Redrive dead letters to their source topic (dry run by default).",
+        responses=responses(*COMMON, 404),
+    )
+    async def redrive_dead_letters(
+        *, topic: str, body: RedriveIn, principal: Principal = reader
+    ) -> RedriveOut:
+        if not body.dry_run and not principal.allows(Scope.OPS_REDRIVE):
+            raise missing_scope(principal, Scope.OPS_REDRIVE)
+        topics = topics_of(topic)[1]
+        async with resources.operator.acquire() as conn:
+            report = await redrive(
+                resources.settings,
+                resources.kafka_bootstrap,
+                cast("asyncpg.Connection", conn),
+                topic=topics.source,
+                reason=body.reason,
+                dry_run=body.dry_run,
+            )
+        return RedriveOut.model_validate(report.to_json())
+
+    @api.post(
+        "/consumers/{deployment}/replay-dry-run",
+        summary="Replay a range through the deployment's handler in one rolled-back "
+        "transaction: what would change per table and what would be dead-lettered.",
+        responses=responses(*COMMON, 404),
+    )
+    async def replay_dry_run(
+        *, deployment: str, body: ReplayIn, _: Principal = reader
+    ) -> dict[str, Any]:
+        d = deployment_of(deployment)
+        if d.replay_dry_run is None:
+            raise ProblemError(404, f"{deployment!r} offers no replay here", slug="not-found")
+        try:
+            start = start_of(
+                from_beginning=body.from_beginning,
+                from_offset=body.from_offset,
+                from_timestamp=body.from_timestamp,
+            )
+            stop = stop_of(body.to_offset, body.to_timestamp)
+            check_order(start, stop)
+        except ValueError as exc:
+            raise ProblemError(
+                422, str(exc)[:300], slug="invalid-request", title="Invalid request"
+            ) from None
+        try:
+            report = await d.replay_dry_run(start, stop)
+        except ValueError as exc:  # a range naming partitions the topics do not have
+            raise ProblemError(
+                422, str(exc)[:300], slug="invalid-request", title="Invalid request"
+            ) from None
+        return report.to_json()
+
+    return api
+
+
+def summarize(
+    deployment: str,
+    topics: Topics,
+    records: Sequence[DeadLetterRecord],
+    redriven: set[tuple[int, int]],
+) -> DeadLetterTopicOut:
+    counts: Counter[str] = Counter()
+    done: Counter[str] = Counter()
+    for r in records:
+        counts[r.reason] += 1
+        if r.position in redriven:
+            done[r.reason] += 1
+    return DeadLetterTopicOut(
+        deployment=deployment,
+        topic=topics.source,
+        dlq_topic=topics.dlq,
+        total=len(records),
+        not_redriven=len(records) - sum(done.values()),
+        reasons=[
+            ReasonCount(reason=reason, count=n, redriven=done[reason])
+            for reason, n in counts.most_common()
+        ],
+    )
