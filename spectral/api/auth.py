@@ -70,15 +70,16 @@ async def verify(resources: Resources, token: str | None) -> Principal:
 
 
 def requires(
-    resources: Resources, scope: Scope
+    resources: Resources, scope: Scope | None
 ) -> Callable[[HTTPAuthorizationCredentials | None], Awaitable[Principal]]:
-    """A dependency: the bearer token's principal, which must hold ``scope``."""
+    """A dependency: the bearer token's principal, which must hold ``scope`` (None: any valid
+    token; the operation then checks the scope it needs itself)."""
 
     async def check(
         credentials: Annotated[HTTPAuthorizationCredentials | None, Security(bearer)],
     ) -> Principal:
         principal = await verify(resources, credentials.credentials if credentials else None)
-        if not principal.allows(scope):
+        if scope is not None and not principal.allows(scope):
             raise missing_scope(principal, scope)
         return principal
 

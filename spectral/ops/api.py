@@ -154,6 +154,7 @@ def router(  # noqa: C901 - one nested function per route
     api = APIRouter(prefix="/ops", tags=["operations"])
     by_name = {d.name: d for d in deployments}
     reader = Depends(requires(resources, Scope.OPS_READ))
+    anyone = Depends(requires(resources, None))
 
     def deployment_of(name: str) -> Deployment:
         found = by_name.get(name)
@@ -245,10 +246,11 @@ def router(  # noqa: C901 - one nested function per route
         responses=responses(*COMMON, 404),
     )
     async def redrive_dead_letters(
-        *, topic: str, body: RedriveIn, principal: Principal = reader
+        *, topic: str, body: RedriveIn, principal: Principal = anyone
     ) -> RedriveOut:
-        if not body.dry_run and not principal.allows(Scope.OPS_REDRIVE):
-            raise missing_scope(principal, Scope.OPS_REDRIVE)
+        needed = Scope.OPS_READ if body.dry_run else Scope.OPS_REDRIVE
+        if not principal.allows(needed):
+            raise missing_scope(principal, needed)
         topics = topics_of(topic)[1]
         async with resources.operator.acquire() as conn:
             report = await redrive(

@@ -49,7 +49,9 @@ class Surface:
 
     async def client(self, *scopes: Scope, name: str | None = None) -> httpx.AsyncClient:
         """A client of the same app sending a new token with ``scopes``."""
-        token = await self.token(name or "t-" + "-".join(s.value.replace(":", "_") for s in scopes), *scopes)
+        token = await self.token(
+            name or "t-" + "-".join(s.value.replace(":", "_") for s in scopes), *scopes
+        )
         return httpx.AsyncClient(
             transport=httpx.ASGITransport(app=self.app),
             base_url="http://api",

@@ -1,4 +1,4 @@
-"""The HTTP API (ADR-035 §12) over ASGI against PostgreSQL, and its OpenAPI document."""
+"""The work endpoints of the HTTP API (ADR-035 §12) over ASGI against PostgreSQL."""
 
 from __future__ import annotations
 
@@ -9,8 +9,9 @@ from contextlib import asynccontextmanager
 import httpx
 import pytest
 
-from producers.work.api import ApiServices, create_app
+from spectral.auth.scopes import Scope
 from spectral.settings import Settings
+from tests.integration.surfaces.support import surface
 from tests.integration.work.support import (
     DOCUMENT,
     PROJECT,
@@ -27,19 +28,21 @@ pytestmark = pytest.mark.integration
 
 
 @asynccontextmanager
-async def client(database_url: str) -> AsyncIterator[tuple[httpx.AsyncClient, Harness]]:
-    async with harness(database_url) as h:
-        app = create_app(ApiServices(h.commands, h.reader))
-        transport = httpx.ASGITransport(app=app)
-        async with (
-            app.router.lifespan_context(app),
-            httpx.AsyncClient(transport=transport, base_url="http://api") as http,
-        ):
+async def client(settings: Settings) -> AsyncIterator[tuple[httpx.AsyncClient, Harness]]:
+    """The composed app, and a client whose token may submit work (and so read it)."""
+    assert settings.database_url is not None
+    database_url = settings.database_url.get_secret_value()
+    async with (
+        harness(database_url) as h,
+        surface(settings, database_url, settings.kafka_bootstrap or "") as s,
+    ):
+        http = await s.client(Scope.WORK_SUBMIT, name="svc-planner")
+        async with http:
             yield http, h
 
 
 async def test_commands_and_observation_over_http(database_url: str, settings: Settings) -> None:
-    async with client(database_url) as (http, h):
+    async with client(settings) as (http, h):
         put = await http.put(f"/projects/{PROJECT}/documents/{DOCUMENT}", json=backlog("A", "B"))
         assert put.status_code == 201
         assert put.json()["version"] == 1
@@ -51,8 +54,11 @@ async def test_commands_and_observation_over_http(database_url: str, settings: S
         assert sorted([first.status_code, second.status_code]) == [200, 202]
         assert first.json()["thread_id"] == second.json()["thread_id"]
         thread_id = first.json()["thread_id"]
-        shown = (await http.get(f"/threads/{thread_id}")).json()
+        accepted = first if first.status_code == 202 else second
+        assert accepted.headers["location"] == f"/threads/{thread_id}"
+        shown = (await http.get(accepted.headers["location"])).json()
         assert shown["status"] == "open"
+        assert shown["requested_by"] == "token:svc-planner"
         assert shown["target_ref"] == {"document_id": DOCUMENT, "epic_id": "E1"}
         assert {"thread_id", "status", "target_ref", "created_at", "closed_at"} <= set(shown)
         everything = await http.post(
@@ -80,8 +86,8 @@ async def test_commands_and_observation_over_http(database_url: str, settings: S
         assert model.total == 2
 
 
-async def test_errors_map_to_http_statuses(database_url: str) -> None:
-    async with client(database_url) as (http, _):
+async def test_errors_map_to_http_statuses(settings: Settings) -> None:
+    async with client(settings) as (http, _):
         body = {"project_id": PROJECT, "story_backlog_id": DOCUMENT, "epic_id": "E1"}
         assert (
             await http.post("/commands/story-backlog/generate-epic", json=body)
@@ -96,10 +102,38 @@ async def test_errors_map_to_http_statuses(database_url: str) -> None:
         assert again.status_code == 200
         other = await http.put(f"/projects/{PROJECT}/documents/{DOCUMENT}", json=backlog("B"))
         assert other.status_code == 409
+        assert other.headers["content-type"] == "application/problem+json"
+        assert other.json()["type"] == "/problems/document-immutable"
+        assert other.json()["current_version"] == 1
+        elsewhere = await http.put(f"/projects/p2/documents/{DOCUMENT}", json=backlog("A"))
+        assert elsewhere.status_code == 409
 
 
-async def test_the_openapi_document_describes_the_contract(database_url: str) -> None:
-    async with client(database_url) as (http, _):
+async def test_project_threads_page_by_cursor(settings: Settings) -> None:
+    async with client(settings) as (http, _):
+        epics = [f"epic {n}" for n in range(7)]
+        await http.put(f"/projects/{PROJECT}/documents/{DOCUMENT}", json=backlog(*epics))
+        everything = await http.post(
+            "/commands/story-backlog/generate-all",
+            json={"project_id": PROJECT, "story_backlog_id": DOCUMENT},
+        )
+        assert everything.status_code == 202
+        seen: list[str] = []
+        cursor = None
+        while True:
+            params = {"limit": "3", **({"cursor": cursor} if cursor else {})}
+            page = (await http.get(f"/projects/{PROJECT}/threads", params=params)).json()
+            seen += [t["thread_id"] for t in page["threads"]]
+            cursor = page["next_cursor"]
+            if cursor is None:
+                break
+        assert len(seen) == len(set(seen)) == 8  # the parent and seven children
+        bad = await http.get(f"/projects/{PROJECT}/threads", params={"cursor": "x" * 40})
+        assert bad.status_code == 400
+
+
+async def test_the_openapi_document_describes_the_contract(settings: Settings) -> None:
+    async with client(settings) as (http, _):
         spec = (await http.get("/openapi.json")).json()
     paths = spec["paths"]
     assert "post" in paths["/commands/story-backlog/generate-epic"]
