@@ -148,7 +148,7 @@ class ReplayIn(_Model):
     to_timestamp: Annotated[str, Field(max_length=64)] | None = None
 
 
-def router(  # noqa: C901 - one nested function per route
+def router(  # noqa: C901, PLR0915 - one nested function per route
     resources: Resources, deployments: Sequence[Deployment]
 ) -> APIRouter:
     api = APIRouter(prefix="/ops", tags=["operations"])
