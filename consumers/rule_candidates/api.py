@@ -212,7 +212,50 @@ def stale(exc: VersionConflictError) -> ProblemError:
     )
 
 
-def router(resources: Resources) -> APIRouter:  # noqa: C901 - one nested function per route
+def decode_page_cursor(cursor: str | None, sort: Sort) -> tuple[int, str, UUID] | None:
+    if cursor is None:
+        return None
+    k1, k2, cid = decode_cursor(cursor, f"{_CURSOR_KIND}:{sort.value}", 3)
+    try:
+        return (int(k1), str(k2), UUID(str(cid)))
+    except (TypeError, ValueError):
+        raise ProblemError(400, "the cursor is damaged", slug="invalid-cursor") from None
+
+
+async def load_page(resources: Resources, where: ListFilter) -> ClusterPage:
+    """One page of the inbox as the API, the console and the MCP tools answer it."""
+    async with resources.operator.acquire() as conn:
+        page = await TriageRepository(conn).page(where)
+    next_cursor = None
+    if page.next_key is not None:
+        k1, k2, cid = page.next_key
+        next_cursor = encode_cursor(f"{_CURSOR_KIND}:{where.sort.value}", [k1, k2, str(cid)])
+    return ClusterPage(clusters=[ClusterSummary.of(r) for r in page.rows], next_cursor=next_cursor)
+
+
+async def load_detail(resources: Resources, cluster_id: UUID) -> CandidateDetail:
+    """Raises ClusterNotFoundError."""
+    async with resources.operator.acquire() as conn:
+        return await TriageRepository(conn).get(cluster_id)
+
+
+async def apply_triage(
+    resources: Resources,
+    cluster_id: UUID,
+    change: TriageChange,
+    *,
+    expected_version: int | None,
+    actor: str,
+) -> CandidateDetail:
+    """Raises ClusterNotFoundError, VersionConflictError, TransitionError."""
+    async with resources.operator.acquire() as conn:
+        outcome = await TriageRepository(conn).update(
+            cluster_id, change, expected_version=expected_version, actor=actor
+        )
+    return outcome.candidate
+
+
+def router(resources: Resources) -> APIRouter:
     api = APIRouter(tags=["triage"])
     reader = Depends(requires(resources, Scope.TRIAGE_READ))
     writer = Depends(requires(resources, Scope.TRIAGE_WRITE))
@@ -240,13 +283,6 @@ def router(resources: Resources) -> APIRouter:  # noqa: C901 - one nested functi
         limit: Annotated[int, Query(ge=1, le=500)] = 50,
         cursor: Annotated[str | None, Query(max_length=512)] = None,
     ) -> ClusterPage:
-        after = None
-        if cursor is not None:
-            k1, k2, cid = decode_cursor(cursor, f"{_CURSOR_KIND}:{sort.value}", 3)
-            try:
-                after = (int(k1), str(k2), UUID(str(cid)))
-            except (TypeError, ValueError):
-                raise ProblemError(400, "the cursor is damaged", slug="invalid-cursor") from None
         where = ListFilter(
             status=status,
             severity=severity,
@@ -257,17 +293,9 @@ def router(resources: Resources) -> APIRouter:  # noqa: C901 - one nested functi
             assignee=assignee,
             unassigned_only=unassigned,
             sort=sort,
-            after=after,
+            after=decode_page_cursor(cursor, sort),
         )
-        async with resources.operator.acquire() as conn:
-            page = await TriageRepository(conn).page(where)
-        next_cursor = None
-        if page.next_key is not None:
-            k1, k2, cid = page.next_key
-            next_cursor = encode_cursor(f"{_CURSOR_KIND}:{sort.value}", [k1, k2, str(cid)])
-        return ClusterPage(
-            clusters=[ClusterSummary.of(r) for r in page.rows], next_cursor=next_cursor
-        )
+        return await load_page(resources, where)
 
     @api.get(
         "/clusters/{cluster_id}",
@@ -281,8 +309,7 @@ def router(resources: Resources) -> APIRouter:  # noqa: C901 - one nested functi
         *, cluster_id: UUID, response: Response, _: Principal = reader
     ) -> ClusterDetail:
         try:
-            async with resources.operator.acquire() as conn:
-                detail = await TriageRepository(conn).get(cluster_id)
+            detail = await load_detail(resources, cluster_id)
         except ClusterNotFoundError as exc:
             raise not_found(exc) from None
         response.headers["ETag"] = etag_of(detail.triage_version)
@@ -310,17 +337,16 @@ def router(resources: Resources) -> APIRouter:  # noqa: C901 - one nested functi
         expected = parse_if_match(if_match)
         change = to_change(body)
         try:
-            async with resources.operator.acquire() as conn:
-                outcome = await TriageRepository(conn).update(
-                    cluster_id, change, expected_version=expected, actor=principal.actor
-                )
+            detail = await apply_triage(
+                resources, cluster_id, change, expected_version=expected, actor=principal.actor
+            )
         except ClusterNotFoundError as exc:
             raise not_found(exc) from None
         except VersionConflictError as exc:
             raise stale(exc) from None
         except TransitionError as exc:
             raise refused_transition(exc) from None
-        response.headers["ETag"] = etag_of(outcome.candidate.triage_version)
-        return ClusterDetail.of_detail(outcome.candidate)
+        response.headers["ETag"] = etag_of(detail.triage_version)
+        return ClusterDetail.of_detail(detail)
 
     return api

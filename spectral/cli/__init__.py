@@ -47,6 +47,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "spectral.cli.api:tokens_app",
         "API tokens for the HTTP API, the web console and the MCP server.",
     ),
+    "mcp": (
+        "spectral.cli.mcp:mcp",
+        "Serve the Ops Agent's tools over MCP (stdio or streamable HTTP).",
+    ),
     "replay": (
         "spectral.cli.replay:replay",
         "Replay a range of a consumer's topics through its handler.",

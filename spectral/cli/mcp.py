@@ -1,0 +1,122 @@
+"""`spectral mcp`: the Ops Agent's tools over MCP (stdio or streamable HTTP), composed here.
+
+The tools are built beside their domains — consumers/rule_candidates/tools.py (ADR-057 D5),
+producers/work/tools.py, spectral/ops/tools.py — and act through the same roles and tokens as
+the HTTP API. Over stdio the token comes from ``SPECTRAL_API_TOKEN`` (checked at start and
+again on every call); over HTTP every request carries ``Authorization: Bearer spt_…``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+from collections.abc import Sequence
+from enum import StrEnum
+from typing import Annotated
+
+import typer
+import uvicorn
+from mcp.server.auth.settings import AuthSettings
+from mcp.server.mcpserver import MCPServer
+
+from consumers.rule_candidates import tools as triage_tools
+from producers.work import tools as work_tools
+from spectral.api.resources import Resources
+from spectral.cli._common import EXIT_CONFIGURATION, fail, settings
+from spectral.cli.api import deployment_topics
+from spectral.devstack import resolve_endpoints
+from spectral.mcp.tools import BearerVerifier, Caller
+from spectral.ops import tools as ops_tools
+from spectral.ops.api import Deployment
+
+INSTRUCTIONS = (
+    "spectral's operator tools. Triage failure clusters (ADR-057): list_failure_clusters, "
+    "get_cluster_detail, then triage_cluster with the triage_version you read as "
+    "expected_version. Observe durable LLM work (ADR-035): get_thread, get_thread_history, "
+    "list_project_threads. Consumer operations: consumer_lag, dead_letter_summary, "
+    "list_dead_letters. Each tool says which token scope it needs."
+)
+
+
+class Transport(StrEnum):
+    STDIO = "stdio"
+    HTTP = "http"
+
+
+def build_mcp(
+    resources: Resources,
+    deployments: Sequence[Deployment],
+    *,
+    stdio_token: str | None = None,
+    http_url: str | None = None,
+) -> MCPServer:
+    """The server; ``http_url`` (e.g. http://127.0.0.1:8765) turns on bearer authentication."""
+    auth = None
+    verifier = None
+    if http_url is not None:
+        auth = AuthSettings(
+            issuer_url=http_url,
+            resource_server_url=f"{http_url}/mcp",
+            validate_token_resource=False,
+        )
+        verifier = BearerVerifier(resources)
+    server: MCPServer = MCPServer(
+        "spectral",
+        instructions=INSTRUCTIONS,
+        version="1",
+        token_verifier=verifier,
+        auth=auth,
+    )
+    caller = Caller(resources, stdio_token)
+    triage_tools.register(server, caller)
+    work_tools.register(server, caller)
+    ops_tools.register(server, caller, deployments)
+    return server
+
+
+def mcp(
+    transport: Annotated[
+        Transport, typer.Option(help="stdio (for an agent that starts it) or http.")
+    ] = Transport.STDIO,
+    host: Annotated[str, typer.Option(help="http: interface to listen on.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="http: TCP port (the endpoint is /mcp).")] = 8765,
+) -> None:
+    """Serve the Ops Agent tools over MCP (triage, threads and ledger, dead letters)."""
+    current = settings()
+    endpoints = resolve_endpoints(current)
+    operator_url = current.operator_database_url
+    resources = Resources(
+        settings=current,
+        database_url=endpoints.database_url,
+        kafka_bootstrap=endpoints.kafka_bootstrap,
+        operator_database_url=operator_url.get_secret_value() if operator_url else None,
+    )
+
+    async def serve() -> None:
+        topics = await deployment_topics(current, endpoints.database_url)
+        deployments = [Deployment(name, name, names) for name, names in topics.items()]
+        await resources.open()
+        try:
+            if transport is Transport.STDIO:
+                token = os.environ.get("SPECTRAL_API_TOKEN", "").strip()
+                if await resources.verifier.verify(token) is None:
+                    print(
+                        "error: SPECTRAL_API_TOKEN must hold a live API token "
+                        "(spectral tokens create …)",
+                        file=sys.stderr,
+                    )
+                    raise SystemExit(EXIT_CONFIGURATION)
+                await build_mcp(resources, deployments, stdio_token=token).run_stdio_async()
+                return
+            url = f"http://{host}:{port}"
+            app = build_mcp(resources, deployments, http_url=url).streamable_http_app(host=host)
+            config = uvicorn.Config(app, host=host, port=port, log_level="warning")
+            await uvicorn.Server(config).serve()
+        finally:
+            await resources.close()
+
+    try:
+        asyncio.run(serve())
+    except KeyboardInterrupt:
+        fail("interrupted", 130)
