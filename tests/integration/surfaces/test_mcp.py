@@ -142,7 +142,7 @@ async def test_stdio_refuses_to_start_without_a_live_token(
 @contextmanager
 def http_server(env: dict[str, str], cwd: Path) -> Iterator[str]:
     port = free_port()
-    process = subprocess.Popen(  # noqa: S603 - our own CLI
+    process = subprocess.Popen(
         [SPECTRAL, "mcp", "--transport", "http", "--port", str(port)],
         env=env,
         cwd=cwd,
