@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import getpass
 import json
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Annotated, TypeVar
 
@@ -103,8 +103,10 @@ def compose_app(
     topics: dict[str, tuple[str, ...]],
     *,
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    groups: Mapping[str, str] | None = None,
 ) -> FastAPI:
-    """The whole HTTP surface over these endpoints; ``topics`` from :func:`deployment_topics`."""
+    """The whole HTTP surface over these endpoints; ``topics`` from :func:`deployment_topics`,
+    ``groups`` the consumer group of a deployment that does not run under its own name."""
     operator_url = current.operator_database_url
     resources = Resources(
         settings=current,
@@ -113,7 +115,9 @@ def compose_app(
         operator_database_url=operator_url.get_secret_value() if operator_url else None,
     )
     deployments = [
-        Deployment(name, name, names, _replay_dry_run(name, current, endpoints))
+        Deployment(
+            name, (groups or {}).get(name, name), names, _replay_dry_run(name, current, endpoints)
+        )
         for name, names in topics.items()
     ]
     console = Console(
@@ -149,19 +153,36 @@ def api(
     max_body_bytes: Annotated[
         int, typer.Option(min=1024, help="Largest request body accepted (413 above).")
     ] = DEFAULT_MAX_BODY_BYTES,
+    group: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--group",
+            metavar="DEPLOYMENT=GROUP",
+            help="The consumer group of a deployment run with `consume --group` (repeatable).",
+        ),
+    ] = None,
 ) -> None:
     """Serve the HTTP API (OpenAPI at /openapi.json, docs at /docs) and the web console
     (/console).
 
     /healthz and /readyz (database reachable) answer on the API's port too, unauthenticated.
     """
+    groups: dict[str, str] = {}
+    for pair in group or []:
+        name, sep, value = pair.partition("=")
+        if not sep or name not in DEPLOYMENTS or not value:
+            fail(f"--group takes DEPLOYMENT=GROUP with a known deployment, not {pair!r}", 2)
+        groups[name] = value
     current = settings()
     endpoints = resolve_endpoints(current)
     topics = asyncio.run(deployment_topics(current, endpoints.database_url))
     health = serve_health(current, metrics_port, metrics_host)
     health.probe("database", lambda: ping(endpoints.database_url))
     uvicorn.run(
-        HealthASGI(compose_app(current, endpoints, topics, max_body_bytes=max_body_bytes), health),
+        HealthASGI(
+            compose_app(current, endpoints, topics, max_body_bytes=max_body_bytes, groups=groups),
+            health,
+        ),
         host=host,
         port=port,
         log_level=current.log_level.lower(),
