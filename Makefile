@@ -10,7 +10,7 @@ STAMP  := $(VENV)/.installed-stamp
 SPECTRAL := $(BIN)/spectral
 PYTEST_ARGS ?=
 
-.PHONY: all install postgres-binaries promtool up down status migrate topics demo test unit lint bench clean
+.PHONY: all install postgres-binaries promtool chromium up down status migrate topics demo test unit lint bench clean
 
 all: test
 
@@ -30,6 +30,17 @@ postgres-binaries:
 			apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null; \
 		else \
 			echo "PostgreSQL server binaries missing: run 'sudo apt-get install -y postgresql'" >&2; exit 1; \
+		fi; \
+	fi
+
+# The web console's tests drive Debian's chromium through Playwright (never a downloaded browser).
+chromium:
+	@if ! command -v chromium >/dev/null 2>&1; then \
+		echo "installing Debian's chromium package (the console's browser tests)"; \
+		if [ "$$(id -u)" = 0 ]; then \
+			apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
+		else \
+			echo "chromium missing: run 'sudo apt-get install -y chromium'" >&2; exit 1; \
 		fi; \
 	fi
 
@@ -73,7 +84,7 @@ unit: install
 
 # The whole suite against the real broker and database; the stack is stopped afterwards even
 # when tests fail, so no process is left behind.
-test: install postgres-binaries promtool lint
+test: install postgres-binaries promtool chromium lint
 	$(SPECTRAL) dev up
 	@status=0; $(BIN)/pytest -q -p no:cacheprovider --durations=15 $(PYTEST_ARGS) || status=$$?; \
 		$(SPECTRAL) dev down; exit $$status

@@ -28,6 +28,7 @@ from consumers.rule_candidates.triage import (
     TriageChange,
     TriageOutcome,
     TriageRepository,
+    VersionConflictError,
     connect_operator,
 )
 from spectral.cli._common import fail, run, settings
@@ -164,6 +165,7 @@ def _print_detail(d: CandidateDetail) -> None:
         ("first seen", _when(d.created_at)),
         ("deleted", _when(d.deleted_at) if d.deleted_at else "no"),
         ("snapshot_hash", d.snapshot_hash),
+        ("triage version", str(d.triage_version)),
     ):
         facts.add_row(name, value)
     console.print(facts)
@@ -181,6 +183,16 @@ def _print_detail(d: CandidateDetail) -> None:
     if d.suggested_rule_stub:
         console.print("[bold]suggested rule stub[/]")
         console.print(d.suggested_rule_stub, markup=False, highlight=False)
+    audit = Table(title=f"audit trail ({len(d.audit)})", title_justify="left")
+    for column in ("version", "when", "who", "changes"):
+        audit.add_column(column)
+    for entry in d.audit:
+        changes = "; ".join(
+            f"{name}: {old if old is not None else '-'} -> {new if new is not None else '-'}"
+            for name, (old, new) in entry.changes().items()
+        )
+        audit.add_row(str(entry.triage_version), _when(entry.changed_at), entry.actor, changes)
+    console.print(audit)
 
 
 @app.command("set")
@@ -199,6 +211,14 @@ def set_(
         bool, typer.Option("--delete", help="Soft-delete (hide from the inbox).")
     ] = False,
     restore: Annotated[bool, typer.Option("--restore", help="Undo a soft delete.")] = False,
+    expect_version: Annotated[
+        int | None,
+        typer.Option(
+            "--expect-version",
+            min=0,
+            help="Refuse the change if the triage version is no longer this one (see show).",
+        ),
+    ] = None,
 ) -> None:
     """Change a cluster's triage state: status, assignee, notes (only the operator columns)."""
     if assignee is not None and unassign:
@@ -219,8 +239,12 @@ def set_(
             "nothing to change: give --status, --assignee/--unassign, --notes or --delete/--restore"
         )
     try:
-        outcome = run(_with_repository(lambda repo: repo.update(cluster_id, change)))
-    except (ClusterNotFoundError, TransitionError) as exc:
+        outcome = run(
+            _with_repository(
+                lambda repo: repo.update(cluster_id, change, expected_version=expect_version)
+            )
+        )
+    except (ClusterNotFoundError, TransitionError, VersionConflictError) as exc:
         fail(str(exc))
     typer.echo(_describe(outcome))
 

@@ -253,3 +253,29 @@ def test_the_operator_database_url_wins_when_set(
     result = triage(env, "list")
     assert isinstance(result.exception, SpectralError)
     assert "nope" in str(result.exception)
+
+
+def test_show_lists_the_audit_trail_and_set_refuses_a_stale_version(
+    inbox: Inbox, spectral_env: dict[str, str], database_url: str
+) -> None:
+    first = triage(spectral_env, "set", str(inbox.high), "--notes", "one", "--expect-version", "0")
+    assert first.exit_code == 0, first.output
+    stale = triage(spectral_env, "set", str(inbox.high), "--notes", "two", "--expect-version", "0")
+    assert stale.exit_code == 1
+    assert "not 0: someone changed it meanwhile" in stale.output
+    assert asyncio.run(_row(database_url, inbox.high))["notes"] == "one"
+    shown = triage(spectral_env, "show", str(inbox.high), "--json")
+    detail = json.loads(shown.stdout)
+    assert detail["triage_version"] == 1
+    assert detail["audit"] == [
+        {
+            "triage_version": 1,
+            "changed_at": detail["audit"][0]["changed_at"],
+            "actor": detail["audit"][0]["actor"],
+            "changes": {"notes": {"from": None, "to": "one"}},
+        }
+    ]
+    assert detail["audit"][0]["actor"].startswith("db:")
+    text = triage(spectral_env, "show", str(inbox.high))
+    assert "audit trail (1)" in text.stdout
+    assert "notes: - -> one" in text.stdout
