@@ -215,8 +215,9 @@ _DESCRIPTIONS: Final = {
     415: "The request body must be application/json.",
     422: "The request does not validate; invalid_params lists where and why.",
     428: "This operation needs an If-Match header with the version you edited.",
+    500: "The server failed; the problem carries no internals (they are logged).",
     503: "A backing service is unavailable; retry after the Retry-After seconds.",
 }
 
-COMMON: Final = (400, 401, 403, 413, 422, 503)
+COMMON: Final = (400, 401, 403, 413, 422, 500, 503)
 """Statuses any authenticated operation can answer."""

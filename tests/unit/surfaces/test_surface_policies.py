@@ -1,0 +1,132 @@
+"""The pure parts of the surfaces: scopes, cursors, If-Match, and the request guard's checks."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from consumers.rule_candidates.api import parse_if_match
+from spectral.api.cursor import decode_cursor, encode_cursor
+from spectral.api.guard import _check_body, _check_text, _nul_in, _Refused
+from spectral.api.problems import ProblemError, invalid_params
+from spectral.auth.scopes import IMPLIES, Scope, effective, parse_scopes
+from spectral.auth.tokens import looks_like_token
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**63), 2**63 - 1) | st.text(),
+    lambda children: (
+        st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=8), children, max_size=4)
+    ),
+    max_leaves=20,
+)
+
+
+def test_write_scopes_imply_their_read_scope_and_nothing_else() -> None:
+    assert effective([Scope.TRIAGE_WRITE]) == {Scope.TRIAGE_WRITE, Scope.TRIAGE_READ}
+    assert effective([Scope.TRIAGE_READ]) == {Scope.TRIAGE_READ}
+    for scope, implied in IMPLIES.items():
+        assert scope not in implied
+        assert all(s.value.split(":")[0] == scope.value.split(":")[0] for s in implied)
+
+
+def test_parse_scopes_refuses_unknown_and_empty() -> None:
+    assert parse_scopes(["ops:read", " ops:read", "work:read"]) == (Scope.OPS_READ, Scope.WORK_READ)
+    with pytest.raises(ValueError, match="unknown scope 'admin'"):
+        parse_scopes(["admin"])
+    with pytest.raises(ValueError, match="at least one"):
+        parse_scopes([])
+
+
+@given(st.text(max_size=40), st.lists(json_values, min_size=1, max_size=3))
+def test_a_cursor_round_trips_and_is_bound_to_its_listing(kind: str, key: list[Any]) -> None:
+    cursor = encode_cursor(kind, key)
+    assert cursor.isascii()
+    if len(cursor) <= 512:
+        assert decode_cursor(cursor, kind, len(key)) == json.loads(json.dumps(key))
+    with pytest.raises(ProblemError):
+        decode_cursor(cursor, kind + "x", len(key))
+
+
+def _status_of(call: Any, *args: Any) -> int:
+    """200 when ``call`` returns, the problem's status when it refuses (anything else fails)."""
+    try:
+        call(*args)
+    except ProblemError as exc:
+        return exc.status
+    except _Refused as refused:
+        return refused.status
+    return 200
+
+
+@given(st.text(max_size=600))
+def test_any_text_as_a_cursor_is_a_400_or_a_key(text: str) -> None:
+    assert _status_of(decode_cursor, text, "clusters:severity", 3) in (200, 400)
+
+
+@given(st.text(max_size=200))
+def test_if_match_never_crashes(value: str) -> None:
+    assert _status_of(parse_if_match, value) in (200, 412, 428)
+
+
+def test_if_match_forms() -> None:
+    assert parse_if_match('"3"') == 3
+    assert parse_if_match('W/"1", "7"') == 7
+    assert parse_if_match("*") is None
+    for bad in ('W/"3"', "3", '"-1"', '"99999999999999999999"'):
+        with pytest.raises(ProblemError):
+            parse_if_match(bad)
+    with pytest.raises(ProblemError) as missing:
+        parse_if_match(None)
+    assert missing.value.status == 428
+
+
+@given(json_values)
+def test_nul_is_found_wherever_it_hides(value: Any) -> None:
+    has_nul = "\\u0000" in json.dumps(value)
+    assert (_nul_in(value, ["body"]) is not None) == has_nul
+
+
+def test_deeply_nested_values_are_walked_without_recursion() -> None:
+    value: Any = "a\x00"
+    for _ in range(100_000):
+        value = [value]
+    where = _nul_in(value, ["body"])
+    assert where is not None
+    assert len(where) == 100_001
+
+
+@pytest.mark.parametrize(
+    ("raw", "slug"),
+    [(b"%00", "nul-character"), (b"a=%ff", "not-utf8"), (b"a\x00", "nul-character")],
+)
+def test_text_checks(raw: bytes, slug: str) -> None:
+    with pytest.raises(_Refused) as refused:
+        _check_text(raw, "query string")
+    assert refused.value.slug == slug
+
+
+@given(st.binary(max_size=300) | json_values.map(lambda v: json.dumps(v).encode()))
+def test_any_json_body_is_accepted_or_refused_with_a_problem(body: bytes) -> None:
+    assert _status_of(_check_body, "application/json", body) in (200, 400, 422)
+
+
+def test_invalid_params_never_quote_the_input() -> None:
+    secret = "SECRET-INPUT-VALUE"  # noqa: S105 - a marker, not a password
+    errors = [
+        {"loc": ("body", "x"), "msg": f"bad value {secret}", "type": "t", "input": secret},
+        {"loc": ("query", "y" * 200), "msg": "too short", "type": "t", "input": secret},
+    ]
+    out = invalid_params(errors)
+    assert secret not in json.dumps(out)
+    assert len(str(out[1]["location"][1])) == 64
+
+
+def test_tokens_have_one_shape() -> None:
+    assert looks_like_token("spt_" + "a" * 43)
+    assert not looks_like_token("Bearer spt_x")
+    assert not looks_like_token("spt_" + "é" * 10)
+    assert not looks_like_token("spt_" + "a" * 300)
