@@ -1,7 +1,8 @@
 # The README's two commands: `make demo` and `make test`. Each does the whole set-up on a fresh
 # clone: the virtual environment, the PostgreSQL server binaries (Debian package) when missing,
 # Kafka's jars (Maven, inside `spectral dev up`), the local stack and the migrations; `make test`
-# also installs promtool (Debian's prometheus package) for the alert rules' unit tests.
+# also installs promtool (Debian's prometheus package) for the alert rules' unit tests and Debian's
+# chromium for the web console's browser tests.
 
 PYTHON ?= python3
 VENV   := .venv
@@ -13,6 +14,13 @@ PYTEST_ARGS ?=
 .PHONY: all install postgres-binaries promtool chromium up down status migrate topics demo test unit lint bench clean
 
 all: test
+
+# $(call debian_install,PACKAGE[,APT-OPTIONS]): install a Debian package as root, or say how to.
+debian_install = if [ "$$(id -u)" = 0 ]; then \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(2) $(1) >/dev/null; \
+	else \
+		echo "$(1) missing: run 'sudo apt-get install -y $(1)'" >&2; exit 1; \
+	fi
 
 $(STAMP): pyproject.toml setup.py
 	$(PYTHON) -m venv $(VENV)
@@ -26,22 +34,14 @@ install: $(STAMP)
 postgres-binaries:
 	@if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 && ! command -v initdb >/dev/null 2>&1; then \
 		echo "installing Debian's postgresql package (server binaries)"; \
-		if [ "$$(id -u)" = 0 ]; then \
-			apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null; \
-		else \
-			echo "PostgreSQL server binaries missing: run 'sudo apt-get install -y postgresql'" >&2; exit 1; \
-		fi; \
+		$(call debian_install,postgresql); \
 	fi
 
 # The web console's tests drive Debian's chromium through Playwright (never a downloaded browser).
 chromium:
 	@if ! command -v chromium >/dev/null 2>&1; then \
 		echo "installing Debian's chromium package (the console's browser tests)"; \
-		if [ "$$(id -u)" = 0 ]; then \
-			apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
-		else \
-			echo "chromium missing: run 'sudo apt-get install -y chromium'" >&2; exit 1; \
-		fi; \
+		$(call debian_install,chromium); \
 	fi
 
 # promtool runs the alert rules' unit tests (deploy/prometheus/tests); only the tool is used, no
@@ -49,11 +49,7 @@ chromium:
 promtool:
 	@if ! command -v promtool >/dev/null 2>&1; then \
 		echo "installing Debian's prometheus package (promtool)"; \
-		if [ "$$(id -u)" = 0 ]; then \
-			apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null; \
-		else \
-			echo "promtool missing: run 'sudo apt-get install -y prometheus'" >&2; exit 1; \
-		fi; \
+		$(call debian_install,prometheus,--no-install-recommends); \
 	fi
 
 up: install postgres-binaries

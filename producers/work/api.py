@@ -86,7 +86,31 @@ def _document_out(view: Any, *, created: bool | None = None) -> DocumentOut:
     )
 
 
-def router(resources: Resources) -> APIRouter:  # noqa: C901, PLR0915 - one nested function per route
+async def project_threads_page(
+    resources: Resources, project_id: str, *, active: bool, limit: int, cursor: str | None
+) -> ThreadList:
+    """One page of a project's threads, newest first (the API's and the MCP tool's answer)."""
+    after = None
+    if cursor is not None:
+        at, tid = decode_cursor(cursor, _CURSOR_KIND, 2)
+        try:
+            after = (datetime.fromisoformat(str(at)), UUID(str(tid)))
+        except ValueError:
+            raise ProblemError(400, "the cursor is damaged", slug="invalid-cursor") from None
+    threads = await WorkReader(resources.operator).project_threads(
+        project_id, active=active, limit=limit + 1, after=after
+    )
+    page = threads[:limit]
+    next_cursor = None
+    if len(threads) > limit:
+        last = page[-1]
+        next_cursor = encode_cursor(
+            _CURSOR_KIND, [last.created_at.isoformat(), str(last.thread_id)]
+        )
+    return ThreadList(threads=[ThreadBrief.of(t) for t in page], next_cursor=next_cursor)
+
+
+def router(resources: Resources) -> APIRouter:  # noqa: C901 - one nested function per route
     api = APIRouter()
     submitter = Depends(requires(resources, Scope.WORK_SUBMIT))
     reader = Depends(requires(resources, Scope.WORK_READ))
@@ -184,24 +208,9 @@ def router(resources: Resources) -> APIRouter:  # noqa: C901, PLR0915 - one nest
         limit: Annotated[int, Query(ge=1, le=500)] = 100,
         cursor: Annotated[str | None, Query(max_length=512)] = None,
     ) -> ThreadList:
-        after = None
-        if cursor is not None:
-            at, tid = decode_cursor(cursor, _CURSOR_KIND, 2)
-            try:
-                after = (datetime.fromisoformat(str(at)), UUID(str(tid)))
-            except ValueError:
-                raise ProblemError(400, "the cursor is damaged", slug="invalid-cursor") from None
-        threads = await work_reader().project_threads(
-            project_id, active=active, limit=limit + 1, after=after
+        return await project_threads_page(
+            resources, project_id, active=active, limit=limit, cursor=cursor
         )
-        page = threads[:limit]
-        next_cursor = None
-        if len(threads) > limit:
-            last = page[-1]
-            next_cursor = encode_cursor(
-                _CURSOR_KIND, [last.created_at.isoformat(), str(last.thread_id)]
-            )
-        return ThreadList(threads=[ThreadBrief.of(t) for t in page], next_cursor=next_cursor)
 
     @api.put(
         "/projects/{project_id}/documents/{document_id}",

@@ -3,22 +3,18 @@ its execution reconstructed from the ledger, and a project's threads (scope ``wo
 
 from __future__ import annotations
 
-from datetime import datetime
-from typing import Any, Final
-from uuid import UUID
+from typing import Any
 
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 
-from producers.work.schemas import HistoryOut, ThreadBrief, ThreadOut
-from spectral.api.cursor import decode_cursor, encode_cursor
+from producers.work.api import project_threads_page
+from producers.work.schemas import HistoryOut, ThreadOut
 from spectral.auth.scopes import Scope
 from spectral.mcp.tools import Caller, as_json, parse_uuid, tool_errors
 from spectral.work.history import reconstruct
 from spectral.work.identity import check_identifier
 from spectral.work.read import WorkReader
-
-_CURSOR_KIND: Final = "mcp-project-threads"
 
 
 def register(server: MCPServer, caller: Caller) -> None:
@@ -62,22 +58,7 @@ def register(server: MCPServer, caller: Caller) -> None:
     ) -> dict[str, Any]:
         await caller.require(Scope.WORK_READ)
         check_identifier(project_id, "project id")
-        size = max(1, min(limit, 200))
-        after = None
-        if cursor is not None:
-            at, tid = decode_cursor(cursor, _CURSOR_KIND, 2)
-            after = (datetime.fromisoformat(str(at)), UUID(str(tid)))
-        found = await WorkReader(resources.operator).project_threads(
-            project_id, active=active, limit=size + 1, after=after
+        page = await project_threads_page(
+            resources, project_id, active=active, limit=max(1, min(limit, 200)), cursor=cursor
         )
-        page = found[:size]
-        next_cursor = None
-        if len(found) > size:
-            last = page[-1]
-            next_cursor = encode_cursor(
-                _CURSOR_KIND, [last.created_at.isoformat(), str(last.thread_id)]
-            )
-        return {
-            "threads": [as_json(ThreadBrief.of(t)) for t in page],
-            "next_cursor": next_cursor,
-        }
+        return as_json(page)

@@ -48,7 +48,7 @@ from spectral.kafka.topics import topic_for
 from spectral.observability.health import HealthASGI
 from spectral.ops import api as ops_api
 from spectral.ops import console as ops_console
-from spectral.ops.api import Deployment, ReplayDryRun
+from spectral.ops.views import Deployment, ReplayDryRun
 from spectral.settings import Settings
 
 DESCRIPTION = """\
@@ -97,6 +97,17 @@ def _replay_dry_run(name: str, current: Settings, endpoints: Endpoints) -> Repla
     return dry_run
 
 
+def resources_for(current: Settings, endpoints: Endpoints) -> Resources:
+    """The pools every surface acts through (the operator login when one is configured)."""
+    operator_url = current.operator_database_url
+    return Resources(
+        settings=current,
+        database_url=endpoints.database_url,
+        kafka_bootstrap=endpoints.kafka_bootstrap,
+        operator_database_url=operator_url.get_secret_value() if operator_url else None,
+    )
+
+
 def compose_app(
     current: Settings,
     endpoints: Endpoints,
@@ -107,13 +118,7 @@ def compose_app(
 ) -> FastAPI:
     """The whole HTTP surface over these endpoints; ``topics`` from :func:`deployment_topics`,
     ``groups`` the consumer group of a deployment that does not run under its own name."""
-    operator_url = current.operator_database_url
-    resources = Resources(
-        settings=current,
-        database_url=endpoints.database_url,
-        kafka_bootstrap=endpoints.kafka_bootstrap,
-        operator_database_url=operator_url.get_secret_value() if operator_url else None,
-    )
+    resources = resources_for(current, endpoints)
     deployments = [
         Deployment(
             name, (groups or {}).get(name, name), names, _replay_dry_run(name, current, endpoints)

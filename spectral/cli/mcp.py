@@ -24,11 +24,11 @@ from consumers.rule_candidates import tools as triage_tools
 from producers.work import tools as work_tools
 from spectral.api.resources import Resources
 from spectral.cli._common import EXIT_CONFIGURATION, fail, settings
-from spectral.cli.api import deployment_topics
+from spectral.cli.api import deployment_topics, resources_for
 from spectral.devstack import resolve_endpoints
 from spectral.mcp.tools import BearerVerifier, Caller
 from spectral.ops import tools as ops_tools
-from spectral.ops.api import Deployment
+from spectral.ops.views import Deployment
 
 INSTRUCTIONS = (
     "spectral's operator tools. Triage failure clusters (ADR-057): list_failure_clusters, "
@@ -85,13 +85,7 @@ def mcp(
     """Serve the Ops Agent tools over MCP (triage, threads and ledger, dead letters)."""
     current = settings()
     endpoints = resolve_endpoints(current)
-    operator_url = current.operator_database_url
-    resources = Resources(
-        settings=current,
-        database_url=endpoints.database_url,
-        kafka_bootstrap=endpoints.kafka_bootstrap,
-        operator_database_url=operator_url.get_secret_value() if operator_url else None,
-    )
+    resources = resources_for(current, endpoints)
 
     async def serve() -> None:
         topics = await deployment_topics(current, endpoints.database_url)

@@ -14,12 +14,9 @@ exactly what ``spectral dlq redrive`` and ``spectral replay --dry-run`` run.
 
 from __future__ import annotations
 
-from collections import Counter
-from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
-from typing import Annotated, Any, cast
+from collections.abc import Sequence
+from typing import Annotated, Any
 
-import asyncpg
 from fastapi import APIRouter, Depends, Query
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -28,24 +25,18 @@ from spectral.api.problems import COMMON, ProblemError, responses
 from spectral.api.resources import Resources
 from spectral.auth.scopes import Scope
 from spectral.auth.tokens import Principal
-from spectral.consumer.replay import ReplayReport
-from spectral.consumer.replay_range import Start, Stop, check_order, start_of, stop_of
-from spectral.dlq.records import DeadLetterRecord, Topics, read_dead_letters
-from spectral.dlq.redrive import redrive
-from spectral.dlq.repository import RedriveRepository
-from spectral.ops.lag import group_progress
-
-ReplayDryRun = Callable[[Start, Stop | None], Awaitable[ReplayReport]]
-
-
-@dataclass(frozen=True)
-class Deployment:
-    """A consumer deployment as the operations surface sees it."""
-
-    name: str
-    group: str
-    topics: tuple[str, ...]
-    replay_dry_run: ReplayDryRun | None = None
+from spectral.consumer.replay_range import check_order, start_of, stop_of
+from spectral.dlq.records import Topics
+from spectral.ops.views import (
+    DeadLetterTopicOut,
+    Deployment,
+    UnknownTopicError,
+    dead_letter_topics,
+    dead_letters,
+    find_topics,
+    progress,
+    redrive_topic,
+)
 
 
 class _Model(BaseModel):
@@ -70,21 +61,6 @@ class ConsumerOut(_Model):
     members: int
     total_lag: int
     partitions: list[PartitionOut]
-
-
-class ReasonCount(_Model):
-    reason: str
-    count: int
-    redriven: int
-
-
-class DeadLetterTopicOut(_Model):
-    deployment: str
-    topic: str
-    dlq_topic: str
-    total: int
-    not_redriven: int
-    reasons: list[ReasonCount]
 
 
 class DeadLetterOut(BaseModel):
@@ -148,7 +124,7 @@ class ReplayIn(_Model):
     to_timestamp: Annotated[str, Field(max_length=64)] | None = None
 
 
-def router(  # noqa: C901, PLR0915 - one nested function per route
+def router(  # noqa: C901 - one nested function per route
     resources: Resources, deployments: Sequence[Deployment]
 ) -> APIRouter:
     api = APIRouter(prefix="/ops", tags=["operations"])
@@ -165,21 +141,11 @@ def router(  # noqa: C901, PLR0915 - one nested function per route
             )
         return found
 
-    def topics_of(name: str) -> tuple[Deployment, Topics]:
-        topics = Topics.of(name)
-        for d in deployments:
-            if topics.source in d.topics:
-                return d, topics
-        raise ProblemError(
-            404, "not a topic of any consumer deployment (give T or T.dlq)", slug="not-found"
-        )
-
-    async def redriven_of(dlq_topic: str) -> set[tuple[int, int]]:
-        async with resources.operator.acquire() as conn:
-            return await RedriveRepository(cast("asyncpg.Connection", conn)).redriven(dlq_topic)
-
-    async def dead_letters_of(topics: Topics) -> list[DeadLetterRecord]:
-        return await read_dead_letters(resources.settings, resources.kafka_bootstrap, topics.dlq)
+    def topics_of(name: str) -> Topics:
+        try:
+            return find_topics(deployments, name)
+        except UnknownTopicError as exc:
+            raise ProblemError(404, str(exc), slug="not-found") from None
 
     @api.get(
         "/consumers",
@@ -187,17 +153,8 @@ def router(  # noqa: C901, PLR0915 - one nested function per route
         responses=responses(*COMMON),
     )
     async def list_consumers(*, _: Principal = reader) -> list[ConsumerOut]:
-        out = []
-        for d in deployments:
-            progress = await group_progress(
-                resources.settings,
-                resources.kafka_bootstrap,
-                deployment=d.name,
-                group=d.group,
-                topics=d.topics,
-            )
-            out.append(ConsumerOut.model_validate(progress.to_json()))
-        return out
+        groups = await progress(resources, deployments)
+        return [ConsumerOut.model_validate(g.to_json()) for g in groups]
 
     @api.get(
         "/dead-letters",
@@ -205,14 +162,7 @@ def router(  # noqa: C901, PLR0915 - one nested function per route
         responses=responses(*COMMON),
     )
     async def dead_letter_summary(*, _: Principal = reader) -> list[DeadLetterTopicOut]:
-        out = []
-        for d in deployments:
-            for topic in d.topics:
-                topics = Topics.of(topic)
-                records = await dead_letters_of(topics)
-                redriven = await redriven_of(topics.dlq)
-                out.append(summarize(d.name, topics, records, redriven))
-        return out
+        return await dead_letter_topics(resources, deployments)
 
     @api.get(
         "/dead-letters/{topic}",
@@ -226,16 +176,14 @@ def router(  # noqa: C901, PLR0915 - one nested function per route
         reason: Annotated[str | None, Query(max_length=200)] = None,
         limit: Annotated[int, Query(ge=1, le=1000)] = 100,
     ) -> DeadLetterList:
-        topics = topics_of(topic)[1]
-        records = await dead_letters_of(topics)
-        redriven = await redriven_of(topics.dlq)
-        chosen = [r for r in records if reason is None or r.reason == reason]
+        topics = topics_of(topic)
+        chosen, done = await dead_letters(resources, topics, reason)
         return DeadLetterList(
             topic=topics.source,
             dlq_topic=topics.dlq,
             total=len(chosen),
             dead_letters=[
-                DeadLetterOut.model_validate(r.summary_json(redriven=r.position in redriven))
+                DeadLetterOut.model_validate(r.summary_json(redriven=r.position in done))
                 for r in chosen[:limit]
             ],
         )
@@ -251,16 +199,9 @@ def router(  # noqa: C901, PLR0915 - one nested function per route
         needed = Scope.OPS_READ if body.dry_run else Scope.OPS_REDRIVE
         if not principal.allows(needed):
             raise missing_scope(principal, needed)
-        topics = topics_of(topic)[1]
-        async with resources.operator.acquire() as conn:
-            report = await redrive(
-                resources.settings,
-                resources.kafka_bootstrap,
-                cast("asyncpg.Connection", conn),
-                topic=topics.source,
-                reason=body.reason,
-                dry_run=body.dry_run,
-            )
+        report = await redrive_topic(
+            resources, topics_of(topic), reason=body.reason, dry_run=body.dry_run
+        )
         return RedriveOut.model_validate(report.to_json())
 
     @api.post(
@@ -296,28 +237,3 @@ def router(  # noqa: C901, PLR0915 - one nested function per route
         return report.to_json()
 
     return api
-
-
-def summarize(
-    deployment: str,
-    topics: Topics,
-    records: Sequence[DeadLetterRecord],
-    redriven: set[tuple[int, int]],
-) -> DeadLetterTopicOut:
-    counts: Counter[str] = Counter()
-    done: Counter[str] = Counter()
-    for r in records:
-        counts[r.reason] += 1
-        if r.position in redriven:
-            done[r.reason] += 1
-    return DeadLetterTopicOut(
-        deployment=deployment,
-        topic=topics.source,
-        dlq_topic=topics.dlq,
-        total=len(records),
-        not_redriven=len(records) - sum(done.values()),
-        reasons=[
-            ReasonCount(reason=reason, count=n, redriven=done[reason])
-            for reason, n in counts.most_common()
-        ],
-    )

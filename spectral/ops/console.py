@@ -5,9 +5,8 @@ redrive (to a token holding ``ops:redrive``) for exactly the same topic and reas
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Annotated, cast
+from typing import Annotated
 
-import asyncpg
 from fastapi import APIRouter, Depends, Form, Request
 from fastapi.responses import HTMLResponse
 
@@ -17,11 +16,14 @@ from spectral.api.resources import Resources
 from spectral.auth.scopes import Scope
 from spectral.auth.tokens import Principal
 from spectral.console.site import PREFIX, Console
-from spectral.dlq.records import Topics, read_dead_letters
-from spectral.dlq.redrive import redrive
-from spectral.dlq.repository import RedriveRepository
-from spectral.ops.api import Deployment, summarize
-from spectral.ops.lag import group_progress
+from spectral.ops.views import (
+    Deployment,
+    UnknownTopicError,
+    dead_letter_topics,
+    find_topics,
+    progress,
+    redrive_topic,
+)
 
 
 def router(console: Console, resources: Resources, deployments: Sequence[Deployment]) -> APIRouter:
@@ -30,35 +32,13 @@ def router(console: Console, resources: Resources, deployments: Sequence[Deploym
 
     @pages.get("/consumers")
     async def console_consumers(*, request: Request, principal: Principal = reader) -> HTMLResponse:
-        groups = []
-        letters = []
-        for d in deployments:
-            groups.append(
-                await group_progress(
-                    resources.settings,
-                    resources.kafka_bootstrap,
-                    deployment=d.name,
-                    group=d.group,
-                    topics=d.topics,
-                )
-            )
-            for topic in d.topics:
-                topics = Topics.of(topic)
-                records = await read_dead_letters(
-                    resources.settings, resources.kafka_bootstrap, topics.dlq
-                )
-                async with resources.operator.acquire() as conn:
-                    done = await RedriveRepository(cast("asyncpg.Connection", conn)).redriven(
-                        topics.dlq
-                    )
-                letters.append(summarize(d.name, topics, records, done))
         return console.page(
             request,
             "consumers.html",
             principal,
             section="consumers",
-            groups=groups,
-            letters=letters,
+            groups=await progress(resources, deployments),
+            letters=await dead_letter_topics(resources, deployments),
             can_redrive=principal.allows(Scope.OPS_REDRIVE),
         )
 
@@ -76,18 +56,11 @@ def router(console: Console, resources: Resources, deployments: Sequence[Deploym
         dry_run = confirm != "1"
         if not dry_run and not principal.allows(Scope.OPS_REDRIVE):
             raise missing_scope(principal, Scope.OPS_REDRIVE)
-        topics = Topics.of(topic)
-        if not any(topics.source in d.topics for d in deployments):
-            raise ProblemError(404, "not a topic of any consumer deployment", slug="not-found")
-        async with resources.operator.acquire() as conn:
-            report = await redrive(
-                resources.settings,
-                resources.kafka_bootstrap,
-                cast("asyncpg.Connection", conn),
-                topic=topics.source,
-                reason=reason or None,
-                dry_run=dry_run,
-            )
+        try:
+            topics = find_topics(deployments, topic)
+        except UnknownTopicError as exc:
+            raise ProblemError(404, str(exc), slug="not-found") from None
+        report = await redrive_topic(resources, topics, reason=reason or None, dry_run=dry_run)
         return console.page(
             request,
             "redrive.html",

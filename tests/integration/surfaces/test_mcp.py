@@ -28,7 +28,7 @@ from spectral.api.resources import Resources
 from spectral.auth.scopes import Scope, effective
 from spectral.cli.mcp import build_mcp
 from spectral.devstack.ports import free_port
-from spectral.ops.api import Deployment
+from spectral.ops.views import Deployment
 from spectral.settings import Settings
 from tests.integration.surfaces.support import mint, seed_clusters
 

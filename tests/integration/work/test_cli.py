@@ -128,8 +128,20 @@ def test_spectral_api_serves_the_openapi_document(spectral_env: dict[str, str]) 
                     raise
                 time.sleep(0.2)
         assert "/commands/story-backlog/generate-epic" in spec["paths"]
-        threads = httpx.get(f"http://127.0.0.1:{port}/projects/{PROJECT}/threads?active=true")
-        assert threads.json() == {"threads": []}
+        url = f"http://127.0.0.1:{port}/projects/{PROJECT}/threads?active=true"
+        anonymous = httpx.get(url)
+        assert anonymous.status_code == 401
+        assert anonymous.headers["content-type"] == "application/problem+json"
+        create = ["tokens", "create", "--name", "cli-test", "--scope", "work:read"]
+        token = subprocess.run(
+            [str(Path(sys.executable).with_name("spectral")), *create],
+            env=spectral_env,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+        threads = httpx.get(url, headers={"Authorization": f"Bearer {token}"})
+        assert threads.json() == {"threads": [], "next_cursor": None}
     finally:
         server.terminate()
         server.wait(timeout=15)
