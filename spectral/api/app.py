@@ -1,5 +1,9 @@
 """The app factory of the HTTP surface: one FastAPI app for the JSON API and the web console.
 
+``/healthz`` and ``/readyz`` are not routes of this app: spectral/observability/health.py answers
+them in front of it (unauthenticated, outside the OpenAPI document), as for every long-running
+command.
+
 ``build_app`` takes ready routers (each built beside its domain, composed in spectral/cli/api.py),
 wraps them in the request guard, problem documents for every error, an OpenAPI document that
 names every operation and status, and interactive docs whose assets are served by the app itself
@@ -35,7 +39,6 @@ def build_app(
     resources: Resources,
     *,
     routers: Sequence[APIRouter],
-    health: APIRouter | None = None,
     title: str = "spectral",
     description: str = "",
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
@@ -62,7 +65,6 @@ def build_app(
         separate_input_output_schemas=False,
     )
     problems.install(app)
-    app.include_router(health or default_health())
     for router in routers:
         app.include_router(router)
     _docs(app)
@@ -71,17 +73,6 @@ def build_app(
         setup(app)
     app.add_middleware(RequestGuard, max_body_bytes=max_body_bytes)
     return app
-
-
-def default_health() -> APIRouter:
-    """A liveness route until the shared observability health checks replace it."""
-    router = APIRouter(tags=["health"])
-
-    @router.get("/healthz", summary="Liveness: the process answers (no authentication).")
-    async def healthz() -> dict[str, str]:
-        return {"status": "ok"}
-
-    return router
 
 
 def _docs(app: FastAPI) -> None:

@@ -49,7 +49,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     ),
     "mcp": (
         "spectral.cli.mcp:mcp",
-        "Serve the Ops Agent's tools over MCP (stdio or streamable HTTP).",
+        "Serve the Ops Agent tools over MCP (triage, threads and ledger, dead letters).",
     ),
     "replay": (
         "spectral.cli.replay:replay",

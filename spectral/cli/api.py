@@ -150,7 +150,7 @@ def compose_app(
     )
 
 
-def api(
+def api(  # noqa: PLR0917 - typer maps each parameter to an option
     host: Annotated[str, typer.Option(help="Interface to listen on.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="TCP port.")] = 8000,
     metrics_port: Annotated[int | None, typer.Option(help=METRICS_PORT_HELP)] = None,

@@ -24,6 +24,8 @@ DATABASE_COMMANDS = [
     ["triage", "list"],
     ["threads", "list", "--project", "p"],
     ["outbox", "relay", "--once"],
+    ["tokens", "list"],
+    ["mcp"],
 ]
 
 

@@ -117,6 +117,8 @@ SERVER_COMMANDS: list[list[str]] = [
     ["dlq", "list", "--topic", "some.topic"],
     ["offsets", "reset", "--consumer", "rule-candidates", "--to-earliest"],
     ["replay", "--consumer", "rule-candidates", "--from-beginning"],
+    ["tokens", "list"],
+    ["mcp"],
 ]
 
 
