@@ -142,6 +142,12 @@ def test_spectral_api_serves_the_openapi_document(spectral_env: dict[str, str]) 
         ).stdout.strip()
         threads = httpx.get(url, headers={"Authorization": f"Bearer {token}"})
         assert threads.json() == {"threads": [], "next_cursor": None}
+        # Health answers in front of the app, without a token and outside the OpenAPI document.
+        assert "/healthz" not in spec["paths"]
+        assert httpx.get(f"http://127.0.0.1:{port}/healthz").status_code == 200
+        while httpx.get(f"http://127.0.0.1:{port}/readyz").status_code != 200:
+            assert time.monotonic() < deadline + 30, "the API never became ready"
+            time.sleep(0.2)
     finally:
         server.terminate()
         server.wait(timeout=15)
