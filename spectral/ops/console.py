@@ -29,6 +29,7 @@ from spectral.ops.views import (
 def router(console: Console, resources: Resources, deployments: Sequence[Deployment]) -> APIRouter:
     pages = APIRouter(prefix=PREFIX, include_in_schema=False)
     reader = Depends(console_requires(resources, Scope.OPS_READ))
+    anyone = Depends(console_requires(resources, None))
 
     @pages.get("/consumers")
     async def console_consumers(*, request: Request, principal: Principal = reader) -> HTMLResponse:
@@ -46,7 +47,7 @@ def router(console: Console, resources: Resources, deployments: Sequence[Deploym
     async def console_redrive(
         *,
         request: Request,
-        principal: Principal = reader,
+        principal: Principal = anyone,
         topic: Annotated[str, Form(max_length=300)],
         csrf: Annotated[str, Form(max_length=200)] = "",
         reason: Annotated[str, Form(max_length=200)] = "",
@@ -54,8 +55,9 @@ def router(console: Console, resources: Resources, deployments: Sequence[Deploym
     ) -> HTMLResponse:
         check_csrf(request, csrf)
         dry_run = confirm != "1"
-        if not dry_run and not principal.allows(Scope.OPS_REDRIVE):
-            raise missing_scope(principal, Scope.OPS_REDRIVE)
+        needed = Scope.OPS_READ if dry_run else Scope.OPS_REDRIVE
+        if not principal.allows(needed):
+            raise missing_scope(principal, needed)
         try:
             topics = find_topics(deployments, topic)
         except UnknownTopicError as exc:
