@@ -18,11 +18,10 @@ and an older one decodes with defaults.
 from __future__ import annotations
 
 from typing import Generic, TypeVar
-from uuid import UUID
 
 from pydantic import BaseModel, ConfigDict
 
-from contracts.fields import NonEmptyStr, PositiveInt, UtcDatetime
+from contracts.fields import NonEmptyStr, PositiveInt, UtcDatetime, Uuid
 
 PayloadT = TypeVar("PayloadT", bound=BaseModel)
 
@@ -46,7 +45,7 @@ class EventEnvelope(BaseModel, Generic[PayloadT]):
 
     model_config = ConfigDict(frozen=True, extra="allow", use_attribute_docstrings=True)
 
-    event_id: UUID
+    event_id: Uuid
     """Unique per publication (a republished duplicate keeps it; a new snapshot gets a new one)."""
     event_type: NonEmptyStr
     """Selects the payload model, e.g. ``platform.failure_cluster.detected``; also the topic."""
@@ -60,9 +59,9 @@ class EventEnvelope(BaseModel, Generic[PayloadT]):
     """When the producer emitted the event."""
     idempotency_key: NonEmptyStr
     """What consumers deduplicate on; derived from the payload by the event type's rule."""
-    correlation_id: UUID | None = None
+    correlation_id: Uuid | None = None
     """Optional tracing link shared by every event of one flow."""
-    causation_id: UUID | None = None
+    causation_id: Uuid | None = None
     """Optional tracing link to the event that caused this one."""
     payload: PayloadT
     """The typed payload."""

@@ -19,15 +19,20 @@ class DecodeReason(StrEnum):
     UNKNOWN_EVENT_TYPE = "unknown_event_type"
     """``event_type`` names no registered payload (or not the one the caller expected)."""
     INVALID_ENVELOPE = "invalid_envelope"
-    """An envelope field is missing or breaks its rule (``event_type`` missing counts here)."""
+    """An envelope field is missing or breaks its rule (``event_type`` missing counts here), or
+    a string outside the payload holds U+0000."""
     INVALID_PAYLOAD = "invalid_payload"
-    """The payload breaks its model: a type, a bound, or (hashed payloads) a non-integer number."""
+    """The payload breaks its model: a type, a bound, (hashed payloads) a non-integer number or
+    nesting deeper than 64 levels, or a string in it holds U+0000."""
     HASH_MISMATCH = "hash_mismatch"
     """``payload.snapshot_hash`` is not the hash of the payload as it is on the wire."""
     KEY_MISMATCH = "key_mismatch"
     """``idempotency_key`` is not the key the event type derives from its payload."""
     TOO_LARGE = "too_large"
     """The record is over the size limit (checked before parsing)."""
+    RECORD_KEY_MISMATCH = "record_key_mismatch"
+    """The Kafka record key is missing, empty or not the key the event type derives from its
+    payload (its events would leave their entity's partition and order)."""
 
 
 class DecodeError(ValueError):

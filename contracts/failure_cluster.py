@@ -21,7 +21,8 @@ Fields this version does not know are accepted, kept, and hashed.
 ``snapshot_hash`` = xxh3-128, as 32 lowercase hex digits, of the RFC 8785 canonical JSON of
 the payload object as it is on the wire minus the keys ``cluster_id`` and ``snapshot_hash``
 (:func:`contracts.canonical.snapshot_hash`).
-``idempotency_key`` = ``"{cluster_id}:{snapshot_hash}"`` with cluster_id lowercase and hyphenated.
+``idempotency_key`` = ``"{cluster_id}:{snapshot_hash}"`` (UUIDs have one spelling: lowercase,
+hyphenated).
 The Kafka record key is the cluster_id, so one cluster's snapshots stay in order on one partition.
 
 Producers build envelopes only through :func:`failure_cluster_detected_event`, which computes
@@ -30,7 +31,6 @@ both; :func:`contracts.decode` verifies both (``hash_mismatch``, ``key_mismatch`
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Annotated, Any, Final, Literal, Self
@@ -46,7 +46,7 @@ from contracts.canonical import (
 )
 from contracts.envelope import EventEnvelope
 from contracts.errors import DecodeError, DecodeReason
-from contracts.fields import PositiveInt, UtcDatetime
+from contracts.fields import PositiveInt, UtcDatetime, Uuid
 from contracts.spec import EventSpec
 from contracts.wire import parse_json_object
 
@@ -82,13 +82,13 @@ class FailureClusterDetectedPayload(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="allow", use_attribute_docstrings=True)
 
-    cluster_id: UUID
+    cluster_id: Uuid
     """Stable identity of the cluster, minted by FailureClusterService at first detection."""
     snapshot_hash: SnapshotHash
     """xxh3-128 of the canonical payload without cluster_id and snapshot_hash (32 hex digits)."""
-    rule_id: UUID
+    rule_id: Uuid
     """The rule whose evaluations failed."""
-    workspace_id: UUID
+    workspace_id: Uuid
     """The workspace the failures were observed in."""
     severity: Severity
     """Three-tier severity derived by FailureClusterService."""
@@ -114,21 +114,12 @@ def _idempotency_key(payload: FailureClusterDetectedPayload) -> str:
     return f"{payload.cluster_id}:{payload.snapshot_hash}"
 
 
-_canonical_uuid: Final = re.compile(
-    r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
-).fullmatch
-"""Whether text is a UUID in the spelling ``str(UUID)`` gives (lowercase, hyphenated)."""
-
-
 def _wire_idempotency_key(raw: Mapping[str, Any], payload: FailureClusterDetectedPayload) -> str:
-    """:func:`_idempotency_key`, taking cluster_id as written when that is already the
-    lowercase hyphenated spelling (as every producer writes it): ``str(UUID)`` is the costliest
-    step of the key on the consumer hot path.
+    """:func:`_idempotency_key`, taking cluster_id as written: the contract reads a UUID only
+    in the spelling ``str(UUID)`` gives, and ``str(UUID)`` is the costliest step of the key on
+    the consumer hot path.
     """
-    cluster_id = raw["cluster_id"]
-    if type(cluster_id) is str and _canonical_uuid(cluster_id) is not None:
-        return f"{cluster_id}:{payload.snapshot_hash}"
-    return _idempotency_key(payload)
+    return f"{raw['cluster_id']}:{payload.snapshot_hash}"
 
 
 def _record_key(payload: FailureClusterDetectedPayload) -> str:
@@ -170,6 +161,7 @@ FAILURE_CLUSTER_SPEC: Final = EventSpec(
     default_target="platform",
     verify_wire=_verify_hash,
     wire_idempotency_key=_wire_idempotency_key,
+    hashed_payload=True,
 )
 
 _PLACEHOLDER_HASH: Final = "0" * 32

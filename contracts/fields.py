@@ -3,31 +3,77 @@
 Timestamps (:data:`UtcDatetime`)
     Written as ``YYYY-MM-DDTHH:MM:SS.ffffffZ``: UTC, always six fractional digits, upper-case
     ``T`` and ``Z`` (e.g. ``2026-11-21T10:00:00.123000Z``). Read: any RFC 3339 ``date-time``
-    (``T``/``t`` separator, ``Z``/``z`` or a ``+HH:MM``/``-HH:MM`` offset, any number of
-    fractional digits); the value is converted to UTC and digits below the microsecond are
-    dropped. Refused: numbers (Unix times), naive times (no offset), date-only or minute-only
-    text, leap seconds (``:60``).
-UUIDs
-    Written lowercase and hyphenated (``8-4-4-4-12``). Keys built from UUIDs use that spelling.
+    (``T``/``t`` separator, ``Z``/``z`` or a ``+HH:MM``/``-HH:MM`` offset, one or more
+    fractional digits) whose year, as written, lies in :data:`MIN_YEAR` .. :data:`MAX_YEAR`;
+    the value is converted to UTC and digits below the microsecond are truncated (never
+    rounded: rounding could carry into the next second, day or year and past the bound, and
+    truncation keeps order: a <= b implies trunc(a) <= trunc(b)). Refused: numbers (Unix
+    times), naive times (no offset), date-only or minute-only text, leap seconds (``:60``),
+    offsets beyond ``23:59``, years outside the bound. :data:`RFC3339_PATTERN` says exactly
+    the same (tests hold the two equal).
+UUIDs (:data:`Uuid`)
+    Exactly one spelling on the wire: lowercase hex, hyphenated ``8-4-4-4-12``. Other spellings
+    (upper case, no hyphens, braces, ``urn:uuid:``) are refused, not normalised: the snapshot
+    hash is taken over the wire text, so two spellings of one UUID would give one snapshot two
+    hashes, and keys built from UUIDs would differ from the text a producer wrote.
 Integers
-    JSON integers in the I-JSON range (magnitude at most 2**53 - 1); ``true``/``false``, floats
-    and numeric strings are refused.
+    JSON integers in the I-JSON range (magnitude at most 2**53 - 1), written without a
+    fraction or an exponent: ``true``/``false``, ``5.0``, ``5e0`` and numeric strings are
+    refused.
+Text
+    No string anywhere in a record (values, member names, unknown fields) may contain U+0000:
+    PostgreSQL ``text`` and ``jsonb`` cannot hold it, nor can C strings. Records are checked
+    as a whole (:func:`contracts.wire.find_nul`); :data:`NO_NUL_PATTERN` says it per string in
+    the JSON Schemas.
 """
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime
 from typing import Annotated, Final
+from uuid import UUID
 
-from pydantic import Field, PlainSerializer, PlainValidator, StringConstraints, WithJsonSchema
+from pydantic import (
+    BeforeValidator,
+    Field,
+    PlainSerializer,
+    PlainValidator,
+    StringConstraints,
+    WithJsonSchema,
+)
 
 from contracts.canonical import MAX_SAFE_INTEGER
 
-_DATE: Final = r"[0-9]{4}-[0-9]{2}-[0-9]{2}"
-_TIME: Final = r"[0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]+)?"
-_OFFSET: Final = r"([Zz]|[+-][0-9]{2}:[0-9]{2})"
+MIN_YEAR: Final = 1970
+"""Earliest year a timestamp may be written with (nothing this project records predates the
+Unix epoch; earlier years are zero values and epoch bugs)."""
+MAX_YEAR: Final = 9998
+"""Latest year a timestamp may be written with: year 9999 holds the 'infinity' sentinels of
+many libraries (Python's datetime.max, which asyncpg stores as PostgreSQL ``infinity``), and
+with any offset a year-9998 time stays below them once converted to UTC."""
+
+NO_NUL_PATTERN: Final = "^[^\\x00]*$"
+"""A string without U+0000, as a JSON Schema / ECMAScript pattern."""
+UUID_PATTERN: Final = "^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$"
+"""The one UUID spelling of the wire contract, as a JSON Schema / ECMAScript pattern."""
+
+_YEAR: Final = "(19[7-9][0-9]|[2-8][0-9]{3}|9[0-8][0-9]{2}|99[0-8][0-9]|999[0-8])"
+_LEAP_YEAR: Final = (
+    "(19(7[26]|8[048]|9[26])|[2-9][0-9](0[48]|[2468][048]|[13579][26])|([2468][048]|[3579][26])00)"
+)
+_DAY_31: Final = "(0[1-9]|[12][0-9]|3[01])"
+_DAY_30: Final = "(0[1-9]|[12][0-9]|30)"
+_DATE: Final = (
+    f"({_YEAR}-((0[13578]|1[02])-{_DAY_31}|(0[469]|11)-{_DAY_30}|02-(0[1-9]|1[0-9]|2[0-8]))"
+    f"|{_LEAP_YEAR}-02-29)"
+)
+_TIME: Final = r"([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\.[0-9]+)?"
+_OFFSET: Final = "([Zz]|[+-]([01][0-9]|2[0-3]):[0-5][0-9])"
 RFC3339_PATTERN: Final = f"^{_DATE}[Tt]{_TIME}{_OFFSET}$"
-"""RFC 3339 ``date-time`` (section 5.6) as a JSON Schema / ECMAScript pattern."""
+"""RFC 3339 ``date-time`` (section 5.6) within the year bound, as a JSON Schema / ECMAScript
+pattern: the calendar (month lengths, leap years), hours, minutes, seconds (no leap second)
+and offsets are all checked, so a validator needs no ``format`` support."""
 _EXAMPLE: Final = "2026-11-21T10:00:00.123456Z"
 _MIN_RFC3339_CHARS: Final = 20  # 2026-11-21T10:00:00Z
 _SECONDS_END: Final = 19  # index just after the seconds
@@ -53,15 +99,38 @@ def parse_utc(value: object) -> datetime:
             and value[20:26].isdigit()
             and value.isascii()
             and "\x00" not in value
+            and _MIN_YEAR_TEXT <= value < _YEAR_AFTER_MAX_TEXT  # compares the first 4 characters
         ):
             return datetime.fromisoformat(value)  # tzinfo is UTC: it reads Z as UTC
         if not _rfc3339_layout(value):
             raise ValueError(f"expected an RFC 3339 date-time such as {_EXAMPLE}")
+        if not _MIN_YEAR_TEXT <= value[:4] <= _MAX_YEAR_TEXT:
+            raise ValueError(f"the year must lie in {MIN_YEAR}..{MAX_YEAR}")
         upper_z = value[:-1] + "Z" if value[-1] == "z" else value  # fromisoformat needs Z
-        return _to_utc(datetime.fromisoformat(upper_z))
+        return _bounded(_to_utc(datetime.fromisoformat(upper_z)))
     if isinstance(value, datetime):
-        return _to_utc(value)
+        return _bounded(_to_utc(value))
     raise ValueError(f"expected an RFC 3339 date-time string such as {_EXAMPLE}")
+
+
+_MIN_YEAR_TEXT: Final = f"{MIN_YEAR:04d}"
+_MAX_YEAR_TEXT: Final = f"{MAX_YEAR:04d}"
+_YEAR_AFTER_MAX_TEXT: Final = f"{MAX_YEAR + 1:04d}"
+EARLIEST: Final = datetime(MIN_YEAR, 1, 1, tzinfo=UTC)
+"""The earliest instant a timestamp may denote (inclusive)."""
+END: Final = datetime(MAX_YEAR + 1, 1, 1, tzinfo=UTC)
+"""The first instant a timestamp may no longer denote."""
+
+
+def _bounded(moment: datetime) -> datetime:
+    """``moment`` (UTC) when it lies in EARLIEST .. END: so its written form, in UTC, has a year
+    in MIN_YEAR .. MAX_YEAR too and reads back (an offset can move a time across a year)."""
+    if EARLIEST <= moment < END:
+        return moment
+    raise ValueError(
+        f"the instant must lie from {format_utc(EARLIEST)} up to (not including) "
+        f"{format_utc(END)} once converted to UTC"
+    )
 
 
 def _to_utc(parsed: datetime) -> datetime:
@@ -78,23 +147,31 @@ def _to_utc(parsed: datetime) -> datetime:
 def _rfc3339_layout(text: str) -> bool:
     """Separators where RFC 3339 puts them, so fromisoformat's ISO 8601 extras are refused:
     basic and week dates, other separators, minutes-only times, comma or empty fractions,
-    ``+HHMM``, ``+HH`` and seconds in offsets. ``fromisoformat`` then checks every digit and
-    range. NUL is refused outright: fromisoformat reads its input as a NUL-terminated string and
-    took ``...T06:Z\\x00:00.000000Z`` for ``...T06:00:00Z``. Tests hold it equal to
+    ``+HHMM``, ``+HH``, seconds in offsets and offset minutes over 59 (fromisoformat reads
+    ``+05:60`` as ``+06:00``). ``fromisoformat`` then checks every digit and range. NUL is
+    refused outright: fromisoformat reads its input as a NUL-terminated string and took
+    ``...T06:Z\\x00:00.000000Z`` for ``...T06:00:00Z``. Tests hold it equal to
     :data:`RFC3339_PATTERN` over every edit of valid stamps.
     """
     if len(text) < _MIN_RFC3339_CHARS or not text.isascii() or "\x00" in text:
         return False
     offset = len(text) - 1 if text[-1] in "Zz" else len(text) - 6  # where the offset starts
     return (
-        text[4] == "-"
+        text[:4].isdigit()  # the year bound compares these four characters as text
+        and text[4] == "-"
         and text[7] == "-"
         and text[10] in "Tt"
         and text[13] == ":"
         and text[16] == ":"
         and (offset == _SECONDS_END or (text[19] == "." and text[20:offset].isdigit()))
-        and (offset == len(text) - 1 or (text[offset] in "+-" and text[-3] == ":"))
+        and (
+            offset == len(text) - 1
+            or (text[offset] in "+-" and text[-3] == ":" and text[-2] in _TENS_OF_MINUTES)
+        )
     )
+
+
+_TENS_OF_MINUTES: Final = "012345"  # fromisoformat reads +05:60 as +06:00
 
 
 def format_utc(value: datetime) -> str:
@@ -103,8 +180,9 @@ def format_utc(value: datetime) -> str:
 
 
 TIMESTAMP_NOTE: Final = (
-    "RFC 3339 date-time. Written in UTC as YYYY-MM-DDTHH:MM:SS.ffffffZ; read with any offset "
-    "and converted to UTC."
+    "RFC 3339 date-time with a year from 1970 to 9998 as written. Written in UTC as "
+    "YYYY-MM-DDTHH:MM:SS.ffffffZ; read with any offset, converted to UTC, digits below the "
+    "microsecond truncated."
 )
 
 UtcDatetime = Annotated[
@@ -122,6 +200,23 @@ UtcDatetime = Annotated[
     ),
 ]
 """An aware datetime, always UTC once validated; see the module docstring for the wire form."""
+
+_canonical_uuid: Final = re.compile(UUID_PATTERN.removeprefix("^").removesuffix("$")).fullmatch
+
+
+def _uuid_spelling(value: object) -> object:
+    """Refuse a UUID string in any spelling but the wire's (pydantic parses what passes)."""
+    if type(value) is str and _canonical_uuid(value) is None:
+        raise ValueError("a UUID is written in lowercase hex, hyphenated 8-4-4-4-12")
+    return value
+
+
+Uuid = Annotated[
+    UUID,
+    BeforeValidator(_uuid_spelling),
+    WithJsonSchema({"type": "string", "format": "uuid", "pattern": UUID_PATTERN}),
+]
+"""A UUID, read only from its canonical spelling (see the module docstring)."""
 
 NonEmptyStr = Annotated[str, StringConstraints(min_length=1)]
 """A string with at least one character."""

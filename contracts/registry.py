@@ -8,10 +8,16 @@
 4. ``unknown_event_type``: no payload model registered for it;
 5. ``invalid_envelope`` / ``invalid_payload``: pydantic validation of the envelope with its typed
    payload (an envelope error wins when both are present; a missing payload is an envelope error);
-6. the type's wire checks on the payload object as parsed: for failure clusters a non-integer
+6. U+0000 in any string or member name: ``invalid_payload`` inside the payload,
+   ``invalid_envelope`` outside it;
+7. the type's wire checks on the payload object as parsed: for failure clusters a non-integer
    number or nesting deeper than 64 levels is ``invalid_payload`` and a wrong ``snapshot_hash``
    is ``hash_mismatch``;
-7. ``key_mismatch``: ``idempotency_key`` differs from the key the type derives from its payload.
+8. ``key_mismatch``: ``idempotency_key`` differs from the key the type derives from its payload.
+
+``check_record_key(envelope, key)`` is the last step, over the Kafka record key:
+9. ``record_key_mismatch``: the key is null, empty, or not the UTF-8 bytes of the key the type
+   derives from its payload. ``decode_record(value, key)`` runs all nine.
 
 ``decode`` raises nothing but :class:`DecodeError` for any input (fuzz-tested), so a poison
 record can always be dead-lettered.
@@ -33,7 +39,7 @@ from contracts.envelope import EventEnvelope
 from contracts.errors import DecodeError, DecodeReason
 from contracts.failure_cluster import FAILURE_CLUSTER_SPEC
 from contracts.spec import EventSpec
-from contracts.wire import MAX_RECORD_BYTES, parse_json_object
+from contracts.wire import MAX_RECORD_BYTES, find_nul, parse_json_object
 from contracts.work import WORK_SPECS
 
 P = TypeVar("P", bound=BaseModel)
@@ -84,6 +90,13 @@ class EventRegistry:
             envelope: EventEnvelope[Any] = validator.validate_python(obj)
         except ValidationError as exc:
             raise _validation_failure(exc, event_type) from None
+        nul = find_nul(data, obj)
+        if nul is not None:
+            raise DecodeError(
+                DecodeReason.INVALID_PAYLOAD if _in_payload(nul) else DecodeReason.INVALID_ENVELOPE,
+                f"{nul.replace('$.', '', 1)}: a string holds U+0000, which the contract refuses",
+                event_type=event_type,
+            )
         if spec.verify_wire is not None:
             spec.verify_wire(obj["payload"], envelope.payload)
         if spec.wire_idempotency_key is not None:
@@ -97,6 +110,29 @@ class EventRegistry:
                 f"{event_type} derives {expected!r}",
                 event_type=event_type,
             )
+        return envelope
+
+    def check_record_key(self, envelope: EventEnvelope[Any], key: bytes | None) -> None:
+        """DecodeError ``record_key_mismatch`` unless ``key`` is the record key of ``envelope``."""
+        expected = self.record_key(envelope)
+        if key == expected:
+            return
+        if key is None:
+            problem = "the record has no key (null)"
+        elif not key:
+            problem = "the record key is empty"
+        else:
+            problem = f"the record key is {_echo_bytes(key)}"
+        raise DecodeError(
+            DecodeReason.RECORD_KEY_MISMATCH,
+            f"{problem}; {envelope.event_type} records are keyed {expected.decode()!r}",
+            event_type=envelope.event_type,
+        )
+
+    def decode_record(self, value: bytes, key: bytes | None) -> EventEnvelope[Any]:
+        """A whole Kafka record as a consumer reads it: ``decode`` the value, then check the key."""
+        envelope = self.decode(value)
+        self.check_record_key(envelope, key)
         return envelope
 
     def decode_as(self, data: bytes, payload_type: type[P]) -> EventEnvelope[P]:
@@ -180,6 +216,23 @@ def _location(loc: tuple[int | str, ...]) -> str:
     return out or "(envelope)"
 
 
+def _in_payload(path: str) -> bool:
+    return path.startswith("$.payload") and path[len("$.payload") : len("$.payload") + 1] in (
+        "",
+        ".",
+        "[",
+        " ",
+    )
+
+
+def _echo_bytes(data: bytes) -> str:
+    """Untrusted bytes shown as text when they are UTF-8, cut short."""
+    try:
+        return _echo(data.decode())
+    except UnicodeDecodeError:
+        return repr(data[:_MAX_ECHO_CHARS])
+
+
 def _echo(text: str) -> str:
     """Untrusted text quoted and cut short for error details."""
     return repr(text if len(text) <= _MAX_ECHO_CHARS else text[:_MAX_ECHO_CHARS] + "...")
@@ -192,6 +245,16 @@ DEFAULT_REGISTRY: Final = EventRegistry([FAILURE_CLUSTER_SPEC, *WORK_SPECS])
 def decode(data: bytes) -> EventEnvelope[Any]:
     """:meth:`EventRegistry.decode` over :data:`DEFAULT_REGISTRY`."""
     return DEFAULT_REGISTRY.decode(data)
+
+
+def check_record_key(envelope: EventEnvelope[Any], key: bytes | None) -> None:
+    """:meth:`EventRegistry.check_record_key` over :data:`DEFAULT_REGISTRY`."""
+    DEFAULT_REGISTRY.check_record_key(envelope, key)
+
+
+def decode_record(value: bytes, key: bytes | None) -> EventEnvelope[Any]:
+    """:meth:`EventRegistry.decode_record` over :data:`DEFAULT_REGISTRY`."""
+    return DEFAULT_REGISTRY.decode_record(value, key)
 
 
 def decode_as(data: bytes, payload_type: type[P]) -> EventEnvelope[P]:
@@ -223,8 +286,10 @@ __all__ = [
     "DEFAULT_REGISTRY",
     "MAX_RECORD_BYTES",
     "EventRegistry",
+    "check_record_key",
     "decode",
     "decode_as",
+    "decode_record",
     "encode",
     "envelope_headers",
     "record_key",

@@ -18,13 +18,19 @@ import json
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Final
 
-from contracts.fields import RFC3339_PATTERN, TIMESTAMP_NOTE
+from contracts.canonical import MAX_SAFE_INTEGER
+from contracts.fields import NO_NUL_PATTERN, RFC3339_PATTERN, TIMESTAMP_NOTE
 
 if TYPE_CHECKING:
     from contracts.registry import EventRegistry
     from contracts.spec import EventSpec
 
 JSON_SCHEMA_DIALECT: Final = "https://json-schema.org/draft/2020-12/schema"
+JSON_VALUE: Final = "JsonValue"
+"""``$defs`` name of any JSON value without U+0000 (unknown fields, free-form objects)."""
+HASHED_JSON_VALUE: Final = "HashedJsonValue"
+"""``$defs`` name of a JSON value a hashed payload may hold: no U+0000, integers only."""
+_NO_NUL: Final = {"pattern": NO_NUL_PATTERN}
 _ANNOTATIONS: Final = frozenset({"title", "description", "examples", "default", "$comment"})
 _STRUCTURAL: Final = frozenset({"properties", "required", "items", "anyOf", "$ref", "$defs"})
 
@@ -47,7 +53,87 @@ def envelope_json_schema(spec: EventSpec[Any]) -> dict[str, Any]:
     properties = schema["properties"]
     properties["event_type"] = {**properties["event_type"], "const": spec.event_type}
     _note_timestamp_format(schema)
+    defs = schema.setdefault("$defs", {})
+    payload_name = spec.payload_model.__name__
+    hashed = _hashed_defs(defs, payload_name) if spec.hashed_payload else set()
+    for name, node in defs.items():
+        _forbid_nul(node, HASHED_JSON_VALUE if name in hashed else JSON_VALUE)
+    _forbid_nul(schema, JSON_VALUE)  # the envelope (it skips $defs, done above)
+    defs[JSON_VALUE] = _json_value_schema(hashed=False)
+    if hashed:
+        defs[HASHED_JSON_VALUE] = _json_value_schema(hashed=True)
     return schema
+
+
+def _json_value_schema(*, hashed: bool) -> dict[str, Any]:
+    """Any JSON value whose strings and member names hold no U+0000; in a hashed payload its
+    numbers are integers in the I-JSON range. (Nesting depth cannot be said in JSON Schema: the
+    spec names that rule.)"""
+    own = f"#/$defs/{HASHED_JSON_VALUE if hashed else JSON_VALUE}"
+    number: dict[str, Any] = (
+        {"type": "integer", "minimum": -MAX_SAFE_INTEGER, "maximum": MAX_SAFE_INTEGER}
+        if hashed
+        else {"type": "number"}
+    )
+    return {
+        "description": (
+            "A JSON value without U+0000 in any string or member name"
+            + ("; numbers are integers within +/-(2^53 - 1)." if hashed else ".")
+        ),
+        "anyOf": [
+            {"type": "string", **_NO_NUL},
+            number,
+            {"type": "boolean"},
+            {"type": "null"},
+            {"type": "array", "items": {"$ref": own}},
+            {"type": "object", "propertyNames": _NO_NUL, "additionalProperties": {"$ref": own}},
+        ],
+    }
+
+
+def _hashed_defs(defs: dict[str, Any], root: str) -> set[str]:
+    """The ``$defs`` reachable from the payload definition ``root`` (all of them hashed)."""
+    seen: set[str] = set()
+    todo = [root]
+    while todo:
+        name = todo.pop()
+        if name in seen or name not in defs:
+            continue
+        seen.add(name)
+        todo.extend(_refs(defs[name]))
+    return seen
+
+
+def _refs(node: object) -> list[str]:
+    if isinstance(node, list):
+        return [ref for item in node for ref in _refs(item)]
+    if isinstance(node, dict):
+        own = node.get("$ref")
+        found = [own.removeprefix("#/$defs/")] if isinstance(own, str) else []
+        return found + [ref for value in node.values() for ref in _refs(value)]
+    return []
+
+
+def _forbid_nul(node: object, unknown: str) -> None:
+    """Say in the schema what decode enforces for every string: no U+0000. A string without a
+    pattern gets one (patterns already there exclude it), an object's member names get one,
+    and an object that accepts unknown members types them as ``unknown`` (a JSON value
+    without U+0000, integers only where the payload is hashed)."""
+    if isinstance(node, list):
+        for item in node:
+            _forbid_nul(item, unknown)
+        return
+    if not isinstance(node, dict):
+        return
+    if node.get("type") == "string" and not {"pattern", "const", "enum"} & node.keys():
+        node["pattern"] = NO_NUL_PATTERN
+    if node.get("type") == "object" or "properties" in node:
+        node["propertyNames"] = dict(_NO_NUL)
+        if node.get("additionalProperties", True) is True:
+            node["additionalProperties"] = {"$ref": f"#/$defs/{unknown}"}
+    for key, value in node.items():
+        if key not in {"additionalProperties", "propertyNames", "$defs"}:
+            _forbid_nul(value, unknown)
 
 
 def _note_timestamp_format(node: object) -> None:

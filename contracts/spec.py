@@ -22,6 +22,8 @@ class EventSpec(Generic[PayloadT]):
     ``wire_idempotency_key``, when given, returns exactly what ``idempotency_key`` returns, from
     the validated payload and the raw one (cheaper when the wire text already has the key's
     spelling); decode checks the envelope's key against it.
+    ``hashed_payload`` says the payload is hashed as it is on the wire, so every number in it,
+    unknown fields included, must be an integer in the I-JSON range (the JSON Schemas say so).
     """
 
     event_type: str
@@ -33,6 +35,7 @@ class EventSpec(Generic[PayloadT]):
     default_target: str
     verify_wire: Callable[[Mapping[str, Any], PayloadT], None] | None = None
     wire_idempotency_key: Callable[[Mapping[str, Any], PayloadT], str] | None = None
+    hashed_payload: bool = False
     envelope_model: type[EventEnvelope[PayloadT]] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:

@@ -1,4 +1,5 @@
-"""The first steps of reading a record: size limit, one JSON parse, an object at the top."""
+"""The first steps of reading a record: size limit, one JSON parse, an object at the top; and
+the whole-record rule that no string holds U+0000."""
 
 from __future__ import annotations
 
@@ -10,6 +11,10 @@ from contracts.errors import DecodeError, DecodeReason
 
 MAX_RECORD_BYTES: Final = 1024 * 1024
 """A record value over 1 MiB is refused as ``too_large`` before it is parsed."""
+
+NUL_ESCAPE: Final = b"\\u0000"
+"""How U+0000 appears in JSON text (a raw NUL byte is not JSON: control characters in strings
+must be escaped), so text without these six bytes holds no U+0000."""
 
 
 def parse_json_object(data: bytes | bytearray | memoryview) -> dict[str, Any]:
@@ -42,3 +47,28 @@ def _kind(value: object) -> str:
     if isinstance(value, bool):
         return "a boolean"
     return "a number"
+
+
+def find_nul(data: bytes | bytearray | memoryview, value: object) -> str | None:
+    """Where the first string (value or member name) holding U+0000 sits in ``value``, the
+    parsed form of ``data``, as a path (``$.payload.evidence_bundle[0].summary``); None when
+    there is none. Only text with the escape is walked (the walk is iterative: any depth).
+    """
+    if NUL_ESCAPE not in data:
+        return None
+    stack: list[tuple[str, object]] = [("$", value)]
+    while stack:
+        path, node = stack.pop()
+        if type(node) is str:
+            if "\x00" in node:
+                return path
+        elif type(node) is dict:
+            for key, item in reversed(node.items()):
+                if "\x00" in key:
+                    return f"{path} (a member name)"
+                stack.append((f"{path}.{key}", item))
+        elif type(node) is list:
+            stack.extend(
+                (f"{path}[{index}]", item) for index, item in reversed(list(enumerate(node)))
+            )
+    return None

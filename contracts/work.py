@@ -41,7 +41,7 @@ from uuid import UUID
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, StringConstraints
 
 from contracts.envelope import EventEnvelope
-from contracts.fields import NonEmptyStr, NonNegativeInt, PositiveInt, UtcDatetime
+from contracts.fields import NonEmptyStr, NonNegativeInt, PositiveInt, UtcDatetime, Uuid
 from contracts.spec import EventSpec
 
 WORK_THREAD_OPENED: Final = "work.thread.opened"
@@ -67,7 +67,7 @@ class ThreadOpenedPayload(BaseModel):
 
     model_config = _MODEL_CONFIG
 
-    thread_id: UUID
+    thread_id: Uuid
     """The thread."""
     kind: NonEmptyStr
     """Operation kind, e.g. story_generate_epic or story_generate_all."""
@@ -77,7 +77,7 @@ class ThreadOpenedPayload(BaseModel):
     """Identifier of that space."""
     target_ref: NonEmptyStr
     """The document (and optional epic) the thread targets, as text."""
-    parent_thread_id: UUID | None = None
+    parent_thread_id: Uuid | None = None
     """Orchestration parent (generate-all), or null."""
     idempotency_key: NonEmptyStr
     """The thread's semantic identity (ADR-035 §8), e.g. project:backlog:epic:generate_stories."""
@@ -88,9 +88,9 @@ class WorkItemEnqueuedPayload(BaseModel):
 
     model_config = _MODEL_CONFIG
 
-    work_item_id: UUID
+    work_item_id: Uuid
     """The work item."""
-    thread_id: UUID
+    thread_id: Uuid
     """Its thread."""
     sequence: NonNegativeInt
     """Order of the item within its thread."""
@@ -113,9 +113,9 @@ class WorkItemStateChangedPayload(BaseModel):
 
     model_config = _MODEL_CONFIG
 
-    work_item_id: UUID
+    work_item_id: Uuid
     """The work item."""
-    thread_id: UUID
+    thread_id: Uuid
     """Its thread."""
     lock_scope: NonEmptyStr
     """The item's lock scope (as enqueued); the Kafka record key."""
@@ -132,11 +132,11 @@ class LedgerEntryAppendedPayload(BaseModel):
 
     model_config = _MODEL_CONFIG
 
-    entry_id: UUID
+    entry_id: Uuid
     """The ledger entry."""
-    thread_id: UUID
+    thread_id: Uuid
     """Its thread."""
-    work_item_id: UUID | None = None
+    work_item_id: Uuid | None = None
     """The work item it belongs to, or null for thread-level entries."""
     entry_type: LedgerEntryType
     """What the entry records."""

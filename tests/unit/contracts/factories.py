@@ -137,7 +137,7 @@ def ledger_event() -> EventEnvelope[LedgerEntryAppendedPayload]:
 
 # ---- hypothesis strategies ------------------------------------------------------------------
 
-CHARS = st.characters(codec="utf-8")  # every code point but the surrogates
+CHARS = st.characters(codec="utf-8", exclude_characters="\x00")  # but surrogates and U+0000
 text = st.text(CHARS, max_size=40)
 non_empty = st.text(CHARS, min_size=1, max_size=40)
 _any_utc_time = st.datetimes(

@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from contracts import format_utc, parse_utc
-from contracts.fields import RFC3339_PATTERN
+from contracts.fields import EARLIEST, END, RFC3339_PATTERN
 from tests.unit.contracts import factories as f
 
 RFC3339 = re.compile(RFC3339_PATTERN.removeprefix("^").removesuffix("$"), re.ASCII)
@@ -61,6 +61,16 @@ def test_rfc3339_text_is_read_as_utc(text: str, expected: datetime) -> None:
         "2026-11-21T10:00:Z\x00Z",
         "2026-11-21T10:00:00Z\x00",
         "0001-01-01T00:00:00+01:00",  # before year 1 once in UTC
+        "0001-01-01T00:00:00Z",  # datetime.min: stored as -infinity by asyncpg
+        "9999-12-31T23:59:59.999999Z",  # datetime.max: stored as infinity
+        "1969-12-31T23:59:59.999999Z",  # before the bound
+        "9999-01-01T00:00:00Z",  # past the bound
+        "1970-01-01T00:30:00+01:00",  # the year as written is in bounds, the instant is not
+        "9998-12-31T23:00:00-01:00",  # ditto, at the other end
+        "1969-12-31T23:30:00-01:00",  # an instant in bounds, but the year as written is not
+        "2026-11-21T10:00:00+05:60",  # fromisoformat reads it as +06:00
+        "2026-11-21T10:00:00+24:00",
+        "2100-02-29T10:00:00Z",  # not a leap year
         1763719200,
         1763719200.5,
         None,
@@ -70,6 +80,32 @@ def test_rfc3339_text_is_read_as_utc(text: str, expected: datetime) -> None:
 def test_everything_else_is_refused(value: object) -> None:
     with pytest.raises(ValueError):  # noqa: PT011 - the message varies by case
         parse_utc(value)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "1970-01-01T00:00:00Z",
+        "9998-12-31T23:59:59.999999999Z",
+        "2000-02-29T00:00:00Z",
+        "2024-02-29T00:00:00+23:59",
+    ],
+)
+def test_the_bounds_are_inclusive_at_the_start_and_exclusive_at_the_end(text: str) -> None:
+    assert EARLIEST <= parse_utc(text) < END
+
+
+def test_sub_microsecond_digits_are_truncated_never_rounded() -> None:
+    assert parse_utc("2026-11-21T10:00:00.9999999Z").microsecond == 999999
+    assert parse_utc("9998-12-31T23:59:59.9999999Z") < END  # rounding would leave the bound
+    assert parse_utc("2026-11-21T10:00:00.0000009Z") == parse_utc("2026-11-21T10:00:00Z")
+
+
+def test_datetimes_outside_the_bound_are_refused() -> None:
+    with pytest.raises(ValueError, match="instant"):
+        parse_utc(datetime(1969, 12, 31, tzinfo=UTC))
+    with pytest.raises(ValueError, match="instant"):
+        parse_utc(datetime.max.replace(tzinfo=UTC))
 
 
 def test_aware_datetimes_are_converted() -> None:
@@ -136,8 +172,8 @@ def test_the_fast_layout_check_accepts_only_the_pattern(text: str) -> None:
 
 @given(
     st.datetimes(
-        min_value=datetime(1, 1, 2),  # noqa: DTZ001 - naive bounds for hypothesis
-        max_value=datetime(9999, 12, 30),  # noqa: DTZ001
+        min_value=datetime(1970, 1, 2),  # noqa: DTZ001 - naive bounds for hypothesis
+        max_value=datetime(9998, 12, 30),  # noqa: DTZ001
     ),
     st.sampled_from(["T", "t"]),
     st.sampled_from(["", ".1", ".123456", ".123456789"]),
@@ -147,8 +183,6 @@ def test_every_valid_rfc3339_text_is_accepted(
     moment: datetime, sep: str, fraction: str, offset: str
 ) -> None:
     text = moment.strftime(f"%Y-%m-%d{sep}%H:%M:%S") + fraction + offset
-    if len(text.split("-")[0]) != 4:  # strftime does not pad years below 1000
-        text = f"{moment.year:04d}" + text[text.index("-") :]
     assert RFC3339.fullmatch(text)
     parse_utc(text)
 
@@ -198,10 +232,8 @@ def reference_parse(text: str) -> datetime | None:
     """The accepted set spelled out: the pattern, then a real date and time (None: refused)."""
     if not RFC3339.fullmatch(text):
         return None
-    try:
-        return datetime.fromisoformat(text.upper()).astimezone(UTC)
-    except (ValueError, OverflowError):
-        return None
+    moment = datetime.fromisoformat(text.upper()).astimezone(UTC)  # the pattern made it valid
+    return moment if EARLIEST <= moment < END else None
 
 
 def test_every_one_character_change_of_the_written_form_parses_as_the_reference() -> None:
@@ -217,6 +249,31 @@ def test_every_one_character_change_of_the_written_form_parses_as_the_reference(
                 continue
             assert parsed == expected, text
             assert parsed.tzinfo is UTC
+
+
+digit_soup = st.builds(
+    "{}-{}-{}{}{}:{}:{}{}{}".format,
+    st.sampled_from(
+        ["1969", "1970", "1972", "1900", "2000", "2024", "2100", "9996", "9998", "9999"]
+    ),
+    st.sampled_from(["00", "01", "02", "04", "09", "11", "12", "13"]),
+    st.sampled_from(["00", "01", "28", "29", "30", "31", "32"]),
+    st.sampled_from(["T", "t"]),
+    st.sampled_from(["00", "09", "19", "23", "24"]),
+    st.sampled_from(["00", "59", "60"]),
+    st.sampled_from(["00", "59", "60"]),
+    st.sampled_from(["", ".0", ".999999", ".1234567891"]),
+    st.sampled_from(["Z", "z", "+00:00", "-00:00", "+23:59", "-23:59", "+24:00", "+05:60"]),
+)
+
+
+@given(digit_soup)
+def test_parse_utc_accepts_exactly_the_pattern_within_the_instant_bound(text: str) -> None:
+    try:
+        parsed: datetime | None = parse_utc(text)
+    except ValueError:
+        parsed = None
+    assert parsed == reference_parse(text), text
 
 
 @given(f.utc_times)

@@ -61,14 +61,14 @@ def test_rendering_is_deterministic_sorted_and_ends_with_a_newline() -> None:
 def test_the_schema_pins_the_event_type_and_describes_the_timestamp_format() -> None:
     schema = envelope_json_schema(spec_for("platform.failure_cluster.detected"))
     assert schema["properties"]["event_type"]["const"] == "platform.failure_cluster.detected"
-    assert schema["additionalProperties"] is True
+    assert schema["additionalProperties"] == {"$ref": "#/$defs/JsonValue"}
     occurred = schema["properties"]["occurred_at"]
     assert occurred["format"] == "date-time"
     assert "YYYY-MM-DDTHH:MM:SS.ffffffZ" in occurred["description"]
     payload = schema["$defs"]["FailureClusterDetectedPayload"]
     assert payload["properties"]["evidence_bundle"]["maxItems"] == 10
     assert payload["properties"]["severity"]["enum"] == ["low", "medium", "high"]
-    assert payload["additionalProperties"] is True
+    assert payload["additionalProperties"] == {"$ref": "#/$defs/HashedJsonValue"}
 
 
 # ---- breaking_changes itself ----------------------------------------------------------------
