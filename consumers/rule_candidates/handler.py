@@ -2,7 +2,9 @@
 
 Per batch (inside the engine's transaction, acting as ``spectral_projector``):
 
-1. each delivery is checked for what the table cannot hold (validation.py) -> ``rejected``;
+1. each snapshot's order key is built, its last_observed_at capped at the record's timestamp
+   plus the allowed clock skew (collapse.py ``ordered_at``: a producer whose clock runs ahead
+   cannot freeze its cluster);
 2. the batch is collapsed to each cluster's newest snapshot (collapse.py), which also finds the
    snapshots that arrived after a newer one of their cluster -> ``stale``;
 3. one statement upserts the newest snapshots, keeps a stored newer snapshot, marks resurfaced
@@ -25,7 +27,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable, Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Final, get_args
 
 import asyncpg
@@ -33,16 +35,15 @@ import asyncpg
 from consumers.rule_candidates.churn import BASELINE_WINDOWS, Baseline, ChurnReading, exceeds
 from consumers.rule_candidates.churn import baseline as trailing_baseline
 from consumers.rule_candidates.churn import reading as churn_reading
-from consumers.rule_candidates.collapse import OrderKey, collapse
+from consumers.rule_candidates.collapse import OrderKey, collapse, ordered_at
 from consumers.rule_candidates.metrics import RuleCandidateMetrics
 from consumers.rule_candidates.repository import Conn, RuleCandidatesRepository, SnapshotRows
-from consumers.rule_candidates.validation import check_snapshot
 from contracts.failure_cluster import (
     FAILURE_CLUSTER_DETECTED,
     FailureClusterDetectedPayload,
     Severity,
 )
-from spectral.consumer.handler import Delivery, HandlerResult, Rejection
+from spectral.consumer.handler import Delivery, HandlerResult
 from spectral.observability.logging import get_logger
 
 log = get_logger(__name__)
@@ -89,24 +90,27 @@ class RuleCandidatesHandler:
 
     async def apply(self, conn: Conn, deliveries: Sequence[Delivery]) -> HandlerResult:
         result = HandlerResult()
+        now = datetime.now(UTC)
+        keys: dict[int, OrderKey] = {}  # by id(delivery): the batch holds every delivery alive
         entries: list[tuple[int, OrderKey, Delivery]] = []
         for delivery in deliveries:
             payload: FailureClusterDetectedPayload = delivery.envelope.payload
-            problem = check_snapshot(payload.failure_count, delivery.raw)
-            if problem is not None:
-                result.rejected.append(Rejection(delivery, problem[0].value, problem[1]))
-                continue
-            entries.append(
-                (
-                    payload.cluster_id.int,
-                    (payload.last_observed_at, payload.failure_count, payload.snapshot_hash),
-                    delivery,
-                )
+            last = payload.last_observed_at
+            key = (
+                ordered_at(last, delivery.timestamp_ms, now),
+                last,
+                payload.failure_count,
+                payload.snapshot_hash,
             )
+            keys[id(delivery)] = key
+            entries.append((payload.cluster_id.int, key, delivery))
         collapsed = collapse(entries)
+        winners = list(collapsed.winners.values())
         written = {
             row.cluster_id.int: row
-            for row in await self.repository.upsert(conn, _rows(collapsed.winners.values()))
+            for row in await self.repository.upsert(
+                conn, _rows(winners, [keys[id(d)][0] for d in winners])
+            )
         }
 
         facts: Counter[str] = Counter()
@@ -122,7 +126,7 @@ class RuleCandidatesHandler:
                 # One by one, a superseded snapshot no newer than the stored one was stale.
                 newer: list[Delivery] = []
                 for delivery in earlier:
-                    (stale if _order(delivery) <= row.prior else newer).append(delivery)
+                    (stale if keys[id(delivery)] <= row.prior else newer).append(delivery)
                 earlier = newer
             severity = _severity(winner)
             kind = INSERTED if row.inserted else UPDATED
@@ -153,8 +157,6 @@ class RuleCandidatesHandler:
         self.metrics.count_snapshots(_STALE, by_kind.get(_STALE, {}))
         self.metrics.count_new_clusters(by_kind.get(INSERTED, {}))
         self.metrics.count_resurfaced(by_kind.get(RESURFACED, {}))
-        for rejection in result.rejected:
-            self.metrics.count_rejected(rejection.reason)
 
     # -- the churn gauge -------------------------------------------------------------------
 
@@ -191,17 +193,12 @@ class RuleCandidatesHandler:
         return trailing_baseline(hour, previous.windows)
 
 
-def _order(delivery: Delivery) -> OrderKey:
-    payload: FailureClusterDetectedPayload = delivery.envelope.payload
-    return (payload.last_observed_at, payload.failure_count, payload.snapshot_hash)
-
-
 def _severity(delivery: Delivery) -> str:
     payload: FailureClusterDetectedPayload = delivery.envelope.payload
     return payload.severity
 
 
-def _rows(winners: Iterable[Delivery]) -> SnapshotRows:
+def _rows(winners: Iterable[Delivery], ordered: list[datetime]) -> SnapshotRows:
     deliveries = list(winners)
     payloads: list[FailureClusterDetectedPayload] = [d.envelope.payload for d in deliveries]
     return SnapshotRows(
@@ -215,4 +212,5 @@ def _rows(winners: Iterable[Delivery]) -> SnapshotRows:
         last_observed_at=[p.last_observed_at for p in payloads],
         envelope=[d.raw for d in deliveries],
         suggested_rule_stub=[p.suggested_rule_stub for p in payloads],
+        ordered_at=ordered,
     )

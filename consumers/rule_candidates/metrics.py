@@ -1,8 +1,8 @@
 """The rule-candidates projection's instruments, with label sets fixed at construction.
 
 Labels: ``outcome`` (applied | stale), ``severity`` (low | medium | high, anything else folded to
-``other``), ``reason`` (the fixed Problem values of validation.py). Every series exists from the
-start (zero), so rate() and absent() behave from the first scrape.
+``other``). Every series exists from the start (zero), so rate() and absent() behave from the
+first scrape.
 """
 
 from __future__ import annotations
@@ -12,7 +12,6 @@ from collections.abc import Mapping
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from consumers.rule_candidates.churn import ChurnReading
-from consumers.rule_candidates.validation import Problem
 
 SEVERITIES = ("low", "medium", "high")
 _OTHER = "other"
@@ -51,13 +50,6 @@ class RuleCandidateMetrics:
             registry=registry,
         )
         self._resurfaced = {s: resurfaced.labels(s) for s in labels}
-        rejected = Counter(
-            "spectral_rule_candidates_rejected_total",
-            "Snapshots refused for a data reason the contracts do not check (dead-lettered).",
-            ["reason"],
-            registry=registry,
-        )
-        self._rejected = {p.value: rejected.labels(p.value) for p in Problem}
         self.churn_distinct_24h = Gauge(
             "spectral_cluster_churn_distinct_24h",
             "Distinct cluster_ids signalled (snapshot applied) in the last 24 hours.",
@@ -88,11 +80,6 @@ class RuleCandidateMetrics:
         for severity, count in by_severity.items():
             if count:
                 self._resurfaced[severity_label(severity)].inc(count)
-
-    def count_rejected(self, reason: str) -> None:
-        counter = self._rejected.get(reason)
-        if counter is not None:
-            counter.inc()
 
     def set_churn(self, current: ChurnReading) -> None:
         self.churn_distinct_24h.set(current.distinct_24h)

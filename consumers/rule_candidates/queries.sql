@@ -9,7 +9,8 @@
 -- One row per cluster (the batch is collapsed to each cluster's newest snapshot first: ON
 -- CONFLICT DO UPDATE cannot touch a row twice). New cluster -> INSERT (status defaults to
 -- 'pending'). Known cluster -> the snapshot columns and last_signaled_at are overwritten only
--- when the incoming snapshot is newer in the order of collapse.py; operator columns are never
+-- when the incoming snapshot is newer in the order of collapse.py (ordered_at, the observation
+-- time capped for a producer's clock, leads it); operator columns are never
 -- named. A dismissed or resolved cluster receiving a newer, different snapshot gets
 -- resurfaced_at = now() and keeps its status. Clusters not returned were stale.
 -- evidence_bundle is taken from the record bytes as they were on the wire: no re-serialising,
@@ -24,24 +25,25 @@
 -- The same statement records the signal hour of every applied cluster for the churn gauge.
 WITH incoming AS (
     SELECT *
-    FROM unnest($1::uuid[], $2::text[], $3::uuid[], $4::uuid[], $5::text[], $6::int[],
-                $7::timestamptz[], $8::timestamptz[], $9::bytea[], $10::text[])
+    FROM unnest($1::uuid[], $2::text[], $3::uuid[], $4::uuid[], $5::text[], $6::bigint[],
+                $7::timestamptz[], $8::timestamptz[], $9::bytea[], $10::text[],
+                $11::timestamptz[])
         AS i(cluster_id, snapshot_hash, rule_id, workspace_id, severity, failure_count,
-             first_observed_at, last_observed_at, envelope, suggested_rule_stub)
+             first_observed_at, last_observed_at, envelope, suggested_rule_stub, ordered_at)
 ),
 prior AS (
-    SELECT p.cluster_id, p.last_observed_at, p.failure_count, p.snapshot_hash
+    SELECT p.cluster_id, p.ordered_at, p.last_observed_at, p.failure_count, p.snapshot_hash
     FROM platform.rule_candidates_pending AS p
     WHERE p.cluster_id IN (SELECT cluster_id FROM incoming)
 ),
 applied AS (
     INSERT INTO platform.rule_candidates_pending AS t
         (cluster_id, snapshot_hash, rule_id, workspace_id, severity, failure_count,
-         first_observed_at, last_observed_at, evidence_bundle, suggested_rule_stub)
+         first_observed_at, last_observed_at, evidence_bundle, suggested_rule_stub, ordered_at)
     SELECT cluster_id, snapshot_hash, rule_id, workspace_id, severity, failure_count,
            first_observed_at, last_observed_at,
            convert_from(envelope, 'UTF8')::jsonb -> 'payload' -> 'evidence_bundle',
-           suggested_rule_stub
+           suggested_rule_stub, ordered_at
     FROM incoming
     ON CONFLICT (cluster_id) DO UPDATE SET
         snapshot_hash       = excluded.snapshot_hash,
@@ -53,6 +55,7 @@ applied AS (
         last_observed_at    = excluded.last_observed_at,
         evidence_bundle     = excluded.evidence_bundle,
         suggested_rule_stub = excluded.suggested_rule_stub,
+        ordered_at          = excluded.ordered_at,
         last_signaled_at    = now(),
         resurfaced_at       = CASE
             WHEN t.status IN ('dismissed', 'resolved')
@@ -60,8 +63,9 @@ applied AS (
             THEN now()
             ELSE t.resurfaced_at
         END
-    WHERE (excluded.last_observed_at, excluded.failure_count, excluded.snapshot_hash COLLATE "C")
-        > (t.last_observed_at, t.failure_count, t.snapshot_hash COLLATE "C")
+    WHERE (excluded.ordered_at, excluded.last_observed_at, excluded.failure_count,
+           excluded.snapshot_hash COLLATE "C")
+        > (t.ordered_at, t.last_observed_at, t.failure_count, t.snapshot_hash COLLATE "C")
     RETURNING t.cluster_id,
               t.xmax = 0 AS inserted,
               t.xmax <> 0 AND t.resurfaced_at IS NOT DISTINCT FROM now() AS resurfaced
@@ -72,6 +76,7 @@ signalled AS (
     ON CONFLICT DO NOTHING
 )
 SELECT a.cluster_id, a.inserted, a.resurfaced,
+       p.ordered_at AS prior_ordered_at,
        p.last_observed_at AS prior_last_observed_at,
        p.failure_count AS prior_failure_count,
        p.snapshot_hash AS prior_snapshot_hash

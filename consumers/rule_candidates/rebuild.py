@@ -6,8 +6,9 @@ Procedure (one database transaction, as ``spectral_projector``; see rebuild.sql)
 1. refuse while the live consumer group has active members (stop it first: it would wait on
    the rebuild's row locks anyway);
 2. save the current rows' snapshot and lifecycle columns and this hour's churn record;
-3. delete the consumer's ``core.event_handled`` rows and set every row's ``last_observed_at`` to
-   ``-infinity``, so any snapshot of the topic is newer than the stored one;
+3. delete the consumer's ``core.event_handled`` rows and set every row's ``ordered_at`` and
+   ``last_observed_at`` to ``-infinity``, so any snapshot of the topic is newer than the stored
+   one;
 4. replay the topic from its first offset to the end offsets captured at the start, through the
    engine and the deployment's own handler (spectral/consumer/replay.py, ATOMIC mode: every
    batch a savepoint of the one transaction; nothing is produced to the dead-letter topic —

@@ -7,7 +7,7 @@
 -- The projection as it was, to restore what the topic cannot rebuild and to report the diff.
 CREATE TEMP TABLE rebuild_before ON COMMIT DROP AS
 SELECT cluster_id, snapshot_hash, rule_id, workspace_id, severity, failure_count,
-       first_observed_at, last_observed_at, evidence_bundle, suggested_rule_stub,
+       first_observed_at, last_observed_at, evidence_bundle, suggested_rule_stub, ordered_at,
        last_signaled_at, resurfaced_at
 FROM platform.rule_candidates_pending;
 
@@ -23,7 +23,7 @@ DELETE FROM core.event_handled WHERE consumer = $1;
 -- name: reset_order
 -- Any snapshot from the topic is newer than this: the stale guard lets the topic's snapshots
 -- rewrite every row, oldest first, and keeps the newest.
-UPDATE platform.rule_candidates_pending SET last_observed_at = '-infinity';
+UPDATE platform.rule_candidates_pending SET ordered_at = '-infinity', last_observed_at = '-infinity';
 
 -- name: restore_unreached
 -- Rows no record of the topic reached (their snapshots are past the topic's retention) keep
@@ -37,9 +37,10 @@ UPDATE platform.rule_candidates_pending AS t SET
     first_observed_at   = b.first_observed_at,
     last_observed_at    = b.last_observed_at,
     evidence_bundle     = b.evidence_bundle,
-    suggested_rule_stub = b.suggested_rule_stub
+    suggested_rule_stub = b.suggested_rule_stub,
+    ordered_at          = b.ordered_at
 FROM rebuild_before AS b
-WHERE t.cluster_id = b.cluster_id AND t.last_observed_at = '-infinity'
+WHERE t.cluster_id = b.cluster_id AND t.ordered_at = '-infinity'
 RETURNING t.cluster_id;
 
 -- name: restore_lifecycle

@@ -42,6 +42,8 @@ class SnapshotRows:
     envelope: list[bytes]
     """The record values as received; evidence_bundle is read from them by the database."""
     suggested_rule_stub: list[str | None]
+    ordered_at: list[datetime]
+    """last_observed_at capped for a producer's clock (collapse.py ``ordered_at``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,6 +85,7 @@ class RuleCandidatesRepository:
                 rows.last_observed_at,
                 rows.envelope,
                 rows.suggested_rule_stub,
+                rows.ordered_at,
             ),
         )
         return [
@@ -93,6 +96,7 @@ class RuleCandidatesRepository:
                 None
                 if r["prior_last_observed_at"] is None
                 else (
+                    r["prior_ordered_at"],
                     r["prior_last_observed_at"],
                     r["prior_failure_count"],
                     r["prior_snapshot_hash"],

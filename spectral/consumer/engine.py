@@ -44,7 +44,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListen
 from aiokafka.errors import CommitFailedError, IllegalStateError, KafkaError
 from prometheus_client import REGISTRY, CollectorRegistry
 
-from contracts import DecodeError, EventEnvelope, decode
+from contracts import DecodeError, EventEnvelope, check_record_key, decode
 from spectral.consumer.handler import (
     AfterCommit,
     BatchReport,
@@ -490,6 +490,7 @@ class ConsumerEngine:
             value: bytes = record.value if record.value is not None else b""
             try:
                 envelope = self._decode(value)
+                check_record_key(envelope, record.key)
             except DecodeError as exc:
                 dead.append(self._dead(record, exc.reason.value, exc.detail))
                 continue

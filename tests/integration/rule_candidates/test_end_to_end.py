@@ -208,14 +208,15 @@ async def test_poison_records_are_dead_lettered_and_later_records_still_apply(
     bundle = over_bound["payload"]["evidence_bundle"]
     bundle.extend(dict(bundle[0], failure_id=f"f-extra-{i}") for i in range(8))  # 11 > 10
     nul = json.loads(encode(snapshot(uuid.uuid4())))
-    nul["payload"]["evidence_bundle"][0]["summary"] = "stack\u0000trace"  # the table refuses
+    nul["payload"]["evidence_bundle"][0]["summary"] = "stack\u0000trace"  # the contract refuses
 
     poison: list[tuple[str, bytes]] = [
         ("not_json", b'{"event_id": "truncated'),
         ("unknown_event_type", json.dumps(unknown).encode()),
         ("hash_mismatch", json.dumps(tampered).encode()),
         ("invalid_payload", _rehash(over_bound)),
-        ("handler_rejected", _rehash(nul)),
+        ("invalid_payload", _rehash(nul)),
+        ("record_key_mismatch", encode(snapshot(uuid.uuid4()))),  # valid, but keyed b"poison"
     ]
     records = [
         (_key(before), encode(before)),
@@ -238,9 +239,9 @@ async def test_poison_records_are_dead_lettered_and_later_records_still_apply(
     assert [d.value for d in dead] == [value for _, value in poison]
     assert [int(_header(d, "dlq.source.offset")) for d in dead] == offsets[1:-1]
     assert {_header(d, "dlq.consumer") for d in dead} == {CONSUMER}
-    assert "nul_character" in _header(dead[-1], "dlq.detail")
+    assert "U+0000" in _header(dead[-2], "dlq.detail")
     assert await _fully_committed(kafka_bootstrap, CONSUMER, topic, partitions=1)
     handled = await _fetch(
         database_url, "SELECT count(*) AS n FROM core.event_handled WHERE consumer = $1", CONSUMER
     )
-    assert handled[0]["n"] == 2  # the rejected one left no dedup row behind (a redrive applies)
+    assert handled[0]["n"] == 2  # no dead letter left a dedup row behind (a redrive applies)
