@@ -247,3 +247,21 @@ async def test_applied_clusters_are_recorded_for_the_churn_gauge(database_url: s
         rows = await conn.fetch("SELECT hour, cluster_id FROM platform.cluster_signal_hours")
     assert sorted(r["cluster_id"] for r in rows) == sorted([a, b])
     assert all(r["hour"].minute == 0 and r["hour"].second == 0 for r in rows)
+
+
+async def test_a_valid_record_with_a_deep_unknown_field_and_an_escaped_backslash_applies(
+    database_url: str,
+) -> None:
+    # The deepest nesting the reader parses (1,024 levels with the envelope) in an unknown
+    # envelope field, and the six characters \u0000 (an escaped backslash, not U+0000) in the
+    # payload: a valid record, so it must apply (it once raised RecursionError in the handler).
+    handler = new_handler()
+    cluster = new_cluster()
+    record = encode(snapshot(cluster, summary="C:\\u0000 is a path, not a NUL"))
+    deep = b"[" * 1022 + b'"\\\\u0000"' + b"]" * 1022  # spliced in: json.dumps would recurse
+    raw = record[:-1] + b',"trace":' + deep + b"}"
+    result = await apply(database_url, handler, [delivery_of_bytes(raw)])
+    assert result.rejected == []
+    assert result.facts["inserted"] == 1
+    stored = await row(database_url, cluster)
+    assert json.loads(stored["evidence_bundle"])[0]["summary"] == "C:\\u0000 is a path, not a NUL"
