@@ -1,0 +1,116 @@
+"""The record and timestamp vectors: the consumer's verdicts, the JSON Schemas' verdicts and the
+spec's rules all agree with the hand-declared ones."""
+
+from __future__ import annotations
+
+import base64
+import json
+from pathlib import Path
+from typing import Any
+
+import jsonschema_rs
+import pytest
+
+from contracts import DecodeError, decode_record, format_utc, parse_utc
+from tests.unit.contracts import envelope_vectors as ev
+
+SCHEMA_DIR = Path(__file__).resolve().parents[3] / "schemas" / "events"
+SPEC = (SCHEMA_DIR / "README.md").read_text("utf-8")
+VECTORS: dict[str, Any] = json.loads(ev.ENVELOPES_FILE.read_text("utf-8"))
+RECORDS: list[dict[str, Any]] = VECTORS["records"]
+SIZED: list[dict[str, Any]] = VECTORS["sized_records"]
+TIMESTAMPS: list[dict[str, Any]] = json.loads(ev.TIMESTAMPS_FILE.read_text("utf-8"))
+
+
+def validator(event_type: str) -> Any:
+    schema = json.loads((SCHEMA_DIR / f"{event_type}.v1.json").read_text("utf-8"))
+    return jsonschema_rs.validator_for(schema)
+
+
+def value_of(vector: dict[str, Any]) -> bytes:
+    if "value_base64" in vector:
+        return base64.b64decode(vector["value_base64"])
+    if "value" in vector:
+        text: str = vector["value"]
+        return text.encode("utf-8")
+    filler = vector["total_bytes"] - len(vector["value_prefix"]) - len(vector["value_suffix"])
+    return (vector["value_prefix"] + vector["filler"] * filler + vector["value_suffix"]).encode()
+
+
+def key_of(vector: dict[str, Any]) -> bytes | None:
+    key = vector["key"]
+    return None if key is None else key.encode("utf-8")
+
+
+def consumer_verdict(vector: dict[str, Any]) -> str:
+    try:
+        envelope = decode_record(value_of(vector), key_of(vector))
+    except DecodeError as exc:
+        return exc.reason.value
+    if "idempotency_key" in vector:
+        assert envelope.idempotency_key == vector["idempotency_key"]
+    assert envelope.event_type == vector["topic_event_type"]
+    return "valid"
+
+
+def test_checked_in_vectors_are_the_generators_output() -> None:
+    from tests.unit.contracts.vectors import render  # noqa: PLC0415
+
+    assert ev.ENVELOPES_FILE.read_text("utf-8") == render(ev.build())
+    assert ev.TIMESTAMPS_FILE.read_text("utf-8") == render(ev.build_timestamps())
+
+
+@pytest.mark.parametrize("vector", RECORDS + SIZED, ids=[v["name"] for v in RECORDS + SIZED])
+def test_the_consumer_gives_every_record_its_declared_verdict(vector: dict[str, Any]) -> None:
+    assert consumer_verdict(vector) == vector["expect"]
+
+
+@pytest.mark.parametrize("vector", RECORDS + SIZED, ids=[v["name"] for v in RECORDS + SIZED])
+def test_the_json_schema_gives_every_record_its_declared_verdict(vector: dict[str, Any]) -> None:
+    if vector["schema"] == "n/a":  # not JSON: no schema can be asked
+        return
+    instance = json.loads(value_of(vector))
+    valid = validator(vector["topic_event_type"]).is_valid(instance)
+    assert ("valid" if valid else "invalid") == vector["schema"]
+
+
+@pytest.mark.parametrize("vector", RECORDS + SIZED, ids=[v["name"] for v in RECORDS + SIZED])
+def test_where_the_schema_and_the_consumer_differ_the_spec_names_the_rule(
+    vector: dict[str, Any],
+) -> None:
+    schema_accepts = vector["schema"] == "valid"
+    consumer_accepts = vector["expect"] == "valid"
+    if schema_accepts != consumer_accepts or vector["schema"] == "n/a" and vector.get("rule"):
+        assert vector.get("rule") in ev.RULES
+    if vector.get("rule"):
+        assert vector["rule"] in SPEC, f"the spec does not state: {vector['rule']}"
+        if not consumer_accepts:
+            assert f"`{vector['expect']}`" in _rule_row(vector["rule"])
+
+
+def _rule_row(rule: str) -> str:
+    """The line of the spec's table that states ``rule``."""
+    return next(line for line in SPEC.splitlines() if rule in line)
+
+
+def test_every_rule_the_vectors_use_is_in_the_spec() -> None:
+    for rule in ev.RULES:
+        assert rule in SPEC, rule
+
+
+def test_the_vectors_cover_every_refusal_reason_of_the_contract() -> None:
+    from contracts import DecodeReason  # noqa: PLC0415
+
+    declared = {v["expect"] for v in RECORDS + SIZED}
+    assert {r.value for r in DecodeReason} <= declared
+
+
+@pytest.mark.parametrize("vector", TIMESTAMPS, ids=[v["text"] for v in TIMESTAMPS])
+def test_timestamps_read_as_declared(vector: dict[str, Any]) -> None:
+    try:
+        parsed = parse_utc(vector["text"])
+    except ValueError:
+        assert not vector["valid"]
+        return
+    assert vector["valid"]
+    assert format_utc(parsed) == vector["utc"]
