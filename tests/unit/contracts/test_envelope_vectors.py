@@ -78,13 +78,13 @@ def test_the_json_schema_gives_every_record_its_declared_verdict(vector: dict[st
 def test_where_the_schema_and_the_consumer_differ_the_spec_names_the_rule(
     vector: dict[str, Any],
 ) -> None:
-    schema_accepts = vector["schema"] == "valid"
-    consumer_accepts = vector["expect"] == "valid"
-    if schema_accepts != consumer_accepts or vector["schema"] == "n/a" and vector.get("rule"):
+    # The schemas never refuse what the consumer accepts; the other way round needs a named rule.
+    assert not (vector["schema"] == "invalid" and vector["expect"] == "valid")
+    if vector["schema"] == "valid" and vector["expect"] != "valid":
         assert vector.get("rule") in ev.RULES
     if vector.get("rule"):
         assert vector["rule"] in SPEC, f"the spec does not state: {vector['rule']}"
-        if not consumer_accepts:
+        if vector["expect"] != "valid":
             assert f"`{vector['expect']}`" in _rule_row(vector["rule"])
 
 
