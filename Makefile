@@ -10,8 +10,12 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 SPECTRAL := $(BIN)/spectral
 PYTEST_ARGS ?=
+# The official AsyncAPI parser (npm), pinned by tests/asyncapi/package-lock.json: the suite
+# validates schemas/events/asyncapi.json with it.
+ASYNCAPI_DIR   := tests/asyncapi
+ASYNCAPI_STAMP := $(ASYNCAPI_DIR)/node_modules/.installed-stamp
 
-.PHONY: all install postgres-binaries promtool chromium up down status migrate topics demo test unit lint bench clean
+.PHONY: all install tooling postgres-binaries promtool chromium up down status migrate topics demo test unit lint bench clean
 
 all: test
 
@@ -29,6 +33,15 @@ $(STAMP): pyproject.toml setup.py
 	touch $(STAMP)
 
 install: $(STAMP)
+
+$(ASYNCAPI_STAMP): $(ASYNCAPI_DIR)/package.json $(ASYNCAPI_DIR)/package-lock.json
+	@command -v npm >/dev/null || { echo "npm is needed for the AsyncAPI check: apt-get install -y npm" >&2; exit 1; }
+	cd $(ASYNCAPI_DIR) && npm ci --no-audit --no-fund --ignore-scripts --loglevel=error
+	touch $@
+
+# Test tooling outside Python: the AsyncAPI parser. (The Go producer of tests/interop is built
+# by its test, its modules fetched from the Go module proxy into the ignored build/ folder.)
+tooling: $(ASYNCAPI_STAMP)
 
 # PostgreSQL refuses to run as root; Debian's package brings the server and the `postgres` user.
 postgres-binaries:
@@ -75,12 +88,12 @@ lint: install
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 
-unit: install
+unit: install tooling
 	$(BIN)/pytest tests/unit -q
 
 # The whole suite against the real broker and database; the stack is stopped afterwards even
 # when tests fail, so no process is left behind.
-test: install postgres-binaries promtool chromium lint
+test: install tooling postgres-binaries promtool chromium lint
 	$(SPECTRAL) dev up
 	@status=0; $(BIN)/pytest -q -p no:cacheprovider --durations=15 $(PYTEST_ARGS) || status=$$?; \
 		$(SPECTRAL) dev down; exit $$status
@@ -92,4 +105,4 @@ bench: migrate
 # checkout (under /var/lib/spectral) when run as root.
 clean:
 	@if [ -x $(SPECTRAL) ]; then $(SPECTRAL) dev down --wipe; fi
-	rm -rf .spectral $(VENV)
+	rm -rf .spectral $(VENV) $(ASYNCAPI_DIR)/node_modules build

@@ -7,6 +7,10 @@ label) and keep :attr:`DecodeError.detail` (human text) for people.
 from __future__ import annotations
 
 from enum import StrEnum
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pydantic import ValidationError
 
 
 class DecodeReason(StrEnum):
@@ -51,3 +55,18 @@ class DecodeError(ValueError):
 
 def _rebuild(reason: DecodeReason, detail: str, event_type: str | None) -> DecodeError:
     return DecodeError(reason, detail, event_type=event_type)
+
+
+def describe_validation_errors(exc: ValidationError, root: str = "") -> list[str]:
+    """One ``location: message`` line per pydantic error, the location read as JSON paths
+    (``payload.evidence_bundle[0].summary``) under ``root``."""
+    errors = exc.errors(include_url=False, include_input=False, include_context=False)
+    return [f"{location(error['loc'], root)}: {error['msg']}" for error in errors]
+
+
+def location(loc: tuple[int | str, ...], root: str = "") -> str:
+    """A pydantic error location as a JSON path."""
+    out = root
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out or "(envelope)"

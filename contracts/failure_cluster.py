@@ -36,7 +36,14 @@ from datetime import datetime
 from typing import Annotated, Any, Final, Literal, Self
 from uuid import UUID
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    ValidationError,
+    model_validator,
+)
 
 from contracts.canonical import (
     CanonicalizationError,
@@ -45,10 +52,10 @@ from contracts.canonical import (
     snapshot_hash_prechecked,
 )
 from contracts.envelope import EventEnvelope
-from contracts.errors import DecodeError, DecodeReason
+from contracts.errors import DecodeError, DecodeReason, describe_validation_errors
 from contracts.fields import PositiveInt, UtcDatetime, Uuid
 from contracts.spec import EventSpec
-from contracts.wire import parse_json_object
+from contracts.wire import find_nul, parse_json_object
 
 FAILURE_CLUSTER_DETECTED: Final = "platform.failure_cluster.detected"
 FAILURE_CLUSTER_SCHEMA_VERSION: Final = 1
@@ -213,15 +220,28 @@ def failure_cluster_detected_event(
 
 
 def snapshot_hash_of_json(data: bytes) -> str:
-    """The snapshot_hash of a payload given as JSON text (``spectral contracts hash``).
+    """The snapshot_hash of a failure-cluster payload given as JSON text (``spectral contracts
+    hash``), refusing a payload the contract refuses.
 
-    Any JSON object is accepted (the hash is defined on objects; fields are not validated).
+    The payload is validated as a consumer would (every field's rule, U+0000, integers only,
+    nesting); its ``snapshot_hash`` may be missing or anything (it is what is being computed).
     Raises :class:`DecodeError` with ``too_large``, ``not_json``, ``not_an_object`` or
-    ``invalid_payload`` (a float, an integer beyond 2**53 - 1).
+    ``invalid_payload`` (every problem found, in the detail).
     """
     value = parse_json_object(data)
+    problems: list[str] = []
+    candidate = {**value, "snapshot_hash": _PLACEHOLDER_HASH}
     try:
-        return snapshot_hash(value)
+        FailureClusterDetectedPayload.__pydantic_validator__.validate_python(candidate)
+    except ValidationError as exc:
+        problems.extend(describe_validation_errors(exc, "payload"))
+    nul = find_nul(data, value)
+    if nul is not None:
+        problems.append(f"{nul.replace('$', 'payload', 1)}: a string holds U+0000")
+    try:
+        digest = snapshot_hash(value)
     except CanonicalizationError as exc:
-        detail = str(exc).replace("$", "payload", 1)
-        raise DecodeError(DecodeReason.INVALID_PAYLOAD, detail) from None
+        problems.append(str(exc).replace("$", "payload", 1))
+    if problems:
+        raise DecodeError(DecodeReason.INVALID_PAYLOAD, "; ".join(problems))
+    return digest

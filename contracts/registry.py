@@ -36,7 +36,7 @@ from pydantic import BaseModel, ValidationError
 from pydantic_core import PydanticSerializationError
 
 from contracts.envelope import EventEnvelope
-from contracts.errors import DecodeError, DecodeReason
+from contracts.errors import DecodeError, DecodeReason, location
 from contracts.failure_cluster import FAILURE_CLUSTER_SPEC
 from contracts.spec import EventSpec
 from contracts.wire import MAX_RECORD_BYTES, find_nul, parse_json_object
@@ -199,7 +199,7 @@ def _validation_failure(exc: ValidationError, event_type: str) -> DecodeError:
     envelope_errors = [e for e in errors if not _is_payload_error(e["loc"], e["type"])]
     chosen = envelope_errors or errors
     reason = DecodeReason.INVALID_ENVELOPE if envelope_errors else DecodeReason.INVALID_PAYLOAD
-    shown = "; ".join(f"{_location(e['loc'])}: {e['msg']}" for e in chosen[:_MAX_ERRORS_SHOWN])
+    shown = "; ".join(f"{location(e['loc'])}: {e['msg']}" for e in chosen[:_MAX_ERRORS_SHOWN])
     more = len(chosen) - _MAX_ERRORS_SHOWN
     detail = f"{shown} (and {more} more)" if more > 0 else shown
     return DecodeError(reason, detail, event_type=event_type)
@@ -207,13 +207,6 @@ def _validation_failure(exc: ValidationError, event_type: str) -> DecodeError:
 
 def _is_payload_error(loc: tuple[int | str, ...], kind: str) -> bool:
     return bool(loc) and loc[0] == "payload" and not (len(loc) == 1 and kind == "missing")
-
-
-def _location(loc: tuple[int | str, ...]) -> str:
-    out = ""
-    for part in loc:
-        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
-    return out or "(envelope)"
 
 
 def _in_payload(path: str) -> bool:

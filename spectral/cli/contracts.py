@@ -1,35 +1,60 @@
-"""`spectral contracts export [--check]` and `spectral contracts hash FILE|-`."""
+"""`spectral contracts export [--check]`, `spectral contracts hash FILE|-` and
+`spectral contracts check FILE|-`."""
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
+from consumers.rule_candidates.handler import RuleCandidatesHandler
 from contracts import (
     DEFAULT_REGISTRY,
+    WORK_ITEM_ENQUEUED,
     DecodeError,
+    decode,
     render_event_schemas,
     schema_violations,
     snapshot_hash_of_json,
 )
+from contracts.asyncapi import ASYNCAPI_FILE_NAME, document_text
 from spectral import resources
+from spectral.consumer.metrics import DEAD_LETTER_REASONS
 
-app = typer.Typer(help="Wire contracts: JSON Schemas and the snapshot hash.", no_args_is_help=True)
+app = typer.Typer(
+    help="Wire contracts: JSON Schemas, AsyncAPI, the snapshot hash, checking records.",
+    no_args_is_help=True,
+)
 
 SOURCE_SCHEMA_DIR = resources.source_event_schemas()
 """schemas/events of the source checkout; None when spectral runs from an installed wheel."""
 DEFAULT_SCHEMA_DIR = SOURCE_SCHEMA_DIR or Path(str(resources.event_schemas()))
 """Where --check compares by default: the checkout's files, else the ones the wheel ships."""
 
+RECEIVERS: dict[str, tuple[str, ...]] = {
+    **dict.fromkeys(RuleCandidatesHandler.event_types, ("rule-candidates",)),
+    WORK_ITEM_ENQUEUED: ("work-executor",),
+}
+"""Which consumer deployments read which event types (the AsyncAPI receive operations)."""
+
+
+def published_files() -> dict[str, str]:
+    """File name -> text of everything ``export`` writes: the JSON Schemas and AsyncAPI."""
+    files = render_event_schemas(DEFAULT_REGISTRY)
+    files[ASYNCAPI_FILE_NAME] = document_text(
+        DEFAULT_REGISTRY, receivers=RECEIVERS, dead_letter_reasons=sorted(DEAD_LETTER_REASONS)
+    )
+    return files
+
 
 @app.command()
 def export(
     check: Annotated[
         bool,
-        typer.Option("--check", help="Write nothing; exit 1 when a checked-in schema differs."),
+        typer.Option("--check", help="Write nothing; exit 1 when a checked-in file differs."),
     ] = False,
     directory: Annotated[
         Path | None,
@@ -40,7 +65,8 @@ def export(
         ),
     ] = None,
 ) -> None:
-    """Write schemas/events/<event_type>.v<schema_version>.json for every registered type.
+    """Write schemas/events/<event_type>.v<schema_version>.json for every registered type and
+    the AsyncAPI 3 document of every topic (asyncapi.json), all from the registry.
 
     Refuses (exit 1) a model change that is not additive against the checked-in schemas.
     Writes only into a source checkout or --dir, never into an installed package (exit 2).
@@ -54,9 +80,11 @@ def export(
             )
             raise typer.Exit(2)
         directory = DEFAULT_SCHEMA_DIR
-    rendered = render_event_schemas(DEFAULT_REGISTRY)
+    rendered = published_files()
     checked_in = {path.name: path.read_text("utf-8") for path in sorted(directory.glob("*.json"))}
-    violations = schema_violations(rendered, checked_in)
+    schemas = {name: text for name, text in checked_in.items() if name != ASYNCAPI_FILE_NAME}
+    current = {name: text for name, text in rendered.items() if name != ASYNCAPI_FILE_NAME}
+    violations = schema_violations(current, schemas)
     if violations:
         typer.echo("not additive against the checked-in schemas:", err=True)
         for violation in violations:
@@ -70,28 +98,105 @@ def export(
         if stale:
             typer.echo("run `spectral contracts export` and commit the result", err=True)
             raise typer.Exit(1)
-        typer.echo(f"{len(rendered)} schemas up to date")
+        typer.echo(f"{len(rendered)} files up to date")
         return
     directory.mkdir(parents=True, exist_ok=True)
     for name in stale:
         (directory / name).write_text(rendered[name], "utf-8")
         typer.echo(f"wrote {directory / name}")
-    typer.echo(f"{len(rendered)} schemas, {len(stale)} written")
+    typer.echo(f"{len(rendered)} files, {len(stale)} written")
+
+
+def _read(source: str) -> bytes:
+    try:
+        return sys.stdin.buffer.read() if source == "-" else Path(source).read_bytes()
+    except OSError as exc:
+        typer.echo(f"cannot read {source}: {exc.strerror or exc}", err=True)
+        raise typer.Exit(2) from None
 
 
 @app.command(name="hash")
 def hash_command(
     source: Annotated[str, typer.Argument(metavar="FILE|-", help="A JSON object; - reads stdin.")],
 ) -> None:
-    """Print the snapshot_hash of the failure-cluster payload in FILE, and nothing else."""
-    try:
-        data = sys.stdin.buffer.read() if source == "-" else Path(source).read_bytes()
-    except OSError as exc:
-        typer.echo(f"cannot read {source}: {exc.strerror or exc}", err=True)
-        raise typer.Exit(2) from None
+    """Print the snapshot_hash of the failure-cluster payload in FILE, and nothing else.
+
+    The payload is checked as a consumer checks it (its snapshot_hash may be missing or
+    anything): a payload the contract refuses exits 1 with every problem on stderr.
+    """
+    data = _read(source)
     try:
         digest = snapshot_hash_of_json(data)
     except DecodeError as exc:
         typer.echo(f"{exc.reason.value}: {exc.detail}", err=True)
         raise typer.Exit(1) from None
     typer.echo(digest)
+
+
+@app.command()
+def check(
+    source: Annotated[
+        str, typer.Argument(metavar="FILE|-", help="One record value (an envelope); - reads stdin.")
+    ],
+    key: Annotated[
+        str | None,
+        typer.Option(
+            "--key",
+            help="The Kafka record key (UTF-8) to check as well. Without it the key the record "
+            "must carry is printed.",
+        ),
+    ] = None,
+    lines: Annotated[
+        bool, typer.Option("--lines", help="FILE holds one envelope per line (JSON lines).")
+    ] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON object per record.")] = False,
+) -> None:
+    """Check whole records the way the consumer reads them: size, JSON, envelope, payload,
+    U+0000, snapshot_hash, idempotency_key and (with --key) the record key.
+
+    Prints one line per record, ``ok`` or ``refused`` with the reason; exits 1 when any record
+    is refused, 2 when FILE cannot be read.
+    """
+    data = _read(source)
+    values = [line for line in data.splitlines() if line.strip()] if lines else [data]
+    refused = 0
+    for number, value in enumerate(values, start=1):
+        verdict = _verdict(value, None if key is None else key.encode())
+        refused += verdict["verdict"] == "refused"
+        if as_json:
+            typer.echo(json.dumps({"record": number, **verdict}, ensure_ascii=False))
+        else:
+            typer.echo(_line(number if lines else None, verdict))
+    if refused:
+        raise typer.Exit(1)
+
+
+def _verdict(value: bytes, key: bytes | None) -> dict[str, Any]:
+    try:
+        envelope = decode(value)
+    except DecodeError as exc:
+        return {"verdict": "refused", "reason": exc.reason.value, "detail": exc.detail}
+    record_key = DEFAULT_REGISTRY.record_key(envelope)
+    out: dict[str, Any] = {
+        "event_type": envelope.event_type,
+        "idempotency_key": envelope.idempotency_key,
+        "record_key": record_key.decode(),
+        "topic": envelope.event_type,
+    }
+    if key is not None:
+        try:
+            DEFAULT_REGISTRY.check_record_key(envelope, key)
+        except DecodeError as exc:
+            return {"verdict": "refused", "reason": exc.reason.value, "detail": exc.detail, **out}
+    return {"verdict": "ok", "key_checked": key is not None, **out}
+
+
+def _line(number: int | None, verdict: dict[str, Any]) -> str:
+    where = f"record {number}: " if number is not None else ""
+    if verdict["verdict"] == "refused":
+        return f"{where}refused {verdict['reason']}: {verdict['detail']}"
+    key_note = "" if verdict["key_checked"] else " (must be the record key)"
+    return (
+        f"{where}ok {verdict['event_type']} idempotency_key={verdict['idempotency_key']} "
+        f"record_key={verdict['record_key']}{key_note}"
+    )

@@ -42,6 +42,8 @@ def test_hash_reads_stdin() -> None:
 
 def test_hash_agrees_with_every_vector(tmp_path: Path) -> None:
     for vector in json.loads(vectors.VALID_FILE.read_text("utf-8")):
+        if vector["name"] not in vectors.CLUSTER_PAYLOAD_CASES:
+            continue
         path = tmp_path / f"{vector['name']}.json"
         path.write_text(json.dumps(vector["payload"], ensure_ascii=False), "utf-8")
         result = runner.invoke(app, ["hash", str(path)])
@@ -110,3 +112,79 @@ def test_export_refuses_a_change_that_is_not_additive(tmp_path: Path) -> None:
     assert result.exit_code == 1
     assert "retired_field: removed (or renamed)" in result.stderr
     assert "retired_field" in target.read_text()  # nothing overwritten
+
+
+def test_hash_refuses_a_payload_the_contract_refuses_with_every_reason(tmp_path: Path) -> None:
+    payload = f.wire(f.cluster_event())["payload"]
+    payload["severity"] = "catastrophic"
+    payload["evidence_bundle"][0]["summary"] = "a\u0000b"
+    payload["score"] = 0.5
+    path = tmp_path / "payload.json"
+    path.write_text(json.dumps(payload))
+    result = runner.invoke(app, ["hash", str(path)])
+    assert result.exit_code == 1
+    assert result.stdout == ""
+    assert result.stderr.startswith("invalid_payload: ")
+    for problem in ("payload.severity", "U+0000", "payload.score"):
+        assert problem in result.stderr
+
+
+def test_hash_ignores_the_snapshot_hash_it_computes(tmp_path: Path) -> None:
+    envelope = f.cluster_event()
+    payload = f.wire(envelope)["payload"]
+    del payload["snapshot_hash"]
+    path = tmp_path / "payload.json"
+    path.write_text(json.dumps(payload))
+    result = runner.invoke(app, ["hash", str(path)])
+    assert result.stdout == f"{envelope.payload.snapshot_hash}\n"
+
+
+def test_check_accepts_a_valid_record_and_names_its_keys(tmp_path: Path) -> None:
+    envelope = f.cluster_event()
+    path = tmp_path / "record.json"
+    path.write_bytes(f.dumps(f.wire(envelope)))
+    result = runner.invoke(app, ["check", str(path)])
+    assert result.exit_code == 0, result.output
+    assert result.stdout.startswith("ok platform.failure_cluster.detected ")
+    assert f"record_key={envelope.payload.cluster_id} (must be the record key)" in result.stdout
+    keyed = runner.invoke(app, ["check", str(path), "--key", str(envelope.payload.cluster_id)])
+    assert keyed.exit_code == 0
+    assert "(must be" not in keyed.stdout
+
+
+def test_check_refuses_like_the_consumer(tmp_path: Path) -> None:
+    envelope = f.cluster_event()
+    good = f.wire(envelope)
+    tampered = f.wire(envelope)
+    tampered["payload"]["failure_count"] += 1
+    path = tmp_path / "records.jsonl"
+    path.write_bytes(b"\n".join([f.dumps(good), f.dumps(tampered), b"{oops"]) + b"\n")
+    result = runner.invoke(app, ["check", "--lines", "--json", str(path)])
+    assert result.exit_code == 1
+    verdicts = [json.loads(line) for line in result.stdout.splitlines()]
+    assert [v["verdict"] for v in verdicts] == ["ok", "refused", "refused"]
+    assert [v.get("reason") for v in verdicts] == [None, "hash_mismatch", "not_json"]
+    wrong_key = runner.invoke(app, ["check", "-", "--key", "k"], input=f.dumps(good).decode())
+    assert wrong_key.exit_code == 1
+    assert wrong_key.stdout.startswith("refused record_key_mismatch: ")
+
+
+def test_check_and_hash_run_from_another_directory(tmp_path: Path) -> None:
+    import os  # noqa: PLC0415
+    import subprocess  # noqa: PLC0415
+    import sys  # noqa: PLC0415
+
+    spectral = Path(sys.executable).with_name("spectral")
+    envelope = f.cluster_event()
+    (tmp_path / "r.json").write_bytes(f.dumps(f.wire(envelope)))
+    done = subprocess.run(
+        [str(spectral), "contracts", "check", "r.json", "--key", str(envelope.payload.cluster_id)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        check=False,
+        env={**os.environ, "NO_COLOR": "1"},
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("ok ")

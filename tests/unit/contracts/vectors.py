@@ -62,7 +62,8 @@ def _reordered(value: Any) -> Any:
     return value
 
 
-ALL_CONTROLS: Final = "".join(chr(c) for c in range(0x20))
+ALL_CONTROLS: Final = "".join(chr(c) for c in range(1, 0x20))
+"""Every control character but U+0000, which the contract refuses in any string."""
 
 CASES: Final[list[tuple[str, dict[str, Any]]]] = [
     ("failure_cluster_minimal", _snapshot()),
@@ -199,7 +200,22 @@ INVALID_CASES: Final[list[tuple[str, str, str]]] = [
     ("trailing_content", '{"a": 1} {"b": 2}', "not_json"),
     ("top_level_array", "[1, 2]", "not_an_object"),
     ("top_level_string", '"payload"', "not_an_object"),
+    ("nul_in_a_string", '{"summary": "\\u0000"}', "invalid_payload"),
 ]
+
+
+CLUSTER_PAYLOAD_CASES: Final = frozenset(
+    {
+        "failure_cluster_minimal",
+        "failure_cluster_reordered_keys",
+        "failure_cluster_other_cluster_id_and_hash",
+        "failure_cluster_with_rule_stub",
+        "failure_cluster_empty_evidence",
+        "non_ascii_text",
+        "unknown_fields_are_hashed",
+    }
+)
+"""The cases that are whole failure-cluster payloads (the others exercise the hash alone)."""
 
 
 def canonical_oracle(payload: dict[str, Any]) -> bytes:

@@ -1,0 +1,329 @@
+"""The AsyncAPI 3 document of every topic, built from the registry (pure: no I/O).
+
+One channel per registered event type (address ``{prefix}<event_type>``) and one per dead-letter
+topic (``{prefix}<event_type>.dlq``); one message per event type whose payload is the type's
+envelope JSON Schema (the same as ``schemas/events/<event_type>.v<N>.json``, its ``$defs``
+moved to ``components.schemas``), with its Kafka key and headers; a ``send`` operation per
+event type and a ``receive`` operation per consumer deployment. ``spectral contracts export``
+writes it to ``schemas/events/asyncapi.json``; the suite validates it with the official AsyncAPI
+parser.
+
+What the registry does not know (which deployments consume which types, the dead-letter
+reasons the consumer engine adds) is passed in by the caller, so this module stays pure.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Final
+
+from contracts.fields import NO_NUL_PATTERN, UUID_PATTERN
+from contracts.schemas import envelope_json_schema, render_schema
+from contracts.wire import MAX_RECORD_BYTES
+
+if TYPE_CHECKING:
+    from contracts.registry import EventRegistry
+    from contracts.spec import EventSpec
+
+ASYNCAPI_FILE_NAME: Final = "asyncapi.json"
+KAFKA_BINDING_VERSION: Final = "0.5.0"
+DLQ_SUFFIX: Final = ".dlq"
+TOPIC_MAX_MESSAGE_BYTES: Final = 2 * 1024 * 1024
+"""Recommended ``max.message.bytes`` of an event topic: a 1 MiB value plus its key, headers
+and batch overhead (the broker limits the batch, not the value)."""
+DLQ_MAX_MESSAGE_BYTES: Final = 16 * 1024 * 1024
+"""Recommended ``max.message.bytes`` of a dead-letter topic: it carries the original bytes,
+which may be why the record died."""
+
+RECORD_KEYS: Final = {
+    "platform.failure_cluster.detected": ("payload.cluster_id", UUID_PATTERN),
+    "work.thread.opened": ("payload.thread_id", UUID_PATTERN),
+    "work.item.enqueued": ("payload.lock_scope", NO_NUL_PATTERN),
+    "work.item.state_changed": ("payload.lock_scope", NO_NUL_PATTERN),
+    "work.ledger.entry_appended": ("payload.thread_id", UUID_PATTERN),
+}
+"""Each event type's record key: the payload field it repeats, and its spelling."""
+
+DLQ_HEADERS: Final = {
+    "dlq.reason": "Why the record was refused (one of the reasons listed in the enum).",
+    "dlq.detail": "Human-readable detail, at most 1,000 characters.",
+    "dlq.source.topic": "The topic the record was consumed from.",
+    "dlq.source.partition": "Its partition (decimal).",
+    "dlq.source.offset": "Its offset (decimal).",
+    "dlq.consumer": "The consumer deployment that refused it.",
+    "dlq.failed_at": "RFC 3339 UTC time of the failure.",
+    "dlq.history": "JSON array of earlier failures of the same record, oldest first.",
+    "dlq.redriven_from": "On a redriven record: the dead letter it came from (T.dlq:P:O).",
+}
+"""The headers a dead letter carries besides the original record's (spectral/kafka/dlq.py)."""
+
+
+def asyncapi_document(
+    registry: EventRegistry,
+    *,
+    receivers: Mapping[str, Sequence[str]],
+    dead_letter_reasons: Sequence[str],
+) -> dict[str, Any]:
+    """The AsyncAPI 3.1 document; ``receivers`` maps an event type to the consumer deployments
+    (and so consumer groups) that read it; ``dead_letter_reasons`` is every ``dlq.reason``."""
+    channels: dict[str, Any] = {}
+    operations: dict[str, Any] = {}
+    messages: dict[str, Any] = {}
+    schemas: dict[str, Any] = {}
+    for spec in registry.specs():
+        name = _message_name(spec)
+        schema = envelope_json_schema(spec)
+        for def_name, definition in schema.pop("$defs", {}).items():
+            _add_schema(schemas, def_name, definition)
+        for key in ("$schema", "$id"):
+            schema.pop(key, None)
+        _add_schema(schemas, name, schema)
+        messages[name] = _message(spec, name)
+        channel = _channel_id(spec.event_type)
+        channels[channel] = _channel(spec.event_type, name, TOPIC_MAX_MESSAGE_BYTES)
+        operations[f"publish_{channel}"] = {
+            "action": "send",
+            "title": f"Publish {spec.event_type}",
+            "summary": f"A producer publishes {spec.event_type} events (one record each).",
+            "channel": {"$ref": f"#/channels/{channel}"},
+            "messages": [{"$ref": f"#/channels/{channel}/messages/{name}"}],
+        }
+        for consumer in receivers.get(spec.event_type, ()):
+            operations[f"{_id(consumer)}_receives_{channel}"] = _receive(consumer, channel, name)
+        dlq = f"{channel}_dlq"
+        channels[dlq] = _dlq_channel(spec.event_type)
+        for consumer in receivers.get(spec.event_type, ()):
+            operations[f"{_id(consumer)}_dead_letters_{channel}"] = {
+                "action": "send",
+                "title": f"{consumer} dead-letters {spec.event_type}",
+                "summary": "A record the consumer refused, with its original key, bytes and "
+                "headers and why (it is never dropped).",
+                "channel": {"$ref": f"#/channels/{dlq}"},
+                "messages": [{"$ref": f"#/channels/{dlq}/messages/DeadLetter"}],
+            }
+    messages["DeadLetter"] = _dead_letter_message(dead_letter_reasons)
+    return {
+        "asyncapi": "3.1.0",
+        "info": {
+            "title": "spectral events",
+            "version": "1.0.0",
+            "description": (
+                "Typed events on Kafka, materialized exactly once into PostgreSQL. The wire "
+                "specification (envelope, keys, snapshot_hash, timestamps, refusal reasons, "
+                "codecs, topics) is schemas/events/README.md; this document is generated from "
+                "the same registry as the JSON Schemas beside it."
+            ),
+            "license": {"name": "Apache-2.0"},
+        },
+        "defaultContentType": "application/json",
+        "servers": {
+            "kafka": {
+                "host": "{bootstrap}",
+                "protocol": "kafka",
+                "description": "Any Kafka cluster (brokers 3.x/4.x); SPECTRAL_KAFKA_BOOTSTRAP.",
+                "variables": {
+                    "bootstrap": {
+                        "default": "localhost:9092",
+                        "description": "host:port of a bootstrap broker",
+                    }
+                },
+                "bindings": {"kafka": {"bindingVersion": KAFKA_BINDING_VERSION}},
+            }
+        },
+        "channels": channels,
+        "operations": operations,
+        "components": {"messages": messages, "schemas": schemas},
+    }
+
+
+def render_asyncapi(document: dict[str, Any]) -> str:
+    """Deterministic text: sorted keys, two-space indent, trailing newline."""
+    return render_schema(document)
+
+
+def _message_name(spec: EventSpec[Any]) -> str:
+    return f"{spec.event_type}.v{spec.schema_version}"
+
+
+def _channel_id(event_type: str) -> str:
+    return _id(event_type)
+
+
+def _id(text: str) -> str:
+    return text.replace(".", "_").replace("-", "_")
+
+
+def _add_schema(schemas: dict[str, Any], name: str, schema: dict[str, Any]) -> None:
+    rewritten = _rewrite_refs(copy.deepcopy(schema))
+    if name in schemas and schemas[name] != rewritten:
+        raise ValueError(f"two different schemas are both named {name!r}")
+    schemas[name] = rewritten
+
+
+def _rewrite_refs(node: Any) -> Any:
+    if isinstance(node, list):
+        return [_rewrite_refs(item) for item in node]
+    if isinstance(node, dict):
+        out = {key: _rewrite_refs(value) for key, value in node.items()}
+        ref = out.get("$ref")
+        if isinstance(ref, str) and ref.startswith("#/$defs/"):
+            out["$ref"] = "#/components/schemas/" + ref.removeprefix("#/$defs/")
+        return out
+    return node
+
+
+def _prefix_parameter() -> dict[str, Any]:
+    return {
+        "prefix": {
+            "default": "",
+            "description": "The deployment's topic prefix (SPECTRAL_TOPIC_PREFIX), often empty.",
+        }
+    }
+
+
+def _channel(event_type: str, message: str, max_bytes: int) -> dict[str, Any]:
+    return {
+        "address": f"{{prefix}}{event_type}",
+        "title": event_type,
+        "description": (
+            f"Every {event_type} event, keyed by {RECORD_KEYS[event_type][0]} so one entity's "
+            "events stay in order on one partition. Producers create the topic (see the spec: "
+            "partitions, retention, LogAppendTime)."
+        ),
+        "parameters": _prefix_parameter(),
+        "messages": {message: {"$ref": f"#/components/messages/{message}"}},
+        "bindings": {
+            "kafka": {
+                "topicConfiguration": {
+                    "cleanup.policy": ["delete"],
+                    "max.message.bytes": max_bytes,
+                },
+                "bindingVersion": KAFKA_BINDING_VERSION,
+            }
+        },
+    }
+
+
+def _dlq_channel(event_type: str) -> dict[str, Any]:
+    return {
+        "address": f"{{prefix}}{event_type}{DLQ_SUFFIX}",
+        "title": f"{event_type}{DLQ_SUFFIX}",
+        "description": (
+            f"Dead letters of {event_type}: records a consumer refused, with their original "
+            "key, value and headers, plus the dlq.* headers saying why and where from."
+        ),
+        "parameters": _prefix_parameter(),
+        "messages": {"DeadLetter": {"$ref": "#/components/messages/DeadLetter"}},
+        "bindings": {
+            "kafka": {
+                "topicConfiguration": {
+                    "cleanup.policy": ["delete"],
+                    "max.message.bytes": DLQ_MAX_MESSAGE_BYTES,
+                },
+                "bindingVersion": KAFKA_BINDING_VERSION,
+            }
+        },
+    }
+
+
+def _message(spec: EventSpec[Any], name: str) -> dict[str, Any]:
+    field, pattern = RECORD_KEYS[spec.event_type]
+    return {
+        "name": name,
+        "title": f"{spec.event_type} (schema_version {spec.schema_version})",
+        "summary": spec.payload_model.__doc__ or spec.event_type,
+        "contentType": "application/json",
+        "payload": {"$ref": f"#/components/schemas/{name}"},
+        "headers": {
+            "type": "object",
+            "description": "Kafka headers (UTF-8 values) repeating two envelope fields; "
+            "readers use the envelope, never the headers.",
+            "properties": {
+                "event_type": {"type": "string", "const": spec.event_type},
+                "idempotency_key": {"type": "string", "minLength": 1},
+            },
+        },
+        "bindings": {
+            "kafka": {
+                "key": {
+                    "type": "string",
+                    "minLength": 1,
+                    "pattern": pattern,
+                    "description": f"The record key: {field}, as UTF-8 bytes (never null).",
+                },
+                "bindingVersion": KAFKA_BINDING_VERSION,
+            }
+        },
+    }
+
+
+def _receive(consumer: str, channel: str, message: str) -> dict[str, Any]:
+    return {
+        "action": "receive",
+        "title": f"{consumer} consumes",
+        "summary": (
+            f"The {consumer} deployment (consumer group {consumer!r} by default) applies each "
+            "record exactly once and dead-letters what it refuses."
+        ),
+        "channel": {"$ref": f"#/channels/{channel}"},
+        "messages": [{"$ref": f"#/channels/{channel}/messages/{message}"}],
+        "bindings": {
+            "kafka": {
+                "groupId": {"type": "string", "default": consumer},
+                "bindingVersion": KAFKA_BINDING_VERSION,
+            }
+        },
+    }
+
+
+def _dead_letter_message(reasons: Sequence[str]) -> dict[str, Any]:
+    header_properties: dict[str, Any] = {
+        name: {"type": "string", "description": text} for name, text in DLQ_HEADERS.items()
+    }
+    header_properties["dlq.reason"]["enum"] = sorted(reasons)
+    return {
+        "name": "DeadLetter",
+        "title": "A refused record",
+        "summary": "The original record (key, value bytes, headers) and why it was refused.",
+        "contentType": "application/octet-stream",
+        "payload": {
+            "description": (
+                "The original record value byte for byte (it may not be JSON at all), or empty "
+                f"for a reference to a record no producer could send (over {MAX_RECORD_BYTES} "
+                "bytes and the dead-letter topic's limit): its size and sha256 are in dlq.detail."
+            )
+        },
+        "headers": {
+            "type": "object",
+            "required": [
+                "dlq.reason",
+                "dlq.source.topic",
+                "dlq.source.partition",
+                "dlq.source.offset",
+                "dlq.consumer",
+            ],
+            "properties": header_properties,
+        },
+        "bindings": {
+            "kafka": {
+                "key": {"description": "The original record's key, unchanged (may be null)."},
+                "bindingVersion": KAFKA_BINDING_VERSION,
+            }
+        },
+    }
+
+
+def document_text(
+    registry: EventRegistry,
+    *,
+    receivers: Mapping[str, Sequence[str]],
+    dead_letter_reasons: Sequence[str],
+) -> str:
+    """:func:`render_asyncapi` of :func:`asyncapi_document`."""
+    return render_asyncapi(
+        asyncapi_document(registry, receivers=receivers, dead_letter_reasons=dead_letter_reasons)
+    )
+
+
+__all__ = ["ASYNCAPI_FILE_NAME", "RECORD_KEYS", "asyncapi_document", "document_text"]

@@ -1,0 +1,123 @@
+"""The AsyncAPI document: generated from the registry, checked in, valid for the official
+AsyncAPI parser, and saying the same as the JSON Schemas and the consumer engine."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from contracts import DEFAULT_REGISTRY, envelope_json_schema
+from contracts.asyncapi import ASYNCAPI_FILE_NAME, DLQ_HEADERS, RECORD_KEYS
+from spectral.cli.contracts import DEFAULT_SCHEMA_DIR, published_files
+from spectral.consumer.metrics import DEAD_LETTER_REASONS
+from spectral.kafka.dlq import REDRIVEN_FROM, DeadLetter
+
+ROOT = Path(__file__).resolve().parents[3]
+TOOLING = ROOT / "tests" / "asyncapi"
+DOCUMENT_PATH = DEFAULT_SCHEMA_DIR / ASYNCAPI_FILE_NAME
+
+
+def document() -> dict[str, Any]:
+    loaded: dict[str, Any] = json.loads(DOCUMENT_PATH.read_text("utf-8"))
+    return loaded
+
+
+def test_the_checked_in_document_is_the_generated_one() -> None:
+    assert DOCUMENT_PATH.read_text("utf-8") == published_files()[ASYNCAPI_FILE_NAME], (
+        "out of date: run `spectral contracts export` and commit"
+    )
+
+
+def test_the_official_parser_finds_no_error() -> None:
+    node = shutil.which("node")
+    assert node is not None, "node is needed (apt-get install -y nodejs npm)"
+    assert (TOOLING / "node_modules" / "@asyncapi" / "parser").is_dir(), (
+        "the AsyncAPI parser is not installed: run `make tooling`"
+    )
+    done = subprocess.run(
+        [node, "validate.mjs", str(DOCUMENT_PATH)],
+        cwd=TOOLING,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "valid AsyncAPI 3.1.0" in done.stdout
+
+
+def test_the_parser_does_refuse_a_broken_document(tmp_path: Path) -> None:
+    broken = document()
+    broken["operations"][next(iter(broken["operations"]))]["action"] = "publish"
+    path = tmp_path / "broken.json"
+    path.write_text(json.dumps(broken))
+    node = shutil.which("node")
+    assert node is not None
+    done = subprocess.run(
+        [node, "validate.mjs", str(path)],
+        cwd=TOOLING,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 1
+    assert "action" in done.stdout
+
+
+@pytest.mark.parametrize("spec", DEFAULT_REGISTRY.specs(), ids=DEFAULT_REGISTRY.event_types())
+def test_every_event_type_has_its_channel_message_key_and_dead_letter_channel(spec: Any) -> None:
+    doc = document()
+    channel_id = spec.event_type.replace(".", "_")
+    channel = doc["channels"][channel_id]
+    assert channel["address"] == "{prefix}" + spec.event_type
+    assert doc["channels"][f"{channel_id}_dlq"]["address"] == "{prefix}" + spec.event_type + ".dlq"
+    name = f"{spec.event_type}.v{spec.schema_version}"
+    message = doc["components"]["messages"][name]
+    assert message["bindings"]["kafka"]["key"]["pattern"] == RECORD_KEYS[spec.event_type][1]
+    # The message payload is the JSON Schema of the envelope, definitions moved to components.
+    published = envelope_json_schema(spec)
+    payload = doc["components"]["schemas"][name]
+    text = json.dumps(payload).replace("#/components/schemas/", "#/$defs/")
+    expected = {k: v for k, v in published.items() if k not in {"$defs", "$schema", "$id"}}
+    assert json.loads(text) == expected
+    for def_name, definition in published["$defs"].items():
+        moved = json.dumps(doc["components"]["schemas"][def_name])
+        assert json.loads(moved.replace("#/components/schemas/", "#/$defs/")) == definition
+
+
+def test_dead_letters_are_described_with_every_reason_and_header_the_engine_writes() -> None:
+    message = document()["components"]["messages"]["DeadLetter"]
+    headers = message["headers"]["properties"]
+    assert set(headers["dlq.reason"]["enum"]) == DEAD_LETTER_REASONS
+    letter = DeadLetter(
+        reason="not_json",
+        detail="x",
+        source_topic="t",
+        source_partition=0,
+        source_offset=1,
+        consumer="c",
+        key=None,
+        value=b"{",
+    )
+    written = {name for name, _ in letter.headers()}
+    assert written | {REDRIVEN_FROM} <= set(DLQ_HEADERS)
+    assert set(DLQ_HEADERS) <= set(headers)
+
+
+def test_the_consumers_receive_what_their_handlers_declare() -> None:
+    operations = document()["operations"]
+    receives = {
+        (op["bindings"]["kafka"]["groupId"]["default"], op["channel"]["$ref"].split("/")[-1])
+        for op in operations.values()
+        if op["action"] == "receive"
+    }
+    assert receives == {
+        ("rule-candidates", "platform_failure_cluster_detected"),
+        ("work-executor", "work_item_enqueued"),
+    }
