@@ -184,6 +184,12 @@ def _drop(path: str) -> Callable[[Obj], None]:
     return edit
 
 
+def _unknown_fields_everywhere(obj: Obj) -> None:
+    obj["trace"] = {"hops": [1, 2.5, "x"], "sampled": True}  # floats: outside the hashed payload
+    obj["payload"]["blast_radius"] = {"accounts": 3, "regions": ["eu"]}
+    obj["payload"]["evidence_bundle"][0]["resource"] = "arn:aws:s3:::acme"
+
+
 def _deep(levels: int) -> Any:
     value: Any = 1
     for _ in range(levels):
@@ -236,13 +242,7 @@ def cases() -> list[Case]:  # noqa: PLR0915 - one flat, readable list of cases
     add(
         Case(
             "cluster_with_unknown_fields_everywhere",
-            cluster(
-                lambda o: (
-                    o.update(trace={"hops": [1, 2.5, "x"], "sampled": True}),
-                    o["payload"].update(blast_radius={"accounts": 3, "regions": ["eu"]}),
-                    o["payload"]["evidence_bundle"][0].update(resource="arn:aws:s3:::acme"),
-                )
-            ),
+            cluster(_unknown_fields_everywhere),
         )
     )
     add(

@@ -29,7 +29,7 @@ def validator(event_type: str) -> Any:
 
 def value_of(vector: dict[str, Any]) -> bytes:
     if "value_base64" in vector:
-        return base64.b64decode(vector["value_base64"])
+        return base64.b64decode(str(vector["value_base64"]))
     if "value" in vector:
         text: str = vector["value"]
         return text.encode("utf-8")
