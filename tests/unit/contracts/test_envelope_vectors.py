@@ -34,7 +34,8 @@ def value_of(vector: dict[str, Any]) -> bytes:
         text: str = vector["value"]
         return text.encode("utf-8")
     filler = vector["total_bytes"] - len(vector["value_prefix"]) - len(vector["value_suffix"])
-    return (vector["value_prefix"] + vector["filler"] * filler + vector["value_suffix"]).encode()
+    text = vector["value_prefix"] + vector["filler"] * filler + vector["value_suffix"]
+    return str(text).encode()
 
 
 def key_of(vector: dict[str, Any]) -> bytes | None:
