@@ -109,3 +109,24 @@ def test_collapse_equals_applying_one_by_one(batch: list[Snap]) -> None:
     }
     assert collapsed_applied == applied
     assert set(names(out.stale)) == {s.name for s in batch} - applied
+
+
+def test_ordered_at_caps_an_observation_from_a_clock_ahead_at_the_record_time_plus_skew() -> None:
+    from consumers.rule_candidates.collapse import MAX_CLOCK_SKEW, ordered_at  # noqa: PLC0415
+
+    published = T0 + timedelta(hours=1)
+    stamp = int(published.timestamp() * 1000)
+    assert ordered_at(T0, stamp, T0) == T0  # observed before it was published: as written
+    within = published + MAX_CLOCK_SKEW
+    assert ordered_at(within, stamp, T0) == within
+    assert ordered_at(published + timedelta(days=1), stamp, T0) == within
+    # no record timestamp (negative or zero): capped by the consumer's clock instead
+    assert ordered_at(T0 + timedelta(days=1), -1, T0) == T0 + MAX_CLOCK_SKEW
+
+
+@given(st.integers(0, 10**6), st.integers(0, 10**6), st.integers(1, 10**12))
+def test_capping_keeps_the_order_of_snapshots_published_together(a: int, b: int, ms: int) -> None:
+    from consumers.rule_candidates.collapse import ordered_at  # noqa: PLC0415
+
+    first, second = sorted([T0 + timedelta(seconds=a), T0 + timedelta(seconds=b)])
+    assert ordered_at(first, ms, T0) <= ordered_at(second, ms, T0)
