@@ -10,7 +10,7 @@ import asyncpg
 import pytest
 from prometheus_client import CollectorRegistry
 
-from contracts import FAILURE_CLUSTER_DETECTED, encode
+from contracts import FAILURE_CLUSTER_DETECTED, encode, record_key
 from spectral.consumer.engine import ConsumerEngine, EngineOptions
 from spectral.consumer.handler import Delivery, HandlerResult, Outcome, Rejection
 from spectral.kafka.topics import dlq_topic, topic_for
@@ -142,17 +142,18 @@ async def test_poison_records_are_dead_lettered_and_the_partition_moves_on(
     unknown["event_type"] = "platform.something.else"
     over_bound = json.loads(encode(cluster_event()))
     over_bound["payload"]["severity"] = "catastrophic"
+    reject, explode = cluster_event(stub="reject"), cluster_event(stub="explode")
     records: list[tuple[bytes | None, bytes]] = [
-        (b"k", encode(good_before)),
+        (record_key(good_before), encode(good_before)),
         (b"k", b"{not json"),
         (b"k", json.dumps(unknown).encode()),
         (b"k", json.dumps(tampered).encode()),
         (b"k", json.dumps(over_bound).encode()),
         (b"k", b"[1, 2]"),
         (b"k", b"x" * (1024 * 1024 + 1)),
-        (b"k", encode(cluster_event(stub="reject"))),
-        (b"k", encode(cluster_event(stub="explode"))),
-        (b"k", encode(good_after)),
+        (record_key(reject), encode(reject)),
+        (record_key(explode), encode(explode)),
+        (record_key(good_after), encode(good_after)),
     ]
     await publish(kafka_bootstrap, topic, records)
 
@@ -177,8 +178,7 @@ async def test_poison_records_are_dead_lettered_and_the_partition_moves_on(
         assert letter.header("dlq.source.topic") == topic
         assert letter.header("dlq.consumer") == "engine-test"
         offset = int(letter.header("dlq.source.offset") or "-1")
-        assert letter.value == records[offset][1]  # the original bytes
-        assert letter.key == b"k"
+        assert (letter.key, letter.value) == records[offset]  # the original key and bytes
     committed = await committed_offsets(kafka_bootstrap, "engine-test", topic)
     assert committed == {0: len(records)}
 
