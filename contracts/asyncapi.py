@@ -9,13 +9,15 @@ writes it to ``schemas/events/asyncapi.json``; the suite validates it with the o
 parser.
 
 What the registry does not know (which deployments consume which types, the dead-letter
-reasons the consumer engine adds) is passed in by the caller, so this module stays pure.
+reasons the consumer engine adds, the settings the topics are declared with) is passed in by
+the caller, so this module stays pure.
 """
 
 from __future__ import annotations
 
 import copy
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
 from contracts.fields import NO_NUL_PATTERN, UUID_PATTERN
@@ -29,12 +31,18 @@ if TYPE_CHECKING:
 ASYNCAPI_FILE_NAME: Final = "asyncapi.json"
 KAFKA_BINDING_VERSION: Final = "0.5.0"
 DLQ_SUFFIX: Final = ".dlq"
-TOPIC_MAX_MESSAGE_BYTES: Final = 2 * 1024 * 1024
-"""Recommended ``max.message.bytes`` of an event topic: a 1 MiB value plus its key, headers
-and batch overhead (the broker limits the batch, not the value)."""
-DLQ_MAX_MESSAGE_BYTES: Final = 16 * 1024 * 1024
-"""Recommended ``max.message.bytes`` of a dead-letter topic: it carries the original bytes,
-which may be why the record died."""
+_BINDING_SETTINGS: Final = ("cleanup.policy", "retention.ms", "max.message.bytes")
+"""The topic settings the Kafka channel binding has fields for."""
+
+
+@dataclass(frozen=True)
+class TopicSettings:
+    """How a topic is declared (``spectral topics apply``): its Kafka channel binding."""
+
+    partitions: int
+    replicas: int
+    config: Mapping[str, str]
+
 
 RECORD_KEYS: Final = {
     "platform.failure_cluster.detected": ("payload.cluster_id", UUID_PATTERN),
@@ -64,9 +72,11 @@ def asyncapi_document(
     *,
     receivers: Mapping[str, Sequence[str]],
     dead_letter_reasons: Sequence[str],
+    topics: Mapping[str, TopicSettings],
 ) -> dict[str, Any]:
     """The AsyncAPI 3.1 document; ``receivers`` maps an event type to the consumer deployments
-    (and so consumer groups) that read it; ``dead_letter_reasons`` is every ``dlq.reason``."""
+    (and so consumer groups) that read it; ``dead_letter_reasons`` is every ``dlq.reason``;
+    ``topics`` the declared settings of every topic, by name without prefix."""
     channels: dict[str, Any] = {}
     operations: dict[str, Any] = {}
     messages: dict[str, Any] = {}
@@ -81,7 +91,7 @@ def asyncapi_document(
         _add_schema(schemas, name, schema)
         messages[name] = _message(spec, name)
         channel = _channel_id(spec.event_type)
-        channels[channel] = _channel(spec.event_type, name, TOPIC_MAX_MESSAGE_BYTES)
+        channels[channel] = _channel(spec.event_type, name, topics[spec.event_type])
         operations[f"publish_{channel}"] = {
             "action": "send",
             "title": f"Publish {spec.event_type}",
@@ -92,7 +102,7 @@ def asyncapi_document(
         for consumer in receivers.get(spec.event_type, ()):
             operations[f"{_id(consumer)}_receives_{channel}"] = _receive(consumer, channel, name)
         dlq = f"{channel}_dlq"
-        channels[dlq] = _dlq_channel(spec.event_type)
+        channels[dlq] = _dlq_channel(spec.event_type, topics[spec.event_type + DLQ_SUFFIX])
         for consumer in receivers.get(spec.event_type, ()):
             operations[f"{_id(consumer)}_dead_letters_{channel}"] = {
                 "action": "send",
@@ -182,30 +192,38 @@ def _prefix_parameter() -> dict[str, Any]:
     }
 
 
-def _channel(event_type: str, message: str, max_bytes: int) -> dict[str, Any]:
+def _binding(settings: TopicSettings) -> dict[str, Any]:
+    config: dict[str, Any] = {}
+    for name in _BINDING_SETTINGS:
+        if name in settings.config:
+            value = settings.config[name]
+            config[name] = value.split(",") if name == "cleanup.policy" else int(value)
+    return {
+        "kafka": {
+            "partitions": settings.partitions,
+            "replicas": settings.replicas,
+            "topicConfiguration": config,
+            "bindingVersion": KAFKA_BINDING_VERSION,
+        }
+    }
+
+
+def _channel(event_type: str, message: str, settings: TopicSettings) -> dict[str, Any]:
     return {
         "address": f"{{prefix}}{event_type}",
         "title": event_type,
         "description": (
             f"Every {event_type} event, keyed by {RECORD_KEYS[event_type][0]} so one entity's "
-            "events stay in order on one partition. Producers create the topic (see the spec: "
-            "partitions, retention, LogAppendTime)."
+            "events stay in order on one partition. `spectral topics apply` creates it with "
+            "these settings (partitions: SPECTRAL_TOPIC_PARTITIONS; replicas: up to 3)."
         ),
         "parameters": _prefix_parameter(),
         "messages": {message: {"$ref": f"#/components/messages/{message}"}},
-        "bindings": {
-            "kafka": {
-                "topicConfiguration": {
-                    "cleanup.policy": ["delete"],
-                    "max.message.bytes": max_bytes,
-                },
-                "bindingVersion": KAFKA_BINDING_VERSION,
-            }
-        },
+        "bindings": _binding(settings),
     }
 
 
-def _dlq_channel(event_type: str) -> dict[str, Any]:
+def _dlq_channel(event_type: str, settings: TopicSettings) -> dict[str, Any]:
     return {
         "address": f"{{prefix}}{event_type}{DLQ_SUFFIX}",
         "title": f"{event_type}{DLQ_SUFFIX}",
@@ -215,15 +233,7 @@ def _dlq_channel(event_type: str) -> dict[str, Any]:
         ),
         "parameters": _prefix_parameter(),
         "messages": {"DeadLetter": {"$ref": "#/components/messages/DeadLetter"}},
-        "bindings": {
-            "kafka": {
-                "topicConfiguration": {
-                    "cleanup.policy": ["delete"],
-                    "max.message.bytes": DLQ_MAX_MESSAGE_BYTES,
-                },
-                "bindingVersion": KAFKA_BINDING_VERSION,
-            }
-        },
+        "bindings": _binding(settings),
     }
 
 
@@ -319,11 +329,19 @@ def document_text(
     *,
     receivers: Mapping[str, Sequence[str]],
     dead_letter_reasons: Sequence[str],
+    topics: Mapping[str, TopicSettings],
 ) -> str:
     """:func:`render_asyncapi` of :func:`asyncapi_document`."""
-    return render_asyncapi(
-        asyncapi_document(registry, receivers=receivers, dead_letter_reasons=dead_letter_reasons)
+    document = asyncapi_document(
+        registry, receivers=receivers, dead_letter_reasons=dead_letter_reasons, topics=topics
     )
+    return render_asyncapi(document)
 
 
-__all__ = ["ASYNCAPI_FILE_NAME", "RECORD_KEYS", "asyncapi_document", "document_text"]
+__all__ = [
+    "ASYNCAPI_FILE_NAME",
+    "RECORD_KEYS",
+    "TopicSettings",
+    "asyncapi_document",
+    "document_text",
+]

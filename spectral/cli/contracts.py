@@ -20,9 +20,10 @@ from contracts import (
     schema_violations,
     snapshot_hash_of_json,
 )
-from contracts.asyncapi import ASYNCAPI_FILE_NAME, document_text
+from contracts.asyncapi import ASYNCAPI_FILE_NAME, TopicSettings, document_text
 from spectral import resources
 from spectral.consumer.metrics import DEAD_LETTER_REASONS
+from spectral.kafka.topology import TopicPolicy, declared_topics
 
 app = typer.Typer(
     help="Wire contracts: JSON Schemas, AsyncAPI, the snapshot hash, checking records.",
@@ -41,11 +42,26 @@ RECEIVERS: dict[str, tuple[str, ...]] = {
 """Which consumer deployments read which event types (the AsyncAPI receive operations)."""
 
 
+DOCUMENTED_BROKERS = 3
+"""The cluster size the AsyncAPI bindings show (replication is min(3, brokers))."""
+
+
+def declared_topic_settings() -> dict[str, TopicSettings]:
+    """The settings ``spectral topics apply`` declares, by topic name without prefix."""
+    declared = declared_topics(
+        DEFAULT_REGISTRY.event_types(), "", TopicPolicy(), DOCUMENTED_BROKERS
+    )
+    return {t.name: TopicSettings(t.partitions, t.replication_factor, t.config) for t in declared}
+
+
 def published_files() -> dict[str, str]:
     """File name -> text of everything ``export`` writes: the JSON Schemas and AsyncAPI."""
     files = render_event_schemas(DEFAULT_REGISTRY)
     files[ASYNCAPI_FILE_NAME] = document_text(
-        DEFAULT_REGISTRY, receivers=RECEIVERS, dead_letter_reasons=sorted(DEAD_LETTER_REASONS)
+        DEFAULT_REGISTRY,
+        receivers=RECEIVERS,
+        dead_letter_reasons=sorted(DEAD_LETTER_REASONS),
+        topics=declared_topic_settings(),
     )
     return files
 

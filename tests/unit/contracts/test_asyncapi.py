@@ -121,3 +121,20 @@ def test_the_consumers_receive_what_their_handlers_declare() -> None:
         ("rule-candidates", "platform_failure_cluster_detected"),
         ("work-executor", "work_item_enqueued"),
     }
+
+
+def test_the_topic_settings_are_those_topics_apply_declares_and_the_spec_states() -> None:
+    from spectral.cli.contracts import declared_topic_settings  # noqa: PLC0415
+
+    spec = (DEFAULT_SCHEMA_DIR / "README.md").read_text("utf-8")
+    settings = declared_topic_settings()
+    channels = document()["channels"]
+    for name, declared in settings.items():
+        binding = channels[name.replace(".", "_")]["bindings"]["kafka"]
+        assert binding["partitions"] == declared.partitions
+        assert binding["topicConfiguration"]["retention.ms"] == int(declared.config["retention.ms"])
+        limit = declared.config["max.message.bytes"]
+        assert binding["topicConfiguration"]["max.message.bytes"] == int(limit)
+        if not name.endswith(".dlq"):
+            assert limit in spec
+            assert declared.config["retention.ms"] in spec
