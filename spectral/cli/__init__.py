@@ -24,7 +24,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "topics": ("spectral.cli.topics:app", "Declare spectral's topics: plan, then apply."),
     "contracts": (
         "spectral.cli.contracts:app",
-        "Wire contracts: JSON Schemas and the snapshot hash.",
+        "Wire contracts: JSON Schemas, AsyncAPI, the snapshot hash, checking records.",
     ),
     "outbox": ("spectral.cli.outbox:app", "The transactional outbox: relay its rows to Kafka."),
     "clusters": (

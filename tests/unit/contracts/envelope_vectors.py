@@ -22,6 +22,7 @@ from typing import Any, Final
 import rfc8785
 import xxhash
 
+from tests.unit.contracts import vectors
 from tests.unit.contracts.vectors import VECTOR_DIR, render
 
 ENVELOPES_FILE: Final = VECTOR_DIR / "envelopes.json"
@@ -49,24 +50,9 @@ def oracle_hash(payload: Obj) -> str:
 
 
 def cluster_payload() -> Obj:
-    return {
-        "cluster_id": CLUSTER,
-        "snapshot_hash": "",
-        "rule_id": "0b7e7f4e-6d2f-4f43-8b1f-3c1a2e9d5b77",
-        "workspace_id": "9d4b1a8c-2f6e-4b7d-a1c3-5e8f0a2b4c6d",
-        "severity": "medium",
-        "failure_count": 3,
-        "first_observed_at": "2026-11-21T10:00:00.000000Z",
-        "last_observed_at": "2026-11-21T12:30:00.250000Z",
-        "evidence_bundle": [
-            {
-                "failure_id": "scan-1/finding-1",
-                "observed_at": "2026-11-21T10:00:00.000000Z",
-                "summary": "bucket acme-logs allows public read",
-            }
-        ],
-        "suggested_rule_stub": None,
-    }
+    payload = vectors.snapshot()
+    payload["evidence_bundle"] = payload["evidence_bundle"][:1]
+    return payload
 
 
 def envelope(event_type: str, payload: Obj, idempotency_key: str) -> Obj:

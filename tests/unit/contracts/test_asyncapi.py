@@ -33,20 +33,25 @@ def test_the_checked_in_document_is_the_generated_one() -> None:
     )
 
 
-def test_the_official_parser_finds_no_error() -> None:
+def official_parser(path: Path) -> subprocess.CompletedProcess[str]:
+    """tests/asyncapi/validate.mjs (@asyncapi/parser) run on ``path``."""
     node = shutil.which("node")
     assert node is not None, "node is needed (apt-get install -y nodejs npm)"
     assert (TOOLING / "node_modules" / "@asyncapi" / "parser").is_dir(), (
         "the AsyncAPI parser is not installed: run `make tooling`"
     )
-    done = subprocess.run(
-        [node, "validate.mjs", str(DOCUMENT_PATH)],
+    return subprocess.run(
+        [node, "validate.mjs", str(path)],
         cwd=TOOLING,
         capture_output=True,
         text=True,
         timeout=120,
         check=False,
     )
+
+
+def test_the_official_parser_finds_no_error() -> None:
+    done = official_parser(DOCUMENT_PATH)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "valid AsyncAPI 3.1.0" in done.stdout
 
@@ -56,16 +61,7 @@ def test_the_parser_does_refuse_a_broken_document(tmp_path: Path) -> None:
     broken["operations"][next(iter(broken["operations"]))]["action"] = "publish"
     path = tmp_path / "broken.json"
     path.write_text(json.dumps(broken))
-    node = shutil.which("node")
-    assert node is not None
-    done = subprocess.run(
-        [node, "validate.mjs", str(path)],
-        cwd=TOOLING,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    done = official_parser(path)
     assert done.returncode == 1
     assert "action" in done.stdout
 

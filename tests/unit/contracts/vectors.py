@@ -25,7 +25,7 @@ RULE_ID: Final = "0b7e7f4e-6d2f-4f43-8b1f-3c1a2e9d5b77"
 WORKSPACE_ID: Final = "9d4b1a8c-2f6e-4b7d-a1c3-5e8f0a2b4c6d"
 
 
-def _snapshot(**changes: Any) -> dict[str, Any]:
+def snapshot(**changes: Any) -> dict[str, Any]:
     payload: dict[str, Any] = {
         "cluster_id": CLUSTER_ID,
         "snapshot_hash": "00000000000000000000000000000000",
@@ -66,18 +66,18 @@ ALL_CONTROLS: Final = "".join(chr(c) for c in range(1, 0x20))
 """Every control character but U+0000, which the contract refuses in any string."""
 
 CASES: Final[list[tuple[str, dict[str, Any]]]] = [
-    ("failure_cluster_minimal", _snapshot()),
-    ("failure_cluster_reordered_keys", _reordered(_snapshot())),
+    ("failure_cluster_minimal", snapshot()),
+    ("failure_cluster_reordered_keys", _reordered(snapshot())),
     (
         "failure_cluster_other_cluster_id_and_hash",
-        _snapshot(
+        snapshot(
             cluster_id="11111111-2222-4333-8444-555555555555",
             snapshot_hash="ffffffffffffffffffffffffffffffff",
         ),
     ),
     (
         "failure_cluster_with_rule_stub",
-        _snapshot(
+        snapshot(
             severity="high",
             failure_count=1234,
             suggested_rule_stub=(
@@ -88,11 +88,11 @@ CASES: Final[list[tuple[str, dict[str, Any]]]] = [
     ),
     (
         "failure_cluster_empty_evidence",
-        _snapshot(failure_count=1, evidence_bundle=[], severity="low"),
+        snapshot(failure_count=1, evidence_bundle=[], severity="low"),
     ),
     (
         "non_ascii_text",
-        _snapshot(
+        snapshot(
             evidence_bundle=[
                 {
                     "failure_id": "scan-3/finding-9",
@@ -137,7 +137,7 @@ CASES: Final[list[tuple[str, dict[str, Any]]]] = [
     ),
     (
         "unknown_fields_are_hashed",
-        _snapshot(
+        snapshot(
             blast_radius={"accounts": 3, "regions": ["eu-west-1", "us-east-1"]},
             evidence_bundle=[
                 {
