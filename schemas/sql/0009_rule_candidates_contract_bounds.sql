@@ -1,4 +1,4 @@
--- 0008 rule candidates meet the wire contract: failure_count holds every count the contract
+-- 0009 rule candidates meet the wire contract: failure_count holds every count the contract
 -- allows, and the stale guard orders snapshots by an observation time a producer's clock
 -- cannot push into the future.
 
