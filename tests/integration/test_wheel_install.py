@@ -5,6 +5,7 @@ migrations and event schemas, migrate an empty database, create its topics and r
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -32,8 +33,17 @@ async def test_the_wheel_migrates_and_runs_the_demo_from_outside_the_checkout(
     assert isinstance(stack, Endpoints)
     dist, venv, outside = tmp_path / "dist", tmp_path / "venv", tmp_path / "elsewhere"
     outside.mkdir()
+    # Built from the tracked files only, in a copy: neither a stale build/ directory of the
+    # checkout nor an untracked file can slip into the wheel (a fresh clone has neither).
+    source = tmp_path / "source"
+    tracked = _run(["git", "ls-files", "-z"], cwd=ROOT)
+    assert tracked.returncode == 0, tracked.stderr
+    for name in filter(None, tracked.stdout.split("\0")):
+        if (ROOT / name).is_file():
+            (source / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / name, source / name)
     built = _run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(dist), str(ROOT)],
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(dist), str(source)],
         cwd=tmp_path,
     )
     assert built.returncode == 0, built.stderr
