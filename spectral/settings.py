@@ -142,6 +142,12 @@ class Settings(BaseSettings):
         gt=0,
         description="How often the executor recovers stale leases and claims due items itself.",
     )
+    work_journal_dir: Path | None = Field(
+        default=None,
+        description="Local directory of the executor's response journal (paid answers kept, "
+        "fsync'd, until the ledger has them); unset = <state_dir>/work-journal/<database>. "
+        "Must be a local filesystem that outlives the process (a persistent volume).",
+    )
 
     @field_validator("topic_prefix")
     @classmethod

@@ -9,8 +9,11 @@ and the unknown-outcome rule.
 from __future__ import annotations
 
 import os
+import re
 import socket
 import uuid
+from pathlib import Path
+from urllib.parse import urlsplit
 
 from prometheus_client import CollectorRegistry
 
@@ -28,6 +31,11 @@ Not a setting: nothing but a fault test should ever set it."""
 
 LEASE_MARGIN_SECONDS = 10.0
 """A lease must outlast the longest call by this much, or a live worker's item is re-claimed."""
+
+CALL_TIMEOUT_MARGIN_SECONDS = 5.0
+"""The executor abandons a call this long after the synthesizer's own timeout should have."""
+
+_UNSAFE = re.compile(r"[^A-Za-z0-9_.-]+")
 
 __all__ = ["WorkExecutorHandler", "build"]
 
@@ -55,7 +63,19 @@ def build(
         ExecutorConfig(
             worker_id=worker,
             lease_timeout_seconds=settings.work_lease_timeout_seconds,
-            response_write_patience_seconds=min(60.0, settings.work_lease_timeout_seconds / 2),
+            journal_dir=journal_directory(settings, database_url),
+            call_timeout_seconds=settings.llm_timeout_seconds + CALL_TIMEOUT_MARGIN_SECONDS,
             crash_at=CrashPoint(crash) if crash else None,
         ),
     )
+
+
+def journal_directory(settings: Settings, database_url: str) -> Path:
+    """``SPECTRAL_WORK_JOURNAL_DIR``, or ``<state_dir>/work-journal/<host>_<port>_<database>``:
+    executors of one database share a directory (each adopts the files of those that stopped),
+    executors of different databases never see each other's answers."""
+    if settings.work_journal_dir is not None:
+        return settings.work_journal_dir
+    parts = urlsplit(database_url)
+    name = f"{parts.hostname or 'local'}_{parts.port or 5432}_{parts.path.strip('/') or 'db'}"
+    return settings.state_dir / "work-journal" / _UNSAFE.sub("_", name)

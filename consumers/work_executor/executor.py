@@ -27,9 +27,23 @@ A batch of one (``run_item``) takes exactly the same path.
 
 Per item, not per batch: every write of a lease holder is guarded by the item's lease token, so
 an item whose lease was lost is skipped while the others go on; a permanent failure
-dead-letters its item only; a transient one schedules that item's retry; a database failure
-interrupts only the items of the transaction that failed (their leases stay, and the stale-lease
-recovery takes them up again).
+dead-letters its item only; a transient one schedules that item's retry.
+
+Whatever happens while an item is planned, answered or concluded, it ends that item alone:
+
+* a database outage is waited out (patience.py), at every step: the batch resumes where it
+  was when the database is back, nothing is dropped and nothing is paid again;
+* anything else — an answer that cannot be read (however deep, long or strange), a document
+  write the database refuses, an exception nobody foresaw while planning or validating one
+  item — dead-letters that item with the reason (the statement of a batch that fails for a data
+  reason is retried item by item, so only the bad item's changes are refused; an item whose own
+  changes still cannot be written is dead-lettered with an ``error`` entry saying why);
+* a paid answer is recorded before anything else can fail (recorder.py): in the local response
+  journal, fsync'd, then in the ledger, losslessly (``spectral.work.payloads``) — it survives a
+  database outage of any length and a restart (the journal is replayed by the next sweep of any
+  executor sharing the directory, before stale leases are recovered);
+* an item this process is still driving is never taken for stale by its own sweep (a long
+  outage ages every lease of the batches waiting it out).
 
 Unknown-outcome rule (decided here, enforced by plan.py and the ledger's unique index):
 
@@ -47,10 +61,11 @@ Unknown-outcome rule (decided here, enforced by plan.py and the ledger's unique 
 * if the unknown call's answer arrives later, it is still recorded (under its attempt) and the
   next holder of the lease reuses it instead of paying again, if no newer call was started.
 
-Failures: transient (timeouts, 5xx, 429, an unexpected exception) -> retry with backoff until
-the attempt limit; permanent (4xx, no route, invalid answer, a mutation the document refuses)
--> dead_letter with an ``error`` entry. A dead-lettered item fails its thread, never its
-siblings or its parent (which closes when all its children are terminal, ADR-035 §7.2).
+Failures: transient (timeouts, 5xx, 429, an unexpected exception of the call) -> retry with
+backoff until the attempt limit; permanent (4xx, no route, an unreadable or invalid answer, a
+mutation the document refuses) -> dead_letter with an ``error`` entry. A dead-lettered item
+fails its thread, never its siblings or its parent (which closes when all its children are
+terminal, ADR-035 §7.2).
 """
 
 from __future__ import annotations
@@ -59,27 +74,35 @@ import asyncio
 import os
 import signal
 import time
+from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from enum import StrEnum
-from typing import Any
+from functools import partial
+from pathlib import Path
+from typing import Any, TypeVar
 from uuid import UUID, uuid4
 
+from consumers.work_executor.journal import ResponseJournal
 from consumers.work_executor.metrics import (
     AttemptOutcome,
     ExecutorMetrics,
     FailureReason,
     QueueStatus,
 )
+from consumers.work_executor.patience import patiently
 from consumers.work_executor.plan import Exhausted, Reuse, Start, Unknown, next_step
+from consumers.work_executor.pool import Job, JobDone
 from consumers.work_executor.prompts import render_story_prompt
+from consumers.work_executor.recorder import ResponseRecorder
 from consumers.work_executor.repository import (
     AttemptStart,
     BatchWrite,
     BatchWritten,
     DeadLetterEnd,
     ExecutorRepository,
+    LoadedBatch,
     LoadedItem,
     MutationApply,
     NewEntry,
@@ -98,8 +121,14 @@ from consumers.work_executor.validation import parse_report
 from spectral.db.connect import is_transient
 from spectral.errors import PermanentError, TransientError
 from spectral.llm.router import RouteError
-from spectral.llm.seam import SynthesisRequest, Synthesizer
+from spectral.llm.seam import (
+    SynthesisRequest,
+    SynthesisResponse,
+    Synthesizer,
+    UnreadableAnswerError,
+)
 from spectral.observability.logging import get_logger
+from spectral.retry import Backoff
 from spectral.work.documents import (
     InvalidDocumentError,
     ReplaceEpicStories,
@@ -107,19 +136,21 @@ from spectral.work.documents import (
     validate_backlog,
 )
 from spectral.work.model import EntryType, ItemStatus
+from spectral.work.payloads import (
+    error_payload,
+    prompt_payload,
+    response_payload,
+    unreadable_response_payload,
+)
 
 log = get_logger(__name__)
+
+T = TypeVar("T")
 
 _UNKNOWN_OUTCOME = (
     "the outcome of the call is unknown: its worker died or lost the lease before a response "
     "was recorded; the attempt is counted as used"
 )
-
-Job = tuple[UUID, UUID]
-"""(work_item_id, lease_token) of a claimed item."""
-
-JobDone = Callable[[Job], None]
-"""Told when a job of a batch is finished (its item's last write of this run committed)."""
 
 Failure = tuple[FailureKind, FailureReason, str]
 
@@ -138,7 +169,14 @@ class ExecutorConfig:
     worker_id: str
     lease_timeout_seconds: float = 300.0
     claim_grace_seconds: float = 5.0
-    response_write_patience_seconds: float = 60.0
+    journal_dir: Path | None = None
+    """Where paid answers are journaled until the ledger has them (journal.py); None keeps
+    them in memory only (tests and benchmarks: a crash may then lose an answer)."""
+    call_timeout_seconds: float | None = None
+    """A paid call taking longer is abandoned as a transient failure of its attempt (the
+    synthesizer's own timeout normally ends it first)."""
+    database_retry_cap_seconds: float = 5.0
+    """The longest wait between two tries of a statement while the database is unavailable."""
     crash_at: CrashPoint | None = None
 
 
@@ -168,7 +206,7 @@ class _Answer:
 
     held: _Held
     attempt: int
-    content: str = ""
+    content: str | None = ""
     failure: Failure | None = None
     fresh: bool = False  # paid for in this run (not a recorded response reused)
 
@@ -189,6 +227,13 @@ class _Writes:
     def add_held(self, held: _Held) -> None:
         self.held[held.item_id] = held
 
+    def merge(self, other: _Writes) -> None:
+        self.starts.extend(other.starts)
+        self.applies.extend(other.applies)
+        self.releases.extend(other.releases)
+        self.dead.extend(other.dead)
+        self.held.update(other.held)
+
     def split(self) -> list[_Writes]:
         """The same changes, one ``_Writes`` per item."""
         parts = {item_id: _Writes(held={item_id: one}) for item_id, one in self.held.items()}
@@ -201,6 +246,16 @@ class _Writes:
         for dead in self.dead:
             parts[dead[0].loaded.item.work_item_id].dead.append(dead)
         return list(parts.values())
+
+    def attempt_of(self, held: _Held) -> int:
+        """The attempt this part's changes are about (the item's current one for a start
+        that has not happened)."""
+        attempts = [
+            *(a.attempt for a in self.applies if a.loaded.item.work_item_id == held.item_id),
+            *(r.attempt for r in self.releases if r.loaded.item.work_item_id == held.item_id),
+            *(d.attempt for d, _ in self.dead if d.loaded.item.work_item_id == held.item_id),
+        ]
+        return max(attempts, default=held.loaded.item.attempt)
 
     def batch(self) -> BatchWrite:
         return BatchWrite(
@@ -236,75 +291,21 @@ class _Run:
         self.end(held.job, outcome)
 
     def interrupted(self, jobs: Sequence[Job], exc: BaseException) -> None:
-        """The database failed under these items (or a bug): their leases stay, and the
-        stale-lease recovery takes them up again after the timeout, reading what happened from
-        the ledger."""
+        """Nothing more can be done for these items in this run (a bug, or a failure even the
+        last-resort dead letter met): their leases stay, and the stale-lease recovery takes
+        them up again after the timeout, reading what happened from the ledger."""
         jobs = [job for job in jobs if job not in self.outcomes]
         if not jobs:
             return
         reason = FailureReason.LOAD_ROW if is_transient(exc) else FailureReason.UNKNOWN
-        log.warning(
+        log.error(
             "work items interrupted; they will be recovered",
             work_item_ids=[str(item) for item, _ in jobs],
-            error=f"{type(exc).__name__}: {exc}",
+            error=f"{type(exc).__name__}: {exc}"[:500],
         )
         for job in jobs:
             self._metrics.failure(reason)
             self.end(job, AttemptOutcome.TRANSIENT_FAILURE)
-
-
-class _ResponseRecorder:
-    """Group commit of paid answers: each is written as soon as the writer is free, together
-    with whatever else arrived meanwhile — never held back for a call still running."""
-
-    def __init__(self, write: Callable[[Sequence[ResponseRecord]], Awaitable[None]]) -> None:
-        self._write = write
-        self._waiting: list[tuple[ResponseRecord, asyncio.Future[None]]] = []
-        self._writer: asyncio.Task[None] | None = None
-
-    async def record(self, response: ResponseRecord) -> None:
-        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._waiting.append((response, future))
-        if self._writer is None or self._writer.done():
-            self._writer = asyncio.create_task(self._write_waiting())
-        await future
-
-    async def _write_waiting(self) -> None:
-        await asyncio.sleep(0)  # answers that came in on the same turn of the loop join
-        while self._waiting:
-            group, self._waiting = self._waiting, []
-            try:
-                await self._write([response for response, _ in group])
-            except Exception as exc:  # noqa: BLE001 - handed to the callers
-                if is_transient(exc) or len(group) < 2:  # noqa: PLR2004 - alone already
-                    _resolve(group, exc)
-                    continue
-                log.warning(
-                    "recording paid responses together failed; recording them one by one",
-                    responses=len(group),
-                    error=f"{type(exc).__name__}: {exc}",
-                )
-                for one in group:  # a data problem of one answer: the others still go in
-                    try:
-                        await self._write([one[0]])
-                    except Exception as one_exc:  # noqa: BLE001 - handed to its caller
-                        _resolve([one], one_exc)
-                    else:
-                        _resolve([one], None)
-            else:
-                _resolve(group, None)
-
-
-def _resolve(
-    waiting: Sequence[tuple[ResponseRecord, asyncio.Future[None]]], exc: Exception | None
-) -> None:
-    for _, future in waiting:
-        if future.done():
-            continue
-        if exc is None:
-            future.set_result(None)
-        else:
-            future.set_exception(exc)
 
 
 class WorkExecutor:
@@ -321,15 +322,35 @@ class WorkExecutor:
         self._policy = policy
         self._metrics = metrics
         self._config = config
+        self._backoff = Backoff(base=0.2, cap=config.database_retry_cap_seconds)
+        journal = (
+            ResponseJournal(config.journal_dir, config.worker_id)
+            if config.journal_dir is not None
+            else None
+        )
+        self._recorder = ResponseRecorder(
+            journal, self._write_responses, self._write_responses_patiently, metrics
+        )
+        self._in_flight: Counter[UUID] = Counter()
 
     @property
     def worker_id(self) -> str:
         return self._config.worker_id
 
+    async def aclose(self) -> None:
+        """Stop recording (answers not yet in the ledger stay in the journal for the next
+        executor) and release the journal's files."""
+        await self._recorder.aclose()
+
     def _crash_point(self, point: CrashPoint) -> None:
         if self._config.crash_at is point:
             log.warning("fault hook: SIGKILL", point=point.value)
             os.kill(os.getpid(), signal.SIGKILL)
+
+    async def _patiently(self, what: str, operation: Callable[[], Awaitable[T]]) -> T:
+        return await patiently(
+            what, operation, backoff=self._backoff, on_retry=self._metrics.database_wait
+        )
 
     # -- a batch ----------------------------------------------------------------------------------
 
@@ -345,19 +366,26 @@ class WorkExecutor:
         ``done`` is told about each job as soon as it is finished."""
         run = _Run(self._metrics, done)
         jobs = list(dict.fromkeys(jobs))
+        self._in_flight.update(item for item, _ in jobs)
         try:
-            await self._run(run, jobs)
-        except Exception as exc:  # noqa: BLE001 - any failure leaves the leases to recovery
-            run.interrupted(jobs, exc)
-        for job in jobs:
-            run.end(job, AttemptOutcome.SKIPPED)  # none is left: only a safety net
-        await self._settle_parents(run.parents)
+            try:
+                await self._run(run, jobs)
+            except Exception as exc:  # noqa: BLE001 - a bug: the leases are left to recovery
+                run.interrupted(jobs, exc)
+            for job in jobs:
+                run.end(job, AttemptOutcome.SKIPPED)  # none is left: only a safety net
+            await self._settle_parents(run.parents)
+        finally:
+            self._in_flight.subtract(item for item, _ in jobs)
+            self._in_flight = +self._in_flight
         return run.outcomes
 
     async def _run(self, run: _Run, jobs: Sequence[Job]) -> None:
-        loaded = await self._repo.load_batch([item for item, _ in jobs])
+        loaded = await self._load(run, jobs)
         held: list[_Held] = []
         for job in jobs:
+            if job in run.outcomes:
+                continue
             item = loaded.items.get(job[0])
             if (
                 item is None
@@ -382,69 +410,190 @@ class WorkExecutor:
                 task.cancel()
             raise
 
-    async def _write(self, run: _Run, writes: _Writes) -> BatchWritten:
-        """One transaction for ``writes``, accounted item by item. If it fails for a reason
-        that is not transient, its items are written one by one instead, so a bad item only
-        fails itself; items whose write still fails are interrupted (left to recovery)."""
+    async def _load(self, run: _Run, jobs: Sequence[Job]) -> LoadedBatch:
+        """The batch's items, waiting out an outage. If the batch cannot be read for another
+        reason, its items are read one by one, and an item that cannot be read ends."""
+        ids = [item for item, _ in jobs]
         try:
-            written = await self._repo.write(writes.batch())
+            return await self._patiently("load items", lambda: self._repo.load_batch(ids))
         except Exception as exc:  # noqa: BLE001 - per item below
-            written = BatchWritten()
-            if is_transient(exc) or len(writes.held) < 2:  # noqa: PLR2004 - alone already
-                run.interrupted([one.job for one in writes.held.values()], exc)
-                return written
             log.warning(
-                "a batch write failed for a data reason; writing its items one by one",
-                items=len(writes.held),
-                error=f"{type(exc).__name__}: {exc}",
+                "a batch of work items could not be loaded; loading them one by one",
+                items=len(ids),
+                error=f"{type(exc).__name__}: {exc}"[:300],
             )
-            for part in writes.split():
-                try:
-                    written.merge(await self._repo.write(part.batch()))
-                except Exception as one_exc:  # noqa: BLE001 - this item only
-                    run.interrupted([one.job for one in part.held.values()], one_exc)
+        items: dict[UUID, LoadedItem] = {}
+        documents: dict[str, StoredDocument] = {}
+        for job in jobs:
+            try:
+                one = await self._patiently(
+                    "load an item", partial(self._repo.load_batch, [job[0]])
+                )
+            except Exception as exc:  # noqa: BLE001 - this item only
+                await self._end_unloadable(run, job, exc)
+                continue
+            items.update(one.items)
+            documents.update(one.documents)
+        return LoadedBatch(items, documents)
+
+    async def _end_unloadable(self, run: _Run, job: Job, exc: Exception) -> None:
+        try:
+            bare = await self._patiently("load an item", lambda: self._repo.load_bare(job[0]))
+        except Exception as bare_exc:  # noqa: BLE001 - nothing more can be done here
+            run.interrupted([job], bare_exc)
+            return
+        if bare is None or bare.item.lease_token != job[1]:
+            run.end(job, AttemptOutcome.SKIPPED)
+            return
+        ends = _Writes()
+        self._give_up(
+            ends,
+            _Held(job, bare),
+            attempt=bare.item.attempt,
+            dead=DeadLetterReason.PERMANENT_FAILURE,
+            reason=FailureReason.LOAD_ROW,
+            message=f"the item could not be read: {type(exc).__name__}: {exc}",
+        )
+        await self._write(run, ends)
+
+    async def _write(self, run: _Run, writes: _Writes) -> BatchWritten:
+        """One transaction for ``writes``, waiting out any outage, accounted item by item. If it
+        fails for a reason that is not an outage, its items are written one by one instead,
+        so a bad item only fails itself; an item whose own changes still cannot be written is
+        dead-lettered (``_end_unwritable``)."""
+        if not writes:
+            return BatchWritten()
+        try:
+            written = await self._patiently(
+                "record work items", lambda: self._repo.write(writes.batch())
+            )
+        except Exception as exc:  # noqa: BLE001 - per item
+            written = await self._write_one_by_one(run, writes, exc)
         self._account(run, writes, written)
         return written
+
+    async def _write_one_by_one(self, run: _Run, writes: _Writes, exc: Exception) -> BatchWritten:
+        parts = writes.split()
+        if len(parts) == 1:
+            await self._end_unwritable(run, parts[0], exc)
+            return BatchWritten()
+        log.warning(
+            "a batch write failed for a data reason; writing its items one by one",
+            items=len(parts),
+            error=f"{type(exc).__name__}: {exc}"[:300],
+        )
+        written = BatchWritten()
+        for part in parts:
+            try:
+                written.merge(
+                    await self._patiently(
+                        "record a work item", partial(self._repo.write, part.batch())
+                    )
+                )
+            except Exception as one_exc:  # noqa: BLE001 - this item only
+                await self._end_unwritable(run, part, one_exc)
+        return written
+
+    async def _end_unwritable(self, run: _Run, part: _Writes, exc: Exception) -> None:
+        """The last resort for an item whose changes the database refuses (not an outage): a
+        dead letter with only an ``error`` entry saying why — and if even that is refused, a
+        plain one; failing that the lease is left to recovery."""
+        (one,) = part.held.values()
+        attempt = part.attempt_of(one)
+        reason = FailureReason.WRITE_MUTATION if part.applies else FailureReason.UNKNOWN
+        detail = f"{type(exc).__name__}: {exc}"
+        log.error(
+            "the changes of a work item were refused; dead-lettering it",
+            work_item_id=str(one.item_id),
+            attempt=attempt,
+            error=detail[:500],
+        )
+        for message in (
+            f"its changes could not be recorded: {detail}",
+            "its changes could not be recorded",
+        ):
+            ends = _Writes()
+            self._give_up(
+                ends,
+                one,
+                attempt=attempt,
+                dead=DeadLetterReason.PERMANENT_FAILURE,
+                reason=reason,
+                message=message,
+            )
+            try:
+                written = await self._patiently(
+                    "dead-letter a work item", partial(self._repo.write, ends.batch())
+                )
+            except Exception as end_exc:  # noqa: BLE001 - try the plainer form, then give up
+                last: Exception = end_exc
+                continue
+            self._account(run, ends, written)
+            return
+        run.interrupted([one.job], last)
 
     def _plan(
         self, held: Sequence[_Held], documents: Mapping[str, StoredDocument]
     ) -> tuple[_Writes, list[_Answer], dict[UUID, SynthesisRequest]]:
         """What each held item does next, read from its ledger (plan.py): the writes before
-        the calls, the recorded answers to reuse, the requests of the attempts to start."""
+        the calls, the recorded answers to reuse, the requests of the attempts to start. An
+        item that cannot be planned is dead-lettered (no call)."""
         before = _Writes()
         reused: list[_Answer] = []
         requests: dict[UUID, SynthesisRequest] = {}
         backlogs: dict[str, StoryBacklog | InvalidDocumentError] = {}
         for one in held:
-            step = next_step(one.loaded.item.attempt, one.loaded.entries, self._policy)
-            if isinstance(step, Reuse):
-                log.info(
-                    "reusing a recorded response",
-                    work_item_id=str(one.item_id),
-                    attempt=step.attempt,
-                )
-                reused.append(_Answer(one, step.attempt, content=step.content))
-            elif isinstance(step, Unknown):
-                failure = (
-                    FailureKind.OUTCOME_UNKNOWN,
-                    FailureReason.OUTCOME_UNKNOWN,
-                    _UNKNOWN_OUTCOME,
-                )
-                self._fail(before, one, step.attempt, failure)
-            elif isinstance(step, Exhausted):
+            mine = _Writes()
+            try:
+                answer = self._plan_one(mine, one, documents, backlogs, requests)
+            except Exception as exc:  # noqa: BLE001 - this item only
+                requests.pop(one.item_id, None)
+                mine = _Writes()
                 self._give_up(
-                    before,
+                    mine,
                     one,
-                    attempt=step.attempts,
-                    dead=DeadLetterReason.MAX_ATTEMPTS_EXCEEDED,
-                    reason=FailureReason.MAX_ATTEMPTS_EXCEEDED,
-                    message=f"all {step.attempts} attempts are used",
+                    attempt=one.loaded.item.attempt,
+                    dead=DeadLetterReason.PERMANENT_FAILURE,
+                    reason=FailureReason.UNKNOWN,
+                    message=f"the item could not be planned: {type(exc).__name__}: {exc}",
                 )
-            else:
-                self._start(
-                    before, one, step, documents=documents, backlogs=backlogs, requests=requests
-                )
+                answer = None
+            before.merge(mine)
+            if answer is not None:
+                reused.append(answer)
         return before, reused, requests
+
+    def _plan_one(
+        self,
+        before: _Writes,
+        one: _Held,
+        documents: Mapping[str, StoredDocument],
+        backlogs: dict[str, StoryBacklog | InvalidDocumentError],
+        requests: dict[UUID, SynthesisRequest],
+    ) -> _Answer | None:
+        step = next_step(one.loaded.item.attempt, one.loaded.entries, self._policy)
+        if isinstance(step, Reuse):
+            log.info(
+                "reusing a recorded response", work_item_id=str(one.item_id), attempt=step.attempt
+            )
+            return _Answer(one, step.attempt, content=step.content)
+        if isinstance(step, Unknown):
+            failure = (FailureKind.OUTCOME_UNKNOWN, FailureReason.OUTCOME_UNKNOWN, _UNKNOWN_OUTCOME)
+            self._fail(before, one, step.attempt, failure)
+        elif isinstance(step, Exhausted):
+            self._give_up(
+                before,
+                one,
+                attempt=step.attempts,
+                dead=DeadLetterReason.MAX_ATTEMPTS_EXCEEDED,
+                reason=FailureReason.MAX_ATTEMPTS_EXCEEDED,
+                message=f"all {step.attempts} attempts are used",
+            )
+        else:
+            self._start(
+                before, one, step, documents=documents, backlogs=backlogs, requests=requests
+            )
+        return None
 
     def _start(
         self,
@@ -468,13 +617,13 @@ class WorkExecutor:
                 message=str(exc),
             )
             return
-        prompt = {
-            "function_key": request.function_key,
-            "prompt": request.prompt,
-            "input": dict(request.input),
-            "idempotency_key": request.idempotency_key,
-            "org_id": request.org_id,
-        }
+        prompt = prompt_payload(
+            function_key=request.function_key,
+            prompt=request.prompt,
+            input_=request.input,
+            idempotency_key=request.idempotency_key,
+            org_id=request.org_id,
+        )
         before.starts.append(AttemptStart(one.loaded, one.token, step.attempt, prompt))
         before.add_held(one)
         requests[one.item_id] = request
@@ -487,54 +636,42 @@ class WorkExecutor:
         if not started:
             return {}
         self._crash_point(CrashPoint.BEFORE_CALL)
-        recorder = _ResponseRecorder(self._record_responses)
         calls: dict[asyncio.Task[_Answer], _Held] = {}
         for start in started:
             one = before.held[start.loaded.item.work_item_id]
-            task = asyncio.create_task(
-                self._call(one, start.attempt, requests[one.item_id], recorder)
-            )
+            task = asyncio.create_task(self._call(one, start.attempt, requests[one.item_id]))
             calls[task] = one
         return calls
 
-    async def _call(
-        self, one: _Held, attempt: int, request: SynthesisRequest, recorder: _ResponseRecorder
-    ) -> _Answer:
+    async def _call(self, one: _Held, attempt: int, request: SynthesisRequest) -> _Answer:
+        """One paid call; its answer is recorded (journal, then ledger) before it is returned."""
         started = time.perf_counter()
         try:
-            response = await self._synthesizer.synthesize(request)
+            async with asyncio.timeout(self._config.call_timeout_seconds):
+                response = await self._synthesizer.synthesize(request)
+        except UnreadableAnswerError as exc:  # answered, so paid: its bytes are kept
+            payload = unreadable_response_payload(
+                body=exc.body, model=exc.model, usage=exc.usage, duration_ms=_ms(started)
+            )
+            await self._recorder.record(ResponseRecord.of(one.loaded, attempt, payload))
+            failure = (FailureKind.PERMANENT, FailureReason.SYNTHESIZER, str(exc))
+            return _Answer(one, attempt, content=None, failure=failure, fresh=True)
         except Exception as exc:  # noqa: BLE001 - classified; unexpected ones are retried
             return _Answer(one, attempt, failure=classify_call_failure(exc))
         finally:
             self._metrics.duration.observe(time.perf_counter() - started)
-        payload: Mapping[str, Any] = {
-            "content": response.content,
-            "model": response.model,
-            "usage": dict(response.usage),
-            "duration_ms": int((time.perf_counter() - started) * 1000),
-        }
-        await recorder.record(ResponseRecord(one.loaded, attempt, payload))
-        return _Answer(one, attempt, content=response.content, fresh=True)
+        content, payload = _answer_payload(response, _ms(started))
+        await self._recorder.record(ResponseRecord.of(one.loaded, attempt, payload))
+        if content is None:
+            failure = (FailureKind.PERMANENT, FailureReason.SYNTHESIZER, "the answer is not text")
+            return _Answer(one, attempt, content=None, failure=failure, fresh=True)
+        return _Answer(one, attempt, content=content, fresh=True)
 
-    async def _record_responses(self, responses: Sequence[ResponseRecord]) -> None:
-        """Write paid answers, retrying through a database hiccup: they must not be lost."""
-        deadline = time.monotonic() + self._config.response_write_patience_seconds
-        delay = 0.2
-        while True:
-            try:
-                await self._repo.write(BatchWrite(responses=responses))
-            except Exception as exc:
-                if not is_transient(exc) or time.monotonic() + delay > deadline:
-                    raise
-                log.warning(
-                    "recording paid responses failed; retrying",
-                    work_item_ids=[str(r.loaded.item.work_item_id) for r in responses],
-                    error=f"{type(exc).__name__}: {exc}",
-                )
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 5.0)
-                continue
-            return
+    async def _write_responses(self, responses: Sequence[ResponseRecord]) -> None:
+        await self._repo.write(BatchWrite(responses=responses))
+
+    async def _write_responses_patiently(self, responses: Sequence[ResponseRecord]) -> None:
+        await self._patiently("record paid responses", lambda: self._write_responses(responses))
 
     async def _conclude_as_answered(
         self, run: _Run, reused: list[_Answer], calls: dict[asyncio.Task[_Answer], _Held]
@@ -545,27 +682,44 @@ class WorkExecutor:
         pending = set(calls)
         while ready or pending:
             if ready:
-                await self._conclude(run, ready)
+                try:
+                    await self._conclude(run, ready)
+                except Exception as wave_exc:  # noqa: BLE001 - a bug: these items only
+                    run.interrupted([answer.held.job for answer in ready], wave_exc)
                 ready = []
             if pending:
                 finished, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
                 for task in finished:
-                    exc = task.exception()
-                    if exc is None:
+                    call_exc = task.exception()
+                    if call_exc is None:
                         ready.append(task.result())
-                    else:  # the response could not be recorded
-                        run.interrupted([calls[task].job], exc)
+                    else:  # cannot happen: a call's failures are answers
+                        run.interrupted([calls[task].job], call_exc)
 
     async def _conclude(self, run: _Run, answers: Sequence[_Answer]) -> None:
-        """One wave: validate the answers, then apply, retry or dead-letter — one transaction."""
+        """One wave: validate the answers, then apply, retry or dead-letter — one transaction.
+        An answer whose conclusion fails in any way dead-letters its own item."""
         if any(answer.fresh for answer in answers):
             self._crash_point(CrashPoint.AFTER_RESPONSE)
         wave = _Writes()
         for answer in answers:
-            if answer.failure is not None:
-                self._fail(wave, answer.held, answer.attempt, answer.failure)
-            else:
-                self._validate(wave, answer)
+            mine = _Writes()
+            try:
+                if answer.failure is not None:
+                    self._fail(mine, answer.held, answer.attempt, answer.failure)
+                else:
+                    self._validate(mine, answer)
+            except Exception as exc:  # noqa: BLE001 - this item only
+                mine = _Writes()
+                self._give_up(
+                    mine,
+                    answer.held,
+                    attempt=answer.attempt,
+                    dead=DeadLetterReason.INVALID_OUTPUT,
+                    reason=FailureReason.INVALID_JSON,
+                    message=f"the answer could not be validated: {type(exc).__name__}: {exc}",
+                )
+            wave.merge(mine)
         written = await self._write(run, wave)
         if written.refused:
             await self._refused(run, wave, written.refused)
@@ -574,6 +728,16 @@ class WorkExecutor:
 
     def _validate(self, wave: _Writes, answer: _Answer) -> None:
         one, attempt = answer.held, answer.attempt
+        if answer.content is None:
+            self._give_up(
+                wave,
+                one,
+                attempt=attempt,
+                dead=DeadLetterReason.INVALID_OUTPUT,
+                reason=FailureReason.INVALID_JSON,
+                message="the paid answer is not readable (its bytes are in the response entry)",
+            )
+            return
         report = parse_report(answer.content)
         parse_entry = NewEntry(attempt, EntryType.PARSE_REPORT, report.payload(attempt))
         if not report.ok:
@@ -624,28 +788,25 @@ class WorkExecutor:
         kind, reason, message = failure
         self._metrics.failure(reason)
         decision = self._policy.after_failure(attempt, kind, datetime.now(UTC))
-        error = {
-            "kind": kind.value,
-            "reason": reason.value,
-            "message": message[:2000],
-            "attempt": attempt,
-        }
         writes.add_held(one)
         if isinstance(decision, RetryAt):
+            error = error_payload(
+                kind=kind.value,
+                reason=reason.value,
+                message=message,
+                disposition="retry",
+                attempt=attempt,
+            )
             writes.releases.append(
-                RetryRelease(
-                    one.loaded,
-                    one.token,
-                    attempt,
-                    {**error, "disposition": "retry"},
-                    self._policy.backoff(attempt),
-                )
+                RetryRelease(one.loaded, one.token, attempt, error, self._policy.backoff(attempt))
             )
             return
         assert isinstance(decision, GiveUp)  # noqa: S101 - the two outcomes of after_failure
         if decision.reason is DeadLetterReason.MAX_ATTEMPTS_EXCEEDED:
             self._metrics.failure(FailureReason.MAX_ATTEMPTS_EXCEEDED)
-        _dead_letter(writes, one, attempt, decision.reason, error)
+        _dead_letter(
+            writes, one, attempt, decision.reason, kind=kind, reason=reason, message=message
+        )
 
     def _give_up(
         self,
@@ -659,14 +820,17 @@ class WorkExecutor:
         extra: tuple[NewEntry, ...] = (),
     ) -> None:
         self._metrics.failure(reason)
-        error = {
-            "kind": FailureKind.PERMANENT.value,
-            "reason": reason.value,
-            "message": message[:2000],
-            "attempt": attempt,
-        }
         writes.add_held(one)
-        _dead_letter(writes, one, attempt, dead, error, extra=extra)
+        _dead_letter(
+            writes,
+            one,
+            attempt,
+            dead,
+            kind=FailureKind.PERMANENT,
+            reason=reason,
+            message=message,
+            extra=extra,
+        )
 
     def _account(self, run: _Run, writes: _Writes, written: BatchWritten) -> None:
         """Outcomes, metrics and logs of what a transaction did, item by item."""
@@ -719,13 +883,21 @@ class WorkExecutor:
         try:
             due = await self._repo.parents_needing_settling(list(parents))
         except Exception as exc:  # noqa: BLE001 - the sweep settles parents left open
-            log.warning("settling the parents failed; the sweep will", error=str(exc))
+            log.warning("settling the parents failed; the sweep will", error=str(exc)[:300])
             return
-        for parent_id, project_id in due:
+        await self._settle(due)
+
+    async def _settle(self, parents: Sequence[tuple[UUID, str]]) -> None:
+        """Each parent on its own: one that cannot be settled never keeps the others open."""
+        for parent_id, project_id in parents:
             try:
                 status = await self._repo.settle_parent(parent_id, project_id)
-            except Exception as exc:  # noqa: BLE001 - the sweep settles parents left open
-                log.warning("settling the parent failed; the sweep will", error=str(exc))
+            except Exception as exc:  # noqa: BLE001 - the next sweep tries again
+                log.warning(
+                    "settling a parent failed; the sweep will try again",
+                    thread_id=str(parent_id),
+                    error=f"{type(exc).__name__}: {exc}"[:300],
+                )
                 continue
             if status is not None:
                 log.info("orchestration closed", thread_id=str(parent_id), status=status.value)
@@ -733,13 +905,20 @@ class WorkExecutor:
     # -- the sweep (periodic) ----------------------------------------------------------------------
 
     async def sweep(self, capacity: int) -> list[Job]:
-        """Recover stale leases, claim due items no event brought, settle parents left open,
-        refresh the queue gauges. Returns the claimed jobs (at most ``capacity``)."""
+        """Replay journals of stopped processes, recover stale leases, claim due items no event
+        brought, settle parents left open, refresh the queue gauges. Returns the claimed jobs
+        (at most ``capacity``). Stale leases are recovered only once every journaled answer is
+        in the ledger: an answer waiting in a journal is never taken for an unknown outcome."""
+        journals_replayed = await self._recorder.adopt()
         jobs: list[Job] = []
-        if capacity > 0:
+        if capacity > 0 and journals_replayed:
             token = uuid4()
             recovered = await self._repo.recover_stale(
-                self._config.lease_timeout_seconds, capacity, token, self.worker_id
+                self._config.lease_timeout_seconds,
+                capacity,
+                token,
+                self.worker_id,
+                exclude=sorted(self._in_flight),
             )
             if recovered:
                 log.warning("recovered stale leases", items=len(recovered))
@@ -750,8 +929,7 @@ class WorkExecutor:
                 capacity - len(jobs), token, self.worker_id, self._config.claim_grace_seconds
             )
             jobs.extend((item_id, token) for item_id in due)
-        for parent_id, project_id in await self._repo.parents_to_settle(100):
-            await self._repo.settle_parent(parent_id, project_id)
+        await self._settle(await self._repo.parents_to_settle(100))
         self._metrics.oldest_lease_age.set(await self._repo.oldest_lease_age())
         depth = await self._repo.queue_depth()
         self._metrics.observe_queue(
@@ -759,6 +937,28 @@ class WorkExecutor:
             depth.get(ItemStatus.DEAD_LETTER.value, 0),
         )
         return jobs
+
+
+def _ms(started: float) -> int:
+    return int((time.perf_counter() - started) * 1000)
+
+
+def _answer_payload(response: Any, duration_ms: int) -> tuple[str | None, dict[str, Any]]:
+    """The answer's text and its response payload — whatever the synthesizer handed back (a
+    broken one may not even return a ``SynthesisResponse``)."""
+    if isinstance(response, SynthesisResponse) and isinstance(response.content, str):
+        model = response.model if isinstance(response.model, str) else repr(response.model)
+        payload = response_payload(
+            content=response.content, model=model, usage=response.usage, duration_ms=duration_ms
+        )
+        return response.content, payload
+    payload = unreadable_response_payload(
+        body=repr(response).encode("utf-8", "backslashreplace"),
+        model=str(getattr(response, "model", "")),
+        usage=None,
+        duration_ms=duration_ms,
+    )
+    return None, payload
 
 
 def _request(
@@ -803,15 +1003,24 @@ def _dead_letter(
     one: _Held,
     attempt: int,
     dead: DeadLetterReason,
-    error: Mapping[str, Any],
     *,
+    kind: FailureKind,
+    reason: FailureReason,
+    message: str,
     extra: tuple[NewEntry, ...] = (),
 ) -> None:
-    payload = {**error, "disposition": "dead_letter", "dead_letter_reason": dead.value}
+    payload = error_payload(
+        kind=kind.value,
+        reason=reason.value,
+        message=message,
+        disposition="dead_letter",
+        attempt=attempt,
+        dead_letter_reason=dead.value,
+    )
     writes.dead.append((DeadLetterEnd(one.loaded, one.token, attempt, payload, extra), dead))
 
 
-def classify_call_failure(exc: Exception) -> tuple[FailureKind, FailureReason, str]:
+def classify_call_failure(exc: Exception) -> Failure:
     """What a failed synthesizer call means for the item: a route that cannot resolve and a
     refusal are permanent, a transient fault is retried, anything unexpected is retried within
     the attempt limit."""
@@ -821,4 +1030,6 @@ def classify_call_failure(exc: Exception) -> tuple[FailureKind, FailureReason, s
         return FailureKind.PERMANENT, FailureReason.SYNTHESIZER, str(exc)
     if isinstance(exc, TransientError):
         return FailureKind.TRANSIENT, FailureReason.SYNTHESIZER, str(exc)
+    if isinstance(exc, TimeoutError):
+        return FailureKind.TRANSIENT, FailureReason.SYNTHESIZER, "the call took too long"
     return FailureKind.TRANSIENT, FailureReason.UNKNOWN, f"{type(exc).__name__}: {exc}"

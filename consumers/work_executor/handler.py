@@ -198,6 +198,8 @@ class WorkExecutorHandler:
         closer = getattr(self._synthesizer, "aclose", None)
         if closer is not None:
             await closer()
+        if self._executor is not None:
+            await self._executor.aclose()
         if self._db is not None:
             await self._db.close()
             self._db = None

@@ -4,8 +4,13 @@ Names and label sets are fixed: ``synthesis_attempts_total{outcome}`` (4 series)
 ``synthesis_duration_seconds`` (histogram, 1 ms .. 65.5 s in powers of two),
 ``synthesis_failures_total{reason}`` (8 series), plus ``work_queue_depth{status}`` (4 series,
 refreshed by the periodic sweep), ``work_dead_letters_total{reason}`` (4 series) and
-``work_dead_letter_items`` (items currently dead-lettered). Every series exists from the start
-(initialised at 0), so dashboards and alerts never see "no data" for a quiet label.
+``work_dead_letter_items`` (items currently dead-lettered),
+``work_response_journal_records_total{event}`` (paid answers appended to the local journal,
+replayed from a dead process's journal, refused by the database and kept in the rejected file,
+or not appended because the journal's disk failed: 4 series) and
+``work_database_waits_total`` (retries of a statement while the database was unavailable).
+Every series exists from the start (initialised at 0), so dashboards and alerts never see
+"no data" for a quiet label.
 
 Reasons follow ADR-0008's list where it applies here: ``set_org_id`` has no counterpart (no
 row-level security in this schema), ``write_merge`` is ``write_mutation``, and
@@ -41,6 +46,13 @@ class FailureReason(StrEnum):
     OUTCOME_UNKNOWN = "outcome_unknown"
     MAX_ATTEMPTS_EXCEEDED = "max_attempts_exceeded"
     UNKNOWN = "unknown"
+
+
+class JournalEvent(StrEnum):
+    APPENDED = "appended"
+    REPLAYED = "replayed"
+    REJECTED = "rejected"
+    APPEND_FAILED = "append_failed"
 
 
 class QueueStatus(StrEnum):
@@ -93,6 +105,19 @@ class ExecutorMetrics:
             "lease timeout it is stale.",
             registry=registry,
         )
+        self.journal_records = Counter(
+            "work_response_journal_records",
+            "Paid answers through the local response journal, by event.",
+            ["event"],
+            registry=registry,
+        )
+        self.database_waits = Counter(
+            "work_database_waits",
+            "Statements the executor retried while the database was unavailable.",
+            registry=registry,
+        )
+        for event in JournalEvent:
+            self.journal_records.labels(event.value)
         for outcome in AttemptOutcome:
             self.attempts.labels(outcome.value)
         for reason in FailureReason:
@@ -115,3 +140,9 @@ class ExecutorMetrics:
         for status in QueueStatus:
             self.queue_depth.labels(status.value).set(depth.get(status, 0))
         self.dead_letter_items.set(dead_letter_items)
+
+    def journal(self, event: JournalEvent, records: int = 1) -> None:
+        self.journal_records.labels(event.value).inc(records)
+
+    def database_wait(self) -> None:
+        self.database_waits.inc()

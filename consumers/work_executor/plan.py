@@ -19,12 +19,14 @@ from dataclasses import dataclass
 
 from consumers.work_executor.retry import RetryPolicy
 from spectral.work.model import EntryType, LedgerEntry
+from spectral.work.payloads import response_content
 
 
 @dataclass(frozen=True)
 class Reuse:
     attempt: int
-    content: str
+    content: str | None
+    """The answer as the model gave it; None for a paid answer that was not readable."""
 
 
 @dataclass(frozen=True)
@@ -52,7 +54,7 @@ def next_step(attempts_started: int, entries: Sequence[LedgerEntry], policy: Ret
     ]
     if unconsumed:
         latest = max(unconsumed, key=lambda e: (e.attempt, e.seq))
-        return Reuse(latest.attempt, str(latest.payload.get("content", "")))
+        return Reuse(latest.attempt, response_content(latest.payload))
     last = attempts_started
     if last > 0:
         kinds = {e.entry_type for e in entries if e.attempt == last}

@@ -22,7 +22,11 @@ from spectral.observability.logging import get_logger
 log = get_logger(__name__)
 
 Job = tuple[UUID, UUID]
+"""(work_item_id, lease_token) of a claimed item."""
+
 JobDone = Callable[[Job], None]
+"""Told when a job of a batch is finished (its item's last write of this run committed)."""
+
 RunBatch = Callable[[Sequence[Job], JobDone], Awaitable[object]]
 
 

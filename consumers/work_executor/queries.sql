@@ -54,12 +54,13 @@ SELECT work_item_id FROM claimed
 -- name: recover_stale
 -- ADR-0023 stamp-based recovery: a lease older than the timeout belongs to a dead (or cut off)
 -- worker; re-stamping it makes this worker the holder. What happened to the old holder's call
--- is then read from the ledger (plan.py).
+-- is then read from the ledger (plan.py). $5: items the recovering process still drives itself.
 WITH stale AS (
     SELECT work_item_id
     FROM work.work_items
     WHERE status IN ('claimed', 'running')
       AND leased_at < now() - make_interval(secs => $1)
+      AND NOT (work_item_id = ANY($5::uuid[]))
     ORDER BY leased_at, work_item_id
     LIMIT $2
     FOR UPDATE SKIP LOCKED
@@ -79,6 +80,16 @@ SELECT w.work_item_id, w.thread_id, w.sequence, w.status, w.attempt, w.lock_scop
 FROM work.work_items w
 JOIN work.threads t ON t.thread_id = w.thread_id
 WHERE w.work_item_id = ANY($1::uuid[])
+
+-- name: load_bare_item
+-- One item and its thread links, no JSON column read (the last resort of an item whose full
+-- load fails: enough to dead-letter it).
+SELECT w.work_item_id, w.thread_id, w.sequence, w.status, w.attempt, w.lock_scope,
+       w.project_id, w.function_key, w.not_before, w.lease_token, w.leased_at, w.created_at,
+       w.started_at, w.finished_at, t.kind AS thread_kind, t.parent_thread_id
+FROM work.work_items w
+JOIN work.threads t ON t.thread_id = w.thread_id
+WHERE w.work_item_id = $1
 
 -- name: items_ledger
 SELECT entry_id, seq, thread_id, work_item_id, attempt, entry_type, payload::text AS payload,

@@ -24,6 +24,7 @@ from uuid import UUID
 import asyncpg
 
 from spectral.db.queries import load_queries
+from spectral.db.storable import storable_json
 from spectral.outbox import OutboxItem, enqueue
 from spectral.work import events
 from spectral.work.documents import InvalidDocumentError, ReplaceEpicStories, apply_in_turn
@@ -31,6 +32,7 @@ from spectral.work.hashing import canonical_text, text_hash
 from spectral.work.identity import project_lock_scope
 from spectral.work.locks import TransactionLocks
 from spectral.work.model import EntryType, ItemStatus, LedgerEntry, ThreadStatus, WorkItem
+from spectral.work.payloads import error_payload, message_text, mutation_report_payload
 from spectral.work.rows import entry_from_row, item_from_row
 from spectral.work.types import Conn
 
@@ -99,11 +101,19 @@ class AttemptStart:
 
 @dataclass(frozen=True)
 class ResponseRecord:
-    """A paid answer, recorded whether or not the lease is still held."""
+    """A paid answer, recorded whether or not the lease is still held (and kept in the
+    response journal until it is)."""
 
-    loaded: LoadedItem
+    work_item_id: UUID
+    thread_id: UUID
+    correlation_id: UUID
     attempt: int
-    payload: Mapping[str, Any]
+    payload: dict[str, Any]
+
+    @classmethod
+    def of(cls, loaded: LoadedItem, attempt: int, payload: dict[str, Any]) -> ResponseRecord:
+        item = loaded.item
+        return cls(item.work_item_id, item.thread_id, loaded.correlation_id, attempt, payload)
 
 
 @dataclass(frozen=True)
@@ -180,6 +190,8 @@ class _Changes:
     """What one transaction appends: ledger rows, thread closings, outbox events."""
 
     entries: list[tuple[LoadedItem, NewEntry]] = field(default_factory=list)
+    rows: list[tuple[_EntryRow, UUID]] = field(default_factory=list)
+    """Entries of items not loaded here (responses), each with its correlation id."""
     closings: list[tuple[UUID, ThreadStatus, Mapping[str, Any]]] = field(default_factory=list)
     states: list[OutboxItem] = field(default_factory=list)
     others: list[OutboxItem] = field(default_factory=list)
@@ -204,9 +216,19 @@ class ExecutorRepository:
         return [row["work_item_id"] for row in rows]
 
     async def recover_stale(
-        self, timeout_seconds: float, limit: int, token: UUID, worker: str
+        self,
+        timeout_seconds: float,
+        limit: int,
+        token: UUID,
+        worker: str,
+        exclude: Sequence[UUID] = (),
     ) -> list[UUID]:
-        rows = await self._pool.fetch(_SQL["recover_stale"], timeout_seconds, limit, token, worker)
+        """Re-stamp stale leases (ADR-0023 recovery), except those of ``exclude`` — the items
+        this process is still driving (e.g. waiting out a database outage with their paid
+        answers in hand): they are not stale to their holder."""
+        rows = await self._pool.fetch(
+            _SQL["recover_stale"], timeout_seconds, limit, token, worker, list(exclude)
+        )
         return [row["work_item_id"] for row in rows]
 
     # -- reads ------------------------------------------------------------------------------------
@@ -247,6 +269,32 @@ class ExecutorRepository:
     async def oldest_lease_age(self) -> float:
         return float(await self._pool.fetchval(_SQL["oldest_lease_age"]))
 
+    async def load_bare(self, item_id: UUID) -> LoadedItem | None:
+        """The item with its thread links only — no input, target or ledger parsed: enough to
+        end an item whose full load fails (``DeadLetterEnd``)."""
+        row = await self._pool.fetchrow(_SQL["load_bare_item"], item_id)
+        if row is None:
+            return None
+        item = WorkItem(
+            work_item_id=row["work_item_id"],
+            thread_id=row["thread_id"],
+            sequence=row["sequence"],
+            status=ItemStatus(row["status"]),
+            attempt=row["attempt"],
+            lock_scope=row["lock_scope"],
+            project_id=row["project_id"],
+            function_key=row["function_key"],
+            input={},
+            not_before=row["not_before"],
+            lease_token=row["lease_token"],
+            leased_at=row["leased_at"],
+            error_message=None,
+            created_at=row["created_at"],
+            started_at=row["started_at"],
+            finished_at=row["finished_at"],
+        )
+        return LoadedItem(item, row["thread_kind"], row["parent_thread_id"], {}, ())
+
     async def queue_depth(self) -> dict[str, int]:
         rows = await self._pool.fetch(_SQL["queue_depth"])
         return {row["status"]: row["items"] for row in rows}
@@ -267,13 +315,26 @@ class ExecutorRepository:
             if batch.starts:
                 await self._start(conn, batch.starts, done, changes)
             for response in batch.responses:
-                entry = NewEntry(response.attempt, EntryType.RESPONSE, response.payload)
-                changes.entries.append((response.loaded, entry))
+                changes.rows.append(
+                    (
+                        (
+                            response.work_item_id,
+                            response.thread_id,
+                            response.attempt,
+                            EntryType.RESPONSE,
+                            response.payload,
+                        ),
+                        response.correlation_id,
+                    )
+                )
             if batch.releases:
                 await self._release(conn, batch.releases, done, changes)
             if batch.dead_letters:
                 await self._dead_letter(conn, batch.dead_letters, done, changes)
-            outbox = await self._insert_entries(conn, changes.entries)
+            outbox = await self._insert_rows(
+                conn,
+                [*(_row(loaded, entry) for loaded, entry in changes.entries), *changes.rows],
+            )
             if changes.closings:
                 closings = sorted(changes.closings, key=lambda c: c[0])
                 await conn.execute(
@@ -294,10 +355,10 @@ class ExecutorRepository:
             raise LeaseLostError
 
     async def record_response(
-        self, loaded: LoadedItem, attempt: int, response: Mapping[str, Any]
+        self, loaded: LoadedItem, attempt: int, response: dict[str, Any]
     ) -> None:
         """One item's ``ResponseRecord`` on its own."""
-        await self.write(BatchWrite(responses=[ResponseRecord(loaded, attempt, response)]))
+        await self.write(BatchWrite(responses=[ResponseRecord.of(loaded, attempt, response)]))
 
     async def _start(
         self, conn: Conn, starts: Sequence[AttemptStart], done: BatchWritten, changes: _Changes
@@ -508,18 +569,18 @@ class ExecutorRepository:
         )
         ids = {r["work_item_id"] for r in canceled}
         outbox: list[OutboxItem] = []
-        entries: list[tuple[UUID, UUID, int, EntryType, Mapping[str, Any]]] = []
+        entries: list[tuple[_EntryRow, UUID]] = []
+        payload = error_payload(
+            kind="canceled", reason="canceled", message=message, disposition="dead_letter"
+        )
         for r in rows:
             if r["work_item_id"] not in ids:
                 continue
-            payload = {
-                "kind": "canceled",
-                "reason": "canceled",
-                "message": message,
-                "disposition": "dead_letter",
-            }
             entries.append(
-                (r["work_item_id"], r["thread_id"], r["attempt"], EntryType.ERROR, payload)
+                (
+                    (r["work_item_id"], r["thread_id"], r["attempt"], EntryType.ERROR, payload),
+                    parent_id,
+                )
             )
             outbox.append(
                 events.item_state_changed(
@@ -532,7 +593,7 @@ class ExecutorRepository:
                     correlation_id=parent_id,
                 )
             )
-        outbox.extend(await self._insert_rows(conn, entries, [parent_id] * len(entries)))
+        outbox.extend(await self._insert_rows(conn, entries))
         await conn.execute(
             _SQL["cancel_threads"],
             sorted({r["thread_id"] for r in canceled}),
@@ -542,38 +603,28 @@ class ExecutorRepository:
 
     # -- ledger ---------------------------------------------------------------------------------
 
-    async def _insert_entries(
-        self, conn: Conn, entries: Sequence[tuple[LoadedItem, NewEntry]]
+    async def _insert_rows(
+        self, conn: Conn, rows: Sequence[tuple[_EntryRow, UUID]]
     ) -> list[OutboxItem]:
         """Append entries of the items' ledgers in one statement, in order; an entry already
-        recorded for its (item, attempt, type) is skipped. Returns the ``entry_appended``
-        events of those inserted."""
-        rows = [
-            (loaded.item.work_item_id, loaded.item.thread_id, e.attempt, e.entry_type, e.payload)
-            for loaded, e in entries
-        ]
-        return await self._insert_rows(conn, rows, [loaded.correlation_id for loaded, _ in entries])
-
-    async def _insert_rows(
-        self,
-        conn: Conn,
-        rows: Sequence[tuple[UUID, UUID, int, EntryType, Mapping[str, Any]]],
-        correlation_ids: Sequence[UUID],
-    ) -> list[OutboxItem]:
+        recorded for its (item, attempt, type) is skipped. Every payload is made storable
+        first (``storable_json``: a text PostgreSQL refuses is escaped, never the statement's
+        undoing) and hashed as stored. Returns the ``entry_appended`` events of those
+        inserted."""
         if not rows:
             return []
         ids = [uuid.uuid4() for _ in rows]
-        texts = [canonical_text(dict(payload)) for *_, payload in rows]
+        texts = [canonical_text(storable_json(dict(row[4]))) for row, _ in rows]
         hashes = [text_hash(text) for text in texts]
         inserted = {
             r["entry_id"]
             for r in await conn.fetch(
                 _SQL["insert_entries"],
                 ids,
-                [thread for _, thread, _, _, _ in rows],
-                [item for item, _, _, _, _ in rows],
-                [attempt for _, _, attempt, _, _ in rows],
-                [entry_type.value for _, _, _, entry_type, _ in rows],
+                [row[1] for row, _ in rows],
+                [row[0] for row, _ in rows],
+                [row[2] for row, _ in rows],
+                [row[3].value for row, _ in rows],
                 texts,
                 hashes,
                 list(range(len(rows))),
@@ -588,15 +639,23 @@ class ExecutorRepository:
                 entry_hash=digest,
                 correlation_id=correlation_id,
             )
-            for entry_id, row, digest, correlation_id in zip(
-                ids, rows, hashes, correlation_ids, strict=True
-            )
+            for entry_id, (row, correlation_id), digest in zip(ids, rows, hashes, strict=True)
             if entry_id in inserted
         ]
 
 
+_EntryRow = tuple[UUID, UUID, int, EntryType, Mapping[str, Any]]
+"""(work_item_id, thread_id, attempt, entry_type, payload) of a new ledger entry."""
+
+
+def _row(loaded: LoadedItem, entry: NewEntry) -> tuple[_EntryRow, UUID]:
+    item = loaded.item
+    row = (item.work_item_id, item.thread_id, entry.attempt, entry.entry_type, entry.payload)
+    return row, loaded.correlation_id
+
+
 def _message(error: Mapping[str, Any]) -> str:
-    return str(error.get("message", ""))[:2000]
+    return message_text(str(error.get("message", "")))
 
 
 @dataclass
@@ -661,17 +720,17 @@ def _plan_mutations(
 def _report_applied(apply: MutationApply, result: Applied, changes: _Changes) -> None:
     """parse_report and mutation_report entries, the applied state event, the thread closing."""
     loaded, item, mutation = apply.loaded, apply.loaded.item, apply.mutation
-    report = {
-        "mutation_id": str(mutation.mutation_id),
-        "document_id": mutation.document_id,
-        "epic_id": mutation.epic_id,
-        "operation": mutation.operation,
-        "base_version": result.base_version,
-        "result_version": result.result_version,
-        "already_applied": result.already_applied,
-        "story_count": len(mutation.stories),
-        "lock_scope": item.lock_scope,
-    }
+    report = mutation_report_payload(
+        mutation_id=str(mutation.mutation_id),
+        document_id=mutation.document_id,
+        epic_id=mutation.epic_id,
+        operation=mutation.operation,
+        base_version=result.base_version,
+        result_version=result.result_version,
+        already_applied=result.already_applied,
+        story_count=len(mutation.stories),
+        lock_scope=item.lock_scope,
+    )
     changes.entries.append(
         (loaded, NewEntry(apply.attempt, EntryType.PARSE_REPORT, apply.parse_payload))
     )

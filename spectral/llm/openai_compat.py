@@ -10,21 +10,27 @@ The prompt must carry everything the model needs: ``request.input`` is context f
 the stub and the ledger, and is not sent.
 
 Errors: a timeout, a connection failure, 408, 409, 425, 429 and 5xx are ``TransientError``
-(worth retrying); other 4xx, a non-JSON body or a body without ``choices[0].message.content``
-are ``PermanentError``. The API key never appears in an error, a log line or a repr.
+(worth retrying); other 4xx are ``PermanentError`` (their body's excerpt, escaped so it can be
+stored, is in the message). A 2xx answer was paid for: a body that is not JSON (or nested too
+deeply to read), or has no text ``choices[0].message.content``, raises ``UnreadableAnswerError``
+carrying the body's bytes. The content itself comes back exactly as sent (U+0000 and lone
+surrogates included); so does the model name when it is text. The API key never appears in an
+error, a log line or a repr.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 from typing import Any, Final
 
 import httpx
 from pydantic import SecretStr
 
+from spectral.db.storable import escape_text
 from spectral.errors import ConfigurationError, PermanentError, TransientError
 from spectral.llm.router import ModelRouter
-from spectral.llm.seam import SynthesisRequest, SynthesisResponse
+from spectral.llm.seam import SynthesisRequest, SynthesisResponse, UnreadableAnswerError
 from spectral.settings import Settings
 
 _RETRYABLE_STATUS: Final = frozenset({408, 409, 425, 429})
@@ -100,25 +106,36 @@ class OpenAICompatSynthesizer:
 
 
 def _excerpt(response: httpx.Response) -> str:
-    return response.text[:300].replace("\n", " ")
+    return escape_text(response.text[:300].replace("\n", " "))
 
 
 def _parse(response: httpx.Response, requested_model: str) -> SynthesisResponse:
+    def unreadable(why: str, usage: Any = None) -> UnreadableAnswerError:
+        return UnreadableAnswerError(
+            f"model endpoint answered {response.status_code} with {why}",
+            body=response.content,
+            model=requested_model,
+            usage=usage if isinstance(usage, dict) else None,
+        )
+
     try:
-        data = response.json()
-    except ValueError as exc:
-        raise PermanentError(f"model endpoint answered non-JSON: {_excerpt(response)}") from exc
+        data = json.loads(response.content)
+    except (ValueError, RecursionError) as exc:
+        raise unreadable(f"a body that is not JSON ({type(exc).__name__})") from exc
+    if not isinstance(data, dict):
+        raise unreadable("a JSON body that is not an object")
+    usage = data.get("usage")
     try:
         content = data["choices"][0]["message"]["content"]
     except (KeyError, IndexError, TypeError) as exc:
-        raise PermanentError("model response has no choices[0].message.content") from exc
+        raise unreadable("no choices[0].message.content", usage) from exc
     if not isinstance(content, str):
-        raise PermanentError("model response content is not text")
+        raise unreadable("a content that is not text", usage)
     model = data.get("model") if isinstance(data.get("model"), str) else requested_model
-    raw_usage = data.get("usage") if isinstance(data.get("usage"), dict) else {}
-    usage = {
+    raw_usage = usage if isinstance(usage, dict) else {}
+    usage_counts = {
         key: value
         for key, value in raw_usage.items()
         if isinstance(key, str) and isinstance(value, int) and not isinstance(value, bool)
     }
-    return SynthesisResponse(content=content, model=str(model), usage=usage)
+    return SynthesisResponse(content=content, model=str(model), usage=usage_counts)

@@ -8,7 +8,12 @@ implementation and the golden files that lock the stub's output shape.
 
 Errors: implementations raise ``spectral.errors.TransientError`` for failures worth retrying
 (timeouts, 5xx, 429, connection refused) and ``spectral.errors.PermanentError`` for the rest
-(4xx other than 429, a response that is not what the protocol promises).
+(4xx other than 429). An answer that was delivered — and so paid for — but is not what the
+protocol promises (a body that is not a chat completion) raises ``UnreadableAnswerError``,
+which carries the body's bytes: callers record them as the paid answer before anything else.
+
+``SynthesisResponse.content`` is any ``str`` the provider sent, U+0000 and lone surrogates
+included: callers that store it must use a lossless form (``spectral.db.storable``).
 """
 
 from __future__ import annotations
@@ -16,6 +21,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
+
+from spectral.errors import PermanentError
 
 
 @dataclass(frozen=True)
@@ -37,6 +44,20 @@ class SynthesisResponse:
     content: str
     model: str
     usage: Mapping[str, int] = field(default_factory=dict)
+
+
+class UnreadableAnswerError(PermanentError):
+    """The provider answered (and charged) with a body that is not an answer: ``body`` holds
+    its bytes exactly as received, ``model`` the model asked for, ``usage`` whatever usage the
+    body reported."""
+
+    def __init__(
+        self, message: str, *, body: bytes, model: str, usage: Mapping[str, Any] | None = None
+    ) -> None:
+        super().__init__(message)
+        self.body = body
+        self.model = model
+        self.usage: Mapping[str, Any] = usage or {}
 
 
 @runtime_checkable

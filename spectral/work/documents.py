@@ -20,8 +20,16 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Annotated, Any, Final
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    ValidationError,
+)
 
+from spectral.db.storable import is_storable
 from spectral.errors import PermanentError
 from spectral.work.identity import IDENTIFIER_PATTERN
 
@@ -30,8 +38,21 @@ REPLACE_EPIC_STORIES: Final = "replace_epic_stories"
 MAX_STORIES_PER_EPIC: Final = 50
 _MUTATION_NAMESPACE: Final = uuid.UUID("6f1d2c3e-35a0-4c59-9f0e-5a3b3c0d0035")
 
-Text = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=500)]
-LongText = Annotated[str, StringConstraints(max_length=5000)]
+
+def _storable(value: str) -> str:
+    """Document text is stored as jsonb: U+0000 and lone surrogates cannot be (refused here,
+    where the content is validated, instead of failing the document's write)."""
+    if not is_storable(value):
+        raise ValueError("text must not contain U+0000 or a lone surrogate (not storable)")
+    return value
+
+
+Text = Annotated[
+    str,
+    StringConstraints(strip_whitespace=True, min_length=1, max_length=500),
+    AfterValidator(_storable),
+]
+LongText = Annotated[str, StringConstraints(max_length=5000), AfterValidator(_storable)]
 EpicId = Annotated[str, StringConstraints(pattern=IDENTIFIER_PATTERN)]
 
 

@@ -159,7 +159,6 @@ async def executor(
             worker_id=worker,
             lease_timeout_seconds=lease_timeout,
             claim_grace_seconds=0.0,
-            response_write_patience_seconds=5.0,
         ),
     )
     try:

@@ -15,14 +15,17 @@ import asyncpg
 import pytest
 from prometheus_client import CollectorRegistry
 
-from consumers.work_executor.executor import ExecutorConfig, Job, WorkExecutor
+from consumers.work_executor.executor import ExecutorConfig, WorkExecutor
 from consumers.work_executor.metrics import AttemptOutcome, ExecutorMetrics
+from consumers.work_executor.pool import Job
 from consumers.work_executor.repository import ExecutorRepository
 from consumers.work_executor.retry import RetryPolicy
 from producers.work.commands import GenerateAll
 from spectral.db.connect import create_pool
 from spectral.llm.seam import SynthesisRequest, SynthesisResponse
 from spectral.settings import Settings
+from spectral.work.model import EntryType
+from spectral.work.payloads import response_content
 from tests.integration.work.support import (
     DOCUMENT,
     PROJECT,
@@ -45,7 +48,7 @@ async def _worker(settings: Settings, database_url: str, model: Any) -> AsyncIte
             model,
             RetryPolicy.from_settings(settings),
             ExecutorMetrics(CollectorRegistry()),
-            ExecutorConfig(worker_id="batches", response_write_patience_seconds=2.0),
+            ExecutorConfig(worker_id="batches"),
         )
     finally:
         await pool.close()
@@ -200,7 +203,7 @@ class _NulSynthesizer(ScriptedSynthesizer):
         return response
 
 
-async def test_an_answer_the_database_refuses_fails_its_own_item_only(
+async def test_an_answer_the_database_cannot_store_as_is_is_kept_and_fails_its_own_item_only(
     database_url: str, settings: Settings
 ) -> None:
     model = _NulSynthesizer()
@@ -216,8 +219,18 @@ async def test_an_answer_the_database_refuses_fails_its_own_item_only(
         by_epic = {epics[item]: outcomes[(item, token)] for item, token in jobs}
         assert by_epic == {
             "E1": AttemptOutcome.SUCCESS,
-            "E2": AttemptOutcome.TRANSIENT_FAILURE,  # interrupted: its lease is left to recovery
+            "E2": AttemptOutcome.PERMANENT_FAILURE,  # its answer is not valid JSON
             "E3": AttemptOutcome.SUCCESS,
         }
         statuses = {epics[r["work_item_id"]]: r["status"] for r in await h.items()}
-        assert statuses == {"E1": "applied", "E2": "running", "E3": "applied"}
+        assert statuses == {"E1": "applied", "E2": "dead_letter", "E3": "applied"}
+        assert model.total == 3  # one paid call each, none paid again
+        bad = next(item for item, epic in epics.items() if epic == "E2")
+        history = await h.history()
+        assert history.consistent, history.problems
+        (response,) = [e for e in history.items[bad].entries if e.entry_type is EntryType.RESPONSE]
+        # Kept losslessly: the exact answer, U+0000 included, can be read back.
+        content = response_content(response.payload)
+        assert content is not None
+        assert content.endswith("\x00")
+        assert response.payload["content_encoding"] == "utf-8+surrogatepass/base64"
