@@ -9,6 +9,8 @@ Behaviour is scripted by markers in the prompt (the executor's prompt carries th
 * ``[transient:N]``    — answer 503 to the first N calls of that work item (key prefix), then OK;
 * ``[permanent]``      — answer 400;
 * ``[invalid]``        — answer 200 with content that is not the promised JSON;
+* ``[script:NAME]``    — answer ``scripts[NAME]``: a status and the exact body bytes (hostile
+  bodies: content with U+0000 or lone surrogates, deep nesting, bodies that are not JSON);
 * otherwise            — 200 with a valid ``{"stories": [...]}`` JSON content.
 """
 
@@ -30,6 +32,7 @@ from fastapi.responses import JSONResponse, Response
 _SLOW = re.compile(r"\[slow:(\d+(?:\.\d+)?)\]")
 _TRANSIENT = re.compile(r"\[transient:(\d+)\]")
 _EPIC = re.compile(r"epic (\S+?):")
+_SCRIPT = re.compile(r"\[script:([A-Za-z0-9_-]+)\]")
 
 
 @dataclass(frozen=True)
@@ -54,6 +57,7 @@ class FakeModelServer:
     """``with FakeModelServer() as server: server.url`` — calls land in ``server.calls``."""
 
     model: str = "fake-model-1"
+    scripts: dict[str, tuple[int, bytes]] = field(default_factory=dict)
     calls: list[RecordedCall] = field(default_factory=list)
     answered: list[str] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -95,6 +99,12 @@ class FakeModelServer:
             transient = _TRANSIENT.search(prompt)
             if transient and earlier < int(transient.group(1)):
                 return JSONResponse({"error": {"message": "overloaded"}}, status_code=503)
+            script = _SCRIPT.search(prompt)
+            if script:
+                status, raw = self.scripts[script.group(1)]
+                with self._lock:
+                    self.answered.append(call.idempotency_key or "")
+                return Response(raw, status_code=status, media_type="application/json")
             if "[permanent]" in prompt:
                 return JSONResponse({"error": {"message": "bad request"}}, status_code=400)
             content = "this is not JSON" if "[invalid]" in prompt else self.stories(prompt)

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 import uuid
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from uuid import UUID
 
 import pytest
+from hypothesis import given, settings
 from prometheus_client import CollectorRegistry
 
 from consumers.work_executor.executor import classify_call_failure
@@ -24,13 +26,15 @@ from consumers.work_executor.plan import Exhausted, Reuse, Start, Unknown, next_
 from consumers.work_executor.pool import Job, JobDone, WorkerPool
 from consumers.work_executor.prompts import render_story_prompt
 from consumers.work_executor.retry import FailureKind, RetryPolicy
-from consumers.work_executor.validation import parse_report
+from consumers.work_executor.validation import MAX_ANSWER_CHARS, parse_report
 from producers.work.policy import Action, ChildAction, decide, decide_child
 from spectral.errors import PermanentError, TransientError
 from spectral.llm.router import RouteError
 from spectral.work.documents import Epic
-from spectral.work.hashing import content_hash
+from spectral.db.storable import is_storable
+from spectral.work.hashing import canonical_text, content_hash
 from spectral.work.model import EntryType, LedgerEntry, ThreadStatus
+from tests.hostile_answers import ANSWER_CONTENT, deep
 
 ITEM = uuid.UUID(int=7)
 POLICY = RetryPolicy(max_attempts=3)
@@ -141,6 +145,63 @@ def test_invalid_answers_are_reported(content: str, error: str) -> None:
 def test_duplicate_story_keys_are_refused() -> None:
     report = parse_report(_answer("a", "a"))
     assert report.errors == ("duplicate story_key: a",)
+
+
+@settings(max_examples=300, deadline=None)
+@given(ANSWER_CONTENT)
+def test_any_answer_gets_a_storable_report_never_an_exception(content: str) -> None:
+    report = parse_report(content)
+    assert report.ok == bool(report.stories)
+    payload = report.payload(1)
+    assert is_storable(canonical_text(payload))
+    for story in report.stories:  # what a valid answer would write into the document
+        assert is_storable(canonical_text(story.model_dump(mode="json")))
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        deep(200_000),
+        '{"stories": ' + deep(100_000),
+        deep(50_000, '{"a":', "}"),
+        '{"stories": [{"story_key": "a", "title": ' + deep(5_000) + "}]}",
+    ],
+    ids=["array", "stories", "object", "field"],
+)
+def test_nesting_deeper_than_the_parser_recurses_is_an_invalid_answer(content: str) -> None:
+    report = parse_report(content)
+    assert not report.ok
+    assert report.errors
+
+
+@pytest.mark.parametrize(
+    "content",
+    ["```\n" + "\n" * 100_000, "```" + " " * 100_000 + "x", "```json\n" + "\t\n" * 50_000 + "`"],
+    ids=["newlines", "spaces", "tabs"],
+)
+def test_an_answer_is_judged_in_linear_time(content: str) -> None:
+    # A backtracking fence pattern took 2.4 s for 2,000 newlines and 152 s for 8,000 (cubic),
+    # holding the event loop — every call and batch of the process — the whole time.
+    started = time.perf_counter()
+    assert not parse_report(content).ok
+    assert time.perf_counter() - started < 0.5
+
+
+def test_an_answer_over_the_size_limit_is_refused_unread() -> None:
+    report = parse_report(" " * (MAX_ANSWER_CHARS + 1))
+    assert report.errors == (
+        f"the answer is {MAX_ANSWER_CHARS + 1} characters, over {MAX_ANSWER_CHARS}",
+    )
+
+
+@pytest.mark.parametrize("bad", ["\x00", "\ud800", "\udfff"])
+def test_story_text_the_document_cannot_store_is_refused(bad: str) -> None:
+    for field in ("story_key", "title", "description"):
+        story = {"story_key": "k", "title": "t", field: f"a{bad}b"}
+        report = parse_report(json.dumps({"stories": [story]}, ensure_ascii=bool(len(field) % 2)))
+        assert not report.ok, field
+        if bad == "\x00":  # (pydantic itself refuses a lone surrogate as not a string)
+            assert "not storable" in " ".join(report.errors)
 
 
 # -- prompts ----------------------------------------------------------------------------------
