@@ -28,10 +28,10 @@ from consumers.work_executor.prompts import render_story_prompt
 from consumers.work_executor.retry import FailureKind, RetryPolicy
 from consumers.work_executor.validation import MAX_ANSWER_CHARS, parse_report
 from producers.work.policy import Action, ChildAction, decide, decide_child
+from spectral.db.storable import is_storable
 from spectral.errors import PermanentError, TransientError
 from spectral.llm.router import RouteError
 from spectral.work.documents import Epic
-from spectral.db.storable import is_storable
 from spectral.work.hashing import canonical_text, content_hash
 from spectral.work.model import EntryType, LedgerEntry, ThreadStatus
 from tests.hostile_answers import ANSWER_CONTENT, deep
@@ -194,13 +194,13 @@ def test_an_answer_over_the_size_limit_is_refused_unread() -> None:
     )
 
 
-@pytest.mark.parametrize("bad", ["\x00", "\ud800", "\udfff"])
+@pytest.mark.parametrize("bad", [chr(0), chr(0xD800), chr(0xDFFF)], ids=["nul", "high", "low"])
 def test_story_text_the_document_cannot_store_is_refused(bad: str) -> None:
     for field in ("story_key", "title", "description"):
         story = {"story_key": "k", "title": "t", field: f"a{bad}b"}
         report = parse_report(json.dumps({"stories": [story]}, ensure_ascii=bool(len(field) % 2)))
         assert not report.ok, field
-        if bad == "\x00":  # (pydantic itself refuses a lone surrogate as not a string)
+        if bad == chr(0):  # (pydantic itself refuses a lone surrogate as not a string)
             assert "not storable" in " ".join(report.errors)
 
 
