@@ -212,6 +212,8 @@ class ResponseJournal:
                 os.close(segment.fd)
         self._mine.clear()
         self._current = None
+        with contextlib.suppress(OSError):  # gone when empty; kept while anything is left
+            self.directory.rmdir()
 
     def _open_segment(self) -> _Segment:
         self.directory.mkdir(parents=True, exist_ok=True)

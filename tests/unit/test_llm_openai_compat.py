@@ -8,12 +8,19 @@ from collections.abc import Iterator
 import pytest
 from pydantic import SecretStr
 
+from spectral.db.storable import is_storable
 from spectral.errors import ConfigurationError, PermanentError, TransientError
 from spectral.llm.openai_compat import OpenAICompatSynthesizer
 from spectral.llm.router import ModelRouter
-from spectral.llm.seam import SynthesisRequest, Synthesizer
+from spectral.llm.seam import (
+    SynthesisRequest,
+    SynthesisResponse,
+    Synthesizer,
+    UnreadableAnswerError,
+)
 from spectral.settings import Settings
 from tests.fakes.openai_server import FakeModelServer
+from tests.hostile_answers import corpus
 
 KEY = "sk-canary-4Hq9"
 
@@ -105,3 +112,30 @@ async def test_settings_build_it_and_refuse_a_missing_url() -> None:
     )
     assert isinstance(built, Synthesizer)
     await built.aclose()
+
+
+@pytest.mark.parametrize("name", sorted(corpus(3)))
+async def test_any_gateway_answer_comes_back_exactly_or_as_a_classified_error(name: str) -> None:
+    case = corpus(3)[name]
+    outcome: object
+    with FakeModelServer(scripts={name: (case.status, case.body)}) as server:
+        client = _client(server.url)
+        try:
+            outcome = await client.synthesize(_request(f"epic E-9: [script:{name}]"))
+        except (TransientError, PermanentError) as exc:
+            outcome = exc
+        finally:
+            await client.aclose()
+    if isinstance(outcome, UnreadableAnswerError):
+        assert case.status == 200  # answered, so paid: the exact bytes come back
+        assert outcome.body == case.body
+    elif isinstance(outcome, TransientError):
+        assert case.status >= 500
+    elif isinstance(outcome, PermanentError):
+        assert 400 <= case.status < 500
+        assert is_storable(str(outcome))  # the body's excerpt is escaped
+    else:
+        assert isinstance(outcome, SynthesisResponse)
+        sent = json.loads(case.body)
+        assert outcome.content == sent["choices"][0]["message"]["content"]  # U+0000 and all
+        assert outcome.model == sent["model"]
