@@ -55,7 +55,7 @@ def stories_answer(draw: st.DrawFn) -> str:
             draw(hostile_text()): st.integers(),  # an unknown (forbidden) key, itself hostile
         },
     )
-    body = {"stories": draw(st.lists(story, max_size=4))}
+    body: dict[str, object] = {"stories": draw(st.lists(story, max_size=4))}
     if draw(st.booleans()):
         body[draw(hostile_text())] = draw(ANY_TEXT)  # unknown top-level field: ignored
     text = _dumps(body, ascii_only=draw(st.booleans()))
@@ -100,11 +100,12 @@ class Behaviour:
     raises: Exception | None = None
     returns_garbage: bool = False
 
-    def answer(self) -> SynthesisResponse:
+    def answer(self) -> Any:
+        """A ``SynthesisResponse`` — or, for a broken synthesizer, ``None``."""
         if self.raises is not None:
             raise self.raises
         if self.returns_garbage:
-            return None  # type: ignore[return-value] - a broken synthesizer
+            return None
         assert self.content is not None
         return SynthesisResponse(content=self.content, model=self.model, usage=self.usage or {})
 
