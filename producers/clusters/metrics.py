@@ -1,10 +1,17 @@
-"""FailureClusterService's instruments, in one place; label values from fixed enums."""
+"""FailureClusterService's instruments, in one place; label values from fixed enums.
+
+The rule-stub worker has ADR-0008's three instruments, named for this service:
+``spectral_clusters_stub_attempts_total{outcome}`` (success, transient_failure,
+permanent_failure, skipped — 4 series), ``spectral_clusters_stub_duration_seconds`` (one paid
+call, 1 ms .. 65.5 s) and ``spectral_clusters_stub_failures_total{reason}`` (7 series).
+"""
 
 from __future__ import annotations
 
 from enum import StrEnum
+from typing import Final
 
-from prometheus_client import CollectorRegistry, Counter
+from prometheus_client import CollectorRegistry, Counter, Histogram
 
 
 class LeaseOutcome(StrEnum):
@@ -17,6 +24,26 @@ class LeaseOutcome(StrEnum):
 class ModelOutcome(StrEnum):
     OK = "ok"
     FAILED = "failed"
+
+
+class StubOutcome(StrEnum):
+    SUCCESS = "success"
+    TRANSIENT_FAILURE = "transient_failure"  # retried after the backoff
+    PERMANENT_FAILURE = "permanent_failure"  # the permanent marker: no more calls
+    SKIPPED = "skipped"  # the lease was another replica's, or the content moved on
+
+
+class StubFailure(StrEnum):
+    SYNTHESIZER = "synthesizer"
+    ROUTER_RESOLVE = "router_resolve"
+    INVALID_ANSWER = "invalid_answer"
+    WRITE_STUB = "write_stub"
+    OUTCOME_UNKNOWN = "outcome_unknown"  # a stale lease: its holder stopped mid-call
+    MAX_ATTEMPTS_EXCEEDED = "max_attempts_exceeded"
+    UNKNOWN = "unknown"
+
+
+DURATION_BUCKETS: Final = tuple(0.001 * 2**i for i in range(17))  # 1 ms .. 65.536 s
 
 
 class IngestOutcome(StrEnum):
@@ -57,3 +84,23 @@ class ClusterMetrics:
             registry=registry,
         )
         self.model_calls = {o: calls.labels(o.value) for o in ModelOutcome}
+        attempts = Counter(
+            "spectral_clusters_stub_attempts",
+            "Rule-stub attempts (ADR-0008), by outcome.",
+            ["outcome"],
+            registry=registry,
+        )
+        self.stub_attempts = {o: attempts.labels(o.value) for o in StubOutcome}
+        self.stub_duration = Histogram(
+            "spectral_clusters_stub_duration_seconds",
+            "Duration of one paid rule-stub call.",
+            buckets=DURATION_BUCKETS,
+            registry=registry,
+        )
+        failures = Counter(
+            "spectral_clusters_stub_failures",
+            "Failures of rule-stub attempts, by reason.",
+            ["reason"],
+            registry=registry,
+        )
+        self.stub_failures = {r: failures.labels(r.value) for r in StubFailure}

@@ -7,6 +7,9 @@ from datetime import timedelta
 
 from producers.clusters.evidence import EVIDENCE_LIMIT
 from producers.clusters.severity import Criticality, SeverityPolicy
+from spectral.retry import Backoff
+
+CAP_FACTOR = 10
 
 
 @dataclass(frozen=True)
@@ -24,6 +27,10 @@ class ClusterPolicy:
     stub_lease_timeout: timedelta = timedelta(minutes=5)
     # Clusters evaluated per transaction by a tick.
     batch_size: int = 100
+    # ADR-0008 for the stub worker: paid calls per (cluster, content) at most, and the base of
+    # the capped backoff between them: retry n waits min(base * 2^(n-1), base * 10).
+    stub_max_attempts: int = 3
+    stub_retry_base: timedelta = timedelta(seconds=1)
 
     def __post_init__(self) -> None:
         if not 1 <= self.evidence_limit <= EVIDENCE_LIMIT:
@@ -34,3 +41,15 @@ class ClusterPolicy:
             raise ValueError("stub_lease_timeout must be positive")
         if self.batch_size < 1:
             raise ValueError("batch_size must be at least 1")
+        if self.stub_max_attempts < 1:
+            raise ValueError("stub_max_attempts must be at least 1")
+        if self.stub_retry_base <= timedelta(0):
+            raise ValueError("stub_retry_base must be positive")
+
+    def stub_retry(self, attempt: int, *, permanent: bool) -> timedelta | None:
+        """After stub attempt ``attempt`` failed: the wait before the next one, or None to give
+        up (a permanent failure, or the last attempt). Pure."""
+        if permanent or attempt >= self.stub_max_attempts:
+            return None
+        base = self.stub_retry_base.total_seconds()
+        return timedelta(seconds=Backoff(base=base, cap=base * CAP_FACTOR).delay(attempt))

@@ -140,29 +140,78 @@ VALUES ($1, $2, $3::jsonb, $4)
 ON CONFLICT (cluster_id, content_hash) DO NOTHING
 RETURNING generated_at
 
--- name: recover_stub_leases
--- ADR-0023 recovery clause: re-stamp pending leases older than the timeout; the re-stamping
--- replica is the new holder. SKIP LOCKED plus the re-checked WHERE (a row another replica has
--- just re-stamped is no longer stale) give each stale lease to one replica only.
+-- name: exhaust_stub_leases
+-- ADR-0008 MaxAttempts, at the recovery clause: a due lease (stale — its holder stopped mid-call,
+-- the attempt's outcome unknown and so used — or waiting for a retry) that has used every
+-- attempt gets the permanent marker instead of another call. $1 timeout, $2 limit, $3 max.
+WITH due AS (
+    SELECT cluster_id, content_hash, attempts, retry_at IS NOT NULL AS scheduled
+    FROM clusters.rule_stub_leases
+    WHERE generation_mode = 'pending' AND attempts >= $3
+      AND CASE WHEN retry_at IS NULL THEN generated_at < now() - $1::interval
+               ELSE retry_at <= now() END
+    ORDER BY generated_at
+    LIMIT $2
+    FOR UPDATE SKIP LOCKED
+)
 UPDATE clusters.rule_stub_leases AS l
-SET generated_at = now(), holder = $2, attempts = l.attempts + 1
-WHERE (l.cluster_id, l.content_hash) IN (
-        SELECT cluster_id, content_hash
-        FROM clusters.rule_stub_leases
-        WHERE generation_mode = 'pending' AND generated_at < now() - $1::interval
-        ORDER BY generated_at
-        LIMIT $3
-        FOR UPDATE SKIP LOCKED
-    )
-  AND l.generation_mode = 'pending'
-  AND l.generated_at < now() - $1::interval
-RETURNING l.cluster_id, l.content_hash, l.request::text AS request, l.attempts
+SET generation_mode = 'failed', retry_at = NULL, generated_at = now(),
+    last_error = 'max_attempts_exceeded'
+        || CASE WHEN d.scheduled THEN ''
+                ELSE ': the last attempt''s outcome is unknown (its holder stopped)' END
+FROM due AS d
+WHERE (l.cluster_id, l.content_hash) = (d.cluster_id, d.content_hash)
+  AND l.generation_mode = 'pending' AND l.attempts = d.attempts
+RETURNING l.cluster_id, l.content_hash, d.scheduled
+
+-- name: recover_stub_leases
+-- ADR-0023 recovery clause: re-stamp due pending leases — stale ones (older than the timeout,
+-- no retry scheduled: the holder stopped mid-call) and those whose retry is due (ADR-0008
+-- backoff) — while attempts are left; the re-stamping replica is the new holder of the next
+-- attempt. SKIP LOCKED plus the re-checked attempt number give each lease to one replica only.
+-- $1 timeout, $2 holder, $3 limit, $4 max attempts.
+WITH due AS (
+    SELECT cluster_id, content_hash, attempts, retry_at IS NOT NULL AS scheduled
+    FROM clusters.rule_stub_leases
+    WHERE generation_mode = 'pending' AND attempts < $4
+      AND CASE WHEN retry_at IS NULL THEN generated_at < now() - $1::interval
+               ELSE retry_at <= now() END
+    ORDER BY coalesce(retry_at, generated_at)
+    LIMIT $3
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE clusters.rule_stub_leases AS l
+SET generated_at = now(), holder = $2, attempts = l.attempts + 1, retry_at = NULL
+FROM due AS d
+WHERE (l.cluster_id, l.content_hash) = (d.cluster_id, d.content_hash)
+  AND l.generation_mode = 'pending' AND l.attempts = d.attempts
+RETURNING l.cluster_id, l.content_hash, l.request::text AS request, l.attempts, d.scheduled
+
+-- name: fail_stub_attempt
+-- A failed attempt, recorded by its holder at once (its lease, its attempt number): retry after
+-- the backoff ($6 seconds), or stamp the permanent marker ($5). The paid answer, if any, is kept.
+UPDATE clusters.rule_stub_leases
+SET generation_mode = CASE WHEN $5 THEN 'failed' ELSE 'pending' END,
+    retry_at = CASE WHEN $5 THEN NULL ELSE now() + make_interval(secs => $6) END,
+    last_error = $7, response = coalesce($8::jsonb, response), generated_at = now()
+WHERE cluster_id = $1 AND content_hash = $2 AND generation_mode = 'pending'
+  AND holder = $3 AND attempts = $4
+RETURNING generation_mode
+
+-- name: given_up_stubs
+-- Leases with the permanent marker: their cluster is published without a stub.
+SELECT s.cluster_id, s.content_hash
+FROM clusters.rule_stub_leases AS s
+JOIN unnest($1::uuid[], $2::text[]) AS k (cluster_id, content_hash)
+    ON (k.cluster_id, k.content_hash) = (s.cluster_id, s.content_hash)
+WHERE s.generation_mode = 'failed'
 
 -- name: finalize_stub_lease
 -- ADR-0023 step 3: finalize by UPDATE. Only a still-pending row is finalized, so a second
 -- finisher (a slow holder whose lease was recovered) changes nothing and records no usage.
 UPDATE clusters.rule_stub_leases
-SET generation_mode = 'llm', suggested_rule_stub = $3, model = $4, generated_at = now()
+SET generation_mode = 'llm', suggested_rule_stub = $3, model = $4, generated_at = now(),
+    response = $5::jsonb, retry_at = NULL, last_error = NULL
 WHERE cluster_id = $1 AND content_hash = $2 AND generation_mode = 'pending'
 RETURNING 1
 
@@ -172,7 +221,7 @@ VALUES ($1, $2, $3, $4::jsonb)
 
 -- name: supersede_stub_lease
 UPDATE clusters.rule_stub_leases
-SET generation_mode = 'superseded', generated_at = now()
+SET generation_mode = 'superseded', generated_at = now(), retry_at = NULL
 WHERE cluster_id = $1 AND content_hash = $2 AND generation_mode = 'pending'
 
 -- name: set_criticality

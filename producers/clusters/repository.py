@@ -14,6 +14,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
+from typing import Any
 from uuid import UUID
 
 import asyncpg
@@ -25,10 +26,14 @@ from producers.clusters.severity import Criticality
 from producers.clusters.snapshot import Snapshot
 from spectral.db.connect import create_pool, guarded, translate
 from spectral.db.queries import load_queries
+from spectral.db.storable import escape_text, storable_json
+from spectral.llm.answers import usage_counts
 from spectral.outbox import Conn, OutboxItem, enqueue
 
 _SQL = load_queries(Path(__file__).with_name("queries.sql"))
 PRODUCER_ROLE = "spectral_producer"
+MODEL_CHARS = 500
+ERROR_CHARS = 2000
 
 GroupingKey = tuple[UUID, UUID, str]
 
@@ -61,6 +66,29 @@ class RecoveredLease:
     content_hash: str
     request_json: str
     attempts: int
+    """The attempt the new holder makes (counted already)."""
+    scheduled: bool
+    """A retry that was due (else a stale lease: the last holder stopped mid-call)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ExhaustedLease:
+    """A due lease that had used every attempt: it got the permanent marker."""
+
+    cluster_id: UUID
+    content_hash: str
+    scheduled: bool
+
+
+@dataclass(frozen=True, slots=True)
+class FailedStubAttempt:
+    """A failed attempt, as its holder records it on the lease."""
+
+    attempt: int
+    give_up: bool
+    retry_in: timedelta
+    error: str
+    response: Mapping[str, Any] | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,16 +164,29 @@ class ClusterUnit:
             )
         return found
 
-    async def ready_stubs(self, keys: Sequence[tuple[UUID, str]]) -> dict[tuple[UUID, str], str]:
+    async def ready_stubs(
+        self, keys: Sequence[tuple[UUID, str]]
+    ) -> dict[tuple[UUID, str], str | None]:
+        """The stub decided for each key that has one: its text, or None where the attempts
+        were given up (permanent marker: publish without a stub). Keys still to be generated
+        (or pending) are absent."""
         if not keys:
             return {}
+        clusters, hashes = [k[0] for k in keys], [k[1] for k in keys]
         rows = await guarded(
-            "read rule stubs",
-            lambda: self._conn.fetch(
-                _SQL["ready_stubs"], [k[0] for k in keys], [k[1] for k in keys]
-            ),
+            "read rule stubs", lambda: self._conn.fetch(_SQL["ready_stubs"], clusters, hashes)
         )
-        return {(r["cluster_id"], r["content_hash"]): r["suggested_rule_stub"] for r in rows}
+        given_up = await guarded(
+            "read given-up rule stubs",
+            lambda: self._conn.fetch(_SQL["given_up_stubs"], clusters, hashes),
+        )
+        decided: dict[tuple[UUID, str], str | None] = {
+            (r["cluster_id"], r["content_hash"]): None for r in given_up
+        }
+        decided.update(
+            {(r["cluster_id"], r["content_hash"]): r["suggested_rule_stub"] for r in rows}
+        )
+        return decided
 
     async def publish(self, snapshots: Sequence[Snapshot]) -> list[int]:
         """Outbox rows for the snapshots, in this transaction (record key = cluster_id)."""
@@ -252,16 +293,36 @@ class ClusterRepository:
         return won is not None
 
     async def recover_stub_leases(
-        self, stale_after: timedelta, holder: str, limit: int
-    ) -> list[RecoveredLease]:
+        self, stale_after: timedelta, holder: str, limit: int, max_attempts: int
+    ) -> tuple[list[RecoveredLease], list[ExhaustedLease]]:
+        """The recovery clause: due leases with attempts left are re-stamped for ``holder``;
+        those without get the permanent marker."""
+        exhausted = await guarded(
+            "exhaust stub leases",
+            lambda: self._pool.fetch(_SQL["exhaust_stub_leases"], stale_after, limit, max_attempts),
+        )
         rows = await guarded(
             "recover stub leases",
-            lambda: self._pool.fetch(_SQL["recover_stub_leases"], stale_after, holder, limit),
+            lambda: self._pool.fetch(
+                _SQL["recover_stub_leases"], stale_after, holder, limit, max_attempts
+            ),
         )
-        return [
-            RecoveredLease(r["cluster_id"], r["content_hash"], r["request"], int(r["attempts"]))
-            for r in rows
-        ]
+        return (
+            [
+                RecoveredLease(
+                    r["cluster_id"],
+                    r["content_hash"],
+                    r["request"],
+                    int(r["attempts"]),
+                    bool(r["scheduled"]),
+                )
+                for r in rows
+            ],
+            [
+                ExhaustedLease(r["cluster_id"], r["content_hash"], bool(r["scheduled"]))
+                for r in exhausted
+            ],
+        )
 
     async def finalize_stub_lease(
         self,
@@ -270,14 +331,18 @@ class ClusterRepository:
         stub: str,
         model: str,
         usage: Mapping[str, int],
+        *,
+        response: Mapping[str, Any] | None = None,
     ) -> bool:
         """Finalize by UPDATE and, only if that UPDATE finalized a pending row, record usage —
-        in one transaction."""
+        in one transaction. ``response`` is the paid answer (``spectral.llm.answers``)."""
+        answer = None if response is None else orjson.dumps(storable_json(response)).decode()
+        model_text = escape_text(model)[:MODEL_CHARS]
 
         async def run() -> bool:
             async with self._pool.acquire() as conn, conn.transaction():
                 done = await conn.fetchval(
-                    _SQL["finalize_stub_lease"], cluster_id, content_hash, stub, model
+                    _SQL["finalize_stub_lease"], cluster_id, content_hash, stub, model_text, answer
                 )
                 if done is None:
                     return False
@@ -285,12 +350,38 @@ class ClusterRepository:
                     _SQL["record_usage"],
                     cluster_id,
                     content_hash,
-                    model,
-                    orjson.dumps(dict(usage)).decode(),
+                    model_text,
+                    orjson.dumps(usage_counts(usage)).decode(),
                 )
                 return True
 
         return await guarded("finalize stub lease", run)
+
+    async def fail_stub_attempt(
+        self, cluster_id: UUID, content_hash: str, holder: str, failure: FailedStubAttempt
+    ) -> str | None:
+        """Record a failed attempt on its lease (see the query); the lease's new mode, or None
+        when the lease is no longer this holder's attempt."""
+        answer = (
+            None
+            if failure.response is None
+            else orjson.dumps(storable_json(failure.response)).decode()
+        )
+        mode = await guarded(
+            "record a failed stub attempt",
+            lambda: self._pool.fetchval(
+                _SQL["fail_stub_attempt"],
+                cluster_id,
+                content_hash,
+                holder,
+                failure.attempt,
+                failure.give_up,
+                failure.retry_in.total_seconds(),
+                escape_text(failure.error)[:ERROR_CHARS],
+                answer,
+            ),
+        )
+        return None if mode is None else str(mode)
 
     async def supersede_stub_lease(self, cluster_id: UUID, content_hash: str) -> None:
         await guarded(

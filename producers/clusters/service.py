@@ -21,9 +21,20 @@ The optional model-written ``suggested_rule_stub`` follows ADR-0023 lease-then-L
    timeout; the re-stamping replica asks the same question again (or finalizes the lease as
    superseded, without a call, if the cluster has moved on since).
 
-A failed model call does not hold the triage signal back: the snapshot is published without a
-stub and the pending lease is left for the recovery clause, whose stub then goes out as a new
-snapshot.
+ADR-0008 hardening of the stub worker: an attempt is counted when its lease is claimed or
+re-stamped (``attempts``); a failed attempt is recorded on its lease at once with its reason and
+the paid answer, if there was one (kept losslessly: ``spectral.llm.answers``); a transient
+failure is retried after ``min(base * 2^(n-1), base * 10)`` (``retry_at``, picked up by the
+recovery clause), a permanent one — or a failure of attempt ``stub_max_attempts``, or a stale
+lease on its last attempt — stamps the permanent marker (``generation_mode = 'failed'``) and
+the cluster is published without a stub; nobody pays for that content again. A failed model
+call never holds the triage signal back: the snapshot is published without a stub at once, and
+a stub found later goes out as a new snapshot.
+
+Whatever a stub's answer holds (U+0000 and lone surrogates are shown as U+FFFD in the stub) and
+whatever fails while one cluster's stub is concluded, it ends that cluster's attempt only: a tick
+fails only when the database does (``TransientError``), never because of one answer, and
+``run`` (``tick --every``) goes on after any failure but a configuration error.
 """
 
 from __future__ import annotations
@@ -32,23 +43,35 @@ import asyncio
 import contextlib
 import os
 import socket
-from collections.abc import AsyncIterator, Iterable, Sequence
+import time
+from collections.abc import AsyncIterator, Awaitable, Iterable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
 from uuid import UUID, uuid4
 
 from prometheus_client import CollectorRegistry
 
 from producers.clusters.evidence import EvidenceCandidate, select_evidence
-from producers.clusters.metrics import ClusterMetrics, IngestOutcome, LeaseOutcome, ModelOutcome
+from producers.clusters.metrics import (
+    ClusterMetrics,
+    IngestOutcome,
+    LeaseOutcome,
+    ModelOutcome,
+    StubFailure,
+    StubOutcome,
+)
 from producers.clusters.model import ClusterFacts, FailureObservation, InvalidLineError, parse_line
 from producers.clusters.policy import ClusterPolicy
 from producers.clusters.repository import (
     PRODUCER_ROLE,
     ClusterRepository,
     ClusterUnit,
+    FailedStubAttempt,
     IngestResult,
     Mark,
+    RecoveredLease,
 )
 from producers.clusters.severity import Criticality
 from producers.clusters.snapshot import (
@@ -59,8 +82,16 @@ from producers.clusters.snapshot import (
     request_to_json,
     stub_request,
 )
-from spectral.errors import SpectralError, TransientError
-from spectral.llm.seam import SynthesisRequest, Synthesizer
+from spectral.db.storable import escape_text
+from spectral.errors import ConfigurationError, PermanentError, TransientError
+from spectral.llm.answers import response_payload, unreadable_response_payload, usage_counts
+from spectral.llm.router import RouteError
+from spectral.llm.seam import (
+    SynthesisRequest,
+    SynthesisResponse,
+    Synthesizer,
+    UnreadableAnswerError,
+)
 from spectral.observability.logging import get_logger
 from spectral.retry import Backoff
 
@@ -91,8 +122,19 @@ class TickReport:
     leases_lost: int = 0
     leases_recovered: int = 0
     leases_superseded: int = 0
+    leases_given_up: int = 0
     model_calls: int = 0
     model_failures: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class _Failed:
+    """Why an attempt failed, and the paid answer if there was one."""
+
+    reason: StubFailure
+    message: str
+    response: dict[str, Any] | None = None
+    permanent: bool = field(default=True, kw_only=True)
 
 
 @dataclass(frozen=True, slots=True)
@@ -224,20 +266,29 @@ class FailureClusterService:
                 return report
 
     async def run(self, every: float, stop: asyncio.Event) -> None:
-        """Tick every ``every`` seconds until ``stop`` is set; infrastructure faults back off."""
+        """Tick every ``every`` seconds until ``stop`` is set. Infrastructure faults back off;
+        so does any other failure (logged and counted: one bad tick never stops the service);
+        only a configuration error ends it."""
         backoff = Backoff(base=0.5, cap=max(every, 10.0))
         faults = 0
         while not stop.is_set():
             wait = every
             try:
                 report = await self.tick()
-            except TransientError as exc:
+            except ConfigurationError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - logged; the next tick tries again
                 faults += 1
                 wait = backoff.delay(faults)
-                log.warning("tick failed; backing off", error=str(exc), retry_in=wait)
+                log.warning(
+                    "tick failed; backing off",
+                    error=f"{type(exc).__name__}: {exc}"[:500],
+                    transient=isinstance(exc, TransientError),
+                    retry_in=wait,
+                )
             else:
                 faults = 0
-                if report.evaluated or report.leases_recovered:
+                if report.evaluated or report.leases_recovered or report.leases_given_up:
                     log.info("tick", **vars(report))
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), timeout=wait)
@@ -285,14 +336,16 @@ class FailureClusterService:
                     continue
                 final = e.content
                 if self._stubs_enabled:
-                    stub = stubs.get((f.cluster_id, e.content_hash))
-                    if stub is None:
+                    key = (f.cluster_id, e.content_hash)
+                    if key not in stubs:
                         # Leave the cluster dirty: the lease winner publishes it.
                         work.append(
                             _StubWork(f.cluster_id, e.content_hash, stub_request(f, e.content))
                         )
                         continue
-                    final = build_snapshot(f, e.evidence, self.policy.severity, stub)
+                    stub = stubs[key]  # None: the attempts were given up
+                    if stub is not None:
+                        final = build_snapshot(f, e.evidence, self.policy.severity, stub)
                 marks.append(self._decide(f, final, publish))
             await unit.publish(publish)
             await unit.mark_evaluated(marks)
@@ -301,26 +354,40 @@ class FailureClusterService:
         self.metrics.snapshots_published.inc(len(publish))
         return work, ids[-1]
 
-    # -- ADR-0023 lease-then-LLM --------------------------------------------------------------
+    # -- ADR-0023 lease-then-LLM, ADR-0008 attempts ---------------------------------------------
 
     async def _run_stub_work(self, work: Sequence[_StubWork], report: TickReport) -> None:
-        errors: list[SpectralError] = []
+        """Each cluster's stub on its own: a failure of one never touches the others, and only
+        an outage of the database fails the tick (after every cluster had its turn)."""
+        outages: list[TransientError] = []
 
         async def one(item: _StubWork) -> None:
             async with self._stub_slots:
-                try:
-                    await self._claim_and_generate(item, report)
-                except SpectralError as exc:  # the lease stays pending: recovery retries it
-                    log.warning(
-                        "rule stub work failed", cluster_id=str(item.cluster_id), error=str(exc)
-                    )
-                    errors.append(exc)
+                await self._isolated(
+                    item.cluster_id, outages, self._claim_and_generate(item, report)
+                )
 
         async with asyncio.TaskGroup() as group:
             for item in work:
                 group.create_task(one(item))
-        if errors:
-            raise errors[0]
+        if outages:
+            raise outages[0]
+
+    async def _isolated(
+        self, cluster_id: UUID, outages: list[TransientError], step: Awaitable[None]
+    ) -> None:
+        try:
+            await step
+        except TransientError as exc:  # the database: the lease waits for the recovery clause
+            log.warning("rule stub work interrupted", cluster_id=str(cluster_id), error=str(exc))
+            outages.append(exc)
+        except Exception as exc:  # noqa: BLE001 - this cluster only
+            self.metrics.stub_failures[StubFailure.UNKNOWN].inc()
+            log.error(  # noqa: TRY400 - the error text is the useful part
+                "rule stub work failed",
+                cluster_id=str(cluster_id),
+                error=f"{type(exc).__name__}: {exc}"[:500],
+            )
 
     async def _claim_and_generate(self, item: _StubWork, report: TickReport) -> None:
         won = await self._repo.claim_stub_lease(
@@ -329,35 +396,118 @@ class FailureClusterService:
         if not won:
             report.leases_lost += 1
             self.metrics.leases[LeaseOutcome.LOST].inc()
+            self.metrics.stub_attempts[StubOutcome.SKIPPED].inc()
             return
         report.leases_won += 1
         self.metrics.leases[LeaseOutcome.WON].inc()
-        await self._generate(item.cluster_id, item.content_hash, item.request, report)
+        await self._generate(item.cluster_id, item.content_hash, item.request, 1, report)
 
     async def _generate(
-        self, cluster_id: UUID, content_hash: str, request: SynthesisRequest, report: TickReport
+        self,
+        cluster_id: UUID,
+        content_hash: str,
+        request: SynthesisRequest,
+        attempt: int,
+        report: TickReport,
     ) -> None:
-        """We hold the lease: call the model, finalize, publish."""
+        """We hold the lease for ``attempt``: call the model, finalize (or record the failure),
+        publish."""
         if self._synth is None:  # pragma: no cover - guarded by _stubs_enabled
             return
         report.model_calls += 1
-        try:
-            response = await self._synth.synthesize(request)
-            stub = parse_rule_stub(response)
-        except SpectralError as exc:
+        failed = await self._call_and_finalize(cluster_id, content_hash, request)
+        if failed is None:
+            self.metrics.model_calls[ModelOutcome.OK].inc()
+            self.metrics.stub_attempts[StubOutcome.SUCCESS].inc()
+        else:
             report.model_failures += 1
             self.metrics.model_calls[ModelOutcome.FAILED].inc()
-            log.warning(
-                "rule stub model call failed; publishing without a stub, lease left for recovery",
-                cluster_id=str(cluster_id),
-                error=str(exc),
-            )
-        else:
-            self.metrics.model_calls[ModelOutcome.OK].inc()
-            await self._repo.finalize_stub_lease(
-                cluster_id, content_hash, stub, response.model, response.usage
-            )
+            await self._record_failure(cluster_id, content_hash, attempt, failed, report)
         await self._publish_one(cluster_id, content_hash, report)
+
+    async def _call_and_finalize(
+        self, cluster_id: UUID, content_hash: str, request: SynthesisRequest
+    ) -> _Failed | None:
+        """None when the stub is finalized; else why the attempt failed."""
+        assert self._synth is not None  # noqa: S101 - guarded by _stubs_enabled
+        started = time.perf_counter()
+        try:
+            response = await self._synth.synthesize(request)
+        except UnreadableAnswerError as exc:
+            answer = unreadable_response_payload(
+                body=exc.body, model=exc.model, usage=exc.usage, duration_ms=_ms(started)
+            )
+            return _Failed(StubFailure.INVALID_ANSWER, str(exc), answer)
+        except Exception as exc:  # noqa: BLE001 - classified
+            return _classify(exc)
+        finally:
+            self.metrics.stub_duration.observe(time.perf_counter() - started)
+        if not isinstance(response, SynthesisResponse) or not isinstance(response.content, str):
+            return _Failed(StubFailure.INVALID_ANSWER, "the synthesizer returned no text")
+        answer = response_payload(
+            content=response.content,
+            model=str(response.model),
+            usage=response.usage,
+            duration_ms=_ms(started),
+        )
+        try:
+            stub = parse_rule_stub(response)
+        except PermanentError as exc:
+            return _Failed(StubFailure.INVALID_ANSWER, str(exc), answer)
+        try:
+            await self._repo.finalize_stub_lease(
+                cluster_id,
+                content_hash,
+                stub,
+                str(response.model),
+                usage_counts(response.usage),
+                response=answer,
+            )
+        except TransientError:
+            raise  # the database: the lease waits for the recovery clause
+        except Exception as exc:  # noqa: BLE001 - this attempt only
+            return _Failed(StubFailure.WRITE_STUB, f"{type(exc).__name__}: {exc}", answer)
+        return None
+
+    async def _record_failure(
+        self,
+        cluster_id: UUID,
+        content_hash: str,
+        attempt: int,
+        failed: _Failed,
+        report: TickReport,
+    ) -> None:
+        retry_in = self.policy.stub_retry(attempt, permanent=failed.permanent)
+        self.metrics.stub_failures[failed.reason].inc()
+        if retry_in is None and not failed.permanent:
+            self.metrics.stub_failures[StubFailure.MAX_ATTEMPTS_EXCEEDED].inc()
+        outcome = StubOutcome.TRANSIENT_FAILURE if retry_in else StubOutcome.PERMANENT_FAILURE
+        self.metrics.stub_attempts[outcome].inc()
+        error = f"{failed.reason.value}: {failed.message}"
+        if retry_in is None and not failed.permanent:
+            error = f"max_attempts_exceeded: {error}"
+        mode = await self._repo.fail_stub_attempt(
+            cluster_id,
+            content_hash,
+            self.holder,
+            FailedStubAttempt(
+                attempt=attempt,
+                give_up=retry_in is None,
+                retry_in=retry_in or timedelta(0),
+                error=error,
+                response=failed.response,
+            ),
+        )
+        if retry_in is None and mode is not None:
+            report.leases_given_up += 1
+        log.warning(
+            "rule stub attempt failed; publishing without a stub",
+            cluster_id=str(cluster_id),
+            attempt=attempt,
+            reason=failed.reason.value,
+            disposition="given up" if retry_in is None else f"retry in {retry_in}",
+            error=escape_text(failed.message)[:300],
+        )
 
     async def _publish_one(self, cluster_id: UUID, content_hash: str, report: TickReport) -> None:
         """Publish one cluster for the content its lease was about, with the finalized stub
@@ -384,24 +534,70 @@ class FailureClusterService:
         self.metrics.snapshots_published.inc(len(publish))
 
     async def _recover(self, report: TickReport) -> None:
-        leases = await self._repo.recover_stub_leases(
-            self.policy.stub_lease_timeout, self.holder, self.policy.batch_size
+        policy = self.policy
+        leases, exhausted = await self._repo.recover_stub_leases(
+            policy.stub_lease_timeout, self.holder, policy.batch_size, policy.stub_max_attempts
         )
+        outages: list[TransientError] = []
+        for gone in exhausted:
+            report.leases_given_up += 1
+            self.metrics.stub_failures[StubFailure.MAX_ATTEMPTS_EXCEEDED].inc()
+            self.metrics.stub_attempts[StubOutcome.PERMANENT_FAILURE].inc()
+            if not gone.scheduled:
+                self.metrics.stub_failures[StubFailure.OUTCOME_UNKNOWN].inc()
+            log.warning(
+                "rule stub attempts exhausted; the cluster goes without a stub",
+                cluster_id=str(gone.cluster_id),
+            )
+            await self._isolated(
+                gone.cluster_id,
+                outages,
+                self._publish_one(gone.cluster_id, gone.content_hash, report),
+            )
         for lease in leases:
-            report.leases_recovered += 1
-            self.metrics.leases[LeaseOutcome.RECOVERED].inc()
-            log.info(
-                "recovered a stale rule stub lease",
-                cluster_id=str(lease.cluster_id),
-                attempts=lease.attempts,
-            )
-            async with self._repo.unit() as unit:
-                evaluated = await self._evaluate(unit, [lease.cluster_id])
-            if not evaluated or evaluated[0].content_hash != lease.content_hash:
-                await self._repo.supersede_stub_lease(lease.cluster_id, lease.content_hash)
-                report.leases_superseded += 1
-                self.metrics.leases[LeaseOutcome.SUPERSEDED].inc()
-                continue
-            await self._generate(
-                lease.cluster_id, lease.content_hash, request_from_json(lease.request_json), report
-            )
+            await self._isolated(lease.cluster_id, outages, self._retry(lease, report))
+        if outages:
+            raise outages[0]
+
+    async def _retry(self, lease: RecoveredLease, report: TickReport) -> None:
+        report.leases_recovered += 1
+        self.metrics.leases[LeaseOutcome.RECOVERED].inc()
+        if not lease.scheduled:  # its holder stopped mid-call: that attempt is used
+            self.metrics.stub_failures[StubFailure.OUTCOME_UNKNOWN].inc()
+        log.info(
+            "recovered a rule stub lease",
+            cluster_id=str(lease.cluster_id),
+            attempt=lease.attempts,
+            scheduled_retry=lease.scheduled,
+        )
+        async with self._repo.unit() as unit:
+            evaluated = await self._evaluate(unit, [lease.cluster_id])
+        if not evaluated or evaluated[0].content_hash != lease.content_hash:
+            await self._repo.supersede_stub_lease(lease.cluster_id, lease.content_hash)
+            report.leases_superseded += 1
+            self.metrics.leases[LeaseOutcome.SUPERSEDED].inc()
+            self.metrics.stub_attempts[StubOutcome.SKIPPED].inc()
+            return
+        await self._generate(
+            lease.cluster_id,
+            lease.content_hash,
+            request_from_json(lease.request_json),
+            lease.attempts,
+            report,
+        )
+
+
+def _ms(started: float) -> int:
+    return int((time.perf_counter() - started) * 1000)
+
+
+def _classify(exc: Exception) -> _Failed:
+    """A failed stub call: a route that cannot resolve and a refusal are permanent, a transient
+    fault and anything unexpected are retried within the attempt limit."""
+    if isinstance(exc, RouteError):
+        return _Failed(StubFailure.ROUTER_RESOLVE, str(exc))
+    if isinstance(exc, PermanentError):
+        return _Failed(StubFailure.SYNTHESIZER, str(exc))
+    if isinstance(exc, TransientError):
+        return _Failed(StubFailure.SYNTHESIZER, str(exc), permanent=False)
+    return _Failed(StubFailure.UNKNOWN, f"{type(exc).__name__}: {exc}", permanent=False)

@@ -8,6 +8,7 @@ suggested_rule_stub: the content the model is asked about, and the key of its st
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from typing import Any, Final
 
@@ -23,10 +24,12 @@ from contracts.failure_cluster import (
 from producers.clusters.evidence import EvidenceCandidate
 from producers.clusters.model import ClusterFacts
 from producers.clusters.severity import SeverityPolicy, derive_severity
+from spectral.db.storable import replace_unstorable
 from spectral.errors import PermanentError
 from spectral.llm.seam import SynthesisRequest, SynthesisResponse
 
 RULE_STUB_FUNCTION: Final = "rule_stub"
+MAX_STUB_ANSWER_CHARS: Final = 1_000_000
 
 Snapshot = EventEnvelope[FailureClusterDetectedPayload]
 
@@ -110,12 +113,18 @@ def request_from_json(text: str) -> SynthesisRequest:
 
 def parse_rule_stub(response: SynthesisResponse) -> str:
     """The stub text of a ``rule_stub`` answer: a JSON object with a string ``rule_stub``
-    (the synthesizer protocol's shape); anything else is a permanent error of the model."""
+    (the synthesizer protocol's shape); anything else is a permanent error of the model.
+
+    Any text gives an answer or that error, never another exception (deep nesting included),
+    and the stub can be stored and published as it is: U+0000 and lone surrogates become U+FFFD
+    (the paid answer itself is kept exactly, on its lease)."""
+    if len(response.content) > MAX_STUB_ANSWER_CHARS:
+        raise PermanentError("the model's rule_stub answer is too long")
     try:
-        data = orjson.loads(response.content)
-    except orjson.JSONDecodeError:
+        data = json.loads(response.content)
+    except (ValueError, RecursionError):
         data = None
     stub = data.get("rule_stub") if isinstance(data, dict) else None
     if not isinstance(stub, str) or not stub.strip():
         raise PermanentError("the model's rule_stub answer has no 'rule_stub' string")
-    return stub.strip()[:MAX_RULE_STUB_CHARS]
+    return replace_unstorable(stub.strip()[:MAX_RULE_STUB_CHARS])

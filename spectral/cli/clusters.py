@@ -106,6 +106,14 @@ def tick(
     lease_timeout: float = typer.Option(
         300.0, min=1.0, help="Seconds after which a pending stub lease is re-claimed."
     ),
+    stub_max_attempts: int = typer.Option(
+        3, min=1, help="Paid stub calls per cluster content at most (ADR-0008 MaxAttempts)."
+    ),
+    stub_retry_base: float = typer.Option(
+        1.0,
+        min=0.001,
+        help="Backoff base in seconds: retry n of a stub waits min(base*2^(n-1), base*10).",
+    ),
     min_failures: int = typer.Option(1, min=1, help="Publish clusters of at least N failures."),
     default_criticality: Criticality = typer.Option(
         Criticality.NORMAL, help="Criticality of rules without a configured one."
@@ -122,6 +130,8 @@ def tick(
         min_failures=min_failures,
         generate_stubs=stubs,
         stub_lease_timeout=timedelta(seconds=lease_timeout),
+        stub_max_attempts=stub_max_attempts,
+        stub_retry_base=timedelta(seconds=stub_retry_base),
     )
     health = serve_health(current, metrics_port, metrics_host)
     health.probe("database", lambda: ping(url))

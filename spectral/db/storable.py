@@ -14,6 +14,8 @@ Two forms are offered, and every writer that stores text it did not make chooses
   returned): the field keeps its escaped, readable form, and beside it ``<name>_base64`` holds
   the exact code points (UTF-8 with surrogates passed through, base64) and ``<name>_encoding``
   names that encoding, so ``decode_text`` gives back the original string, bit for bit;
+* ``replace_unstorable`` — for text shown to people and carried on (a model-written rule stub):
+  each offending code point becomes U+FFFD, the replacement character;
 * ``storable_json`` — the safety net applied to a whole JSON value before it is written: every
   key and string that cannot be stored is escaped, so no payload can fail its statement.
 """
@@ -46,6 +48,14 @@ def escape_text(text: str) -> str:
     if is_storable(text):
         return text
     return _UNSTORABLE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+
+
+def replace_unstorable(text: str, replacement: str = "\ufffd") -> str:
+    """``text`` for display where it is stored as text: each code point that cannot be stored
+    becomes ``replacement`` (U+FFFD, the replacement character, by default)."""
+    if is_storable(text):
+        return text
+    return _UNSTORABLE.sub(replacement, text)
 
 
 def encode_text(name: str, text: str) -> dict[str, str]:

@@ -3,8 +3,9 @@
 The executor writes them (consumers/work_executor), ``history.py`` and the API read them. Every
 builder returns a value PostgreSQL can store whatever it was given (``spectral.db.storable``):
 a model's answer and the name of the model that gave it are kept losslessly — their exact code
-points beside a readable form when they hold U+0000 or a lone surrogate — and diagnostic texts
-(error messages, validation errors) are escaped visibly.
+points beside a readable form when they hold U+0000 or a lone surrogate
+(``spectral.llm.answers``, shared with the rule-stub worker) — and diagnostic texts (error
+messages, validation errors) are escaped visibly.
 
 Shapes (``?`` = only when it applies)::
 
@@ -23,14 +24,36 @@ Shapes (``?`` = only when it applies)::
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from typing import Any, Final, NotRequired, TypedDict
 
-from spectral.db.storable import decode_text, encode_bytes, encode_text, escape_text
+from spectral.db.storable import escape_text
+from spectral.llm.answers import (
+    response_content,
+    response_model,
+    response_payload,
+    unreadable_response_payload,
+    usage_counts,
+)
 
 MAX_MESSAGE_CHARS: Final = 2000
-_USAGE_KEY: Final = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
+
+__all__ = [
+    "ErrorPayload",
+    "MutationReportPayload",
+    "ParseReportPayload",
+    "PromptPayload",
+    "error_payload",
+    "message_text",
+    "mutation_report_payload",
+    "parse_report_payload",
+    "prompt_payload",
+    "response_content",
+    "response_model",
+    "response_payload",
+    "unreadable_response_payload",
+    "usage_counts",
+]
 
 
 class PromptPayload(TypedDict):
@@ -85,56 +108,6 @@ def prompt_payload(
         "idempotency_key": idempotency_key,
         "org_id": org_id,
     }
-
-
-def usage_counts(raw: Any) -> dict[str, int]:
-    """A gateway's usage object reduced to what the ledger keeps: integer counts under plain
-    keys (nested details and odd keys are dropped; they are telemetry, not the answer)."""
-    if not isinstance(raw, Mapping):
-        return {}
-    return {
-        key: value
-        for key, value in raw.items()
-        if isinstance(key, str)
-        and _USAGE_KEY.match(key)
-        and isinstance(value, int)
-        and not isinstance(value, bool)
-        and -(2**53) < value < 2**53
-    }
-
-
-def response_payload(*, content: str, model: str, usage: Any, duration_ms: int) -> dict[str, Any]:
-    """A paid answer, exactly as received (``response_content`` reads it back)."""
-    return {
-        **encode_text("content", content),
-        **encode_text("model", model),
-        "usage": usage_counts(usage),
-        "duration_ms": duration_ms,
-    }
-
-
-def unreadable_response_payload(
-    *, body: bytes, model: str, usage: Any, duration_ms: int
-) -> dict[str, Any]:
-    """A paid answer whose body the synthesizer could not read as an answer: its bytes."""
-    return {
-        **encode_bytes("body", body),
-        **encode_text("model", model),
-        "usage": usage_counts(usage),
-        "duration_ms": duration_ms,
-        "unreadable": True,
-    }
-
-
-def response_content(payload: Mapping[str, Any]) -> str | None:
-    """The answer's text as the model gave it; None for an unreadable answer."""
-    if payload.get("unreadable"):
-        return None
-    return decode_text(payload, "content")
-
-
-def response_model(payload: Mapping[str, Any]) -> str | None:
-    return decode_text(payload, "model")
 
 
 def parse_report_payload(

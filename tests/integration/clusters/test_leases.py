@@ -26,8 +26,8 @@ async def _age_pending_leases(database_url: str) -> None:
     conn = await asyncpg.connect(database_url)
     try:
         await conn.execute(
-            "UPDATE clusters.rule_stub_leases SET generated_at = now() - interval '1 hour' "
-            "WHERE generation_mode = 'pending'"
+            "UPDATE clusters.rule_stub_leases SET generated_at = now() - interval '1 hour', "
+            "retry_at = retry_at - interval '1 hour' WHERE generation_mode = 'pending'"
         )
     finally:
         await conn.close()
