@@ -1,0 +1,186 @@
+"""The hostile corpus of model answers (tests/hostile_answers.py: every class of answer once, as
+raw HTTP bodies of an OpenAI-compatible gateway) through the real processes: the live
+`spectral consume work-executor` and a `spectral replay --consumer work-executor` that acts as
+one more executor. Whatever the gateway answers:
+
+* both processes keep running (or exit 0 when asked to);
+* every item ends as its case says (applied, or dead_letter with a reason), every parent closes;
+* at most one paid call per attempt (counted at the gateway), and exactly the calls each case
+  needs — nothing paid for is dropped and paid for again;
+* the ledger replays consistently.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import asyncpg
+import pytest
+
+from producers.work.commands import GenerateAll
+from spectral.settings import Settings
+from tests.fakes.openai_server import FakeModelServer
+from tests.hostile_answers import Case, corpus
+from tests.integration.work.kafka_support import create_work_topic, relay_running
+from tests.integration.work.support import PROJECT, backlog, harness
+
+pytestmark = [pytest.mark.integration, pytest.mark.faults]
+
+ROOT = Path(__file__).resolve().parents[2]
+SPECTRAL = str(Path(sys.executable).with_name("spectral"))
+MAX_ATTEMPTS = 3
+CASES = corpus(MAX_ATTEMPTS)
+NAMES = sorted(CASES)
+
+
+def _env(base: dict[str, str], server: FakeModelServer, journal: Path) -> dict[str, str]:
+    return {
+        **base,
+        "SPECTRAL_SYNTHESIZER": "openai",
+        "SPECTRAL_LLM_BASE_URL": server.url,
+        "SPECTRAL_LLM_ROUTES": json.dumps({"*": "fake-model"}),
+        "SPECTRAL_LLM_TIMEOUT_SECONDS": "10",
+        "SPECTRAL_WORK_LEASE_TIMEOUT_SECONDS": "20",
+        "SPECTRAL_WORK_SWEEP_INTERVAL_SECONDS": "0.5",
+        "SPECTRAL_WORK_RETRY_BASE_SECONDS": "0.1",
+        "SPECTRAL_WORK_MAX_ATTEMPTS": str(MAX_ATTEMPTS),
+        "SPECTRAL_WORK_JOURNAL_DIR": str(journal),
+    }
+
+
+async def _submit(url: str, document: str) -> None:
+    async with harness(url) as h:
+        # One epic per case; its title carries the marker that makes the gateway answer it.
+        await h.commands.put_document(
+            PROJECT, document, backlog(*(f"{name} [script:{name}]" for name in NAMES))
+        )
+        await h.commands.generate_all(GenerateAll(PROJECT, document))
+
+
+async def _statuses(url: str, document: str) -> tuple[dict[str, tuple[str, str]], str]:
+    conn = await asyncpg.connect(url)
+    try:
+        rows = await conn.fetch(
+            "SELECT w.work_item_id, w.input->>'epic_id' AS epic, w.status FROM work.work_items w "
+            "WHERE w.input->>'document_id' = $1",
+            document,
+        )
+        parent = await conn.fetchval(
+            "SELECT status FROM work.threads WHERE parent_thread_id IS NULL "
+            "AND target_ref->>'document_id' = $1",
+            document,
+        )
+    finally:
+        await conn.close()
+    by_case = {NAMES[int(r["epic"][1:]) - 1]: (str(r["work_item_id"]), r["status"]) for r in rows}
+    return by_case, str(parent)
+
+
+async def _until_settled(url: str, document: str, timeout: float, log: Path) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        items, parent = await _statuses(url, document)
+        if parent in ("complete", "failed") and all(
+            status in ("applied", "dead_letter") for _, status in items.values()
+        ):
+            return
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{items} {parent}\n{log.read_text()[-4000:]}")
+        await asyncio.sleep(0.2)
+
+
+async def _check(url: str, document: str, server: FakeModelServer) -> int:
+    """Every case ended as it must, with the calls it needs; returns the calls counted."""
+    items, parent = await _statuses(url, document)
+    assert parent == "failed"  # some children were dead-lettered: the orchestration closed
+    calls = Counter(c.idempotency_key for c in server.snapshot())
+    assert set(calls.values()) == {1}  # at most one paid call per attempt, every attempt
+    total = 0
+    for name in NAMES:
+        case: Case = CASES[name]
+        item, status = items[name]
+        assert status == case.outcome, name
+        made = sum(n for key, n in calls.items() if key and key.startswith(item))
+        assert made == case.calls, name
+        total += made
+    async with harness(url) as h:
+        history = await h.history()
+    assert history.consistent, history.problems
+    return total
+
+
+async def test_the_hostile_corpus_through_the_live_executor_and_a_replay(
+    settings: Settings,
+    database_url: str,
+    kafka_bootstrap: str,
+    spectral_env: dict[str, str],
+    tmp_path: Path,
+) -> None:
+    await create_work_topic(kafka_bootstrap, settings.topic_prefix)
+    scripts = {name: (case.status, case.body) for name, case in CASES.items()}
+    log = tmp_path / "executor.log"
+    with FakeModelServer(scripts=scripts) as server:
+        env = _env(spectral_env, server, tmp_path / "journal")
+        async with relay_running(settings, kafka_bootstrap, database_url):
+            # 1. The live executor.
+            with log.open("ab") as out:
+                live = subprocess.Popen(
+                    [SPECTRAL, "consume", "work-executor"],
+                    cwd=ROOT,
+                    env=env,
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                )
+            try:
+                await _submit(database_url, "doc-live")
+                await _until_settled(database_url, "doc-live", 120, log)
+                assert live.poll() is None, log.read_text()[-4000:]
+            finally:
+                live.send_signal(signal.SIGTERM)
+                code = live.wait(timeout=60)
+            assert code == 0, log.read_text()[-4000:]
+            live_calls = await _check(database_url, "doc-live", server)
+
+            # 2. A replay of the topic, no live executor: it claims the new items and runs them.
+            await _submit(database_url, "doc-replay")
+            await asyncio.sleep(2.0)  # the relay publishes the new items' events
+            replayed = subprocess.run(
+                [SPECTRAL, "replay", "--consumer", "work-executor", "--from-beginning", "--json"],
+                cwd=ROOT,
+                env=env,
+                capture_output=True,
+                timeout=300,
+                check=False,
+            )
+            assert replayed.returncode == 0, replayed.stderr.decode()[-4000:]
+            report = json.loads(replayed.stdout)
+            assert report["facts"]["claimed"] == len(NAMES), report
+            items, _ = await _statuses(database_url, "doc-replay")
+            unfinished = {
+                name for name, (_, status) in items.items() if status != CASES[name].outcome
+            }
+            assert unfinished <= {"server_error"}, unfinished  # only the retried case is left
+            # Retries are delivered later, as delayed events: the live executor finishes them.
+            with log.open("ab") as out:
+                live = subprocess.Popen(
+                    [SPECTRAL, "consume", "work-executor"],
+                    cwd=ROOT,
+                    env=env,
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                )
+            try:
+                await _until_settled(database_url, "doc-replay", 120, log)
+            finally:
+                live.send_signal(signal.SIGTERM)
+                code = live.wait(timeout=60)
+            assert code == 0, log.read_text()[-4000:]
+    replay_calls = await _check(database_url, "doc-replay", server)
+    assert live_calls == replay_calls == sum(case.calls for case in CASES.values())
