@@ -8,12 +8,15 @@ Files: ``<directory>/responses-<owner>-<n>.jsonl``, one JSON object per line (AS
 string — U+0000 and lone surrogates included — round-trips exactly), each with the sha256 of
 its payload's canonical text (the ledger entry's hash). A process holds an exclusive ``flock``
 on each of its own files for as long as it lives; that lock is how others tell a live owner
-from a dead one. A file's records are settled once the ledger holds them (or they were
-refused, see below); a file with nothing left unsettled is deleted.
+from a dead one. A record is settled once the ledger holds it (or it was refused, see below).
+A process appends to one file until it reaches ``SEGMENT_BYTES``, then starts another; a full
+file is deleted as soon as all its records are settled, the file in use when the process closes
+the journal (so an append costs one write and one fdatasync, no file creation).
 
 Replay (``adopt``): any process using the directory takes over the files of dead owners (it
 wins their ``flock``), records their answers in the ledger — ``ON CONFLICT DO NOTHING`` makes
-an answer recorded already a no-op — and deletes each file once it is all in. A torn last line
+an answer recorded already a no-op (a dead owner's file may hold settled ones) — and deletes
+each file once it is all in. A torn last line
 (the process died mid-append, before the fsync returned) was never acknowledged: its call
 counts as an unknown outcome, exactly as without a journal. A line that does not check out is
 logged and skipped.
@@ -47,7 +50,7 @@ from spectral.work.hashing import content_hash
 
 log = get_logger(__name__)
 
-SEGMENT_BYTES: Final = 4 * 1024 * 1024
+SEGMENT_BYTES: Final = 1024 * 1024
 """A file stops taking appends at this size (it is deleted once settled)."""
 
 _PREFIX: Final = "responses-"
@@ -154,6 +157,8 @@ class ResponseJournal:
             raise RuntimeError("the response journal is closed")
         segment = self._current
         if segment is None or segment.size >= self._segment_bytes:
+            if segment is not None and segment.unsettled <= 0:
+                self._remove(segment)  # full and all in the ledger
             segment = self._current = self._open_segment()
         segment.unsettled += count
         return Ticket(segment, count)
@@ -184,7 +189,7 @@ class ResponseJournal:
         """``count`` (default all) of the ticket's records are in the ledger (or rejected)."""
         segment = ticket.segment
         segment.unsettled -= ticket.count if count is None else count
-        if segment.unsettled <= 0 and segment.path in self._mine:
+        if segment.unsettled <= 0 and segment.path in self._mine and segment is not self._current:
             self._remove(segment)
 
     def reject(self, records: Sequence[ResponseRecord], reason: str) -> None:

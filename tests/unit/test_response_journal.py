@@ -46,21 +46,24 @@ def test_any_answer_round_trips_through_a_journal_line(content: str, attempt: in
     assert response_content(again.payload) == content
 
 
-async def test_appended_answers_are_on_disk_and_a_settled_file_goes(tmp_path: Path) -> None:
-    journal = ResponseJournal(tmp_path / "j", "worker:1")
+async def test_appended_answers_are_on_disk_and_settled_files_go(tmp_path: Path) -> None:
+    journal = ResponseJournal(tmp_path / "j", "worker:1", segment_bytes=2000)
     records = [_record(f'{{"n": {n}}}') for n in range(3)]
     ticket = await journal.append_async(records)
     (path,) = _files(tmp_path / "j")
     assert [from_line(line) for line in path.read_bytes().splitlines()] == records
-    journal.settle(ticket, 2)
-    assert path.exists()  # one record is not in the ledger yet
-    journal.settle(ticket, 1)
-    assert not path.exists()
-    second = await journal.append_async([_record()])
-    assert len(_files(tmp_path / "j")) == 1  # a new file for new answers
+    journal.settle(ticket)
+    assert path.exists()  # the file in use takes the next answers (no file per answer)
+    second = await journal.append_async([_record("x" * 2000)])  # fills it
+    third = await journal.append_async([_record()])  # so this one starts another
+    assert len(_files(tmp_path / "j")) == 2
     journal.settle(second)
+    assert not path.exists()  # full and all settled: gone
+    (current,) = _files(tmp_path / "j")
+    journal.settle(third)
     journal.close()
-    assert _files(tmp_path / "j") == []
+    assert not current.exists()
+    assert not (tmp_path / "j").exists()  # an empty directory is removed too
 
 
 async def test_a_full_file_takes_no_more_appends_and_goes_once_settled(tmp_path: Path) -> None:
@@ -69,9 +72,9 @@ async def test_a_full_file_takes_no_more_appends_and_goes_once_settled(tmp_path:
     second = await journal.append_async([_record()])
     assert len(_files(tmp_path)) == 2
     journal.settle(second)
-    assert len(_files(tmp_path)) == 1
+    assert len(_files(tmp_path)) == 2  # the second is the file in use
     journal.settle(first)
-    assert _files(tmp_path) == []
+    assert len(_files(tmp_path)) == 1
 
 
 async def test_closing_keeps_unsettled_answers_for_the_next_owner(tmp_path: Path) -> None:
