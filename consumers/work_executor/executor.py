@@ -76,14 +76,22 @@ import signal
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import StrEnum
 from functools import partial
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TypeVar
 from uuid import UUID, uuid4
 
+from consumers.work_executor.batch import Answer, Failure, Held, Run, Writes, dead_letter
+from consumers.work_executor.calls import (
+    PermanentItemError,
+    answer_payload,
+    classify_call_failure,
+    ms_since,
+    request_for,
+)
 from consumers.work_executor.journal import ResponseJournal
 from consumers.work_executor.metrics import (
     AttemptOutcome,
@@ -94,13 +102,11 @@ from consumers.work_executor.metrics import (
 from consumers.work_executor.patience import patiently
 from consumers.work_executor.plan import Exhausted, Reuse, Start, Unknown, next_step
 from consumers.work_executor.pool import Job, JobDone
-from consumers.work_executor.prompts import render_story_prompt
 from consumers.work_executor.recorder import ResponseRecorder
 from consumers.work_executor.repository import (
     AttemptStart,
     BatchWrite,
     BatchWritten,
-    DeadLetterEnd,
     ExecutorRepository,
     LoadedBatch,
     LoadedItem,
@@ -118,12 +124,8 @@ from consumers.work_executor.retry import (
     RetryPolicy,
 )
 from consumers.work_executor.validation import parse_report
-from spectral.db.connect import is_transient
-from spectral.errors import PermanentError, TransientError
-from spectral.llm.router import RouteError
 from spectral.llm.seam import (
     SynthesisRequest,
-    SynthesisResponse,
     Synthesizer,
     UnreadableAnswerError,
 )
@@ -133,13 +135,11 @@ from spectral.work.documents import (
     InvalidDocumentError,
     ReplaceEpicStories,
     StoryBacklog,
-    validate_backlog,
 )
 from spectral.work.model import EntryType, ItemStatus
 from spectral.work.payloads import (
     error_payload,
     prompt_payload,
-    response_payload,
     unreadable_response_payload,
 )
 
@@ -151,8 +151,6 @@ _UNKNOWN_OUTCOME = (
     "the outcome of the call is unknown: its worker died or lost the lease before a response "
     "was recorded; the attempt is counted as used"
 )
-
-Failure = tuple[FailureKind, FailureReason, str]
 
 
 class CrashPoint(StrEnum):
@@ -178,134 +176,6 @@ class ExecutorConfig:
     database_retry_cap_seconds: float = 5.0
     """The longest wait between two tries of a statement while the database is unavailable."""
     crash_at: CrashPoint | None = None
-
-
-class _PermanentItemError(Exception):
-    """The item cannot be executed as asked (missing document or epic): no paid call."""
-
-
-@dataclass(frozen=True)
-class _Held:
-    """A job whose lease this run holds (as far as it knows)."""
-
-    job: Job
-    loaded: LoadedItem
-
-    @property
-    def item_id(self) -> UUID:
-        return self.job[0]
-
-    @property
-    def token(self) -> UUID:
-        return self.job[1]
-
-
-@dataclass(frozen=True)
-class _Answer:
-    """What a wave concludes: an answer to validate, or the failure of the call."""
-
-    held: _Held
-    attempt: int
-    content: str | None = ""
-    failure: Failure | None = None
-    fresh: bool = False  # paid for in this run (not a recorded response reused)
-
-
-@dataclass
-class _Writes:
-    """One transaction's worth of a batch's changes, and what each means for its item."""
-
-    starts: list[AttemptStart] = field(default_factory=list)
-    applies: list[MutationApply] = field(default_factory=list)
-    releases: list[RetryRelease] = field(default_factory=list)
-    dead: list[tuple[DeadLetterEnd, DeadLetterReason]] = field(default_factory=list)
-    held: dict[UUID, _Held] = field(default_factory=dict)
-
-    def __bool__(self) -> bool:
-        return bool(self.starts or self.applies or self.releases or self.dead)
-
-    def add_held(self, held: _Held) -> None:
-        self.held[held.item_id] = held
-
-    def merge(self, other: _Writes) -> None:
-        self.starts.extend(other.starts)
-        self.applies.extend(other.applies)
-        self.releases.extend(other.releases)
-        self.dead.extend(other.dead)
-        self.held.update(other.held)
-
-    def split(self) -> list[_Writes]:
-        """The same changes, one ``_Writes`` per item."""
-        parts = {item_id: _Writes(held={item_id: one}) for item_id, one in self.held.items()}
-        for start in self.starts:
-            parts[start.loaded.item.work_item_id].starts.append(start)
-        for apply in self.applies:
-            parts[apply.loaded.item.work_item_id].applies.append(apply)
-        for release in self.releases:
-            parts[release.loaded.item.work_item_id].releases.append(release)
-        for dead in self.dead:
-            parts[dead[0].loaded.item.work_item_id].dead.append(dead)
-        return list(parts.values())
-
-    def attempt_of(self, held: _Held) -> int:
-        """The attempt this part's changes are about (the item's current one for a start
-        that has not happened)."""
-        attempts = [
-            *(a.attempt for a in self.applies if a.loaded.item.work_item_id == held.item_id),
-            *(r.attempt for r in self.releases if r.loaded.item.work_item_id == held.item_id),
-            *(d.attempt for d, _ in self.dead if d.loaded.item.work_item_id == held.item_id),
-        ]
-        return max(attempts, default=held.loaded.item.attempt)
-
-    def batch(self) -> BatchWrite:
-        return BatchWrite(
-            starts=self.starts,
-            applies=self.applies,
-            releases=self.releases,
-            dead_letters=[dead for dead, _ in self.dead],
-        )
-
-
-class _Run:
-    """The outcomes of one batch, reported per job as each ends."""
-
-    def __init__(self, metrics: ExecutorMetrics, done: JobDone | None) -> None:
-        self._metrics = metrics
-        self._done = done
-        self.outcomes: dict[Job, AttemptOutcome] = {}
-        self.parents: dict[UUID, str] = {}
-
-    def end(self, job: Job, outcome: AttemptOutcome) -> None:
-        if job in self.outcomes:
-            return
-        self.outcomes[job] = outcome
-        self._metrics.attempt(outcome)
-        if self._done is not None:
-            self._done(job)
-
-    def ended_item(self, held: _Held, outcome: AttemptOutcome) -> None:
-        """The item reached a terminal state: its parent (if any) is settled after the batch."""
-        parent = held.loaded.parent_thread_id
-        if parent is not None:
-            self.parents[parent] = held.loaded.item.project_id
-        self.end(held.job, outcome)
-
-    def interrupted(self, jobs: Sequence[Job], exc: BaseException) -> None:
-        """Nothing more can be done for these items in this run (a bug, or a failure even the
-        last-resort dead letter met): their leases stay, and the stale-lease recovery takes
-        them up again after the timeout, reading what happened from the ledger."""
-        jobs = [job for job in jobs if job not in self.outcomes]
-        if not jobs:
-            return
-        reason = FailureReason.LOAD_ROW if is_transient(exc) else FailureReason.UNKNOWN
-        log.error(
-            "work items interrupted; they will be recovered",
-            work_item_ids=[str(item) for item, _ in jobs],
-            error=f"{type(exc).__name__}: {exc}"[:500],
-        )
-        for job in jobs:
-            self._metrics.failure(reason)
-            self.end(job, AttemptOutcome.TRANSIENT_FAILURE)
 
 
 class WorkExecutor:
@@ -364,7 +234,7 @@ class WorkExecutor:
     ) -> dict[Job, AttemptOutcome]:
         """Drive claimed items as far as they go now; returns each job's attempt outcome.
         ``done`` is told about each job as soon as it is finished."""
-        run = _Run(self._metrics, done)
+        run = Run(self._metrics, done)
         jobs = list(dict.fromkeys(jobs))
         self._in_flight.update(item for item, _ in jobs)
         try:
@@ -380,9 +250,9 @@ class WorkExecutor:
             self._in_flight = +self._in_flight
         return run.outcomes
 
-    async def _run(self, run: _Run, jobs: Sequence[Job]) -> None:
+    async def _run(self, run: Run, jobs: Sequence[Job]) -> None:
         loaded = await self._load(run, jobs)
-        held: list[_Held] = []
+        held: list[Held] = []
         for job in jobs:
             if job in run.outcomes:
                 continue
@@ -394,12 +264,12 @@ class WorkExecutor:
             ):
                 run.end(job, AttemptOutcome.SKIPPED)
             else:
-                held.append(_Held(job, item))
+                held.append(Held(job, item))
         if not held:
             return
         self._crash_point(CrashPoint.AFTER_CLAIM)
         before, reused, requests = self._plan(held, loaded.documents)
-        calls: dict[asyncio.Task[_Answer], _Held] = {}
+        calls: dict[asyncio.Task[Answer], Held] = {}
         if before:
             written = await self._write(run, before)
             calls = self._call_all(before, written, requests)
@@ -410,7 +280,7 @@ class WorkExecutor:
                 task.cancel()
             raise
 
-    async def _load(self, run: _Run, jobs: Sequence[Job]) -> LoadedBatch:
+    async def _load(self, run: Run, jobs: Sequence[Job]) -> LoadedBatch:
         """The batch's items, waiting out an outage. If the batch cannot be read for another
         reason, its items are read one by one, and an item that cannot be read ends."""
         ids = [item for item, _ in jobs]
@@ -436,7 +306,7 @@ class WorkExecutor:
             documents.update(one.documents)
         return LoadedBatch(items, documents)
 
-    async def _end_unloadable(self, run: _Run, job: Job, exc: Exception) -> None:
+    async def _end_unloadable(self, run: Run, job: Job, exc: Exception) -> None:
         try:
             bare = await self._patiently("load an item", lambda: self._repo.load_bare(job[0]))
         except Exception as bare_exc:  # noqa: BLE001 - nothing more can be done here
@@ -445,10 +315,10 @@ class WorkExecutor:
         if bare is None or bare.item.lease_token != job[1]:
             run.end(job, AttemptOutcome.SKIPPED)
             return
-        ends = _Writes()
+        ends = Writes()
         self._give_up(
             ends,
-            _Held(job, bare),
+            Held(job, bare),
             attempt=bare.item.attempt,
             dead=DeadLetterReason.PERMANENT_FAILURE,
             reason=FailureReason.LOAD_ROW,
@@ -456,7 +326,7 @@ class WorkExecutor:
         )
         await self._write(run, ends)
 
-    async def _write(self, run: _Run, writes: _Writes) -> BatchWritten:
+    async def _write(self, run: Run, writes: Writes) -> BatchWritten:
         """One transaction for ``writes``, waiting out any outage, accounted item by item. If it
         fails for a reason that is not an outage, its items are written one by one instead,
         so a bad item only fails itself; an item whose own changes still cannot be written is
@@ -472,7 +342,7 @@ class WorkExecutor:
         self._account(run, writes, written)
         return written
 
-    async def _write_one_by_one(self, run: _Run, writes: _Writes, exc: Exception) -> BatchWritten:
+    async def _write_one_by_one(self, run: Run, writes: Writes, exc: Exception) -> BatchWritten:
         parts = writes.split()
         if len(parts) == 1:
             await self._end_unwritable(run, parts[0], exc)
@@ -494,7 +364,7 @@ class WorkExecutor:
                 await self._end_unwritable(run, part, one_exc)
         return written
 
-    async def _end_unwritable(self, run: _Run, part: _Writes, exc: Exception) -> None:
+    async def _end_unwritable(self, run: Run, part: Writes, exc: Exception) -> None:
         """The last resort for an item whose changes the database refuses (not an outage): a
         dead letter with only an ``error`` entry saying why — and if even that is refused, a
         plain one; failing that the lease is left to recovery."""
@@ -512,7 +382,7 @@ class WorkExecutor:
             f"its changes could not be recorded: {detail}",
             "its changes could not be recorded",
         ):
-            ends = _Writes()
+            ends = Writes()
             self._give_up(
                 ends,
                 one,
@@ -533,22 +403,22 @@ class WorkExecutor:
         run.interrupted([one.job], last)
 
     def _plan(
-        self, held: Sequence[_Held], documents: Mapping[str, StoredDocument]
-    ) -> tuple[_Writes, list[_Answer], dict[UUID, SynthesisRequest]]:
+        self, held: Sequence[Held], documents: Mapping[str, StoredDocument]
+    ) -> tuple[Writes, list[Answer], dict[UUID, SynthesisRequest]]:
         """What each held item does next, read from its ledger (plan.py): the writes before
         the calls, the recorded answers to reuse, the requests of the attempts to start. An
         item that cannot be planned is dead-lettered (no call)."""
-        before = _Writes()
-        reused: list[_Answer] = []
+        before = Writes()
+        reused: list[Answer] = []
         requests: dict[UUID, SynthesisRequest] = {}
         backlogs: dict[str, StoryBacklog | InvalidDocumentError] = {}
         for one in held:
-            mine = _Writes()
+            mine = Writes()
             try:
                 answer = self._plan_one(mine, one, documents, backlogs, requests)
             except Exception as exc:  # noqa: BLE001 - this item only
                 requests.pop(one.item_id, None)
-                mine = _Writes()
+                mine = Writes()
                 self._give_up(
                     mine,
                     one,
@@ -565,18 +435,18 @@ class WorkExecutor:
 
     def _plan_one(
         self,
-        before: _Writes,
-        one: _Held,
+        before: Writes,
+        one: Held,
         documents: Mapping[str, StoredDocument],
         backlogs: dict[str, StoryBacklog | InvalidDocumentError],
         requests: dict[UUID, SynthesisRequest],
-    ) -> _Answer | None:
+    ) -> Answer | None:
         step = next_step(one.loaded.item.attempt, one.loaded.entries, self._policy)
         if isinstance(step, Reuse):
             log.info(
                 "reusing a recorded response", work_item_id=str(one.item_id), attempt=step.attempt
             )
-            return _Answer(one, step.attempt, content=step.content)
+            return Answer(one, step.attempt, content=step.content)
         if isinstance(step, Unknown):
             failure = (FailureKind.OUTCOME_UNKNOWN, FailureReason.OUTCOME_UNKNOWN, _UNKNOWN_OUTCOME)
             self._fail(before, one, step.attempt, failure)
@@ -597,8 +467,8 @@ class WorkExecutor:
 
     def _start(
         self,
-        before: _Writes,
-        one: _Held,
+        before: Writes,
+        one: Held,
         step: Start,
         *,
         documents: Mapping[str, StoredDocument],
@@ -606,8 +476,8 @@ class WorkExecutor:
         requests: dict[UUID, SynthesisRequest],
     ) -> None:
         try:
-            request = _request(one.loaded, step.attempt, documents, backlogs)
-        except _PermanentItemError as exc:
+            request = request_for(one.loaded, step.attempt, documents, backlogs)
+        except PermanentItemError as exc:
             self._give_up(
                 before,
                 one,
@@ -629,21 +499,21 @@ class WorkExecutor:
         requests[one.item_id] = request
 
     def _call_all(
-        self, before: _Writes, written: BatchWritten, requests: Mapping[UUID, SynthesisRequest]
-    ) -> dict[asyncio.Task[_Answer], _Held]:
+        self, before: Writes, written: BatchWritten, requests: Mapping[UUID, SynthesisRequest]
+    ) -> dict[asyncio.Task[Answer], Held]:
         """Send the paid calls of the attempts that started, all at once."""
         started = [s for s in before.starts if s.loaded.item.work_item_id in written.started]
         if not started:
             return {}
         self._crash_point(CrashPoint.BEFORE_CALL)
-        calls: dict[asyncio.Task[_Answer], _Held] = {}
+        calls: dict[asyncio.Task[Answer], Held] = {}
         for start in started:
             one = before.held[start.loaded.item.work_item_id]
             task = asyncio.create_task(self._call(one, start.attempt, requests[one.item_id]))
             calls[task] = one
         return calls
 
-    async def _call(self, one: _Held, attempt: int, request: SynthesisRequest) -> _Answer:
+    async def _call(self, one: Held, attempt: int, request: SynthesisRequest) -> Answer:
         """One paid call; its answer is recorded (journal, then ledger) before it is returned."""
         started = time.perf_counter()
         try:
@@ -651,21 +521,21 @@ class WorkExecutor:
                 response = await self._synthesizer.synthesize(request)
         except UnreadableAnswerError as exc:  # answered, so paid: its bytes are kept
             payload = unreadable_response_payload(
-                body=exc.body, model=exc.model, usage=exc.usage, duration_ms=_ms(started)
+                body=exc.body, model=exc.model, usage=exc.usage, duration_ms=ms_since(started)
             )
             await self._recorder.record(ResponseRecord.of(one.loaded, attempt, payload))
             failure = (FailureKind.PERMANENT, FailureReason.SYNTHESIZER, str(exc))
-            return _Answer(one, attempt, content=None, failure=failure, fresh=True)
+            return Answer(one, attempt, content=None, failure=failure, fresh=True)
         except Exception as exc:  # noqa: BLE001 - classified; unexpected ones are retried
-            return _Answer(one, attempt, failure=classify_call_failure(exc))
+            return Answer(one, attempt, failure=classify_call_failure(exc))
         finally:
             self._metrics.duration.observe(time.perf_counter() - started)
-        content, payload = _answer_payload(response, _ms(started))
+        content, payload = answer_payload(response, ms_since(started))
         await self._recorder.record(ResponseRecord.of(one.loaded, attempt, payload))
         if content is None:
             failure = (FailureKind.PERMANENT, FailureReason.SYNTHESIZER, "the answer is not text")
-            return _Answer(one, attempt, content=None, failure=failure, fresh=True)
-        return _Answer(one, attempt, content=content, fresh=True)
+            return Answer(one, attempt, content=None, failure=failure, fresh=True)
+        return Answer(one, attempt, content=content, fresh=True)
 
     async def _write_responses(self, responses: Sequence[ResponseRecord]) -> None:
         await self._repo.write(BatchWrite(responses=responses))
@@ -674,7 +544,7 @@ class WorkExecutor:
         await self._patiently("record paid responses", lambda: self._write_responses(responses))
 
     async def _conclude_as_answered(
-        self, run: _Run, reused: list[_Answer], calls: dict[asyncio.Task[_Answer], _Held]
+        self, run: Run, reused: list[Answer], calls: dict[asyncio.Task[Answer], Held]
     ) -> None:
         """Conclude answers in waves, as they come in: reused ones first (while the calls run),
         then whatever calls finished together since the last wave."""
@@ -696,21 +566,21 @@ class WorkExecutor:
                     else:  # cannot happen: a call's failures are answers
                         run.interrupted([calls[task].job], call_exc)
 
-    async def _conclude(self, run: _Run, answers: Sequence[_Answer]) -> None:
+    async def _conclude(self, run: Run, answers: Sequence[Answer]) -> None:
         """One wave: validate the answers, then apply, retry or dead-letter — one transaction.
         An answer whose conclusion fails in any way dead-letters its own item."""
         if any(answer.fresh for answer in answers):
             self._crash_point(CrashPoint.AFTER_RESPONSE)
-        wave = _Writes()
+        wave = Writes()
         for answer in answers:
-            mine = _Writes()
+            mine = Writes()
             try:
                 if answer.failure is not None:
                     self._fail(mine, answer.held, answer.attempt, answer.failure)
                 else:
                     self._validate(mine, answer)
             except Exception as exc:  # noqa: BLE001 - this item only
-                mine = _Writes()
+                mine = Writes()
                 self._give_up(
                     mine,
                     answer.held,
@@ -726,7 +596,7 @@ class WorkExecutor:
         if written.applied:
             self._crash_point(CrashPoint.AFTER_MUTATION)
 
-    def _validate(self, wave: _Writes, answer: _Answer) -> None:
+    def _validate(self, wave: Writes, answer: Answer) -> None:
         one, attempt = answer.held, answer.attempt
         if answer.content is None:
             self._give_up(
@@ -763,10 +633,10 @@ class WorkExecutor:
         )
         wave.add_held(one)
 
-    async def _refused(self, run: _Run, wave: _Writes, refused: Mapping[UUID, str]) -> None:
+    async def _refused(self, run: Run, wave: Writes, refused: Mapping[UUID, str]) -> None:
         """Mutations the document refused: their items are dead-lettered (a transaction of
         their own; nothing was written for them in the wave's)."""
-        ends = _Writes()
+        ends = Writes()
         for apply in wave.applies:
             item_id = apply.loaded.item.work_item_id
             if item_id in refused:
@@ -783,7 +653,7 @@ class WorkExecutor:
 
     # -- failures -------------------------------------------------------------------------------
 
-    def _fail(self, writes: _Writes, one: _Held, attempt: int, failure: Failure) -> None:
+    def _fail(self, writes: Writes, one: Held, attempt: int, failure: Failure) -> None:
         """A failed attempt: retry after the backoff, or give up (policy)."""
         kind, reason, message = failure
         self._metrics.failure(reason)
@@ -804,14 +674,14 @@ class WorkExecutor:
         assert isinstance(decision, GiveUp)  # noqa: S101 - the two outcomes of after_failure
         if decision.reason is DeadLetterReason.MAX_ATTEMPTS_EXCEEDED:
             self._metrics.failure(FailureReason.MAX_ATTEMPTS_EXCEEDED)
-        _dead_letter(
+        dead_letter(
             writes, one, attempt, decision.reason, kind=kind, reason=reason, message=message
         )
 
     def _give_up(
         self,
-        writes: _Writes,
-        one: _Held,
+        writes: Writes,
+        one: Held,
         *,
         attempt: int,
         dead: DeadLetterReason,
@@ -821,7 +691,7 @@ class WorkExecutor:
     ) -> None:
         self._metrics.failure(reason)
         writes.add_held(one)
-        _dead_letter(
+        dead_letter(
             writes,
             one,
             attempt,
@@ -832,7 +702,7 @@ class WorkExecutor:
             extra=extra,
         )
 
-    def _account(self, run: _Run, writes: _Writes, written: BatchWritten) -> None:
+    def _account(self, run: Run, writes: Writes, written: BatchWritten) -> None:
         """Outcomes, metrics and logs of what a transaction did, item by item."""
         for item_id in sorted(written.lost):
             log.info("lease lost; leaving the item to its new holder", work_item_id=str(item_id))
@@ -937,99 +807,3 @@ class WorkExecutor:
             depth.get(ItemStatus.DEAD_LETTER.value, 0),
         )
         return jobs
-
-
-def _ms(started: float) -> int:
-    return int((time.perf_counter() - started) * 1000)
-
-
-def _answer_payload(response: Any, duration_ms: int) -> tuple[str | None, dict[str, Any]]:
-    """The answer's text and its response payload — whatever the synthesizer handed back (a
-    broken one may not even return a ``SynthesisResponse``)."""
-    if isinstance(response, SynthesisResponse) and isinstance(response.content, str):
-        model = response.model if isinstance(response.model, str) else repr(response.model)
-        payload = response_payload(
-            content=response.content, model=model, usage=response.usage, duration_ms=duration_ms
-        )
-        return response.content, payload
-    payload = unreadable_response_payload(
-        body=repr(response).encode("utf-8", "backslashreplace"),
-        model=str(getattr(response, "model", "")),
-        usage=None,
-        duration_ms=duration_ms,
-    )
-    return None, payload
-
-
-def _request(
-    loaded: LoadedItem,
-    attempt: int,
-    documents: Mapping[str, StoredDocument],
-    backlogs: dict[str, StoryBacklog | InvalidDocumentError],
-) -> SynthesisRequest:
-    """The paid call of ``attempt``; ``backlogs`` caches each document's validation for the
-    batch."""
-    item = loaded.item
-    document_id = str(item.input.get("document_id", ""))
-    epic_id = str(item.input.get("epic_id", ""))
-    document = documents.get(document_id)
-    if document is None:
-        raise _PermanentItemError(f"document {document_id!r} does not exist")
-    backlog = backlogs.get(document_id)
-    if backlog is None:
-        try:
-            backlog = validate_backlog(document.content)
-        except InvalidDocumentError as exc:
-            backlog = exc
-        backlogs[document_id] = backlog
-    if isinstance(backlog, InvalidDocumentError):
-        raise _PermanentItemError(str(backlog))
-    epic = backlog.epics.get(epic_id)
-    if epic is None:
-        raise _PermanentItemError(f"document {document_id!r} has no epic {epic_id!r}")
-    prompt, data = render_story_prompt(epic_id=epic_id, epic=epic, backlog_title=backlog.title)
-    org = item.input.get("org_id")
-    return SynthesisRequest(
-        function_key=item.function_key,
-        prompt=prompt,
-        input={**data, "document_id": document_id},
-        idempotency_key=f"{item.work_item_id}:{attempt}",
-        org_id=str(org) if org else None,
-    )
-
-
-def _dead_letter(
-    writes: _Writes,
-    one: _Held,
-    attempt: int,
-    dead: DeadLetterReason,
-    *,
-    kind: FailureKind,
-    reason: FailureReason,
-    message: str,
-    extra: tuple[NewEntry, ...] = (),
-) -> None:
-    payload = error_payload(
-        kind=kind.value,
-        reason=reason.value,
-        message=message,
-        disposition="dead_letter",
-        attempt=attempt,
-        dead_letter_reason=dead.value,
-    )
-    writes.dead.append((DeadLetterEnd(one.loaded, one.token, attempt, payload, extra), dead))
-
-
-def classify_call_failure(exc: Exception) -> Failure:
-    """What a failed synthesizer call means for the item: a route that cannot resolve and a
-    refusal are permanent, a transient fault is retried, anything unexpected is retried within
-    the attempt limit."""
-    if isinstance(exc, RouteError):
-        return FailureKind.PERMANENT, FailureReason.ROUTER_RESOLVE, str(exc)
-    if isinstance(exc, PermanentError):
-        return FailureKind.PERMANENT, FailureReason.SYNTHESIZER, str(exc)
-    if isinstance(exc, TransientError):
-        return FailureKind.TRANSIENT, FailureReason.SYNTHESIZER, str(exc)
-    if isinstance(exc, TimeoutError):
-        return FailureKind.TRANSIENT, FailureReason.SYNTHESIZER, "the call took too long"
-    return FailureKind.TRANSIENT, FailureReason.UNKNOWN, f"{type(exc).__name__}: {exc}"

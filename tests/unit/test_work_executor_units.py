@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given, settings
 from prometheus_client import CollectorRegistry
 
-from consumers.work_executor.executor import classify_call_failure
+from consumers.work_executor.calls import classify_call_failure
 from consumers.work_executor.metrics import (
     DURATION_BUCKETS,
     AttemptOutcome,
