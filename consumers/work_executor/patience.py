@@ -1,4 +1,5 @@
-"""Waiting out the database: retry an operation for as long as the database is unavailable.
+"""Waiting out the database: retry an operation for as long as the database is unavailable;
+and telling a refusal of the data itself from every other failure.
 
 The executor never gives up on a write because PostgreSQL is away (invariant 3: an
 infrastructure failure pauses and retries) — not the recording of a paid answer, not the
@@ -13,6 +14,8 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
+
+import asyncpg
 
 from spectral.db.connect import is_transient
 from spectral.observability.logging import get_logger
@@ -51,3 +54,19 @@ async def patiently(
                     error=f"{type(exc).__name__}: {exc}"[:300],
                 )
             await asyncio.sleep(backoff.delay(retry))
+
+
+_DATA_CLASSES = ("22", "23")  # data exception, integrity constraint violation
+
+
+def is_data_error(exc: BaseException) -> bool:
+    """True when the database refused the values themselves (a text it cannot store, a value
+    out of range, a broken constraint) — or the driver could not even encode them. Retrying the
+    same values cannot help; a read-only session, a missing privilege or an outage are not
+    this (the same write may succeed elsewhere or later)."""
+    if isinstance(exc, UnicodeError):
+        return True
+    if isinstance(exc, asyncpg.PostgresError):
+        state = getattr(exc, "sqlstate", None) or ""
+        return state.startswith(_DATA_CLASSES)
+    return False

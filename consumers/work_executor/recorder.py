@@ -22,8 +22,8 @@ from typing import Generic, TypeVar
 
 from consumers.work_executor.journal import ResponseJournal, Ticket
 from consumers.work_executor.metrics import ExecutorMetrics, JournalEvent
+from consumers.work_executor.patience import is_data_error
 from consumers.work_executor.repository import ResponseRecord
-from spectral.db.connect import is_transient
 from spectral.observability.logging import get_logger
 
 log = get_logger(__name__)
@@ -159,14 +159,16 @@ class ResponseRecorder:
         await self._record(records, patient=True)
 
     async def _record(self, records: Sequence[ResponseRecord], *, patient: bool) -> None:
-        """Write ``records`` to the ledger; one the database refuses for a data reason (all
+        """Write ``records`` to the ledger; one the database refuses for its data (all
         together first, then one by one) is rejected, never lost and never retried forever.
-        Outages: waited out when ``patient``, else raised."""
+        Outages are waited out when ``patient``; they, and every failure that is not about the
+        data (a read-only session, a missing privilege), are raised: the records stay in the
+        journal for a later replay."""
         write = self._patient_write if patient else self._write
         try:
             await write(records)
         except Exception as exc:
-            if is_transient(exc):
+            if not is_data_error(exc):
                 raise
             if len(records) == 1:
                 await self._reject(records, exc)
@@ -180,7 +182,7 @@ class ResponseRecorder:
                 try:
                     await write([one])
                 except Exception as one_exc:
-                    if is_transient(one_exc):
+                    if not is_data_error(one_exc):
                         raise
                     await self._reject([one], one_exc)
 

@@ -10,13 +10,18 @@ import subprocess
 import sys
 import textwrap
 import uuid
+from collections.abc import Sequence
 from pathlib import Path
 
+import asyncpg
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from prometheus_client import CollectorRegistry
 
 from consumers.work_executor.journal import ResponseJournal, from_line, to_line
+from consumers.work_executor.metrics import ExecutorMetrics
+from consumers.work_executor.recorder import ResponseRecorder
 from consumers.work_executor.repository import ResponseRecord
 from spectral.work.payloads import response_content, response_payload
 from tests.hostile_answers import ANY_TEXT, hostile_text
@@ -163,3 +168,32 @@ def test_refused_answers_are_kept_in_the_rejected_file(tmp_path: Path) -> None:
     (rejected,) = _files(tmp_path, "rejected-")
     assert [from_line(line) for line in rejected.read_bytes().splitlines()] == [record]
     assert journal.orphans() == []  # never replayed into a loop
+
+
+@pytest.mark.parametrize(
+    ("error", "kept", "rejected"),
+    [
+        (asyncpg.exceptions.ReadOnlySQLTransactionError("read-only"), True, False),  # dry run
+        (asyncpg.exceptions.InsufficientPrivilegeError("denied"), True, False),
+        (ConnectionRefusedError("down"), True, False),
+        (asyncpg.exceptions.UntranslatableCharacterError("\\u0000"), False, True),
+        (asyncpg.exceptions.ForeignKeyViolationError("no such item"), False, True),
+    ],
+    ids=["read-only", "privilege", "outage", "untranslatable", "foreign-key"],
+)
+async def test_a_replay_rejects_only_what_the_database_refuses_for_its_data(
+    tmp_path: Path, error: Exception, kept: bool, rejected: bool
+) -> None:
+    dead = ResponseJournal(tmp_path, "dead")
+    await dead.append_async([_record(), _record()])
+    dead.close()
+
+    async def write(records: Sequence[ResponseRecord]) -> None:
+        raise error
+
+    journal = ResponseJournal(tmp_path, "live")
+    recorder = ResponseRecorder(journal, write, write, ExecutorMetrics(CollectorRegistry()))
+    assert await recorder.adopt() is not kept
+    assert bool(_files(tmp_path)) is kept
+    assert bool(_files(tmp_path, "rejected-")) is rejected
+    await recorder.aclose()
