@@ -4,11 +4,9 @@ get per work item the attempts, what was paid for, what was received, and how it
 the inconsistencies, if any (a hash that does not match its payload, a response without its
 prompt, a gap in attempt numbers).
 
-Payloads written by the executor (see consumers/work_executor/ledger_payloads.py):
-prompt {function_key, prompt, input, idempotency_key}; response {content, model, usage,
-duration_ms}; parse_report {ok, errors, story_count, response_attempt}; mutation_report
-{mutation_id, document_id, epic_id, operation, base_version, result_version};
-error {kind, reason, message, disposition: retry|dead_letter, not_before?}.
+Payloads written by the executor are typed in ``spectral.work.payloads`` (their shapes are in
+its docstring); the model that answered is read with ``response_model`` (it may be kept as its
+exact code points beside an escaped form).
 """
 
 from __future__ import annotations
@@ -22,6 +20,7 @@ from uuid import UUID
 
 from spectral.work.hashing import content_hash
 from spectral.work.model import EntryType, LedgerEntry
+from spectral.work.payloads import response_model
 
 
 class ItemOutcome(StrEnum):
@@ -109,7 +108,7 @@ def _apply(item: ItemHistory, entry: LedgerEntry, problems: list[str]) -> None:
                 f"item {item.work_item_id}: response of attempt {entry.attempt} has no prompt"
             )
         attempt.response_at = entry.created_at
-        attempt.model = str(payload.get("model")) if payload.get("model") is not None else None
+        attempt.model = response_model(payload)
     elif entry.entry_type is EntryType.PARSE_REPORT:
         attempt.parse_ok = bool(payload.get("ok"))
     elif entry.entry_type is EntryType.MUTATION_REPORT:
