@@ -6,7 +6,7 @@ fail their own item only."""
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 from uuid import UUID, uuid4
@@ -18,7 +18,13 @@ from prometheus_client import CollectorRegistry
 from consumers.work_executor.executor import ExecutorConfig, WorkExecutor
 from consumers.work_executor.metrics import AttemptOutcome, ExecutorMetrics
 from consumers.work_executor.pool import Job
-from consumers.work_executor.repository import ExecutorRepository
+from consumers.work_executor.prompts import render_story_prompt
+from consumers.work_executor.repository import (
+    BatchWrite,
+    BatchWritten,
+    ExecutorRepository,
+    LoadedBatch,
+)
 from consumers.work_executor.retry import RetryPolicy
 from producers.work.commands import GenerateAll
 from spectral.db.connect import create_pool
@@ -234,3 +240,80 @@ async def test_an_answer_the_database_cannot_store_as_is_is_kept_and_fails_its_o
         assert content is not None
         assert content.endswith("\x00")
         assert response.payload["content_encoding"] == "utf-8+surrogatepass/base64"
+
+
+class _RefusingRepository(ExecutorRepository):
+    """The database refuses, for a data reason, any write or read that touches ``victim``."""
+
+    def __init__(self, pool: asyncpg.Pool, step: str) -> None:
+        super().__init__(pool)
+        self.victim: UUID | None = None
+        self.step = step
+
+    def _touches(self, ids: Sequence[UUID]) -> bool:
+        return self.victim in ids
+
+    async def write(self, batch: BatchWrite) -> BatchWritten:
+        ids = [a.loaded.item.work_item_id for a in batch.applies]
+        if self.step == "apply" and self._touches(ids):
+            raise asyncpg.exceptions.UntranslatableCharacterError("\\u0000 cannot be stored")
+        return await super().write(batch)
+
+    async def load_batch(self, item_ids: Sequence[UUID]) -> LoadedBatch:
+        if self.step == "load" and self._touches(item_ids):
+            raise RecursionError("maximum recursion depth exceeded")
+        return await super().load_batch(item_ids)
+
+
+@pytest.mark.parametrize("step", ["apply", "load", "plan"])
+async def test_a_failure_of_one_item_at_any_step_dead_letters_it_alone(
+    database_url: str, settings: Settings, step: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    model = ScriptedSynthesizer()
+    async with harness(database_url) as h:
+        pool = await create_pool(database_url, role="spectral_executor", max_size=4)
+        repo = _RefusingRepository(pool, step)
+        worker = WorkExecutor(
+            repo,
+            model,
+            RetryPolicy.from_settings(executor_settings(settings)),
+            ExecutorMetrics(CollectorRegistry()),
+            ExecutorConfig(worker_id="refusing"),
+        )
+        try:
+            await h.commands.put_document(PROJECT, DOCUMENT, backlog("A", "Victim", "C"))
+            parent = await h.commands.generate_all(GenerateAll(PROJECT, DOCUMENT))
+            epics = await _epics(h.admin)
+            repo.victim = next(item for item, epic in epics.items() if epic == "E2")
+            if step == "plan":
+
+                def refuse(*, epic_id: str, **kwargs: Any) -> Any:
+                    if epic_id == "E2":
+                        raise ValueError("an exception nobody foresaw")
+                    return render_story_prompt(epic_id=epic_id, **kwargs)
+
+                monkeypatch.setattr("consumers.work_executor.calls.render_story_prompt", refuse)
+            async with _claimed(database_url, 3) as jobs:
+                outcomes = await worker.run_batch(jobs)
+        finally:
+            await pool.close()
+        by_epic = {epics[item]: outcomes[(item, token)] for item, token in jobs}
+        assert by_epic == {
+            "E1": AttemptOutcome.SUCCESS,
+            "E2": AttemptOutcome.PERMANENT_FAILURE,
+            "E3": AttemptOutcome.SUCCESS,
+        }
+        statuses = {epics[r["work_item_id"]]: r["status"] for r in await h.items()}
+        assert statuses == {"E1": "applied", "E2": "dead_letter", "E3": "applied"}
+        assert await h.thread_status(parent.thread_id) == "failed"  # closed all the same
+        # Paid only where a call was made: once per item, never again.
+        assert model.total == (2 if step in ("load", "plan") else 3)
+        assert set(model.keys.values()) == {1}
+        error = await h.admin.fetchval(
+            "SELECT payload->>'message' FROM work.ledger_entries "
+            "WHERE work_item_id = $1 AND entry_type = 'error'",
+            repo.victim,
+        )
+        assert error, "the dead letter says why"
+        history = await h.history()
+        assert history.consistent, history.problems
