@@ -56,6 +56,10 @@ class GroupCommit(Generic[T, R]):
             group, self._waiting = self._waiting, []
             try:
                 result = await self._flush([item for item, _ in group])
+            except asyncio.CancelledError:  # closing: nobody waits in vain
+                for _, future in group:
+                    future.cancel()
+                raise
             except Exception as exc:  # noqa: BLE001 - handed to the submitters
                 for _, future in group:
                     if not future.done():

@@ -25,6 +25,7 @@ from consumers.work_executor.metrics import (
 from consumers.work_executor.plan import Exhausted, Reuse, Start, Unknown, next_step
 from consumers.work_executor.pool import Job, JobDone, WorkerPool
 from consumers.work_executor.prompts import render_story_prompt
+from consumers.work_executor.recorder import GroupCommit
 from consumers.work_executor.retry import FailureKind, RetryPolicy
 from consumers.work_executor.validation import MAX_ANSWER_CHARS, parse_report
 from producers.work.policy import Action, ChildAction, decide, decide_child
@@ -365,3 +366,44 @@ def test_call_failures_are_classified_by_kind_and_reason() -> None:
         FailureReason.UNKNOWN,
         "KeyError: 'x'",
     )
+
+
+# -- group commit of paid answers ------------------------------------------------------------
+
+
+async def test_group_commit_flushes_what_arrives_meanwhile_together_and_hands_failures_back() -> (
+    None
+):
+    flushed: list[list[int]] = []
+    gate = asyncio.Event()
+
+    async def flush(items: list[int]) -> str:
+        flushed.append(items)
+        await gate.wait()
+        if 13 in items:
+            raise ValueError("refused")
+        return "ok"
+
+    commit: GroupCommit[int, str] = GroupCommit(flush, "test")
+    first = asyncio.ensure_future(commit.submit(1))
+    await asyncio.sleep(0.01)  # the first flush runs: the next ones wait for it, together
+    rest = [asyncio.ensure_future(commit.submit(n)) for n in (2, 13)]
+    await asyncio.sleep(0.01)
+    gate.set()
+    assert await first == "ok"
+    results = await asyncio.gather(*rest, return_exceptions=True)
+    assert flushed == [[1], [2, 13]]
+    assert all(isinstance(r, ValueError) for r in results)  # one flush, one outcome for all
+
+
+async def test_closing_a_group_commit_leaves_nobody_waiting() -> None:
+    async def never(items: list[int]) -> None:
+        await asyncio.Event().wait()
+
+    commit: GroupCommit[int, None] = GroupCommit(never, "test")
+    waiting = [asyncio.ensure_future(commit.submit(n)) for n in range(3)]
+    await asyncio.sleep(0.01)
+    await commit.aclose()
+    done, pending = await asyncio.wait(waiting, timeout=1)
+    assert not pending
+    assert all(task.cancelled() for task in done)
