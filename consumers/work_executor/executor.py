@@ -598,28 +598,25 @@ class WorkExecutor:
 
     def _validate(self, wave: Writes, answer: Answer) -> None:
         one, attempt = answer.held, answer.attempt
-        if answer.content is None:
+
+        def invalid(message: str, extra: tuple[NewEntry, ...] = ()) -> None:
             self._give_up(
                 wave,
                 one,
                 attempt=attempt,
                 dead=DeadLetterReason.INVALID_OUTPUT,
                 reason=FailureReason.INVALID_JSON,
-                message="the paid answer is not readable (its bytes are in the response entry)",
+                message=message,
+                extra=extra,
             )
+
+        if answer.content is None:
+            invalid("the paid answer is not readable (its bytes are in the response entry)")
             return
         report = parse_report(answer.content)
         parse_entry = NewEntry(attempt, EntryType.PARSE_REPORT, report.payload(attempt))
         if not report.ok:
-            self._give_up(
-                wave,
-                one,
-                attempt=attempt,
-                dead=DeadLetterReason.INVALID_OUTPUT,
-                reason=FailureReason.INVALID_JSON,
-                message="the answer is not valid: " + "; ".join(report.errors)[:500],
-                extra=(parse_entry,),
-            )
+            invalid("the answer is not valid: " + "; ".join(report.errors)[:500], (parse_entry,))
             return
         item = one.loaded.item
         mutation = ReplaceEpicStories.for_item(

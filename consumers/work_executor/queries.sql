@@ -85,8 +85,9 @@ WHERE w.work_item_id = ANY($1::uuid[])
 -- One item and its thread links, no JSON column read (the last resort of an item whose full
 -- load fails: enough to dead-letter it).
 SELECT w.work_item_id, w.thread_id, w.sequence, w.status, w.attempt, w.lock_scope,
-       w.project_id, w.function_key, w.not_before, w.lease_token, w.leased_at, w.created_at,
-       w.started_at, w.finished_at, t.kind AS thread_kind, t.parent_thread_id
+       w.project_id, w.function_key, '{}' AS input, w.not_before, w.lease_token, w.leased_at,
+       NULL::text AS error_message, w.created_at, w.started_at, w.finished_at,
+       t.kind AS thread_kind, t.parent_thread_id
 FROM work.work_items w
 JOIN work.threads t ON t.thread_id = w.thread_id
 WHERE w.work_item_id = $1

@@ -270,30 +270,12 @@ class ExecutorRepository:
         return float(await self._pool.fetchval(_SQL["oldest_lease_age"]))
 
     async def load_bare(self, item_id: UUID) -> LoadedItem | None:
-        """The item with its thread links only — no input, target or ledger parsed: enough to
-        end an item whose full load fails (``DeadLetterEnd``)."""
+        """The item with its thread links only — no input, target or ledger read: enough to end
+        an item whose full load fails (``DeadLetterEnd``)."""
         row = await self._pool.fetchrow(_SQL["load_bare_item"], item_id)
         if row is None:
             return None
-        item = WorkItem(
-            work_item_id=row["work_item_id"],
-            thread_id=row["thread_id"],
-            sequence=row["sequence"],
-            status=ItemStatus(row["status"]),
-            attempt=row["attempt"],
-            lock_scope=row["lock_scope"],
-            project_id=row["project_id"],
-            function_key=row["function_key"],
-            input={},
-            not_before=row["not_before"],
-            lease_token=row["lease_token"],
-            leased_at=row["leased_at"],
-            error_message=None,
-            created_at=row["created_at"],
-            started_at=row["started_at"],
-            finished_at=row["finished_at"],
-        )
-        return LoadedItem(item, row["thread_kind"], row["parent_thread_id"], {}, ())
+        return LoadedItem(item_from_row(row), row["thread_kind"], row["parent_thread_id"], {}, ())
 
     async def queue_depth(self) -> dict[str, int]:
         rows = await self._pool.fetch(_SQL["queue_depth"])

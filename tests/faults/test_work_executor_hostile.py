@@ -14,9 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-import signal
 import subprocess
-import sys
 import time
 from collections import Counter
 from pathlib import Path
@@ -27,32 +25,16 @@ import pytest
 from producers.work.commands import GenerateAll
 from spectral.settings import Settings
 from tests.fakes.openai_server import FakeModelServer
+from tests.faults.executor_support import ROOT, SPECTRAL, executor_env, running_executor, tail
 from tests.hostile_answers import Case, corpus
 from tests.integration.work.kafka_support import create_work_topic, relay_running
 from tests.integration.work.support import PROJECT, backlog, harness
 
 pytestmark = [pytest.mark.integration, pytest.mark.faults]
 
-ROOT = Path(__file__).resolve().parents[2]
-SPECTRAL = str(Path(sys.executable).with_name("spectral"))
 MAX_ATTEMPTS = 3
 CASES = corpus(MAX_ATTEMPTS)
 NAMES = sorted(CASES)
-
-
-def _env(base: dict[str, str], server: FakeModelServer, journal: Path) -> dict[str, str]:
-    return {
-        **base,
-        "SPECTRAL_SYNTHESIZER": "openai",
-        "SPECTRAL_LLM_BASE_URL": server.url,
-        "SPECTRAL_LLM_ROUTES": json.dumps({"*": "fake-model"}),
-        "SPECTRAL_LLM_TIMEOUT_SECONDS": "10",
-        "SPECTRAL_WORK_LEASE_TIMEOUT_SECONDS": "20",
-        "SPECTRAL_WORK_SWEEP_INTERVAL_SECONDS": "0.5",
-        "SPECTRAL_WORK_RETRY_BASE_SECONDS": "0.1",
-        "SPECTRAL_WORK_MAX_ATTEMPTS": str(MAX_ATTEMPTS),
-        "SPECTRAL_WORK_JOURNAL_DIR": str(journal),
-    }
 
 
 async def _submit(url: str, document: str) -> None:
@@ -92,7 +74,7 @@ async def _until_settled(url: str, document: str, timeout: float, log: Path) -> 
         ):
             return
         if time.monotonic() > deadline:
-            raise AssertionError(f"{items} {parent}\n{log.read_text()[-4000:]}")
+            raise AssertionError(f"{items} {parent}\n{tail(log)}")
         await asyncio.sleep(0.2)
 
 
@@ -127,25 +109,21 @@ async def test_the_hostile_corpus_through_the_live_executor_and_a_replay(
     scripts = {name: (case.status, case.body) for name, case in CASES.items()}
     log = tmp_path / "executor.log"
     with FakeModelServer(scripts=scripts) as server:
-        env = _env(spectral_env, server, tmp_path / "journal")
+        env = executor_env(
+            spectral_env,
+            server,
+            tmp_path / "journal",
+            llm_timeout_seconds="10",
+            work_lease_timeout_seconds="20",
+            work_retry_base_seconds="0.1",
+            work_max_attempts=str(MAX_ATTEMPTS),
+        )
         async with relay_running(settings, kafka_bootstrap, database_url):
             # 1. The live executor.
-            with log.open("ab") as out:
-                live = subprocess.Popen(
-                    [SPECTRAL, "consume", "work-executor"],
-                    cwd=ROOT,
-                    env=env,
-                    stdout=out,
-                    stderr=subprocess.STDOUT,
-                )
-            try:
+            with running_executor(env, log) as live:
                 await _submit(database_url, "doc-live")
                 await _until_settled(database_url, "doc-live", 120, log)
-                assert live.poll() is None, log.read_text()[-4000:]
-            finally:
-                live.send_signal(signal.SIGTERM)
-                code = live.wait(timeout=60)
-            assert code == 0, log.read_text()[-4000:]
+                assert live.poll() is None, tail(log)
             live_calls = await _check(database_url, "doc-live", server)
 
             # 2. A replay of the topic, no live executor: it claims the new items and runs them.
@@ -168,19 +146,7 @@ async def test_the_hostile_corpus_through_the_live_executor_and_a_replay(
             }
             assert unfinished <= {"server_error"}, unfinished  # only the retried case is left
             # Retries are delivered later, as delayed events: the live executor finishes them.
-            with log.open("ab") as out:
-                live = subprocess.Popen(
-                    [SPECTRAL, "consume", "work-executor"],
-                    cwd=ROOT,
-                    env=env,
-                    stdout=out,
-                    stderr=subprocess.STDOUT,
-                )
-            try:
+            with running_executor(env, log):
                 await _until_settled(database_url, "doc-replay", 120, log)
-            finally:
-                live.send_signal(signal.SIGTERM)
-                code = live.wait(timeout=60)
-            assert code == 0, log.read_text()[-4000:]
     replay_calls = await _check(database_url, "doc-replay", server)
     assert live_calls == replay_calls == sum(case.calls for case in CASES.values())

@@ -9,11 +9,9 @@ replay consistently.
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from collections import Counter
 from pathlib import Path
@@ -23,49 +21,31 @@ import pytest
 from producers.work.commands import GenerateAll
 from spectral.settings import Settings
 from tests.fakes.openai_server import FakeModelServer
+from tests.faults.executor_support import executor_env, start_executor
 from tests.integration.work.kafka_support import create_work_topic, relay_running, settled
 from tests.integration.work.support import DOCUMENT, PROJECT, backlog, harness
 
 pytestmark = [pytest.mark.integration, pytest.mark.faults]
 
-ROOT = Path(__file__).resolve().parents[2]
 LEASE_TIMEOUT = 12.0  # must exceed the model timeout (2 s) by 10 s: see consumers/work_executor
 MAX_ATTEMPTS = 3
 
 
 def _executor_env(
-    base: dict[str, str], server: FakeModelServer, crash_at: str | None
+    base: dict[str, str], server: FakeModelServer, journal: Path, crash_at: str | None
 ) -> dict[str, str]:
-    env = dict(base)
-    env.update(
-        {
-            "SPECTRAL_SYNTHESIZER": "openai",
-            "SPECTRAL_LLM_BASE_URL": server.url,
-            "SPECTRAL_LLM_API_KEY": "sk-fault-test",
-            "SPECTRAL_LLM_ROUTES": json.dumps({"*": "fake-model"}),
-            "SPECTRAL_LLM_TIMEOUT_SECONDS": "2",
-            "SPECTRAL_WORK_LEASE_TIMEOUT_SECONDS": str(LEASE_TIMEOUT),
-            "SPECTRAL_WORK_SWEEP_INTERVAL_SECONDS": "0.5",
-            "SPECTRAL_WORK_RETRY_BASE_SECONDS": "0.2",
-            "SPECTRAL_WORK_MAX_ATTEMPTS": str(MAX_ATTEMPTS),
-            "SPECTRAL_WORK_POOL_SIZE": "1",
-        }
+    env = executor_env(
+        base,
+        server,
+        journal,
+        llm_timeout_seconds="2",
+        work_lease_timeout_seconds=str(LEASE_TIMEOUT),
+        work_max_attempts=str(MAX_ATTEMPTS),
+        work_pool_size="1",
     )
-    env.pop("SPECTRAL_WORK_CRASH_AT", None)
     if crash_at:
         env["SPECTRAL_WORK_CRASH_AT"] = crash_at
     return env
-
-
-def _start_executor(env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
-    with log.open("ab") as out:
-        return subprocess.Popen(
-            [str(Path(sys.executable).with_name("spectral")), "consume", "work-executor"],
-            cwd=ROOT,
-            env=env,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
 
 
 async def _wait_exit(process: subprocess.Popen[bytes], timeout: float) -> int:
@@ -119,8 +99,11 @@ async def test_sigkill_at_each_step_leaves_every_item_terminal_and_pays_at_most_
                 PROJECT, DOCUMENT, backlog(f"Checkout{slow}", f"Search{slow}")
             )
             parent = await h.commands.generate_all(GenerateAll(PROJECT, DOCUMENT))
-            first = _start_executor(
-                _executor_env(spectral_env, server, None if point == "during" else point), log
+            first = start_executor(
+                _executor_env(
+                    spectral_env, server, tmp_path / "journal", None if point == "during" else point
+                ),
+                log,
             )
             try:
                 if point == "during":
@@ -132,7 +115,9 @@ async def test_sigkill_at_each_step_leaves_every_item_terminal_and_pays_at_most_
                 if first.poll() is None:
                     first.kill()
             assert code == -signal.SIGKILL, log.read_text()[-3000:]
-            second = _start_executor(_executor_env(spectral_env, server, None), log)
+            second = start_executor(
+                _executor_env(spectral_env, server, tmp_path / "journal", None), log
+            )
             try:
                 await settled(h.admin, timeout=LEASE_TIMEOUT + 45)
             finally:

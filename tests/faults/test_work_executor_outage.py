@@ -23,7 +23,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from collections import Counter
 from dataclasses import dataclass
@@ -36,48 +35,17 @@ from producers.work.commands import GenerateAll
 from spectral.db.migrate import migrate
 from spectral.devstack.postgres import LocalPostgres
 from tests.fakes.openai_server import FakeModelServer
+from tests.faults.executor_support import executor_env, start_executor, tail
 from tests.integration.work.kafka_support import create_work_topic
 from tests.integration.work.support import PROJECT, backlog, harness
 
 pytestmark = [pytest.mark.integration, pytest.mark.faults]
 
-ROOT = Path(__file__).resolve().parents[2]
 ITEMS = 40
 CALL_SECONDS = 3.0
 LLM_TIMEOUT = 8.0
 LEASE_TIMEOUT = 18.0  # the shortest allowed: the model timeout + 10 s
 OUTAGE = 25.0  # longer than the lease timeout
-
-
-def _env(base: dict[str, str], url: str, server: FakeModelServer, journal: Path) -> dict[str, str]:
-    return {
-        **base,
-        "SPECTRAL_DATABASE_URL": url,
-        "SPECTRAL_SYNTHESIZER": "openai",
-        "SPECTRAL_LLM_BASE_URL": server.url,
-        "SPECTRAL_LLM_ROUTES": json.dumps({"*": "fake-model"}),
-        "SPECTRAL_LLM_TIMEOUT_SECONDS": str(LLM_TIMEOUT),
-        "SPECTRAL_WORK_LEASE_TIMEOUT_SECONDS": str(LEASE_TIMEOUT),
-        "SPECTRAL_WORK_SWEEP_INTERVAL_SECONDS": "0.5",
-        "SPECTRAL_WORK_RETRY_BASE_SECONDS": "0.2",
-        "SPECTRAL_WORK_POOL_SIZE": str(ITEMS),
-        "SPECTRAL_WORK_JOURNAL_DIR": str(journal),
-    }
-
-
-def _start(env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
-    with log.open("ab") as out:
-        return subprocess.Popen(
-            [str(Path(sys.executable).with_name("spectral")), "consume", "work-executor"],
-            cwd=ROOT,
-            env=env,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
-
-
-def _tail(log: Path) -> str:
-    return log.read_text(errors="replace")[-4000:]
 
 
 async def _wait(what: str, check: object, timeout: float, log: Path) -> None:
@@ -89,7 +57,7 @@ async def _wait(what: str, check: object, timeout: float, log: Path) -> None:
         if result:
             return
         if time.monotonic() > deadline:
-            raise AssertionError(f"{what} within {timeout}s\n{_tail(log)}")
+            raise AssertionError(f"{what} within {timeout}s\n{tail(log)}")
         await asyncio.sleep(0.1)
 
 
@@ -162,7 +130,7 @@ async def _outage_longer_than_the_lease(s: _Stack) -> None:
     await _wait("all answers delivered", lambda: len(s.server.answered) == ITEMS, 30, s.log)
     await _wait("answers journaled", lambda: _journaled(s.journal, items) == ITEMS, 10, s.log)
     await asyncio.sleep(max(OUTAGE - (time.monotonic() - started), 0))
-    assert s.executor.poll() is None, _tail(s.log)
+    assert s.executor.poll() is None, tail(s.log)
     s.database.start()
     await _wait("doc-a applied", lambda: _settled(s.url, "doc-a"), 90, s.log)
     paid = _calls(s.server, 0)
@@ -181,7 +149,7 @@ async def _sigkill_during_the_outage(s: _Stack) -> None:
     os.kill(s.executor.pid, signal.SIGKILL)
     s.executor.wait(timeout=10)
     s.database.start()
-    s.executor = _start(s.env, s.log)
+    s.executor = start_executor(s.env, s.log)
     await _wait("doc-b applied", lambda: _settled(s.url, "doc-b"), LEASE_TIMEOUT + 90, s.log)
     paid = _calls(s.server, ITEMS)
     assert len(paid) == ITEMS  # the journal's answers were reused, none paid again
@@ -206,15 +174,24 @@ async def test_paid_answers_survive_a_database_outage_and_a_sigkill_during_it(
         await migrate(url)
         with FakeModelServer() as server:
             journal = tmp_path / "journal"
-            env = _env(
-                {**spectral_env, "SPECTRAL_TOPIC_PREFIX": topic_prefix}, url, server, journal
+            env = executor_env(
+                {
+                    **spectral_env,
+                    "SPECTRAL_TOPIC_PREFIX": topic_prefix,
+                    "SPECTRAL_DATABASE_URL": url,
+                },
+                server,
+                journal,
+                llm_timeout_seconds=str(LLM_TIMEOUT),
+                work_lease_timeout_seconds=str(LEASE_TIMEOUT),
+                work_pool_size=str(ITEMS),
             )
             s = _Stack(database, url, server, env, journal, tmp_path / "executor.log")
-            s.executor = _start(env, s.log)
+            s.executor = start_executor(env, s.log)
             await _outage_longer_than_the_lease(s)
             await _sigkill_during_the_outage(s)
             s.executor.send_signal(signal.SIGTERM)
-            assert s.executor.wait(timeout=60) == 0, _tail(s.log)
+            assert s.executor.wait(timeout=60) == 0, tail(s.log)
     finally:
         if s is not None and s.executor is not None and s.executor.poll() is None:
             s.executor.kill()
