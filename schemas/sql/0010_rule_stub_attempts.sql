@@ -1,4 +1,4 @@
--- 0009 rule-stub attempts: ADR-0008's hardening for the suggested_rule_stub worker.
+-- 0010 rule-stub attempts: ADR-0008's hardening for the suggested_rule_stub worker.
 --
 -- attempts (already counted: 1 at the claim, +1 at each recovery) is now capped. A failed
 -- attempt is recorded on its lease at once: the lease stays 'pending' with retry_at = now() +
