@@ -35,7 +35,7 @@ from producers.relay.metrics import Component, RelayMetrics
 from producers.relay.repository import RELAY_ROLE, OutboxRow, RelayRepository
 from producers.relay.shards import SHARD_COUNT, plan
 from spectral.errors import TransientError
-from spectral.kafka.config import client_kwargs
+from spectral.kafka.config import producer_kwargs
 from spectral.kafka.topics import topic_for
 from spectral.observability.health import Health
 from spectral.observability.logging import get_logger
@@ -237,10 +237,8 @@ class OutboxRelay:
 
     async def _start_producer(self) -> AIOKafkaProducer:
         producer = AIOKafkaProducer(
-            **client_kwargs(self._settings, self._bootstrap),
+            **producer_kwargs(self._settings, self._bootstrap),
             client_id="spectral-outbox-relay",
-            enable_idempotence=True,
-            acks="all",
             linger_ms=self.options.linger_ms,
             max_batch_size=self.options.max_batch_bytes,
         )

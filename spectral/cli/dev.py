@@ -8,6 +8,7 @@ import typer
 
 from spectral import devstack
 from spectral.cli._common import settings
+from spectral.devstack.kafka_cluster import MAX_BROKERS
 
 app = typer.Typer(
     help="Run a real Kafka broker (KRaft) and PostgreSQL locally.", no_args_is_help=True
@@ -15,11 +16,25 @@ app = typer.Typer(
 
 
 @app.command()
-def up() -> None:
+def up(
+    brokers: int | None = typer.Option(
+        None,
+        "--brokers",
+        min=1,
+        max=MAX_BROKERS,
+        help="Kafka brokers of a new stack: 1 (the default) or a KRaft cluster, e.g. 3 "
+        "(replication 3, min.insync.replicas 2). A stack keeps the size it was started with.",
+    ),
+) -> None:
     """Start the stack (or reuse what runs) and print its settings as shell exports:
     eval "$(spectral dev up)"."""
     current = settings()
-    endpoints = devstack.up(current)
+    if brokers is not None and current.kafka_bootstrap:
+        typer.echo(
+            "# SPECTRAL_KAFKA_BOOTSTRAP is set: that cluster is used and --brokers is ignored",
+            err=True,
+        )
+    endpoints = devstack.up(current, brokers=brokers)
     typer.echo(f"export SPECTRAL_KAFKA_BOOTSTRAP={shlex.quote(endpoints.kafka_bootstrap)}")
     if current.database_url is None:
         typer.echo(f"export SPECTRAL_DATABASE_URL={shlex.quote(endpoints.database_url)}")

@@ -58,7 +58,7 @@ from spectral.consumer.metrics import ConsumerMetrics
 from spectral.db.connect import create_pool, is_transient
 from spectral.db.queries import load_queries
 from spectral.errors import PermanentError, SpectralError, TransientError
-from spectral.kafka.config import client_kwargs
+from spectral.kafka.config import client_kwargs, producer_kwargs
 from spectral.kafka.dlq import MAX_REQUEST_BYTES, DeadLetter
 from spectral.kafka.topics import dlq_topic, topic_for
 from spectral.observability.logging import get_logger
@@ -233,9 +233,7 @@ class ConsumerEngine:
         )
         kafka = client_kwargs(self.settings, self._bootstrap)
         self._producer = AIOKafkaProducer(
-            **kafka,
-            acks="all",
-            enable_idempotence=True,
+            **producer_kwargs(self.settings, self._bootstrap),
             linger_ms=5,
             max_request_size=MAX_REQUEST_BYTES,  # dead letters carry the original bytes
         )

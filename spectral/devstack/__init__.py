@@ -1,4 +1,5 @@
-"""The local stack: a real Kafka broker (KRaft) and a private PostgreSQL cluster.
+"""The local stack: a real Kafka broker (KRaft) — or a cluster of them — and a private PostgreSQL
+cluster.
 
 `resolve_endpoints` is how every command finds Kafka and PostgreSQL: the settings win when they
 name an existing cluster or server; otherwise the local stack is used if it runs.
@@ -10,6 +11,10 @@ Which local stack (:func:`state_dir`): ``SPECTRAL_STATE_DIR`` when set; else the
 ``spectral dev status`` (or any command) finds a running stack from any directory. ``dev up``
 never adopts the remembered stack: run in a checkout without one, it starts that checkout's own
 (so ``make test`` in a second clone starts, and then stops, its own stack, never the first's).
+
+Kafka is one broker unless ``up`` is asked for more (``spectral dev up --brokers 3``); a state
+directory then keeps its broker count, and every other command finds the cluster it holds
+(:func:`spectral.devstack.kafka_cluster.local_kafka`).
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ from spectral.settings import Settings
 
 if TYPE_CHECKING:
     from spectral.devstack.kafka import LocalKafka
+    from spectral.devstack.kafka_cluster import LocalKafkaCluster
     from spectral.devstack.postgres import LocalPostgres
 
 
@@ -78,10 +84,12 @@ def _remember(directory: Path) -> None:
         return
 
 
-def _kafka(settings: Settings, *, remembered: bool = True) -> LocalKafka:
-    from spectral.devstack.kafka import LocalKafka  # noqa: PLC0415 - keeps `import spectral` light
+def _kafka(
+    settings: Settings, *, remembered: bool = True, brokers: int | None = None
+) -> LocalKafka | LocalKafkaCluster:
+    from spectral.devstack.kafka_cluster import local_kafka  # noqa: PLC0415 - keeps imports light
 
-    return LocalKafka(state_dir(settings, remembered=remembered), settings.cache_dir)
+    return local_kafka(state_dir(settings, remembered=remembered), settings.cache_dir, brokers)
 
 
 def _postgres(settings: Settings, *, remembered: bool = True) -> LocalPostgres:
@@ -90,9 +98,13 @@ def _postgres(settings: Settings, *, remembered: bool = True) -> LocalPostgres:
     return LocalPostgres(state_dir(settings, remembered=remembered))
 
 
-def up(settings: Settings) -> Endpoints:
-    """Start what the settings do not already provide (idempotent) and return the endpoints."""
-    bootstrap = settings.kafka_bootstrap or _kafka(settings, remembered=False).ensure_running()
+def up(settings: Settings, *, brokers: int | None = None) -> Endpoints:
+    """Start what the settings do not already provide (idempotent) and return the endpoints;
+    ``brokers`` sizes a new local Kafka (default 1; an existing one keeps its size)."""
+    bootstrap = (
+        settings.kafka_bootstrap
+        or _kafka(settings, remembered=False, brokers=brokers).ensure_running()
+    )
     database_url = (
         settings.database_url.get_secret_value()
         if settings.database_url
@@ -124,12 +136,7 @@ def status(settings: Settings) -> StackStatus:
     if settings.kafka_bootstrap:
         kafka = f"external at {settings.kafka_bootstrap}"
     else:
-        k = _kafka(settings).status()
-        kafka = (
-            f"running (pid {k.pid}) at {k.bootstrap}, Kafka {k.version}, log {k.log_file}"
-            if k.running
-            else "stopped"
-        )
+        kafka = _describe_kafka(_kafka(settings))
     if settings.database_url:
         postgres = "external (SPECTRAL_DATABASE_URL)"
     else:
@@ -140,6 +147,27 @@ def status(settings: Settings) -> StackStatus:
             else "stopped"
         )
     return StackStatus(kafka, postgres)
+
+
+def _describe_kafka(local: LocalKafka | LocalKafkaCluster) -> str:
+    from spectral.devstack.kafka_cluster import LocalKafkaCluster  # noqa: PLC0415
+
+    k = local.status()
+    nodes = local.node_status() if isinstance(local, LocalKafkaCluster) else []
+    if not nodes:
+        if not k.running:
+            return "stopped"
+        return f"running (pid {k.pid}) at {k.bootstrap}, Kafka {k.version}, log {k.log_file}"
+    up_ = [n for n in nodes if n.running]
+    down_ = [str(n.node_id) for n in nodes if not n.running]
+    if not up_:
+        return f"stopped ({len(nodes)} brokers)"
+    health = "running" if not down_ else f"degraded, broker {', '.join(down_)} stopped:"
+    pids = ", ".join(f"{n.node_id}: pid {n.pid}" for n in up_)
+    return (
+        f"{health} {len(up_)} of {len(nodes)} brokers ({pids}) at {k.bootstrap}, "
+        f"Kafka {k.version}, logs {k.log_file}"
+    )
 
 
 def resolve_endpoints(settings: Settings) -> Endpoints:

@@ -1,4 +1,6 @@
 """A real local Apache Kafka broker: KRaft, one node that is broker and controller, no Docker.
+(A cluster of several such nodes is ``spectral.devstack.kafka_cluster``; each of its nodes is a
+``LocalKafka`` given its ``ClusterMember`` place.)
 
 ``LocalKafka(state_dir, cache_dir).ensure_running()`` returns ``"127.0.0.1:PORT"`` of a broker that
 answers Kafka requests, starting one when needed:
@@ -35,6 +37,7 @@ from spectral.devstack.kafka_config import (
     KAFKA_MAIN,
     NODE_ID,
     STORAGE_TOOL_MAIN,
+    ClusterMember,
     KafkaLayout,
     KafkaPorts,
     KafkaState,
@@ -94,8 +97,12 @@ class LocalKafka:
         version: str = KAFKA_VERSION,
         kafka_home: Path | None = None,
         port: int | None = None,
+        member: ClusterMember | None = None,
+        layout_root: Path | None = None,
     ) -> None:
-        self.layout = KafkaLayout(state_dir.resolve() / "kafka")
+        self.layout = KafkaLayout((layout_root or state_dir / "kafka").resolve())
+        self.member = member
+        self.node_id = member.node.node_id if member is not None else NODE_ID
         self.cache_dir = cache_dir.expanduser().resolve()
         self.version = version
         home = kafka_home or (
@@ -148,6 +155,18 @@ class LocalKafka:
             if wipe:
                 self._wipe_locked()
 
+    def request_stop(self) -> None:
+        """SIGTERM without waiting (a cluster stops all its brokers at once, then waits)."""
+        with locked(self.layout.lock_file):
+            pid = self._running_pid()
+            if pid is None:
+                return
+            try:
+                os.kill(pid, signal.SIGCONT)  # a paused broker cannot act on SIGTERM
+                os.kill(pid, signal.SIGTERM)
+            except ProcessLookupError:
+                return
+
     def kill(self) -> None:
         """SIGKILL the broker, as a crash would; ``start()`` recovers its logs (fault tests)."""
         with locked(self.layout.lock_file):
@@ -163,7 +182,42 @@ class LocalKafka:
 
     # -- start ----------------------------------------------------------------------------
 
+    def launch(self) -> bool:
+        """Start the broker's process without waiting for it to serve; False when it already
+        runs. A node of a multi-node cluster becomes ready only once a majority of the
+        controllers runs, so a cluster launches every node first and then waits for each
+        (:meth:`await_ready`)."""
+        with locked(self.layout.lock_file):
+            if self._running_pid() is not None:
+                return False
+            state = self._read_state()
+            self._forget_pid(state)
+            self._spawn_locked(state)
+            return True
+
+    def await_ready(self, deadline: float) -> str:
+        """Wait until the launched broker serves requests (stopping it if it never does)."""
+        state = self._read_state()
+        pid = self._running_pid()
+        if state is None or pid is None:
+            raise TransientError(f"No local Kafka broker runs for {self.layout.root}.")
+        try:
+            self._wait_ready(state, pid, deadline, started_here=True)
+        except BaseException:
+            self.stop(timeout=10.0)
+            raise
+        return state.bootstrap
+
     def _start_locked(self, state: KafkaState | None, deadline: float) -> str:
+        state, pid = self._spawn_locked(state)
+        try:
+            self._wait_ready(state, pid, deadline, started_here=True)
+        except BaseException:
+            self._stop_locked(timeout=10.0)
+            raise
+        return state.bootstrap
+
+    def _spawn_locked(self, state: KafkaState | None) -> tuple[KafkaState, int]:
         ports = self._choose_ports(state)
         jars = self._jars()
         java = find_java(jars.version)
@@ -171,7 +225,10 @@ class LocalKafka:
         for directory in (layout.root, layout.data_dir, layout.logs_dir):
             directory.mkdir(parents=True, exist_ok=True)
         formatted = layout.meta_properties.is_file()
-        cluster_id = self._cluster_id(state) if formatted else new_cluster_id()
+        if formatted:
+            cluster_id = self._cluster_id(state)
+        else:
+            cluster_id = self.member.cluster_id if self.member else new_cluster_id()
         state = KafkaState(
             version=jars.version,
             port=ports.broker,
@@ -179,7 +236,13 @@ class LocalKafka:
             cluster_id=cluster_id,
         )
         layout.properties.write_text(
-            render_server_properties(ports, layout.data_dir), encoding="utf-8"
+            render_server_properties(
+                ports,
+                layout.data_dir,
+                node_id=self.node_id,
+                quorum=self.member.quorum if self.member else (),
+            ),
+            encoding="utf-8",
         )
         log_config = self._write_log_config(jars)
         if not formatted:
@@ -189,12 +252,7 @@ class LocalKafka:
         state = state.with_pid(pid)
         layout.pid_file.write_text(f"{pid}\n", encoding="ascii")
         self._write_state(state)
-        try:
-            self._wait_ready(state, pid, deadline, started_here=True)
-        except BaseException:
-            self._stop_locked(timeout=10.0)
-            raise
-        return state.bootstrap
+        return state, pid
 
     def _jars(self) -> KafkaJars:
         if self.kafka_home is not None:
@@ -210,6 +268,8 @@ class LocalKafka:
         return self.version
 
     def _choose_ports(self, state: KafkaState | None) -> KafkaPorts:
+        if self.member is not None:
+            return self._member_ports(self.member)
         wanted = self.port or (state.port if state is not None else None)
         if wanted is not None:
             if not _port_frees(wanted, _PORT_RELEASE):
@@ -230,6 +290,20 @@ class LocalKafka:
             while controller == broker:
                 controller = free_port(HOST)
         return KafkaPorts(broker=broker, controller=controller)
+
+    def _member_ports(self, member: ClusterMember) -> KafkaPorts:
+        """A cluster's node keeps its ports for good: the other voters know it by them."""
+        ports = member.node.ports
+        for port in (ports.broker, ports.controller):
+            if not _port_frees(port, _PORT_RELEASE):
+                raise ConfigurationError(
+                    f"Port {HOST}:{port} of local Kafka broker {member.node.node_id} is busy "
+                    f"(another process listens on it: `ss -ltnp 'sport = :{port}'` names it). "
+                    "The other brokers of the cluster know the broker by its ports, so stop that "
+                    "process, or start the cluster over on new ports with empty storage "
+                    "(`spectral dev down --wipe`)."
+                )
+        return ports
 
     def _cluster_id(self, state: KafkaState | None) -> str:
         """The cluster id the existing log directories were formatted with."""
@@ -320,7 +394,7 @@ class LocalKafka:
                 self._raise_not_up(
                     state, f"the broker (pid {pid}) exited", started_here=started_here
                 )
-            result = probe(HOST, state.port, NODE_ID)
+            result = probe(HOST, state.port, self.node_id)
             if result.ready:
                 return
             last = result.detail

@@ -10,6 +10,7 @@ import base64
 import json
 import re
 import uuid
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -23,24 +24,20 @@ STORAGE_TOOL_MAIN = "kafka.tools.StorageTool"
 
 # Small and fast for one developer or one CI run, not for production. Every key is a broker
 # configuration of Kafka 3.9 and 4.x; a key an older broker does not know is only logged by it.
+# Replication settings are added per cluster size (see :func:`replication_settings`).
 _TUNING: tuple[tuple[str, str], ...] = (
     ("num.partitions", "3"),
-    ("default.replication.factor", "1"),
-    ("min.insync.replicas", "1"),
     ("auto.create.topics.enable", "true"),
     ("delete.topic.enable", "true"),
-    ("offsets.topic.replication.factor", "1"),
     ("offsets.topic.num.partitions", "10"),
-    ("transaction.state.log.replication.factor", "1"),
-    ("transaction.state.log.min.isr", "1"),
     ("transaction.state.log.num.partitions", "10"),
-    ("share.coordinator.state.topic.replication.factor", "1"),
-    ("share.coordinator.state.topic.min.isr", "1"),
     ("group.initial.rebalance.delay.ms", "0"),
     # Lets fault tests use short consumer session timeouts (the broker default floor is 6 s).
     ("group.min.session.timeout.ms", "1000"),
     # After a SIGKILL the restarted broker may register only once the old incarnation's session
     # has expired; 4 s instead of 9 s makes a crash-restart in fault tests take ~5 s, not ~13 s.
+    # In a cluster it is also how long a frozen or killed broker keeps its partitions before
+    # the controller fences it and moves their leadership.
     ("broker.session.timeout.ms", "4000"),
     ("broker.heartbeat.interval.ms", "500"),
     ("num.network.threads", "2"),
@@ -75,6 +72,51 @@ _JAVA_VERSION = re.compile(r'version "(?P<major>\d+)(?:\.(?P<minor>\d+))?')
 class KafkaPorts:
     broker: int
     controller: int
+
+
+@dataclass(frozen=True)
+class QuorumNode:
+    """One node of a local cluster: every node is a broker and a controller (combined mode), so
+    each is also a voter of the KRaft quorum."""
+
+    node_id: int
+    ports: KafkaPorts
+
+    @property
+    def voter(self) -> str:
+        return f"{self.node_id}@{HOST}:{self.ports.controller}"
+
+    @property
+    def address(self) -> str:
+        return f"{HOST}:{self.ports.broker}"
+
+
+@dataclass(frozen=True)
+class ClusterMember:
+    """What one node of a local cluster knows of the cluster: its own place in the quorum,
+    every voter, and the id all their log directories are formatted with."""
+
+    node: QuorumNode
+    quorum: tuple[QuorumNode, ...]
+    cluster_id: str
+
+
+def replication_settings(brokers: int) -> tuple[tuple[str, str], ...]:
+    """Replication of a cluster of ``brokers`` nodes: every topic, the internal ones included,
+    gets min(3, brokers) replicas, and ``min.insync.replicas`` 2 from 3 replicas on (else 1) —
+    the rule ``spectral topics apply`` declares, so auto-created topics get it too."""
+    replicas = max(1, min(3, brokers))
+    min_isr = "2" if replicas >= 3 else "1"  # noqa: PLR2004 - the rule in the docstring
+    factor = str(replicas)
+    return (
+        ("default.replication.factor", factor),
+        ("min.insync.replicas", min_isr),
+        ("offsets.topic.replication.factor", factor),
+        ("transaction.state.log.replication.factor", factor),
+        ("transaction.state.log.min.isr", min_isr),
+        ("share.coordinator.state.topic.replication.factor", factor),
+        ("share.coordinator.state.topic.min.isr", min_isr),
+    )
 
 
 @dataclass(frozen=True)
@@ -219,14 +261,22 @@ def _escape(value: str) -> str:
     return value.replace("\\", "\\\\").replace("\n", "\\n").replace(":", "\\:").replace("=", "\\=")
 
 
-def render_server_properties(ports: KafkaPorts, data_dir: Path) -> str:
-    """server.properties of a single-node KRaft cluster: one process that is both the broker and
-    the only controller (a static quorum of one voter), listening on loopback only."""
+def render_server_properties(
+    ports: KafkaPorts,
+    data_dir: Path,
+    *,
+    node_id: int = NODE_ID,
+    quorum: Sequence[QuorumNode] = (),
+) -> str:
+    """server.properties of one KRaft node listening on loopback only: broker and controller in
+    one process, with a static quorum of the ``quorum``'s nodes (empty: a single node, the only
+    voter)."""
+    voters = ",".join(n.voter for n in quorum) or f"{node_id}@{HOST}:{ports.controller}"
     lines = [
         "# Written by spectral.devstack.kafka on every start; edits are overwritten.",
         "process.roles=broker,controller",
-        f"node.id={NODE_ID}",
-        f"controller.quorum.voters={NODE_ID}@{HOST}:{ports.controller}",
+        f"node.id={node_id}",
+        f"controller.quorum.voters={voters}",
         (
             f"listeners={BROKER_LISTENER}://{HOST}:{ports.broker},"
             f"{CONTROLLER_LISTENER}://{HOST}:{ports.controller}"
@@ -241,6 +291,7 @@ def render_server_properties(ports: KafkaPorts, data_dir: Path) -> str:
         f"log.dirs={_escape(str(data_dir))}",
     ]
     lines.extend(f"{key}={value}" for key, value in _TUNING)
+    lines.extend(f"{key}={value}" for key, value in replication_settings(len(quorum) or 1))
     return "\n".join(lines) + "\n"
 
 

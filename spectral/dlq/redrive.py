@@ -34,7 +34,7 @@ from spectral.dlq.policy import Skipped, select
 from spectral.dlq.records import DeadLetterRecord, Topics, read_dead_letters
 from spectral.dlq.repository import RedriveRepository
 from spectral.errors import TransientError
-from spectral.kafka.config import client_kwargs
+from spectral.kafka.config import producer_kwargs
 from spectral.kafka.dlq import MAX_REQUEST_BYTES, redrive_headers
 from spectral.observability.logging import get_logger
 from spectral.settings import Settings
@@ -116,9 +116,7 @@ async def redrive(
             skipped=_named(selection.skipped),
         )
     producer = AIOKafkaProducer(
-        **client_kwargs(settings, bootstrap),
-        acks="all",
-        enable_idempotence=True,
+        **producer_kwargs(settings, bootstrap),
         max_request_size=MAX_REQUEST_BYTES,
     )
     landed: list[Redriven] = []

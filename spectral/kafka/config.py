@@ -1,4 +1,5 @@
-"""Client keyword arguments (bootstrap and security) shared by every aiokafka client."""
+"""Client keyword arguments (bootstrap and security) shared by every aiokafka client, and the
+delivery guarantee every producer spectral owns shares."""
 
 from __future__ import annotations
 
@@ -28,3 +29,20 @@ def client_kwargs(settings: Settings, bootstrap: str) -> dict[str, Any]:
             else None
         )
     return kwargs
+
+
+def producer_kwargs(settings: Settings, bootstrap: str) -> dict[str, Any]:
+    """aiokafka keyword arguments of every producer spectral owns (the outbox relay, the
+    consumer's dead letters, ``dlq redrive``): ``client_kwargs`` plus
+
+    * ``acks="all"``: a send is acknowledged only once every in-sync replica has the record,
+      and the broker refuses it (NOT_ENOUGH_REPLICAS, retried by the client) while fewer than
+      the topic's ``min.insync.replicas`` are in sync — so with 3 replicas and
+      ``min.insync.replicas=2`` an acknowledged record survives the loss of any one broker, and
+      a record is never acknowledged with a single copy;
+    * ``enable_idempotence=True``: the client's retries (a leader that failed over, a
+      connection that broke after the write) never write a record twice nor out of order
+      within a partition.
+
+    Callers add only throughput and size options (``linger_ms``, ``max_request_size``)."""
+    return {**client_kwargs(settings, bootstrap), "acks": "all", "enable_idempotence": True}
