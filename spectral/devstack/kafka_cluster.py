@@ -166,6 +166,12 @@ class LocalKafkaCluster:
     def cluster_file(self) -> Path:
         return self.root / "cluster.json"
 
+    @property
+    def bootstrap(self) -> str | None:
+        """Every broker's address (whether it runs or not); None before the first start."""
+        cluster = self._read()
+        return cluster.bootstrap if cluster is not None else None
+
     # -- public API -----------------------------------------------------------------------
 
     def ensure_running(self, timeout: float = 180.0, *, fresh: bool = False) -> str:

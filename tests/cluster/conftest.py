@@ -1,0 +1,46 @@
+"""A private 3-broker Kafka cluster (KRaft) for the tests of this folder, shared by the session.
+
+Started once, lazily, by the first test that needs it, in a temporary state directory of its own
+(never the shared stack), and stopped and wiped at the end of the session. Every test gets it
+whole: the ``cluster`` fixture starts any broker a previous test left down and waits until every
+replica is back in sync, before and after the test. The session's PostgreSQL server is used as
+usual (each test its own database); only Kafka is faulted here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator
+
+import pytest
+
+from spectral.devstack.kafka_cluster import LocalKafkaCluster
+from spectral.devstack.kafka_jars import default_cache_dir
+from tests.cluster.support import BROKERS, healed
+
+
+@pytest.fixture(scope="session")
+def kafka_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalKafkaCluster]:
+    cluster = LocalKafkaCluster(
+        tmp_path_factory.mktemp("kafka-cluster"), default_cache_dir(), brokers=BROKERS
+    )
+    try:
+        cluster.ensure_running()
+        yield cluster
+    finally:
+        cluster.stop(wipe=True)
+
+
+@pytest.fixture
+async def cluster(kafka_cluster: LocalKafkaCluster) -> AsyncIterator[LocalKafkaCluster]:
+    """The session's cluster with every broker up and every replica in sync."""
+    await healed(kafka_cluster)
+    yield kafka_cluster
+    await healed(kafka_cluster)
+
+
+@pytest.fixture
+def kafka_bootstrap(cluster: LocalKafkaCluster) -> str:
+    """Overrides the session broker: settings and `spectral` subprocesses use the cluster."""
+    bootstrap = cluster.bootstrap
+    assert bootstrap is not None
+    return bootstrap
