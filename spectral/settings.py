@@ -51,6 +51,14 @@ class Settings(BaseSettings):
     kafka_sasl_username: str | None = None
     kafka_sasl_password: SecretStr | None = None
     kafka_ca_file: Path | None = None
+    kafka_request_timeout_ms: int = Field(
+        default=15_000,
+        ge=1_000,
+        description="How long any Kafka request may go unanswered before the client drops the "
+        "connection and asks again (producers are idempotent: no duplicate). Bounds how long a "
+        "frozen broker stalls a process; keep it above the consumer group's 10 s rebalance "
+        "timeout.",
+    )
     database_url: SecretStr | None = Field(
         default=None,
         description="postgresql://user:password@host:port/db; unset = the local stack.",

@@ -102,6 +102,16 @@ async def busiest_partition(bootstrap: str, topics: Sequence[str]) -> Partition:
     return Partition(tp.topic, tp.partition, end, leaders[tp.topic, tp.partition])
 
 
+async def coordinator_of(bootstrap: str, group: str) -> int:
+    """The broker coordinating consumer group ``group`` (its offsets, its membership)."""
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        return int(await admin.find_coordinator(group))
+    finally:
+        await admin.close()
+
+
 async def create_placed_topic(
     bootstrap: str, name: str, replicas: Sequence[int], config: Mapping[str, str]
 ) -> None:
