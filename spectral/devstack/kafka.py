@@ -182,6 +182,16 @@ class LocalKafka:
 
     # -- start ----------------------------------------------------------------------------
 
+    def preflight(self) -> None:
+        """What a start needs before anything is launched, checked without starting anything:
+        a cluster's node its two ports free, every broker its jars (fetched once)."""
+        with locked(self.layout.lock_file):
+            if self._running_pid() is not None:
+                return
+            if self.member is not None:
+                self._member_ports(self.member)
+        self._jars()
+
     def launch(self) -> bool:
         """Start the broker's process without waiting for it to serve; False when it already
         runs. A node of a multi-node cluster becomes ready only once a majority of the

@@ -29,6 +29,7 @@ from __future__ import annotations
 import json
 import shutil
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -184,7 +185,12 @@ class LocalKafkaCluster:
                 self._wipe()
             cluster = self._read() or self._create()
             nodes = self._nodes(cluster)
-            launched = [node for node in nodes if node.launch()]
+            for node in nodes:  # a busy port or missing jars refuse before any broker starts
+                node.preflight()
+            # Each launch formats its storage first (a JVM run of its own): side by side.
+            with ThreadPoolExecutor(max_workers=len(nodes)) as pool:
+                started = list(pool.map(LocalKafka.launch, nodes))
+            launched = [node for node, new in zip(nodes, started, strict=True) if new]
             try:
                 for node in nodes:
                     node.await_ready(deadline)

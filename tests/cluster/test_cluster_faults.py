@@ -34,11 +34,11 @@ from tests.cluster.support import BROKERS, busiest_partition, coordinator_of, in
 
 pytestmark = [pytest.mark.integration, pytest.mark.faults, pytest.mark.cluster]
 
-BASELINE_SECONDS = 4.0
+BASELINE_SECONDS = 3.0
 """Load observed before the fault: each stage's normal pause."""
 AFTER_SECONDS = 3.0
 """Load kept running once every stage progressed again."""
-PAUSE_SECONDS = 25.0
+PAUSE_SECONDS = 20.0
 """SIGSTOP far past the brokers' session timeout (4 s) and the clients' request timeout (15 s):
 the relay must publish again while the broker is still frozen."""
 RECOVERY_SECONDS = 120.0

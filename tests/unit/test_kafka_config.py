@@ -12,12 +12,14 @@ from spectral.devstack.kafka_config import (
     KafkaLayout,
     KafkaPorts,
     KafkaState,
+    QuorumNode,
     java_major_version,
     jvm_command,
     kafka_version_of,
     new_cluster_id,
     parse_state,
     render_server_properties,
+    replication_settings,
     required_java,
     storage_format_args,
     uses_log4j2,
@@ -157,3 +159,42 @@ def test_storage_is_formatted_once_with_the_cluster_id() -> None:
 def test_log4j2_is_recognised_by_its_core_jar() -> None:
     assert uses_log4j2(["log4j-api-2.24.3.jar", "log4j-core-2.24.3.jar"])
     assert not uses_log4j2(["reload4j-1.2.25.jar", "slf4j-reload4j-1.7.36.jar"])
+
+
+def test_a_node_of_a_cluster_names_every_voter_and_replicates_three_ways() -> None:
+    quorum = tuple(QuorumNode(n, KafkaPorts(9000 + 2 * n, 9001 + 2 * n)) for n in (1, 2, 3))
+    props = _properties(
+        render_server_properties(quorum[1].ports, Path("/d"), node_id=2, quorum=quorum)
+    )
+    assert props["node.id"] == "2"
+    assert props["process.roles"] == "broker,controller"
+    assert props["controller.quorum.voters"] == (
+        "1@127.0.0.1:9003,2@127.0.0.1:9005,3@127.0.0.1:9007"
+    )
+    assert props["listeners"] == "PLAINTEXT://127.0.0.1:9004,CONTROLLER://127.0.0.1:9005"
+    assert props["default.replication.factor"] == "3"
+    assert props["min.insync.replicas"] == "2"
+    assert props["offsets.topic.replication.factor"] == "3"
+    assert props["transaction.state.log.replication.factor"] == "3"
+    assert props["transaction.state.log.min.isr"] == "2"
+
+
+@pytest.mark.parametrize(
+    ("brokers", "factor", "min_isr"), [(1, "1", "1"), (2, "2", "1"), (3, "3", "2"), (5, "3", "2")]
+)
+def test_replication_follows_the_topic_rule(brokers: int, factor: str, min_isr: str) -> None:
+    settings = dict(replication_settings(brokers))
+    assert settings["default.replication.factor"] == factor
+    assert settings["offsets.topic.replication.factor"] == factor
+    assert settings["min.insync.replicas"] == min_isr
+    assert settings["transaction.state.log.min.isr"] == min_isr
+
+
+def test_every_key_is_written_once() -> None:
+    quorum = tuple(QuorumNode(n, KafkaPorts(n, 10 + n)) for n in (1, 2, 3))
+    for text in (
+        render_server_properties(KafkaPorts(1, 2), Path("/d")),
+        render_server_properties(KafkaPorts(1, 11), Path("/d"), node_id=1, quorum=quorum),
+    ):
+        keys = [line.partition("=")[0] for line in text.splitlines() if line[:1] != "#"]
+        assert len(keys) == len(set(keys))
