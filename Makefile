@@ -14,8 +14,12 @@ PYTEST_ARGS ?=
 # validates schemas/events/asyncapi.json with it.
 ASYNCAPI_DIR   := tests/asyncapi
 ASYNCAPI_STAMP := $(ASYNCAPI_DIR)/node_modules/.installed-stamp
+# `make up BROKERS=3` (or demo, test): a new local stack with a 3-broker Kafka cluster; an
+# existing stack keeps its size.
+BROKERS ?=
+DEV_UP := $(SPECTRAL) dev up $(if $(BROKERS),--brokers $(BROKERS))
 
-.PHONY: all install tooling postgres-binaries promtool chromium up down status migrate topics demo test unit lint bench clean
+.PHONY: all install tooling postgres-binaries promtool chromium up down status migrate topics demo test test-cluster unit lint bench clean
 
 all: test
 
@@ -66,7 +70,7 @@ promtool:
 	fi
 
 up: install postgres-binaries
-	$(SPECTRAL) dev up
+	$(DEV_UP)
 
 migrate: up
 	$(SPECTRAL) db migrate
@@ -94,9 +98,16 @@ unit: install tooling
 # The whole suite against the real broker and database; the stack is stopped afterwards even
 # when tests fail, so no process is left behind.
 test: install tooling postgres-binaries promtool chromium lint
-	$(SPECTRAL) dev up
+	$(DEV_UP)
 	@status=0; $(BIN)/pytest -q -p no:cacheprovider --durations=15 $(PYTEST_ARGS) || status=$$?; \
 		$(SPECTRAL) dev down; exit $$status
+
+# Only the tests on a private 3-broker cluster (tests/cluster: producer acks, broker faults under
+# load with the stall printed); `make test` runs them too. They start and stop their own cluster.
+test-cluster: install postgres-binaries
+	$(DEV_UP)
+	@status=0; $(BIN)/pytest -q -p no:cacheprovider -m cluster --durations=10 $(PYTEST_ARGS) \
+		|| status=$$?; $(SPECTRAL) dev down; exit $$status
 
 bench: migrate
 	$(BIN)/python -m benchmarks
