@@ -6,10 +6,14 @@ The outbox relay, the ``rule-candidates`` consumer and the ``work-executor`` run
 load (tests/cluster/pipeline.py). Each test takes a baseline of the stages' normal pauses, then:
 
 * SIGKILLs the broker leading the busiest partition (later restarted, under load);
-* SIGSTOPs that broker past its session timeout (the controller fences it after
-  ``broker.session.timeout.ms`` = 4 s and moves its leaderships), then SIGCONTs it;
+* SIGSTOPs the broker coordinating the ``rule-candidates`` group (it also leads a third of the
+  partitions) for 35 s, past its session timeout (the controller fences it after
+  ``broker.session.timeout.ms`` = 4 s and moves its leaderships) and past the clients' request
+  timeout, then SIGCONTs it;
 * restarts all three brokers one after the other (SIGTERM, start, wait until every replica is
   back in sync), as an operator's rolling upgrade does.
+
+The last two (marker ``cluster_slow``) run in ``make test-cluster``, not in ``make test``.
 
 The stall — per stage, the longest time without progress from the fault on, and when progress
 resumed — is printed as a ``STALL`` line. Afterwards the load stops, everything offered must be
@@ -38,8 +42,9 @@ BASELINE_SECONDS = 3.0
 """Load observed before the fault: each stage's normal pause."""
 AFTER_SECONDS = 3.0
 """Load kept running once every stage progressed again."""
-PAUSE_SECONDS = 20.0
-"""SIGSTOP far past the brokers' session timeout (4 s) and the clients' request timeout (15 s):
+PAUSE_SECONDS = 35.0
+"""SIGSTOP far past the brokers' session timeout (4 s) and the clients' request timeout (15 s),
+twice over (a client may time out once on a request it sent before it learnt the new leader):
 the relay must publish again while the broker is still frozen."""
 RECOVERY_SECONDS = 120.0
 
@@ -87,6 +92,7 @@ async def test_sigkill_of_the_busiest_partitions_leader(
     )
 
 
+@pytest.mark.cluster_slow
 async def test_sigstop_of_a_broker_past_its_session(
     cluster: LocalKafkaCluster, line: Pipeline, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -108,7 +114,8 @@ async def test_sigstop_of_a_broker_past_its_session(
     await in_sync(line.bootstrap)
     await line.finish()
     # The relay's sends to the frozen leader time out after the request timeout (15 s) and go
-    # to the partition's new leader: it must not wait for the broker to answer again. (The
+    # to the partition's new leader: it must not wait for the broker to answer again (the
+    # worst case seen: a batch sent just as the leadership moved, ~4 + 15 + 1 s). (The
     # consumers' group protocol may: aiokafka asks a random known broker for the new
     # coordinator, the frozen one included — measured and printed, not asserted.)
     relay = stalls[0]
@@ -123,6 +130,7 @@ async def test_sigstop_of_a_broker_past_its_session(
     )
 
 
+@pytest.mark.cluster_slow
 async def test_rolling_restart_of_every_broker(
     cluster: LocalKafkaCluster, line: Pipeline, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -10,11 +10,13 @@ from pathlib import Path
 
 import pytest
 
+from spectral import devstack
 from spectral.devstack import kafka as kafka_module
 from spectral.devstack.kafka import LocalKafka
 from spectral.devstack.kafka_cluster import (
     ClusterFile,
     LocalKafkaCluster,
+    NodeStatus,
     local_kafka,
     parse_cluster_file,
 )
@@ -133,3 +135,21 @@ def test_a_busy_port_of_a_broker_is_a_configuration_error(tmp_path: Path, listen
     with pytest.raises(ConfigurationError, match=rf"{listening} of local Kafka broker 1 is busy"):
         LocalKafkaCluster(tmp_path, tmp_path / "cache").ensure_running(timeout=5)
     assert not (tmp_path / "kafka" / "broker-1" / "kafka.pid").exists()
+
+
+def test_dev_status_names_a_stopped_broker(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "kafka").mkdir()
+    (tmp_path / "kafka" / "cluster.json").write_text(_cluster(1, 2, 3, 4, 5, 6).to_json())
+    cluster = LocalKafkaCluster(tmp_path, tmp_path)
+    log = tmp_path / "server.log"
+    nodes = [
+        NodeStatus(1, running=True, pid=101, address="127.0.0.1:1", log_file=log),
+        NodeStatus(2, running=False, pid=None, address="127.0.0.1:3", log_file=log),
+        NodeStatus(3, running=True, pid=103, address="127.0.0.1:5", log_file=log),
+    ]
+    monkeypatch.setattr(LocalKafkaCluster, "node_status", lambda _self: nodes)
+    text = devstack._describe_kafka(cluster)
+    assert text.startswith("degraded, broker 2 stopped: 2 of 3 brokers (1: pid 101, 3: pid 103)")
+    assert "at 127.0.0.1:1,127.0.0.1:3,127.0.0.1:5" in text
+    monkeypatch.setattr(LocalKafkaCluster, "node_status", lambda _self: nodes[1:2])
+    assert devstack._describe_kafka(cluster) == "stopped (1 brokers)"
