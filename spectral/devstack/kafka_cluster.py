@@ -26,28 +26,28 @@ broker or the cluster a state directory holds; one state directory holds one or 
 
 from __future__ import annotations
 
-import json
 import shutil
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from spectral.devstack.kafka import KAFKA_VERSION, KafkaStatus, LocalKafka
 from spectral.devstack.kafka_config import (
     HOST,
+    ClusterFile,
     ClusterMember,
     KafkaLayout,
     KafkaPorts,
     QuorumNode,
     new_cluster_id,
+    parse_cluster_file,
 )
 from spectral.devstack.kafka_jars import locked
 from spectral.devstack.ports import free_port
 from spectral.errors import ConfigurationError
 
-__all__ = ["ClusterFile", "LocalKafkaCluster", "NodeStatus", "local_kafka"]
+__all__ = ["ClusterFile", "LocalKafkaCluster", "NodeStatus", "local_kafka", "parse_cluster_file"]
 
 MAX_BROKERS = 9
 _STOP_TIMEOUT = 30.0
@@ -60,74 +60,6 @@ class NodeStatus:
     pid: int | None
     address: str
     log_file: Path
-
-
-@dataclass(frozen=True)
-class ClusterFile:
-    """``cluster.json``: what a cluster's nodes share, fixed when it is first started."""
-
-    version: str
-    cluster_id: str
-    nodes: tuple[QuorumNode, ...]
-
-    @property
-    def bootstrap(self) -> str:
-        return ",".join(node.address for node in self.nodes)
-
-    def to_json(self) -> str:
-        return (
-            json.dumps(
-                {
-                    "version": self.version,
-                    "cluster_id": self.cluster_id,
-                    "brokers": len(self.nodes),
-                    "nodes": [{"node_id": n.node_id, **asdict(n.ports)} for n in self.nodes],
-                },
-                indent=2,
-                sort_keys=True,
-            )
-            + "\n"
-        )
-
-
-def parse_cluster_file(text: str) -> ClusterFile | None:
-    """The cluster in ``text``, or None when it is not a file this code wrote."""
-    try:
-        raw: Any = json.loads(text)
-        nodes = tuple(
-            QuorumNode(
-                _positive(entry["node_id"]),
-                KafkaPorts(broker=_port(entry["broker"]), controller=_port(entry["controller"])),
-            )
-            for entry in raw["nodes"]
-        )
-        cluster = ClusterFile(_text(raw["version"]), _text(raw["cluster_id"]), nodes)
-    except (KeyError, TypeError, ValueError):
-        return None
-    ids = [n.node_id for n in nodes]
-    ports = [p for n in nodes for p in (n.ports.broker, n.ports.controller)]
-    if not nodes or len(set(ids)) != len(ids) or len(set(ports)) != len(ports):
-        return None
-    return cluster
-
-
-def _text(value: Any) -> str:
-    if not isinstance(value, str) or not value:
-        raise TypeError("expected a non-empty string")
-    return value
-
-
-def _positive(value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise TypeError("expected a positive integer")
-    return value
-
-
-def _port(value: Any) -> int:
-    port = _positive(value)
-    if port > 65535:  # noqa: PLR2004 - the largest TCP port
-        raise ValueError("not a TCP port")
-    return port
 
 
 def _free_ports(count: int) -> list[int]:

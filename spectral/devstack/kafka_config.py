@@ -227,6 +227,55 @@ def parse_state(text: str) -> KafkaState | None:
     return state
 
 
+@dataclass(frozen=True)
+class ClusterFile:
+    """``cluster.json``: what a cluster's nodes share, fixed when it is first started."""
+
+    version: str
+    cluster_id: str
+    nodes: tuple[QuorumNode, ...]
+
+    @property
+    def bootstrap(self) -> str:
+        return ",".join(node.address for node in self.nodes)
+
+    def to_json(self) -> str:
+        return (
+            json.dumps(
+                {
+                    "version": self.version,
+                    "cluster_id": self.cluster_id,
+                    "brokers": len(self.nodes),
+                    "nodes": [{"node_id": n.node_id, **asdict(n.ports)} for n in self.nodes],
+                },
+                indent=2,
+                sort_keys=True,
+            )
+            + "\n"
+        )
+
+
+def parse_cluster_file(text: str) -> ClusterFile | None:
+    """The cluster in ``text``, or None when it is not a file this code wrote."""
+    try:
+        raw: Any = json.loads(text)
+        nodes = tuple(
+            QuorumNode(
+                _positive(entry["node_id"]),
+                KafkaPorts(broker=_port(entry["broker"]), controller=_port(entry["controller"])),
+            )
+            for entry in raw["nodes"]
+        )
+        cluster = ClusterFile(_str(raw["version"]), _str(raw["cluster_id"]), nodes)
+    except (KeyError, TypeError, ValueError):
+        return None
+    ids = [n.node_id for n in nodes]
+    ports = [p for n in nodes for p in (n.ports.broker, n.ports.controller)]
+    if not nodes or len(set(ids)) != len(ids) or len(set(ports)) != len(ports):
+        return None
+    return cluster
+
+
 def _str(value: Any) -> str:
     if not isinstance(value, str) or not value:
         raise TypeError("expected a non-empty string")

@@ -52,6 +52,9 @@ TICK = 0.1
 WORK_EVERY = 1.0
 EPICS = 2
 SAMPLE = 0.1
+AFTER_SECONDS = 3.0
+"""Load kept running after a fault once every stage progressed again."""
+RECOVERY_SECONDS = 120.0
 STAGES = ("relay", "rule-candidates", "work-executor")
 
 _PROGRESS = """
@@ -176,6 +179,13 @@ class Pipeline:
             )
             await asyncio.sleep(SAMPLE)
 
+    async def recovered(self, fault_at: float, since: float, what: str) -> list[Stall]:
+        """Wait until every stage progressed after ``since``, keep the load running
+        ``AFTER_SECONDS`` more, and measure the stall from ``fault_at``."""
+        await self.progressing(since, RECOVERY_SECONDS, what)
+        await asyncio.sleep(AFTER_SECONDS)
+        return self.stall(fault_at, time.monotonic())
+
     def stall(self, since: float, until: float) -> list[Stall]:
         """Per stage, the longest stretch without progress in [since, until]."""
         out = []
@@ -296,7 +306,7 @@ async def pipeline(
                 for stage, (stage_env, args) in commands.items():
                     line.processes[stage] = start_spectral(stage_env, logs[stage], *args)
                 line.start_load()
-                await line.progressing(time.monotonic(), 120, "start-up")
+                await line.progressing(time.monotonic(), RECOVERY_SECONDS, "start-up")
                 yield line
             finally:
                 kill_all(list(line.processes.values()))

@@ -40,13 +40,10 @@ pytestmark = [pytest.mark.integration, pytest.mark.faults, pytest.mark.cluster]
 
 BASELINE_SECONDS = 3.0
 """Load observed before the fault: each stage's normal pause."""
-AFTER_SECONDS = 3.0
-"""Load kept running once every stage progressed again."""
 PAUSE_SECONDS = 35.0
 """SIGSTOP far past the brokers' session timeout (4 s) and the clients' request timeout (15 s),
 twice over (a client may time out once on a request it sent before it learnt the new leader):
 the relay must publish again while the broker is still frozen."""
-RECOVERY_SECONDS = 120.0
 
 
 @pytest.fixture
@@ -63,9 +60,11 @@ async def _baseline(line: Pipeline) -> list[Stall]:
     return line.stall(start, time.monotonic())
 
 
-def _print(capsys: pytest.CaptureFixture[str], text: str) -> None:
-    with capsys.disabled():
-        print(f"\n{text}")  # noqa: T201 - the measured stall is part of the test's output
+def _print(
+    capsys: pytest.CaptureFixture[str], fault: str, stalls: list[Stall], baseline: list[Stall]
+) -> None:
+    with capsys.disabled():  # the measured stall is part of the test's output
+        print(f"\n{report(fault, stalls, baseline)}")  # noqa: T201
 
 
 async def test_sigkill_of_the_busiest_partitions_leader(
@@ -76,19 +75,15 @@ async def test_sigkill_of_the_busiest_partitions_leader(
     broker = cluster.broker(busiest.leader)
     fault_at = time.monotonic()
     broker.kill()
-    await line.progressing(fault_at, RECOVERY_SECONDS, "after the SIGKILL")
-    await asyncio.sleep(AFTER_SECONDS)
-    stalls = line.stall(fault_at, time.monotonic())
+    stalls = await line.recovered(fault_at, fault_at, "after the SIGKILL")
     await asyncio.to_thread(broker.start)  # it rejoins while the load runs
     await in_sync(line.bootstrap)
     await line.finish()
     _print(
         capsys,
-        report(
-            f"SIGKILL broker {busiest.leader} (leader of {busiest.topic}:{busiest.partition})",
-            stalls,
-            baseline,
-        ),
+        f"SIGKILL broker {busiest.leader} (leader of {busiest.topic}:{busiest.partition})",
+        stalls,
+        baseline,
     )
 
 
@@ -108,9 +103,7 @@ async def test_sigstop_of_a_broker_past_its_session(
     finally:
         broker.resume()
     resumed_at = time.monotonic()
-    await line.progressing(resumed_at, RECOVERY_SECONDS, "after the SIGCONT")
-    await asyncio.sleep(AFTER_SECONDS)
-    stalls = line.stall(fault_at, time.monotonic())
+    stalls = await line.recovered(fault_at, resumed_at, "after the SIGCONT")
     await in_sync(line.bootstrap)
     await line.finish()
     # The relay's sends to the frozen leader time out after the request timeout (15 s) and go
@@ -122,11 +115,9 @@ async def test_sigstop_of_a_broker_past_its_session(
     assert relay.resumed_after < resumed_at - fault_at, f"the relay waited for SIGCONT: {relay}"
     _print(
         capsys,
-        report(
-            f"SIGSTOP {PAUSE_SECONDS:.0f}s broker {frozen} (coordinator of rule-candidates)",
-            stalls,
-            baseline,
-        ),
+        f"SIGSTOP {PAUSE_SECONDS:.0f}s broker {frozen} (coordinator of rule-candidates)",
+        stalls,
+        baseline,
     )
 
 
@@ -148,8 +139,6 @@ async def test_rolling_restart_of_every_broker(
             f"broker {node} in {time.monotonic() - began:.0f}s, "
             f"longest stall {step.longest:.1f}s ({step.stage})"
         )
-    await line.progressing(time.monotonic(), RECOVERY_SECONDS, "after the rolling restart")
-    await asyncio.sleep(AFTER_SECONDS)
-    stalls = line.stall(fault_at, time.monotonic())
+    stalls = await line.recovered(fault_at, time.monotonic(), "after the rolling restart")
     await line.finish()
-    _print(capsys, report(f"rolling restart ({'; '.join(steps)})", stalls, baseline))
+    _print(capsys, f"rolling restart ({'; '.join(steps)})", stalls, baseline)

@@ -4,23 +4,20 @@ directory holds, and the refusals a user meets."""
 from __future__ import annotations
 
 import json
-import socket
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from spectral import devstack
-from spectral.devstack import kafka as kafka_module
 from spectral.devstack.kafka import LocalKafka
-from spectral.devstack.kafka_cluster import (
+from spectral.devstack.kafka_cluster import LocalKafkaCluster, NodeStatus, local_kafka
+from spectral.devstack.kafka_config import (
     ClusterFile,
-    LocalKafkaCluster,
-    NodeStatus,
-    local_kafka,
+    KafkaPorts,
+    KafkaState,
+    QuorumNode,
     parse_cluster_file,
 )
-from spectral.devstack.kafka_config import KafkaPorts, KafkaState, QuorumNode
 from spectral.errors import ConfigurationError
 
 
@@ -117,15 +114,6 @@ def test_nothing_started_reports_stopped_and_stops_quietly(tmp_path: Path) -> No
     cluster.stop()
     with pytest.raises(ConfigurationError, match="start it first"):
         cluster.broker(1)
-
-
-@pytest.fixture
-def listening(monkeypatch: pytest.MonkeyPatch) -> Iterator[int]:
-    monkeypatch.setattr(kafka_module, "_PORT_RELEASE", 0.2)
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        sock.listen()
-        yield sock.getsockname()[1]
 
 
 def test_a_busy_port_of_a_broker_is_a_configuration_error(tmp_path: Path, listening: int) -> None:

@@ -6,13 +6,10 @@ Each error must say what to do; these tests pin the remedy into the message.
 from __future__ import annotations
 
 import json
-import socket
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from spectral.devstack import kafka as kafka_module
 from spectral.devstack.kafka import KAFKA_VERSION, LocalKafka
 from spectral.devstack.kafka_config import KafkaState
 from spectral.devstack.kafka_jars import (
@@ -30,16 +27,6 @@ def _jars(libs: Path, *names: str) -> None:
     libs.mkdir(parents=True)
     for name in names:
         (libs / name).write_bytes(b"")
-
-
-@pytest.fixture
-def listening(monkeypatch: pytest.MonkeyPatch) -> Iterator[int]:
-    """A loopback port something listens on (and no patience waiting for it to be freed)."""
-    monkeypatch.setattr(kafka_module, "_PORT_RELEASE", 0.2)
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        sock.listen()
-        yield sock.getsockname()[1]
 
 
 def test_cache_dir_follows_spectral_then_xdg(monkeypatch: pytest.MonkeyPatch) -> None:
