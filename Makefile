@@ -97,7 +97,7 @@ unit: install tooling
 
 # The whole suite against the real broker and database; the stack is stopped afterwards even
 # when tests fail, so no process is left behind.
-# The two slowest cluster fault tests (marker cluster_slow: a broker frozen for 35 s, a rolling
+# The two slowest cluster fault tests (marker cluster_slow: a broker frozen for 45 s, a rolling
 # restart) are left to `make test-cluster`, which keeps `make test` within its 15 minutes.
 test: install tooling postgres-binaries promtool chromium lint
 	$(DEV_UP)
