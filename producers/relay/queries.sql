@@ -35,7 +35,7 @@ FROM unnest($2::int[]) AS s
 -- The next publishable rows of the held shards, in id order. A row waits while an earlier
 -- unpublished row of its key is not yet available (available_at in the future): a key's rows
 -- leave strictly in id order even when some of them are delayed.
-SELECT o.id, o.event_type, o.record_key, o.idempotency_key, o.envelope
+SELECT o.id, o.slot, o.event_type, o.record_key, o.idempotency_key, o.envelope
 FROM core.outbox AS o
 WHERE o.published_at IS NULL
   AND o.available_at <= now()
@@ -52,10 +52,10 @@ ORDER BY o.id
 LIMIT $3
 
 -- name: mark_published
-UPDATE core.outbox
-SET published_at = now()
-WHERE id = ANY($1::bigint[])
-  AND published_at IS NULL
+-- Through core.outbox_mark_published (migration 0008): the relay role has no UPDATE privilege on
+-- the outbox; the function sets published_at = now() on unpublished rows and nothing else. A row
+-- is named by (id, slot): one index probe in its own partition.
+SELECT core.outbox_mark_published($1::bigint[], $2::smallint[])
 
 -- name: outbox_stats
 -- depth: every unpublished row (delayed ones included); oldest_age: how long the oldest

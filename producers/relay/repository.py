@@ -15,7 +15,7 @@ from spectral.db.connect import connect, guarded
 from spectral.db.queries import load_queries
 
 _SQL = load_queries(Path(__file__).with_name("queries.sql"))
-RELAY_ROLE = "spectral_producer"
+RELAY_ROLE = "spectral_relay"
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,6 +25,8 @@ class OutboxRow:
     record_key: str
     idempotency_key: str
     envelope: bytes
+    slot: int = 0
+    """The outbox partition the row lives in (migration 0008); marks name a row by (id, slot)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,14 +95,18 @@ class RelayRepository:
                 r["record_key"],
                 r["idempotency_key"],
                 bytes(r["envelope"]),
+                int(r["slot"]),
             )
             for r in rows
         ]
 
-    async def mark_published(self, ids: Sequence[int]) -> None:
-        if ids:
+    async def mark_published(self, rows: Sequence[OutboxRow]) -> None:
+        if rows:
             await guarded(
-                "mark published", lambda: self._conn.execute(_SQL["mark_published"], list(ids))
+                "mark published",
+                lambda: self._conn.execute(
+                    _SQL["mark_published"], [r.id for r in rows], [r.slot for r in rows]
+                ),
             )
 
     async def stats(self) -> OutboxStats:

@@ -1,13 +1,33 @@
 -- The consumer engine's own statements. Each runs once per batch over arrays.
 
 -- name: claim_keys
--- Record every key of the batch as handled; the keys returned are the new ones. A concurrent
--- transaction inserting the same key waits on this row and then finds it: the dedup is race-free.
+-- Record every key of the batch as handled; the keys returned are the new ones.
+-- core.event_handled is a ring of two slots (migration 0008, README "Bounded state"): the
+-- current generation's slot and the previous one's. A key is new when neither slot holds it:
+-- the previous slot is probed first (one index probe per key, LATERAL ... LIMIT 1 keeps it a
+-- probe whatever the plan), then the insert into the current slot settles races (a concurrent
+-- transaction inserting the same key waits on this row and then finds it). This statement's lock
+-- on core.event_handled lasts until commit and a rotation needs an exclusive one, so no rotation
+-- happens between the probe and the commit; a statement that waited for a rotation reads the new
+-- current slot (its snapshot is taken after its locks): one key never lands in both slots.
+WITH current_generation AS (
+    SELECT slot FROM core.dedup_generations WHERE ended_at IS NULL
+)
 INSERT INTO core.event_handled
-    (consumer, idempotency_key, event_id, outcome, source_partition, source_offset)
-SELECT $1, k, e, 'applied', p, o
-FROM unnest($2::text[], $3::uuid[], $4::int[], $5::bigint[]) AS t(k, e, p, o)
-ON CONFLICT (consumer, idempotency_key) DO NOTHING
+    (consumer, idempotency_key, event_id, outcome, source_partition, source_offset, slot)
+SELECT $1, t.k, t.e, 'applied', t.p, t.o, g.slot
+FROM unnest($2::text[], $3::uuid[], $4::int[], $5::bigint[]) AS t (k, e, p, o)
+CROSS JOIN current_generation AS g
+LEFT JOIN LATERAL (
+    SELECT true AS held
+    FROM core.event_handled AS earlier
+    WHERE earlier.consumer = $1
+      AND earlier.idempotency_key = t.k
+      AND earlier.slot <> g.slot
+    LIMIT 1
+) AS previous ON true
+WHERE previous.held IS NULL
+ON CONFLICT (consumer, idempotency_key, slot) DO NOTHING
 RETURNING idempotency_key;
 
 -- name: mark_stale
