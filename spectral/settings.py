@@ -157,6 +157,31 @@ class Settings(BaseSettings):
         "Must be a local filesystem that outlives the process (a persistent volume).",
     )
 
+    # -- bounded state (issue 14: `spectral maintenance`) ---------------------------------------
+    outbox_retention_seconds: float = Field(
+        default=86_400.0,
+        gt=0,
+        description="Published outbox rows are kept at least this long after publication.",
+    )
+    dedup_min_horizon_seconds: float = Field(
+        default=0.0,
+        ge=0,
+        description="Dedup keys are kept at least this long, whatever the topics' retention "
+        "(a replay window promised beyond what the broker keeps).",
+    )
+    dedup_grace_seconds: float = Field(
+        default=600.0,
+        ge=0,
+        description="Added to the broker's bound on how long a record stays readable (clock "
+        "differences, fetch buffers, producer retries).",
+    )
+    maintenance_lock_timeout_seconds: float = Field(
+        default=2.0,
+        gt=0,
+        description="How long a rotation waits for transactions in flight on a table; writers "
+        "wait behind it at most this long.",
+    )
+
     @field_validator("topic_prefix")
     @classmethod
     def _topic_prefix_is_legal(cls, value: str) -> str:

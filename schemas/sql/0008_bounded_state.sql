@@ -132,6 +132,15 @@ GRANT SELECT ON core.event_handled TO spectral_maintainer;
 GRANT INSERT, UPDATE ON core.dedup_generations TO spectral_maintainer;
 GRANT TRUNCATE ON core.event_handled_0, core.event_handled_1 TO spectral_maintainer;
 
+-- The rotation's barrier, for the maintainer, which may not write the table: the lock is taken
+-- inside the caller's transaction and held until it ends.
+CREATE FUNCTION core.lock_dedup_for_rotation() RETURNS void
+LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
+    LOCK TABLE core.event_handled IN ACCESS EXCLUSIVE MODE
+$fn$;
+REVOKE ALL ON FUNCTION core.lock_dedup_for_rotation() FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION core.lock_dedup_for_rotation() TO spectral_maintainer;
+
 -- ==== the outbox ================================================================================
 
 CREATE TABLE core.outbox_generations (
@@ -236,3 +245,12 @@ GRANT SELECT, UPDATE (slot) ON core.outbox TO spectral_maintainer;
 GRANT INSERT, UPDATE ON core.outbox_generations TO spectral_maintainer;
 GRANT TRUNCATE ON core.outbox_0, core.outbox_1, core.outbox_2, core.outbox_3
     TO spectral_maintainer;
+
+-- The outbox rotation's barrier (SHARE: waits for every transaction that inserted rows, lets the
+-- relays read on), for the maintainer, which may not write the table's other columns.
+CREATE FUNCTION core.lock_outbox_for_rotation() RETURNS void
+LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
+    LOCK TABLE core.outbox IN SHARE MODE
+$fn$;
+REVOKE ALL ON FUNCTION core.lock_outbox_for_rotation() FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION core.lock_outbox_for_rotation() TO spectral_maintainer;

@@ -61,6 +61,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "Dead letters: list, show, and redrive them to their source topic.",
     ),
     "rebuild": ("spectral.cli.rebuild:app", "Rebuild a projection from its topic."),
+    "maintenance": (
+        "spectral.cli.maintenance:maintenance",
+        "Prune the outbox and forget dedup keys behind the horizon.",
+    ),
 }
 EXIT_FAILURE = 1
 EXIT_CONFIGURATION = 2

@@ -1,0 +1,101 @@
+"""Maintenance's instruments, in one place; every label value comes from a fixed set."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from spectral.maintenance.policy import Hold
+
+TABLES = ("core.event_handled", "core.outbox")
+_DURATION_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
+
+
+class RunOutcome(StrEnum):
+    OK = "ok"
+    FAILED = "failed"
+    BUSY = "busy"
+    """Another maintenance run held the lock: this one did nothing."""
+
+
+class MaintenanceMetrics:
+    def __init__(self, registry: CollectorRegistry) -> None:
+        runs = Counter(
+            "spectral_maintenance_runs_total",
+            "Maintenance passes, by outcome.",
+            ["outcome"],
+            registry=registry,
+        )
+        self.runs = {outcome: runs.labels(outcome.value) for outcome in RunOutcome}
+        self.last_success = Gauge(
+            "spectral_maintenance_last_success_timestamp_seconds",
+            "When a maintenance pass last completed (Unix time).",
+            registry=registry,
+        )
+        self.duration = Histogram(
+            "spectral_maintenance_duration_seconds",
+            "Duration of one maintenance pass.",
+            buckets=_DURATION_BUCKETS,
+            registry=registry,
+        )
+        self.horizon = Gauge(
+            "spectral_dedup_horizon_seconds",
+            "Dedup keys are kept at least this long after they were handled (0 until known).",
+            registry=registry,
+        )
+        self.remembered_for = Gauge(
+            "spectral_dedup_remembered_seconds",
+            "Age of the oldest generation of dedup keys still remembered.",
+            registry=registry,
+        )
+        held = Gauge(
+            "spectral_dedup_rotation_held",
+            "1 for the reason the dedup record was last not rotated ('none' when it was).",
+            ["reason"],
+            registry=registry,
+        )
+        self.held = {reason: held.labels(reason.value) for reason in Hold}
+        self.forgotten = Counter(
+            "spectral_dedup_forgotten_rows_total",
+            "Dedup rows forgotten behind the horizon (statistics' estimate per generation).",
+            registry=registry,
+        )
+        self.rotations = Counter(
+            "spectral_dedup_rotations_total",
+            "Dedup generations started.",
+            registry=registry,
+        )
+        self.pruned = Counter(
+            "spectral_outbox_pruned_rows_total",
+            "Published outbox rows pruned after the retention (estimate per generation).",
+            registry=registry,
+        )
+        self.evacuated = Counter(
+            "spectral_outbox_moved_delayed_rows_total",
+            "Delayed outbox rows moved from an ended generation to the current one.",
+            registry=registry,
+        )
+        self.outbox_blocked = Gauge(
+            "spectral_outbox_generations_waiting_for_relay",
+            "Ended outbox generations that still hold publishable, unpublished rows.",
+            registry=registry,
+        )
+        rows = Gauge(
+            "spectral_table_rows",
+            "Live rows of a bounded table (statistics' estimate).",
+            ["table"],
+            registry=registry,
+        )
+        size = Gauge(
+            "spectral_table_bytes",
+            "Bytes of a bounded table (heap, indexes and TOAST of every partition).",
+            ["table"],
+            registry=registry,
+        )
+        self.rows = {table: rows.labels(table) for table in TABLES}
+        self.bytes = {table: size.labels(table) for table in TABLES}
+
+    def hold(self, reason: Hold) -> None:
+        for each, gauge in self.held.items():
+            gauge.set(1 if each is reason else 0)

@@ -1,0 +1,143 @@
+-- Statements of spectral/maintenance/repository.py, run as spectral_maintainer (migration 0008).
+-- Partition names ({partition}) are filled in from a closed set (core.event_handled_0..1,
+-- core.outbox_0..3), never from input.
+
+-- name: try_lock
+-- One maintenance run at a time (a session lock, released when the run's session ends).
+SELECT pg_try_advisory_lock($1::int, $2::int)
+
+-- name: unlock
+SELECT pg_advisory_unlock($1::int, $2::int)
+
+-- name: set_lock_timeout
+-- How long a rotation may wait for the transactions in flight on a table (they wait behind it).
+SELECT set_config('lock_timeout', $1::text, true)
+
+-- name: clock
+SELECT clock_timestamp() AS now
+
+-- name: dedup_generations
+SELECT generation, slot, started_at, ended_at, forgotten_at, copies_before, rows_forgotten
+FROM core.dedup_generations
+ORDER BY generation
+
+-- name: outbox_generations
+SELECT generation, slot, started_at, ended_at, fully_published_at, truncated_at, rows_pruned
+FROM core.outbox_generations
+ORDER BY generation
+
+-- name: consumers_in_slot
+-- The distinct consumers of one dedup slot, by skipping through its primary key (consumer
+-- leads it): one index probe per consumer, however many rows the slot holds.
+WITH RECURSIVE found (consumer) AS (
+    (SELECT consumer FROM core.event_handled WHERE slot = $1 ORDER BY consumer LIMIT 1)
+    UNION ALL
+    SELECT (
+        SELECT h.consumer
+        FROM core.event_handled AS h
+        WHERE h.slot = $1 AND h.consumer > found.consumer
+        ORDER BY h.consumer
+        LIMIT 1
+    )
+    FROM found
+    WHERE found.consumer IS NOT NULL
+)
+SELECT consumer FROM found WHERE consumer IS NOT NULL
+
+-- name: outbox_unpublished
+-- Unpublished rows of one slot: all of them, and those a relay may publish within the margin
+-- (the others are delayed well into the future). Partial indexes make both cheap.
+SELECT
+    count(*) AS unpublished,
+    count(*) FILTER (WHERE available_at <= clock_timestamp() + $2::interval) AS due
+FROM core.outbox
+WHERE slot = $1 AND published_at IS NULL
+
+-- name: evacuate_delayed
+-- Move the delayed rows of an ended slot, with their ids, to the current slot. No relay can have
+-- them in flight: a relay fetches only rows whose available_at has passed, and these are more
+-- than the margin away from it.
+UPDATE core.outbox
+SET slot = (SELECT slot FROM core.outbox_generations WHERE ended_at IS NULL)
+WHERE slot = $1
+  AND published_at IS NULL
+  AND available_at > clock_timestamp() + $2::interval
+
+-- name: mark_fully_published
+-- $2: a time taken after the check found no unpublished row.
+UPDATE core.outbox_generations
+SET fully_published_at = $2
+WHERE generation = $1 AND ended_at IS NOT NULL AND fully_published_at IS NULL
+
+-- name: lock_outbox_partition
+LOCK TABLE {partition} IN ACCESS EXCLUSIVE MODE
+
+-- name: estimated_rows
+-- Live rows of one partition as the statistics know them (an estimate; counting would read it).
+SELECT coalesce(
+    (SELECT n_live_tup FROM pg_stat_user_tables WHERE relid = $1::regclass), 0
+)::bigint AS estimate
+
+-- name: truncate_partition
+TRUNCATE {partition}
+
+-- name: mark_truncated
+UPDATE core.outbox_generations
+SET truncated_at = $2, rows_pruned = $3
+WHERE generation = $1
+
+-- name: lock_outbox_writers
+-- Waits for every transaction that inserted outbox rows; none can insert until this commits, and
+-- those after it read the new current slot. Relays' reads go on (SHARE does not block them).
+-- (LOCK TABLE core.outbox IN SHARE MODE, through a function of migration 0008.)
+SELECT core.lock_outbox_for_rotation()
+
+-- name: end_outbox_generation
+-- $2: a time taken once the lock was granted (every earlier row is in the ending generation).
+UPDATE core.outbox_generations
+SET ended_at = $2
+WHERE generation = $1 AND ended_at IS NULL
+
+-- name: start_outbox_generation
+INSERT INTO core.outbox_generations (generation, slot, started_at)
+VALUES ($1, $2, $3)
+
+-- name: lock_dedup
+-- Waits for every transaction that claimed keys (they hold a lock on the table until they end);
+-- claims wait behind it and then read the new current slot.
+-- (LOCK TABLE core.event_handled IN ACCESS EXCLUSIVE MODE, through a function of migration 0008.)
+SELECT core.lock_dedup_for_rotation()
+
+-- name: forget_generation
+-- $2: a time taken once the lock was granted; $3: the readable lifetime the cutoff was computed
+-- with (every record carrying one of the generation's keys was appended before $2 - $3).
+UPDATE core.dedup_generations
+SET forgotten_at = $2, copies_before = $2 - $3::interval, rows_forgotten = $4
+WHERE generation = $1 AND forgotten_at IS NULL
+
+-- name: end_dedup_generation
+-- $2: a time taken once the lock was granted: every key of the ending generation was handled by a
+-- transaction that began before it.
+UPDATE core.dedup_generations
+SET ended_at = $2
+WHERE generation = $1 AND ended_at IS NULL
+
+-- name: start_dedup_generation
+INSERT INTO core.dedup_generations (generation, slot, started_at)
+VALUES ($1, $2, $3)
+
+-- name: table_sizes
+-- Rows (statistics' estimate) and bytes (heap, indexes, TOAST) of every partition of the two
+-- tables.
+SELECT
+    p.relname AS partition,
+    (SELECT c.relname FROM pg_class AS c WHERE c.oid = i.inhparent) AS parent,
+    coalesce(s.n_live_tup, 0)::bigint AS rows,
+    pg_total_relation_size(p.oid)::bigint AS bytes
+FROM pg_inherits AS i
+JOIN pg_class AS p ON p.oid = i.inhrelid
+JOIN pg_namespace AS n ON n.oid = p.relnamespace
+LEFT JOIN pg_stat_user_tables AS s ON s.relid = p.oid
+WHERE n.nspname = 'core'
+  AND i.inhparent IN ('core.event_handled'::regclass, 'core.outbox'::regclass)
+ORDER BY p.relname
