@@ -112,7 +112,9 @@ SELECT core.lock_dedup_for_rotation()
 -- $2: a time taken once the lock was granted; $3: the readable lifetime the cutoff was computed
 -- with (every record carrying one of the generation's keys was appended before $2 - $3).
 UPDATE core.dedup_generations
-SET forgotten_at = $2, copies_before = $2 - $3::interval, rows_forgotten = $4
+SET forgotten_at = $2::timestamptz,
+    copies_before = $2::timestamptz - $3::interval,
+    rows_forgotten = $4
 WHERE generation = $1 AND forgotten_at IS NULL
 
 -- name: end_dedup_generation

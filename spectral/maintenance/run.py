@@ -316,22 +316,10 @@ async def _dedup(
         rotation = await _plan_dedup(repo, consumers, describe, options, report)
         if metrics is not None and report.horizon_seconds is not None:
             metrics.horizon.set(report.horizon_seconds)
-        if rotation is None:
-            return
-        report.hold = Hold.NONE
-        report.forgotten_generation = rotation.forget.generation if rotation.forget else None
-        report.started = rotation.new_generation
-        if options.dry_run:
-            if rotation.forget is not None:
-                report.forgotten_rows = await repo.estimated_rows(
-                    f"core.event_handled_{rotation.forget.slot}"
-                )
-            return
-        report.forgotten_rows = await repo.rotate_dedup(rotation, options.lock_timeout)
+        if rotation is not None:
+            await _rotate(repo, rotation, options, report)
     except LockTimeoutError as exc:
         report.hold = Hold.LOCK_TIMEOUT
-        report.forgotten_generation = None
-        report.started = None
         log.warning("dedup rotation postponed", error=str(exc))
     except SpectralError as exc:
         report.error = str(exc)
@@ -351,6 +339,24 @@ async def _remembered(repo: MaintenanceRepository, metrics: MaintenanceMetrics) 
     oldest = min(g.started_at for g in generations if g.live)
     if oldest.year > 1:  # year 1: -infinity, every key since the beginning
         metrics.remembered_for.set((now - oldest).total_seconds())
+
+
+async def _rotate(
+    repo: MaintenanceRepository,
+    rotation: DedupRotation,
+    options: MaintenanceOptions,
+    report: DedupReport,
+) -> None:
+    if options.dry_run:
+        if rotation.forget is not None:
+            report.forgotten_rows = await repo.estimated_rows(
+                f"core.event_handled_{rotation.forget.slot}"
+            )
+    else:
+        report.forgotten_rows = await repo.rotate_dedup(rotation, options.lock_timeout)
+    report.hold = Hold.NONE
+    report.forgotten_generation = rotation.forget.generation if rotation.forget else None
+    report.started = rotation.new_generation
 
 
 async def _plan_dedup(

@@ -1,0 +1,105 @@
+"""Helpers of the bounded-state tests: claims as the engine makes them, passes of maintenance,
+and time that passes (generation timestamps moved into the past)."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator, Mapping, Sequence
+from contextlib import asynccontextmanager
+from datetime import timedelta
+
+import asyncpg
+
+from spectral.consumer.engine import _SQL as ENGINE_SQL
+from spectral.db.connect import connect
+from spectral.kafka.retention import BrokerRetention, describe_retention
+from spectral.maintenance.repository import MaintenanceRepository
+from spectral.maintenance.run import MaintenanceOptions, MaintenanceReport, maintain
+from spectral.settings import Settings
+
+PROJECTOR = "spectral_projector"
+EXECUTOR = "spectral_executor"
+RULE_CANDIDATES = "rule-candidates"
+
+
+@asynccontextmanager
+async def session(database_url: str, role: str | None = None) -> AsyncIterator[asyncpg.Connection]:
+    conn = await connect(database_url, role=role)
+    try:
+        yield conn
+    finally:
+        await conn.close()
+
+
+async def claim_in(
+    conn: asyncpg.Connection, keys: Sequence[str], consumer: str = RULE_CANDIDATES
+) -> set[str]:
+    """The engine's claim statement, on the caller's connection and transaction: the keys it
+    returns are new."""
+    rows = await conn.fetch(
+        ENGINE_SQL["claim_keys"],
+        consumer,
+        list(keys),
+        [uuid.uuid4() for _ in keys],
+        [0] * len(keys),
+        list(range(len(keys))),
+    )
+    return {str(r[0]) for r in rows}
+
+
+async def claim(
+    database_url: str,
+    keys: Sequence[str],
+    consumer: str = RULE_CANDIDATES,
+    role: str = PROJECTOR,
+) -> set[str]:
+    """Claim ``keys`` in a transaction of their own, committed."""
+    async with session(database_url, role) as conn, conn.transaction():
+        return await claim_in(conn, keys, consumer)
+
+
+async def age(database_url: str, by: timedelta) -> None:
+    """Let ``by`` pass: every (finite) timestamp of both generation tables moves into the past."""
+    async with session(database_url) as conn:
+        await conn.execute(
+            """
+            UPDATE core.dedup_generations SET
+                started_at = started_at - $1, ended_at = ended_at - $1,
+                forgotten_at = forgotten_at - $1, copies_before = copies_before - $1;
+            UPDATE core.outbox_generations SET
+                started_at = started_at - $1, ended_at = ended_at - $1,
+                fully_published_at = fully_published_at - $1, truncated_at = truncated_at - $1;
+            """.replace("$1", f"interval '{by.total_seconds()} seconds'")
+        )
+
+
+def topics_of(settings: Settings, consumers: Mapping[str, Sequence[str]]) -> dict[str, list[str]]:
+    return {name: [settings.topic_prefix + t for t in types] for name, types in consumers.items()}
+
+
+async def run_maintenance(
+    settings: Settings,
+    consumers: Mapping[str, Sequence[str]] | None = None,
+    **options: object,
+) -> MaintenanceReport:
+    """One pass as ``spectral maintenance`` makes it (consumers: name -> event types)."""
+    assert settings.database_url is not None
+    assert settings.kafka_bootstrap is not None
+    bootstrap = settings.kafka_bootstrap
+    mapping = topics_of(
+        settings, consumers or {RULE_CANDIDATES: ["platform.failure_cluster.detected"]}
+    )
+
+    async def describe(topics: Sequence[str]) -> BrokerRetention:
+        return await describe_retention(settings, bootstrap, topics)
+
+    repo = await MaintenanceRepository.open(settings.database_url.get_secret_value())
+    try:
+        return await maintain(repo, mapping, describe, MaintenanceOptions(**options))  # type: ignore[arg-type]
+    finally:
+        await repo.close()
+
+
+async def generations(database_url: str, table: str = "dedup") -> list[asyncpg.Record]:
+    async with session(database_url) as conn:
+        return list(await conn.fetch(f"SELECT * FROM core.{table}_generations ORDER BY generation"))
