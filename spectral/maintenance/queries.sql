@@ -45,23 +45,44 @@ WITH RECURSIVE found (consumer) AS (
 SELECT consumer FROM found WHERE consumer IS NOT NULL
 
 -- name: outbox_unpublished
--- Unpublished rows of one slot: all of them, and those a relay may publish within the margin
--- (the others are delayed well into the future). Partial indexes make both cheap.
+-- Unpublished rows of one slot, and how many of them no relay can publish within the margin: rows
+-- delayed beyond it, and rows queued behind an earlier row of their key that is (a relay
+-- publishes a key's rows in id order). The others are due: the slot waits for the relays.
 SELECT
     count(*) AS unpublished,
-    count(*) FILTER (WHERE available_at <= clock_timestamp() + $2::interval) AS due
-FROM core.outbox
-WHERE slot = $1 AND published_at IS NULL
+    count(*) FILTER (
+        WHERE o.available_at > clock_timestamp() + $2::interval
+           OR EXISTS (
+               SELECT 1
+               FROM core.outbox AS earlier
+               WHERE earlier.record_key = o.record_key
+                 AND earlier.published_at IS NULL
+                 AND earlier.id < o.id
+                 AND earlier.available_at > clock_timestamp() + $2::interval
+           )
+    ) AS movable
+FROM core.outbox AS o
+WHERE o.slot = $1 AND o.published_at IS NULL
 
 -- name: evacuate_delayed
--- Move the delayed rows of an ended slot, with their ids, to the current slot. No relay can have
--- them in flight: a relay fetches only rows whose available_at has passed, and these are more
--- than the margin away from it.
-UPDATE core.outbox
+-- Move the rows of an ended slot that no relay can publish within the margin (see above), with
+-- their ids, to the current slot. No relay can have them in flight: a relay fetches a row only
+-- once its available_at has passed and no earlier row of its key is delayed.
+UPDATE core.outbox AS o
 SET slot = (SELECT slot FROM core.outbox_generations WHERE ended_at IS NULL)
-WHERE slot = $1
-  AND published_at IS NULL
-  AND available_at > clock_timestamp() + $2::interval
+WHERE o.slot = $1
+  AND o.published_at IS NULL
+  AND (
+      o.available_at > clock_timestamp() + $2::interval
+      OR EXISTS (
+          SELECT 1
+          FROM core.outbox AS earlier
+          WHERE earlier.record_key = o.record_key
+            AND earlier.published_at IS NULL
+            AND earlier.id < o.id
+            AND earlier.available_at > clock_timestamp() + $2::interval
+      )
+  )
 
 -- name: mark_fully_published
 -- $2: a time taken after the check found no unpublished row.

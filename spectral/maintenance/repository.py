@@ -57,8 +57,13 @@ class PartitionSize:
 @dataclass(frozen=True, slots=True)
 class Unpublished:
     rows: int
-    due: int
-    """Rows a relay may publish within the delay margin (the others are delayed beyond it)."""
+    movable: int
+    """Rows no relay can publish within the delay margin (delayed beyond it, or queued behind an
+    earlier row of their key that is)."""
+
+    @property
+    def due(self) -> int:
+        return self.rows - self.movable
 
 
 def _aware(row: asyncpg.Record) -> dict[str, object]:
@@ -131,7 +136,7 @@ class MaintenanceRepository:
             lambda: self._conn.fetchrow(_SQL["outbox_unpublished"], slot, margin),
         )
         assert row is not None  # noqa: S101 - an aggregate always returns one row
-        return Unpublished(int(row["unpublished"]), int(row["due"]))
+        return Unpublished(int(row["unpublished"]), int(row["movable"]))
 
     async def table_sizes(self) -> list[PartitionSize]:
         rows = await guarded("table sizes", lambda: self._conn.fetch(_SQL["table_sizes"]))

@@ -65,8 +65,9 @@ class MaintenanceOptions:
     records still in a consumer's fetch buffers, producer retries."""
     lock_timeout: timedelta = timedelta(seconds=2)
     delay_margin: timedelta = timedelta(minutes=1)
-    """Unpublished rows due within this margin are left where they are (a relay may be
-    publishing them); rows delayed beyond it may be moved to the current generation."""
+    """Unpublished rows a relay may publish within this margin are left where they are (a relay
+    may be publishing them); rows delayed beyond it, and rows queued behind one of their key
+    that is, may be moved to the current generation."""
     dry_run: bool = False
 
 
