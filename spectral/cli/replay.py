@@ -82,6 +82,13 @@ def replay(
     ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="A JSON summary on stdout.")] = False,
     max_batch: Annotated[int, typer.Option(min=1, help="Most records per batch.")] = 2000,
+    beyond_horizon: Annotated[
+        bool,
+        typer.Option(
+            "--beyond-horizon",
+            help="Replay records older than the dedup horizon too (their keys may be forgotten).",
+        ),
+    ] = False,
 ) -> None:
     """Replay a range of a consumer's topics through its handler.
 
@@ -104,7 +111,11 @@ def replay(
         return build(current, database_url, CollectorRegistry())
 
     request = ReplayRequest(
-        start=start, stop=stop, mode=Mode.DRY_RUN if dry_run else Mode.APPLY, max_batch=max_batch
+        start=start,
+        stop=stop,
+        mode=Mode.DRY_RUN if dry_run else Mode.APPLY,
+        max_batch=max_batch,
+        beyond_horizon=beyond_horizon,
     )
     with progress_bar(f"replay {consumer}") as progress:
         try:

@@ -53,6 +53,7 @@ from spectral.db.connect import connect
 from spectral.kafka.dlq import DeadLetter
 from spectral.kafka.partitions import fetch_watermarks, topic_partitions
 from spectral.kafka.topics import topic_for
+from spectral.maintenance.guard import BeyondHorizonError, check_replay_horizon
 from spectral.observability.logging import get_logger
 from spectral.settings import Settings
 
@@ -92,6 +93,8 @@ class ReplayRequest:
     max_batch: int = 2000
     idle_timeout: float = 60.0
     """Give up (report incomplete) when no record arrives for this long before the end."""
+    beyond_horizon: bool = False
+    """Replay even records older than the dedup horizon (spectral/maintenance/guard.py)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -244,6 +247,18 @@ async def replay(
         ranges = await plan_ranges(
             settings, kafka_bootstrap, handler.event_types, request.start, request.stop
         )
+        if request.mode is not Mode.ATOMIC:  # a rebuild forgets the consumer's keys itself
+            horizon = await check_replay_horizon(
+                settings,
+                kafka_bootstrap,
+                database_url,
+                ranges,
+                role=getattr(handler, "database_role", None),
+            )
+            if horizon.reaches and request.mode is Mode.APPLY and not request.beyond_horizon:
+                raise BeyondHorizonError(horizon.message())
+            if horizon.reaches:
+                log.warning("replay reaches behind the dedup horizon", detail=horizon.message())
         log.info(
             "replay starting",
             replay_id=replay_id,

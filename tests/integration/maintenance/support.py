@@ -79,6 +79,7 @@ def topics_of(settings: Settings, consumers: Mapping[str, Sequence[str]]) -> dic
 
 async def run_maintenance(
     settings: Settings,
+    *,
     consumers: Mapping[str, Sequence[str]] | None = None,
     **options: object,
 ) -> MaintenanceReport:

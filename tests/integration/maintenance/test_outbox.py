@@ -34,7 +34,6 @@ pytestmark = pytest.mark.integration
 
 DAY = timedelta(days=1)
 HOUR = timedelta(hours=1)
-RETENTION = {"outbox_retention": HOUR}
 
 
 async def test_published_rows_leave_after_the_retention_and_unpublished_rows_never(
@@ -42,31 +41,31 @@ async def test_published_rows_leave_after_the_retention_and_unpublished_rows_nev
 ) -> None:
     await enqueue_numbered(database_url, [(key_id(k), s) for k in range(4) for s in range(1, 6)])
     assert (await make_relay(settings, once=True).run()).published == 20
-    started = await run_maintenance(settings, **RETENTION)  # generation 1 ends
+    started = await run_maintenance(settings, outbox_retention=HOUR)  # generation 1 ends
     assert started.outbox.started == 2
     await enqueue_numbered(database_url, [(key_id(9), s) for s in range(1, 6)])  # generation 2
 
     await age(database_url, DAY)
-    checked = await run_maintenance(settings, **RETENTION)
+    checked = await run_maintenance(settings, outbox_retention=HOUR)
     assert checked.outbox.fully_published == [1]
     assert checked.outbox.pruned == {}  # published, but not yet for the retention
     await age(database_url, 2 * HOUR)
-    pruned = await run_maintenance(settings, **RETENTION)
+    pruned = await run_maintenance(settings, outbox_retention=HOUR)
     assert list(pruned.outbox.pruned) == [1]
     assert pruned.outbox.waiting_for_relay == [2]
     assert await outbox_counts(database_url) == (5, 5)
 
     for _ in range(3):  # the relays stay away for a long time: nothing unpublished leaves
         await age(database_url, 30 * DAY)
-        report = await run_maintenance(settings, **RETENTION)
+        report = await run_maintenance(settings, outbox_retention=HOUR)
         assert report.outbox.waiting_for_relay == [2]
         assert report.ok
     assert await outbox_counts(database_url) == (5, 5)
 
     assert (await make_relay(settings, once=True).run()).published == 5
-    await run_maintenance(settings, **RETENTION)
+    await run_maintenance(settings, outbox_retention=HOUR)
     await age(database_url, 2 * HOUR)
-    last = await run_maintenance(settings, **RETENTION)
+    last = await run_maintenance(settings, outbox_retention=HOUR)
     assert 2 in last.outbox.pruned
     assert await outbox_counts(database_url) == (0, 0)
     rows = {r["generation"]: r for r in await generations(database_url, "outbox")}
@@ -81,8 +80,8 @@ async def test_delayed_rows_move_to_the_current_generation_and_keep_their_key_or
     await enqueue_numbered(database_url, [(key_id(1), 2)], available_at=later)
     await enqueue_numbered(database_url, [(key_id(1), 3), (key_id(2), 2)])
     assert (await make_relay(settings, once=True).run()).published == 3  # not key 1's #2, #3
-    await run_maintenance(settings, **RETENTION)  # generation 1 ends
-    moved = await run_maintenance(settings, **RETENTION)
+    await run_maintenance(settings, outbox_retention=HOUR)  # generation 1 ends
+    moved = await run_maintenance(settings, outbox_retention=HOUR)
     assert moved.outbox.moved_delayed_rows == 2
     assert moved.outbox.fully_published == [1]
     async with session(database_url) as admin:
@@ -127,7 +126,7 @@ async def test_a_relay_crash_and_a_consumer_down_for_days_still_apply_each_event
     assert first.counts[Outcome.APPLIED] == 9
 
     for _ in range(6):  # six weeks without a relay and without the consumer
-        report = await run_maintenance(settings, **RETENTION)
+        report = await run_maintenance(settings, outbox_retention=HOUR)
         assert report.dedup.hold in {Hold.OUTBOX, Hold.NONE}
         assert report.dedup.forgotten_generation is None
         await age(database_url, 7 * DAY)

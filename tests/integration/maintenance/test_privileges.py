@@ -159,7 +159,8 @@ async def test_the_relay_only_marks_unpublished_rows_published_now(database_url:
         )
     assert marked == 1
     async with session(database_url) as admin:
-        stamps = dict(await admin.fetch("SELECT id, published_at FROM core.outbox"))
+        rows = await admin.fetch("SELECT id, published_at FROM core.outbox")
+    stamps = {r["id"]: r["published_at"] for r in rows}
     assert stamps[old] == datetime(2026, 1, 1, tzinfo=UTC)  # a published row keeps its stamp
     assert stamps[fresh] is not None
 
