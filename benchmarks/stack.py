@@ -38,6 +38,7 @@ class BenchStack:
     databases: list[str] = field(default_factory=list)
     topics: list[str] = field(default_factory=list)
     template: str | None = None
+    other_templates: dict[Path, str] = field(default_factory=dict)
 
     @classmethod
     def resolve(cls) -> BenchStack:
@@ -62,17 +63,32 @@ class BenchStack:
     def admin_url(self) -> str:
         return with_database(self.endpoints.database_url, "postgres")
 
-    async def database(self, label: str) -> str:
-        """A fresh, migrated database of its own; returns its URL."""
-        if self.template is None:
-            self.template = f"bench_{self.run_id}_template"
-            await self._sql(f'CREATE DATABASE "{self.template}"')
-            self.databases.append(self.template)
-            await migrate(with_database(self.endpoints.database_url, self.template))
+    async def database(self, label: str, migrations: Path | None = None) -> str:
+        """A fresh, migrated database of its own; returns its URL. ``migrations``: another
+        checkout's schemas/sql (an A/B run migrates the other side with its own migrations)."""
+        template = await self._template(migrations)
         name = f"bench_{self.run_id}_{label}"
-        await self._sql(f'CREATE DATABASE "{name}" TEMPLATE "{self.template}"')
+        await self._sql(f'CREATE DATABASE "{name}" TEMPLATE "{template}"')
         self.databases.append(name)
         return with_database(self.endpoints.database_url, name)
+
+    async def _template(self, migrations: Path | None) -> str:
+        if migrations is None and self.template is not None:
+            return self.template
+        if migrations is not None and migrations in self.other_templates:
+            return self.other_templates[migrations]
+        suffix = "template" if migrations is None else f"template{len(self.other_templates)}"
+        name = f"bench_{self.run_id}_{suffix}"
+        await self._sql(f'CREATE DATABASE "{name}"')
+        self.databases.append(name)
+        url = with_database(self.endpoints.database_url, name)
+        if migrations is None:
+            await migrate(url)
+            self.template = name
+        else:
+            await migrate(url, migrations)
+            self.other_templates[migrations] = name
+        return name
 
     async def create_topic(self, name: str, partitions: int) -> None:
         admin = AIOKafkaAdminClient(bootstrap_servers=self.endpoints.kafka_bootstrap)

@@ -260,7 +260,9 @@ async def _compare(stage: _Stage, other: Path) -> None:
     runs: dict[str, list[GroupRun]] = {"this": [], "other": []}
     for index in range(2 * stage.options.compare_rounds):
         side = "this" if index % 2 == 0 else "other"
-        db = await stage.stack.database(f"ab{index}")
+        db = await stage.stack.database(
+            f"ab{index}", None if side == "this" else other / "schemas" / "sql"
+        )
         runs[side].append(
             await stage.consumers(
                 f"A/B {side} checkout #{index // 2 + 1}",
