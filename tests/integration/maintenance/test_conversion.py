@@ -4,7 +4,6 @@ order, ids keep growing."""
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -33,10 +32,11 @@ MIGRATION = "_bounded_state.sql"
 
 def _before(tmp_path: Path) -> Path:
     """The migrations that come before this one (its number is the integrator's to choose)."""
-    [ours] = [p for p in MIGRATIONS_DIR.glob("*.sql") if p.name.endswith(MIGRATION)]
-    for path in MIGRATIONS_DIR.glob("*.sql"):
-        if path.name < ours.name:
-            shutil.copy(path, tmp_path / path.name)
+    files = [p for p in MIGRATIONS_DIR.iterdir() if p.name.endswith(".sql")]
+    [ours] = [p.name for p in files if p.name.endswith(MIGRATION)]
+    for path in files:
+        if path.name < ours:
+            (tmp_path / path.name).write_text(path.read_text())
     return tmp_path
 
 
