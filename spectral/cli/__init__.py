@@ -63,7 +63,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "rebuild": ("spectral.cli.rebuild:app", "Rebuild a projection from its topic."),
     "maintenance": (
         "spectral.cli.maintenance:maintenance",
-        "Prune the outbox and forget dedup keys behind the horizon.",
+        "Prune published outbox rows and forget dedup keys behind the horizon.",
     ),
 }
 EXIT_FAILURE = 1

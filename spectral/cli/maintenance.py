@@ -17,8 +17,16 @@ from typing import Annotated
 import typer
 from prometheus_client import REGISTRY, CollectorRegistry
 
-from spectral.cli._common import EXIT_FAILURE, run, settings
+from spectral.cli._common import (
+    EXIT_FAILURE,
+    METRICS_HOST_HELP,
+    METRICS_PORT_HELP,
+    run,
+    serve_health,
+    settings,
+)
 from spectral.consumer.deployments import DEPLOYMENTS, factory
+from spectral.db.connect import ping
 from spectral.devstack import resolve_endpoints
 from spectral.errors import SpectralError
 from spectral.kafka.retention import BrokerRetention, describe_retention
@@ -26,8 +34,8 @@ from spectral.kafka.topics import topic_for
 from spectral.maintenance.metrics import MaintenanceMetrics, RunOutcome
 from spectral.maintenance.repository import MaintenanceRepository
 from spectral.maintenance.run import MaintenanceOptions, MaintenanceReport, maintain
+from spectral.observability.health import run_with_health
 from spectral.observability.logging import get_logger
-from spectral.observability.metrics import serve_metrics
 from spectral.settings import Settings
 
 log = get_logger(__name__)
@@ -48,9 +56,8 @@ def maintenance(
         ),
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="The report as JSON on stdout.")] = False,
-    metrics_port: Annotated[
-        int | None, typer.Option(help="Serve Prometheus /metrics on this port.")
-    ] = None,
+    metrics_port: Annotated[int | None, typer.Option(help=METRICS_PORT_HELP)] = None,
+    metrics_host: Annotated[str | None, typer.Option(help=METRICS_HOST_HELP)] = None,
 ) -> None:
     """Prune published outbox rows and forget dedup keys behind the horizon.
 
@@ -71,7 +78,8 @@ def maintenance(
     )
     consumers = deployment_topics(current, endpoints.database_url)
     metrics = MaintenanceMetrics(REGISTRY)
-    serve_metrics(metrics_port)
+    health = serve_health(current, metrics_port, metrics_host)
+    health.probe("database", lambda: ping(endpoints.database_url))
 
     async def describe(topics: Sequence[str]) -> BrokerRetention:
         return await describe_retention(current, endpoints.kafka_bootstrap, topics)
@@ -89,7 +97,7 @@ def maintenance(
         if not report.ok:
             raise typer.Exit(EXIT_FAILURE)
         return
-    run(_every(one_pass, every, metrics, as_json=as_json))
+    run(run_with_health(health, _every(one_pass, every, metrics, as_json=as_json)))
 
 
 def deployment_topics(current: Settings, database_url: str) -> Mapping[str, Sequence[str]]:
