@@ -23,10 +23,11 @@ from consumers.rule_candidates.metrics import RuleCandidateMetrics
 from consumers.work_executor.metrics import ExecutorMetrics
 from producers.relay.metrics import RelayMetrics
 from spectral.consumer.metrics import ConsumerMetrics
+from spectral.maintenance.metrics import MaintenanceMetrics
 from spectral.observability.progress import ProgressMetrics
 
 ROOT = Path(__file__).resolve().parents[2]
-LONG_RUNNING = ("relay", "rule-candidates", "work-executor", "clusters-tick", "api")
+LONG_RUNNING = ("relay", "rule-candidates", "work-executor", "clusters-tick", "api", "maintenance")
 
 
 def _compose() -> dict[str, Any]:
@@ -82,6 +83,7 @@ def _exported_series() -> set[str]:
     RuleCandidateMetrics(registry)
     ExecutorMetrics(registry)
     RelayMetrics(registry)
+    MaintenanceMetrics(registry)
     consumer = ConsumerMetrics(registry, "c")
     consumer.retried("database")
     consumer.dead_lettered("not_json")
