@@ -131,6 +131,8 @@ GRANT UPDATE (outcome) ON core.event_handled TO spectral_projector, spectral_exe
 GRANT SELECT ON core.event_handled TO spectral_maintainer;
 GRANT INSERT, UPDATE ON core.dedup_generations TO spectral_maintainer;
 GRANT TRUNCATE ON core.event_handled_0, core.event_handled_1 TO spectral_maintainer;
+-- A dead letter redriven recently holds the dedup record back while its copy may be read.
+GRANT SELECT ON core.dlq_redrives TO spectral_maintainer;
 
 -- The rotation's barrier, for the maintainer, which may not write the table: the lock is taken
 -- inside the caller's transaction and held until it ends.

@@ -83,6 +83,9 @@ class Hold(StrEnum):
     OUTBOX = "outbox"
     """The cutoff is held back by an outbox generation that is still hot (unpublished rows,
     or published less than the horizon ago)."""
+    REDRIVE = "redrive"
+    """The cutoff is held back by a dead letter redriven recently (its copy may still be read,
+    and the key it carries may have been handled long before)."""
     RETENTION_UNBOUNDED = "retention_unbounded"
     """A consumer's topic keeps records for ever (retention.ms = -1 or compaction only)."""
     UNKNOWN_CONSUMER = "unknown_consumer"
@@ -111,7 +114,9 @@ def current_of(generations: Sequence[G]) -> G:
 @dataclass(frozen=True, slots=True)
 class Cutoff:
     at: datetime
-    held_by_outbox: bool
+    bound: Hold = Hold.TOO_RECENT
+    """What set it: the horizon (TOO_RECENT), a hot outbox generation (OUTBOX) or a recent
+    redrive (REDRIVE)."""
 
 
 def dedup_cutoff(
@@ -119,12 +124,25 @@ def dedup_cutoff(
     horizon: timedelta,
     lifetime: timedelta,
     outbox: Sequence[OutboxGeneration],
+    redrives: Sequence[datetime] = (),
 ) -> Cutoff:
-    """Keys handled before ``at`` may be forgotten (``horizon`` >= ``lifetime``)."""
-    by_time = now - horizon
-    hot = [g.started_at for g in outbox if g.hot(now, lifetime)]
-    by_outbox = min(hot, default=by_time)
-    return Cutoff(min(by_time, by_outbox), held_by_outbox=by_outbox < by_time)
+    """Keys handled before ``at`` may be forgotten (``horizon`` >= ``lifetime``). ``redrives``:
+    the bounds recent redrives set (:func:`redrive_bound`)."""
+    candidates = [(now - horizon, Hold.TOO_RECENT)]
+    candidates += [(g.started_at, Hold.OUTBOX) for g in outbox if g.hot(now, lifetime)]
+    candidates += [(at, Hold.REDRIVE) for at in redrives]
+    at, bound = min(candidates, key=lambda c: c[0])  # ties keep the horizon (listed first)
+    return Cutoff(at, bound)
+
+
+def redrive_bound(redriven_at: datetime, dlq_lifetime: timedelta, lifetime: timedelta) -> datetime:
+    """How far back a dead letter redriven at ``redriven_at`` holds the cutoff while its copy may
+    still be read. The redriven copy carries the key of a record that failed: that record was
+    read (and dead-lettered) before ``redriven_at`` by at most ``dlq_lifetime`` (the dead letter
+    was still readable), and was appended before it was read by at most ``lifetime``. Had its
+    key been handled, it was handled from a copy at least as old as one of that record's copies
+    — not before ``redriven_at - dlq_lifetime - lifetime``: keys handled since stay."""
+    return redriven_at - dlq_lifetime - lifetime
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,7 +164,7 @@ def plan_dedup(
     when the current generation (which began when the previous one ended) started before it."""
     current = current_of(generations)
     if current.started_at > cutoff.at:
-        return Hold.OUTBOX if cutoff.held_by_outbox else Hold.TOO_RECENT
+        return cutoff.bound
     previous = [g for g in generations if g.live and g.ended_at is not None]
     forget = max(previous, key=lambda g: g.generation) if previous else None
     slot = forget.slot if forget is not None else (current.slot + 1) % DEDUP_SLOTS

@@ -44,6 +44,14 @@ WITH RECURSIVE found (consumer) AS (
 )
 SELECT consumer FROM found WHERE consumer IS NOT NULL
 
+-- name: recent_redrives
+-- Dead letters redriven since $1 (their copies may still be read), the earliest per DLQ topic.
+SELECT dlq_topic, min(redriven_at) AS first_redriven_at
+FROM core.dlq_redrives
+WHERE redriven_at > $1
+GROUP BY dlq_topic
+ORDER BY dlq_topic
+
 -- name: outbox_unpublished
 -- Unpublished rows of one slot, and how many of them no relay can publish within the margin: rows
 -- delayed beyond it, and rows queued behind an earlier row of their key that is (a relay

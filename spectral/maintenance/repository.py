@@ -130,6 +130,13 @@ class MaintenanceRepository:
         )
         return [str(r["consumer"]) for r in rows]
 
+    async def recent_redrives(self, since: datetime) -> list[tuple[str, datetime]]:
+        """(DLQ topic, earliest redrive) of the dead letters redriven after ``since``."""
+        rows = await guarded(
+            "read recent redrives", lambda: self._conn.fetch(_SQL["recent_redrives"], since)
+        )
+        return [(str(r["dlq_topic"]), r["first_redriven_at"]) for r in rows]
+
     async def unpublished(self, slot: int, margin: timedelta) -> Unpublished:
         row = await guarded(
             "count unpublished rows",

@@ -39,6 +39,7 @@ from spectral.maintenance.policy import (
     outbox_period,
     plan_dedup,
     plan_outbox,
+    redrive_bound,
 )
 from spectral.maintenance.repository import (
     LockTimeoutError,
@@ -342,6 +343,40 @@ async def _remembered(repo: MaintenanceRepository, metrics: MaintenanceMetrics) 
         metrics.remembered_for.set((now - oldest).total_seconds())
 
 
+async def _redrive_bounds(
+    repo: MaintenanceRepository,
+    describe: DescribeRetention,
+    options: MaintenanceOptions,
+    report: DedupReport,
+    *,
+    now: datetime,
+    lifetime: timedelta,
+) -> list[datetime] | None:
+    """The bounds recent redrives put on the cutoff (None: held, reason in the report)."""
+    recent = await repo.recent_redrives(now - lifetime)
+    if not recent:
+        return []
+    try:
+        broker = await describe([topic for topic, _ in recent])
+    except SpectralError as exc:
+        report.hold = Hold.BROKER_UNAVAILABLE
+        log.warning("dedup rotation postponed: broker unavailable", error=str(exc))
+        return None
+    by_topic = {t.topic: t for t in broker.topics}
+    bounds = []
+    for topic, first in recent:
+        dlq = by_topic.get(topic)
+        life = dlq.readable_for(broker.check_interval_ms) if dlq is not None else None
+        if life is None:
+            report.unbounded_topics.append(topic)
+            continue
+        bounds.append(redrive_bound(first, life + options.grace, lifetime))
+    if report.unbounded_topics:
+        report.hold = Hold.RETENTION_UNBOUNDED
+        return None
+    return bounds
+
+
 async def _rotate(
     repo: MaintenanceRepository,
     rotation: DedupRotation,
@@ -394,7 +429,14 @@ async def _plan_dedup(
     report.lifetime_seconds = lifetime.total_seconds()
     report.horizon_seconds = horizon.total_seconds()
     now = await repo.clock()
-    cutoff = dedup_cutoff(now, horizon, lifetime, await repo.outbox_generations())
+    redrives = (
+        await _redrive_bounds(repo, describe, options, report, now=now, lifetime=lifetime)
+        if topics
+        else []
+    )
+    if redrives is None:
+        return None
+    cutoff = dedup_cutoff(now, horizon, lifetime, await repo.outbox_generations(), redrives)
     report.cutoff = cutoff.at
     decision = plan_dedup(generations, cutoff, lifetime)
     if isinstance(decision, Hold):

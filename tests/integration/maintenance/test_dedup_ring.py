@@ -20,6 +20,7 @@ from tests.integration.maintenance.support import (
     run_maintenance,
     session,
 )
+from tests.kafka_support import create_topics
 
 pytestmark = pytest.mark.integration
 
@@ -58,6 +59,43 @@ async def test_a_key_stays_deduplicated_across_a_rotation_and_is_forgotten_only_
     assert rows[0]["copies_before"] == rows[0]["forgotten_at"] - timedelta(
         seconds=forgot.dedup.lifetime_seconds or 0
     )
+
+
+async def test_a_recent_redrive_holds_the_dedup_record_back_while_its_copy_may_be_read(
+    settings: Settings, database_url: str, kafka_bootstrap: str
+) -> None:
+    source = f"{settings.topic_prefix}platform.failure_cluster.detected"
+    dlq = f"{source}.dlq"
+    # Records of the source are readable for minutes; dead letters for the broker's default week.
+    short = {"retention.ms": "60000", "segment.ms": "60000", "message.timestamp.after.max.ms": "0"}
+    await create_topics(kafka_bootstrap, [source], configs=short)
+    await create_topics(kafka_bootstrap, [dlq])
+    await claim(database_url, ["k1"])
+    await run_maintenance(settings)
+    for _ in range(3):
+        await run_maintenance(settings)
+        await age(database_url, 2 * DAY)
+    async with session(database_url) as admin:
+        await admin.execute(
+            "INSERT INTO core.dlq_redrives (dlq_topic, dlq_partition, dlq_offset, reason, "
+            "source_topic, redriven_at) "
+            "VALUES ($1, 0, 0, 'handler_error', $2, now() - $3::interval)",
+            dlq,
+            source,
+            timedelta(minutes=5),
+        )
+    held = await run_maintenance(settings)
+    assert held.dedup.hold is Hold.REDRIVE
+    assert held.dedup.lifetime_seconds is not None
+    assert held.dedup.lifetime_seconds < 3600  # the source's records: minutes, not days
+    assert await claim(database_url, ["k1"]) == set()
+    await age(database_url, 30 * DAY)  # the redriven copy can no longer be read
+    async with session(database_url) as admin:
+        await admin.execute(
+            "UPDATE core.dlq_redrives SET redriven_at = redriven_at - $1::interval", 30 * DAY
+        )
+    forgot = await run_maintenance(settings)
+    assert forgot.dedup.forgotten_generation == 1
 
 
 async def test_a_rotation_waits_for_a_claim_in_flight_and_the_key_is_never_claimed_twice(

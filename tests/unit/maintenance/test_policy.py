@@ -23,6 +23,7 @@ from spectral.maintenance.policy import (
     outbox_period,
     plan_dedup,
     plan_outbox,
+    redrive_bound,
 )
 
 NOW = datetime(2026, 11, 24, 12, 0, tzinfo=UTC)
@@ -90,15 +91,15 @@ def test_the_cutoff_is_the_horizon_when_no_outbox_generation_is_hot() -> None:
     ]
     cutoff = dedup_cutoff(NOW, 14 * DAY, 14 * DAY, outbox)
     # generation 2 was published an hour ago: still hot, so the cutoff is its start
-    assert cutoff == Cutoff(NOW - 30 * DAY, held_by_outbox=True)
+    assert cutoff == Cutoff(NOW - 30 * DAY, Hold.OUTBOX)
     cutoff = dedup_cutoff(NOW, 14 * DAY, 14 * DAY, outbox[:1] + outbox[2:])
-    assert cutoff == Cutoff(NOW - 14 * DAY, held_by_outbox=False)
+    assert cutoff == Cutoff(NOW - 14 * DAY)
 
 
 def test_an_outbox_generation_with_unpublished_rows_holds_the_cutoff_at_its_start() -> None:
     outbox = [outbox_gen(1, NOW - 40 * DAY, NOW - 39 * DAY), outbox_gen(2, NOW - 39 * DAY)]
     cutoff = dedup_cutoff(NOW, 14 * DAY, 14 * DAY, outbox)
-    assert cutoff == Cutoff(NOW - 40 * DAY, held_by_outbox=True)
+    assert cutoff == Cutoff(NOW - 40 * DAY, Hold.OUTBOX)
 
 
 def test_an_outbox_generation_published_less_than_the_lifetime_ago_is_hot() -> None:
@@ -114,7 +115,7 @@ def dedup_gen(
 
 
 def test_the_first_rotation_forgets_nothing() -> None:
-    decision = plan_dedup([dedup_gen(1, 0, NEVER)], Cutoff(NEVER, held_by_outbox=False), DAY)
+    decision = plan_dedup([dedup_gen(1, 0, NEVER)], Cutoff(NEVER), DAY)
     assert isinstance(decision, DedupRotation)
     assert decision.forget is None
     assert (decision.new_generation, decision.new_slot) == (2, 1)
@@ -124,14 +125,23 @@ def test_the_previous_generation_is_forgotten_once_the_current_one_started_befor
     None
 ):
     generations = [dedup_gen(1, 0, NEVER, NOW - 20 * DAY), dedup_gen(2, 1, NOW - 20 * DAY)]
-    held = plan_dedup(generations, Cutoff(NOW - 21 * DAY, held_by_outbox=False), DAY)
+    held = plan_dedup(generations, Cutoff(NOW - 21 * DAY), DAY)
     assert held is Hold.TOO_RECENT
-    held = plan_dedup(generations, Cutoff(NOW - 21 * DAY, held_by_outbox=True), DAY)
+    held = plan_dedup(generations, Cutoff(NOW - 21 * DAY, Hold.OUTBOX), DAY)
     assert held is Hold.OUTBOX
-    decision = plan_dedup(generations, Cutoff(NOW - 14 * DAY, held_by_outbox=False), DAY)
+    decision = plan_dedup(generations, Cutoff(NOW - 14 * DAY), DAY)
     assert isinstance(decision, DedupRotation)
     assert decision.forget == generations[0]
     assert (decision.new_generation, decision.new_slot) == (3, 0)
+
+
+def test_a_recent_redrive_holds_the_cutoff_back_by_both_lifetimes() -> None:
+    bound = redrive_bound(NOW - DAY, 30 * DAY, 8 * DAY)
+    assert bound == NOW - 39 * DAY
+    cutoff = dedup_cutoff(NOW, 8 * DAY, 8 * DAY, [outbox_gen(1, NOW - HOUR)], [bound])
+    assert cutoff == Cutoff(NOW - 39 * DAY, Hold.REDRIVE)
+    generations = [dedup_gen(1, 0, NEVER, NOW - 20 * DAY), dedup_gen(2, 1, NOW - 20 * DAY)]
+    assert plan_dedup(generations, cutoff, DAY) is Hold.REDRIVE
 
 
 def test_the_horizon_is_the_lifetime_or_the_promised_minimum() -> None:
