@@ -15,6 +15,7 @@ from pathlib import Path
 
 from rich.console import Console
 
+from benchmarks.dedup import run_dedup
 from benchmarks.executor import run_executor
 from benchmarks.options import STAGES, Options
 from benchmarks.report import Report, machine
@@ -39,6 +40,7 @@ def _options(argv: list[str]) -> Options:
     parser.add_argument(
         "--executor-baseline-items", type=int, default=defaults.executor_baseline_items
     )
+    parser.add_argument("--dedup-prefill", type=int, default=defaults.dedup_prefill)
     parser.add_argument("--stages", default=",".join(STAGES), help=",".join(STAGES))
     parser.add_argument("--stage-timeout", type=float, default=defaults.stage_timeout)
     parser.add_argument(
@@ -64,6 +66,7 @@ def _options(argv: list[str]) -> Options:
         executor_items=args.executor_items,
         executor_baseline_items=args.executor_baseline_items,
         executor_epics=args.executor_epics,
+        dedup_prefill=args.dedup_prefill,
         stages=stages,
         stage_timeout=args.stage_timeout,
         budget=args.budget,
@@ -82,6 +85,8 @@ async def _run(options: Options, report: Report) -> None:
             await run_triage(stack, options, report)
         if "executor" in options.stages:
             await run_executor(stack, options, report)
+        if "dedup" in options.stages:
+            await run_dedup(stack, options, report)
     finally:
         if not options.keep:
             await stack.close()

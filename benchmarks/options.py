@@ -6,7 +6,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-STAGES = ("triage", "executor")
+STAGES = ("triage", "executor", "dedup")
 
 
 @dataclass(frozen=True)
@@ -23,6 +23,8 @@ class Options:
     executor_baseline_items: int = 500
     executor_epics: int = 10
     """Epics per backlog (one generate-all per backlog): items share a document 10 at a time."""
+    dedup_prefill: int = 1_000_000
+    """Rows of the previous dedup generation the ``dedup`` stage claims against and forgets."""
     compare: Path | None = None
     """Another checkout: its consumer is run against this one's, alternating (A/B)."""
     compare_rounds: int = 2
