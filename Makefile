@@ -19,7 +19,7 @@ ASYNCAPI_STAMP := $(ASYNCAPI_DIR)/node_modules/.installed-stamp
 BROKERS ?=
 DEV_UP := $(SPECTRAL) dev up $(if $(BROKERS),--brokers $(BROKERS))
 
-.PHONY: all install tooling postgres-binaries promtool chromium up down status migrate topics demo test test-cluster unit lint bench clean
+.PHONY: all install tooling postgres-binaries promtool chromium up down status migrate topics demo test test-cluster unit lint bench soak clean
 
 all: test
 
@@ -113,6 +113,10 @@ test-cluster: install postgres-binaries
 
 bench: migrate
 	$(BIN)/python -m benchmarks
+
+# The whole pipeline for five minutes with pruning on: the dedup record and the outbox level off.
+soak: migrate
+	$(BIN)/python -m benchmarks --stages soak
 
 # Everything the stack created goes too, also the PostgreSQL cluster that lives outside the
 # checkout (under /var/lib/spectral) when run as root.

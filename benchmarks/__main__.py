@@ -17,8 +17,9 @@ from rich.console import Console
 
 from benchmarks.dedup import run_dedup
 from benchmarks.executor import run_executor
-from benchmarks.options import STAGES, Options
+from benchmarks.options import DEFAULT_STAGES, STAGES, Options
 from benchmarks.report import Report, machine
+from benchmarks.soak import run_soak
 from benchmarks.stack import BenchStack
 from benchmarks.triage import run_triage
 from spectral.devstack import status
@@ -41,7 +42,9 @@ def _options(argv: list[str]) -> Options:
         "--executor-baseline-items", type=int, default=defaults.executor_baseline_items
     )
     parser.add_argument("--dedup-prefill", type=int, default=defaults.dedup_prefill)
-    parser.add_argument("--stages", default=",".join(STAGES), help=",".join(STAGES))
+    parser.add_argument("--soak-seconds", type=float, default=defaults.soak_seconds)
+    parser.add_argument("--soak-rate", type=int, default=defaults.soak_rate)
+    parser.add_argument("--stages", default=",".join(DEFAULT_STAGES), help=f"of {','.join(STAGES)}")
     parser.add_argument("--stage-timeout", type=float, default=defaults.stage_timeout)
     parser.add_argument(
         "--budget", type=float, default=defaults.budget, help="seconds for the whole run"
@@ -67,6 +70,8 @@ def _options(argv: list[str]) -> Options:
         executor_baseline_items=args.executor_baseline_items,
         executor_epics=args.executor_epics,
         dedup_prefill=args.dedup_prefill,
+        soak_seconds=args.soak_seconds,
+        soak_rate=args.soak_rate,
         stages=stages,
         stage_timeout=args.stage_timeout,
         budget=args.budget,
@@ -87,6 +92,8 @@ async def _run(options: Options, report: Report) -> None:
             await run_executor(stack, options, report)
         if "dedup" in options.stages:
             await run_dedup(stack, options, report)
+        if "soak" in options.stages:
+            await run_soak(stack, options, report)
     finally:
         if not options.keep:
             await stack.close()

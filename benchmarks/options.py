@@ -6,7 +6,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-STAGES = ("triage", "executor", "dedup")
+STAGES = ("triage", "executor", "dedup", "soak")
+DEFAULT_STAGES = ("triage", "executor", "dedup")
+"""`make bench`; the soak runs for minutes on its own (`make soak`)."""
 
 
 @dataclass(frozen=True)
@@ -28,7 +30,11 @@ class Options:
     compare: Path | None = None
     """Another checkout: its consumer is run against this one's, alternating (A/B)."""
     compare_rounds: int = 2
-    stages: tuple[str, ...] = STAGES
+    soak_seconds: float = 300.0
+    soak_rate: int = 1000
+    """Events per second the soak's producer writes (plus 5 % re-sent)."""
+    soak_clusters: int = 500
+    stages: tuple[str, ...] = DEFAULT_STAGES
     stage_timeout: float = 240.0
     budget: float = 900.0
     """The whole run, in seconds: stages started late get what is left (at least 10 s) and

@@ -90,12 +90,21 @@ class BenchStack:
             self.other_templates[migrations] = name
         return name
 
-    async def create_topic(self, name: str, partitions: int) -> None:
+    async def create_topic(
+        self, name: str, partitions: int, configs: dict[str, str] | None = None
+    ) -> None:
         admin = AIOKafkaAdminClient(bootstrap_servers=self.endpoints.kafka_bootstrap)
         await admin.start()
         try:
             await admin.create_topics(
-                [NewTopic(name, num_partitions=partitions, replication_factor=1)]
+                [
+                    NewTopic(
+                        name,
+                        num_partitions=partitions,
+                        replication_factor=1,
+                        topic_configs=configs,
+                    )
+                ]
             )
         finally:
             await admin.close()
