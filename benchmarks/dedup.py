@@ -25,16 +25,20 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
+from pathlib import Path
 
 import asyncpg
 
+import spectral.consumer
 from benchmarks.options import Options
 from benchmarks.report import Report
 from benchmarks.stack import BenchStack
-from spectral.consumer.engine import _SQL as ENGINE_SQL
+from spectral.db.queries import load_queries
 from spectral.maintenance.policy import DedupRotation
 from spectral.maintenance.repository import MaintenanceRepository
 
+ENGINE_SQL = load_queries(Path(spectral.consumer.__file__).with_name("queries.sql"))
+"""The consumer engine's own statements (claim_keys: the dedup claim)."""
 CONSUMER = "rule-candidates"
 BATCH = 2000
 ROUNDS = 7

@@ -7,16 +7,20 @@ import uuid
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from datetime import timedelta
+from pathlib import Path
 
 import asyncpg
 
-from spectral.consumer.engine import _SQL as ENGINE_SQL
+import spectral.consumer
 from spectral.db.connect import connect
+from spectral.db.queries import load_queries
 from spectral.kafka.retention import BrokerRetention, describe_retention
 from spectral.maintenance.repository import MaintenanceRepository
 from spectral.maintenance.run import MaintenanceOptions, MaintenanceReport, maintain
 from spectral.settings import Settings
 
+ENGINE_SQL = load_queries(Path(spectral.consumer.__file__).with_name("queries.sql"))
+"""The consumer engine's own statements (claim_keys: the dedup claim)."""
 PROJECTOR = "spectral_projector"
 EXECUTOR = "spectral_executor"
 RULE_CANDIDATES = "rule-candidates"
