@@ -11,7 +11,7 @@ from pathlib import Path
 import asyncpg
 
 from producers.relay.shards import LOCK_CLASS, MEMBER_LOCK, SHARD_COUNT
-from spectral.db.connect import connect, guarded
+from spectral.db.connect import close_session, connect, guarded
 from spectral.db.queries import load_queries
 
 _SQL = load_queries(Path(__file__).with_name("queries.sql"))
@@ -52,11 +52,7 @@ class RelayRepository:
 
     async def close(self) -> None:
         """End the session: the server releases every lock it held."""
-        if not self._conn.is_closed():
-            try:
-                await self._conn.close(timeout=5)
-            except Exception:  # noqa: BLE001 - closing a broken session: terminate it instead
-                self._conn.terminate()
+        await close_session(self._conn)
 
     async def count_relays(self) -> int:
         value = await guarded(

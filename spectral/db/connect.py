@@ -86,6 +86,17 @@ async def ping(dsn: str, *, seconds: float = 5.0) -> None:
         await conn.close()
 
 
+async def close_session(conn: asyncpg.Connection) -> None:
+    """End a session (the server releases its session locks with it); a session that cannot
+    close cleanly (the server is gone, the connection broken) is terminated instead."""
+    if conn.is_closed():
+        return
+    try:
+        await conn.close(timeout=5)
+    except Exception:  # noqa: BLE001 - closing a broken session: terminate it instead
+        conn.terminate()
+
+
 async def create_pool(
     dsn: str,
     *,

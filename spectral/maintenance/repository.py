@@ -15,7 +15,7 @@ from typing import Final, TypeVar
 
 import asyncpg
 
-from spectral.db.connect import connect, guarded
+from spectral.db.connect import close_session, connect, guarded
 from spectral.db.queries import load_queries
 from spectral.errors import SpectralError
 from spectral.maintenance.policy import (
@@ -86,11 +86,7 @@ class MaintenanceRepository:
         return cls(await connect(dsn, role=role))
 
     async def close(self) -> None:
-        if not self._conn.is_closed():
-            try:
-                await self._conn.close(timeout=5)
-            except Exception:  # noqa: BLE001 - closing a broken session: terminate it instead
-                self._conn.terminate()
+        await close_session(self._conn)
 
     # -- reading --------------------------------------------------------------------------------
 

@@ -10,11 +10,13 @@ from datetime import timedelta
 from pathlib import Path
 
 import asyncpg
+from asyncpg.transaction import Transaction
 
 import spectral.consumer
 from spectral.db.connect import connect
 from spectral.db.queries import load_queries
 from spectral.kafka.retention import BrokerRetention, describe_retention
+from spectral.maintenance.policy import DedupRotation
 from spectral.maintenance.repository import MaintenanceRepository
 from spectral.maintenance.run import MaintenanceOptions, MaintenanceReport, maintain
 from spectral.settings import Settings
@@ -49,6 +51,24 @@ async def claim_in(
         list(range(len(keys))),
     )
     return {str(r[0]) for r in rows}
+
+
+@asynccontextmanager
+async def claim_in_flight(database_url: str, keys: Sequence[str]) -> AsyncIterator[Transaction]:
+    """A consumer's transaction that claimed ``keys`` and has not committed yet (the caller
+    commits or rolls back; otherwise it is rolled back when the block ends)."""
+    async with session(database_url, PROJECTOR) as conn:
+        transaction = conn.transaction()
+        await transaction.start()
+        assert await claim_in(conn, keys) == set(keys)
+        yield transaction
+
+
+async def first_rotation(database_url: str) -> tuple[MaintenanceRepository, DedupRotation]:
+    """A maintenance session and the rotation from generation 1 to 2 (nothing to forget)."""
+    repo = await MaintenanceRepository.open(database_url)
+    [current] = await repo.dedup_generations()
+    return repo, DedupRotation(current, None, 2, 1, timedelta(minutes=10))
 
 
 async def claim(

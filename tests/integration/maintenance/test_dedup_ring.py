@@ -9,13 +9,14 @@ from datetime import timedelta
 
 import pytest
 
-from spectral.maintenance.policy import DedupRotation, Hold
-from spectral.maintenance.repository import LockTimeoutError, MaintenanceRepository
+from spectral.maintenance.policy import Hold
+from spectral.maintenance.repository import LockTimeoutError
 from spectral.settings import Settings
 from tests.integration.maintenance.support import (
     age,
     claim,
-    claim_in,
+    claim_in_flight,
+    first_rotation,
     generations,
     run_maintenance,
     session,
@@ -101,13 +102,8 @@ async def test_a_recent_redrive_holds_the_dedup_record_back_while_its_copy_may_b
 async def test_a_rotation_waits_for_a_claim_in_flight_and_the_key_is_never_claimed_twice(
     database_url: str,
 ) -> None:
-    repo = await MaintenanceRepository.open(database_url)
-    gens = await repo.dedup_generations()
-    rotation = DedupRotation(gens[0], None, 2, 1, timedelta(minutes=10))
-    async with session(database_url, "spectral_projector") as first:
-        transaction = first.transaction()
-        await transaction.start()
-        assert await claim_in(first, ["k"]) == {"k"}  # uncommitted, in slot 0
+    repo, rotation = await first_rotation(database_url)
+    async with claim_in_flight(database_url, ["k"]) as transaction:  # uncommitted, in slot 0
         rotating = asyncio.create_task(repo.rotate_dedup(rotation, timedelta(seconds=30)))
         await asyncio.sleep(0.5)
         assert not rotating.done()  # waits for the claim's transaction
@@ -129,13 +125,8 @@ async def test_a_rotation_waits_for_a_claim_in_flight_and_the_key_is_never_claim
 async def test_a_rotation_gives_up_after_the_lock_timeout_and_changes_nothing(
     database_url: str,
 ) -> None:
-    repo = await MaintenanceRepository.open(database_url)
-    gens = await repo.dedup_generations()
-    rotation = DedupRotation(gens[0], None, 2, 1, timedelta(minutes=10))
-    async with session(database_url, "spectral_projector") as frozen:
-        transaction = frozen.transaction()
-        await transaction.start()
-        await claim_in(frozen, ["k"])
+    repo, rotation = await first_rotation(database_url)
+    async with claim_in_flight(database_url, ["k"]) as transaction:
         with pytest.raises(LockTimeoutError, match="gave up after waiting"):
             await repo.rotate_dedup(rotation, timedelta(milliseconds=300))
         # Claims that queued behind the rotation went on once it gave up.
@@ -148,10 +139,7 @@ async def test_a_rotation_gives_up_after_the_lock_timeout_and_changes_nothing(
 async def test_a_held_maintenance_reports_lock_timeout_and_no_rotation(
     settings: Settings, database_url: str
 ) -> None:
-    async with session(database_url, "spectral_projector") as frozen:
-        transaction = frozen.transaction()
-        await transaction.start()
-        await claim_in(frozen, ["k"])
+    async with claim_in_flight(database_url, ["k"]) as transaction:
         report = await run_maintenance(settings, lock_timeout=timedelta(milliseconds=200))
         await transaction.rollback()
     assert report.ok
