@@ -52,9 +52,9 @@ ORDER BY o.id
 LIMIT $3
 
 -- name: mark_published
--- Through core.outbox_mark_published (migration 0008): the relay role has no UPDATE privilege on
--- the outbox; the function sets published_at = now() on unpublished rows and nothing else. A row
--- is named by (id, slot): one index probe in its own partition.
+-- Through core.outbox_mark_published (migration bounded_state): the relay role has no UPDATE
+-- privilege on the outbox; the function sets published_at = now() on unpublished rows and
+-- nothing else. A row is named by (id, slot): one index probe in its own partition.
 SELECT core.outbox_mark_published($1::bigint[], $2::smallint[])
 
 -- name: outbox_stats

@@ -26,7 +26,8 @@ class OutboxRow:
     idempotency_key: str
     envelope: bytes
     slot: int = 0
-    """The outbox partition the row lives in (migration 0008); marks name a row by (id, slot)."""
+    """The outbox partition the row lives in (migration ``bounded_state``); marks name a row by
+    (id, slot)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -2,14 +2,15 @@
 
 -- name: claim_keys
 -- Record every key of the batch as handled; the keys returned are the new ones.
--- core.event_handled is a ring of two slots (migration 0008, README "Bounded state"): the
--- current generation's slot and the previous one's. A key is new when neither slot holds it:
--- the previous slot is probed first (one index probe per key, LATERAL ... LIMIT 1 keeps it a
--- probe whatever the plan), then the insert into the current slot settles races (a concurrent
--- transaction inserting the same key waits on this row and then finds it). This statement's lock
--- on core.event_handled lasts until commit and a rotation needs an exclusive one, so no rotation
--- happens between the probe and the commit; a statement that waited for a rotation reads the new
--- current slot (its snapshot is taken after its locks): one key never lands in both slots.
+-- core.event_handled is a ring of two slots (migration bounded_state; README, "Bounded
+-- state"): the current generation's slot and the previous one's. A key is new when neither slot
+-- holds it: the previous slot is probed first (one index probe per key, LATERAL ... LIMIT 1 keeps
+-- it a probe whatever the plan), then the insert into the current slot settles races (a
+-- concurrent transaction inserting the same key waits on this row and then finds it). This
+-- statement's lock on core.event_handled lasts until commit and a rotation needs an exclusive
+-- one, so no rotation happens between the probe and the commit; a statement that waited for a
+-- rotation reads the new current slot (its snapshot is taken after its locks): one key never
+-- lands in both slots.
 WITH current_generation AS (
     SELECT slot FROM core.dedup_generations WHERE ended_at IS NULL
 )

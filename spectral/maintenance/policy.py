@@ -1,8 +1,8 @@
 """What maintenance does next: pure decisions over the generations and the clock (no I/O).
 
-Two rings (migration 0008): ``core.event_handled`` has two slots (current and previous dedup
-generation), ``core.outbox`` four. This module decides, from their generation rows, the broker's
-retention and ``now``:
+Two rings (migration ``bounded_state``): ``core.event_handled`` has two slots (current and
+previous dedup generation), ``core.outbox`` four. This module decides, from their generation
+rows, the broker's retention and ``now``:
 
 * **outbox** — which ended generations to check for unpublished rows, which to empty (every row
   published, and published at least ``retention`` ago), whether to start a new generation

@@ -1,4 +1,5 @@
--- Statements of spectral/maintenance/repository.py, run as spectral_maintainer (migration 0008).
+-- Statements of spectral/maintenance/repository.py, run as spectral_maintainer (migration
+-- bounded_state).
 -- Partition names ({partition}) are filled in from a closed set (core.event_handled_0..1,
 -- core.outbox_0..3), never from input.
 
@@ -118,7 +119,7 @@ WHERE generation = $1
 -- name: lock_outbox_writers
 -- Waits for every transaction that inserted outbox rows; none can insert until this commits, and
 -- those after it read the new current slot. Relays' reads go on (SHARE does not block them).
--- (LOCK TABLE core.outbox IN SHARE MODE, through a function of migration 0008.)
+-- (LOCK TABLE core.outbox IN SHARE MODE, through a function of migration bounded_state.)
 SELECT core.lock_outbox_for_rotation()
 
 -- name: end_outbox_generation
@@ -134,7 +135,8 @@ VALUES ($1, $2, $3)
 -- name: lock_dedup
 -- Waits for every transaction that claimed keys (they hold a lock on the table until they end);
 -- claims wait behind it and then read the new current slot.
--- (LOCK TABLE core.event_handled IN ACCESS EXCLUSIVE MODE, through a function of migration 0008.)
+-- (LOCK TABLE core.event_handled IN ACCESS EXCLUSIVE MODE, through a function of migration
+-- bounded_state.)
 SELECT core.lock_dedup_for_rotation()
 
 -- name: forget_generation

@@ -1,4 +1,4 @@
--- 0008 bounded state: core.event_handled and core.outbox become rings of partitions that
+-- Bounded state: core.event_handled and core.outbox become rings of partitions that
 -- `spectral maintenance` empties whole (TRUNCATE) behind a horizon argued in the README
 -- ("Bounded state"); the roles that write them are narrowed to what each needs.
 --
