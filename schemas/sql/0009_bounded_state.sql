@@ -68,6 +68,24 @@ CREATE UNIQUE INDEX dedup_generations_one_per_slot ON core.dedup_generations (sl
 -- Generation 1 holds every key handled so far, since the beginning.
 INSERT INTO core.dedup_generations (generation, slot, started_at) VALUES (1, 0, '-infinity');
 
+-- The slot claims go to. A dedup record without a current generation is a fault of the
+-- installation, not of an event: it raises a class-57 error, which the consumer engine treats as
+-- an infrastructure fault (it pauses and retries) instead of deduplicating or dead-lettering.
+CREATE FUNCTION core.dedup_current_slot() RETURNS smallint
+LANGUAGE plpgsql STABLE AS $fn$
+DECLARE
+    current_slot smallint;
+BEGIN
+    SELECT slot INTO current_slot FROM core.dedup_generations WHERE ended_at IS NULL;
+    IF current_slot IS NULL THEN
+        RAISE EXCEPTION 'core.dedup_generations has no current generation'
+            USING ERRCODE = 'cannot_connect_now',
+                  HINT = 'insert one (next generation number, the free slot, now()); see README';
+    END IF;
+    RETURN current_slot;
+END
+$fn$;
+
 ALTER TABLE core.event_handled RENAME TO event_handled_0;
 ALTER TABLE core.event_handled_0 ADD COLUMN slot smallint NOT NULL DEFAULT 0;
 ALTER TABLE core.event_handled_0 ALTER COLUMN slot DROP DEFAULT;

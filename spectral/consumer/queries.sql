@@ -11,20 +11,16 @@
 -- one, so no rotation happens between the probe and the commit; a statement that waited for a
 -- rotation reads the new current slot (its snapshot is taken after its locks): one key never
 -- lands in both slots.
-WITH current_generation AS (
-    SELECT slot FROM core.dedup_generations WHERE ended_at IS NULL
-)
 INSERT INTO core.event_handled
     (consumer, idempotency_key, event_id, outcome, source_partition, source_offset, slot)
-SELECT $1, t.k, t.e, 'applied', t.p, t.o, g.slot
+SELECT $1, t.k, t.e, 'applied', t.p, t.o, (SELECT core.dedup_current_slot())
 FROM unnest($2::text[], $3::uuid[], $4::int[], $5::bigint[]) AS t (k, e, p, o)
-CROSS JOIN current_generation AS g
 LEFT JOIN LATERAL (
     SELECT true AS held
     FROM core.event_handled AS earlier
     WHERE earlier.consumer = $1
       AND earlier.idempotency_key = t.k
-      AND earlier.slot <> g.slot
+      AND earlier.slot <> (SELECT core.dedup_current_slot())
     LIMIT 1
 ) AS previous ON true
 WHERE previous.held IS NULL

@@ -7,8 +7,10 @@ from __future__ import annotations
 import asyncio
 from datetime import timedelta
 
+import asyncpg
 import pytest
 
+from spectral.db.connect import is_transient
 from spectral.maintenance.policy import Hold
 from spectral.maintenance.repository import LockTimeoutError
 from spectral.settings import Settings
@@ -175,3 +177,14 @@ async def test_a_dry_run_reports_the_rotation_and_changes_nothing(
     assert report.outbox.started == 2
     assert [r["generation"] for r in await generations(database_url)] == [1]
     assert [r["generation"] for r in await generations(database_url, "outbox")] == [1]
+
+
+async def test_without_a_current_generation_a_claim_fails_as_an_infrastructure_fault(
+    database_url: str,
+) -> None:
+    """Never "every key is a duplicate": the engine pauses and retries instead."""
+    async with session(database_url) as admin:
+        await admin.execute("UPDATE core.dedup_generations SET ended_at = now()")
+    with pytest.raises(asyncpg.PostgresError, match="no current generation") as raised:
+        await claim(database_url, ["k"])
+    assert is_transient(raised.value)
