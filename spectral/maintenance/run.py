@@ -24,7 +24,7 @@ import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 from spectral.errors import SpectralError
 from spectral.kafka.retention import BrokerRetention
@@ -49,6 +49,7 @@ from spectral.maintenance.repository import (
 from spectral.observability.logging import get_logger
 
 log = get_logger(__name__)
+T = TypeVar("T")
 
 DescribeRetention = Callable[[Sequence[str]], Awaitable[BrokerRetention]]
 """Reads the retention settings of the given topics (spectral/kafka/retention.py)."""
@@ -241,9 +242,9 @@ async def _outbox(
             rows = (
                 await repo.estimated_rows(f"core.outbox_{generation.slot}")
                 if options.dry_run
-                else await repo.truncate_outbox(generation, options.lock_timeout)
+                else await _postponable(repo.truncate_outbox(generation, options.lock_timeout))
             )
-            if rows >= 0:
+            if rows is not None and rows >= 0:
                 report.pruned[generation.generation] = rows
         generations = await repo.outbox_generations()
         if options.dry_run:  # what the truncations would free
@@ -254,14 +255,32 @@ async def _outbox(
         rotate_to = plan_outbox(generations, now, options.outbox_retention, period).rotate_to_slot
         if rotate_to is not None:
             current = current_of(generations)
-            if not options.dry_run:
-                await repo.rotate_outbox(current, rotate_to, options.lock_timeout)
-            report.started = current.generation + 1
+            if options.dry_run or await _postponable(
+                _rotated(repo, current, rotate_to, options.lock_timeout)
+            ):
+                report.started = current.generation + 1
     except SpectralError as exc:
         report.error = str(exc)
         log.warning("outbox maintenance failed", error=str(exc))
     if metrics is not None:
         metrics.outbox_blocked.set(len(report.waiting_for_relay))
+
+
+async def _postponable(step: Awaitable[T]) -> T | None:
+    """``step``'s result; None when a table stayed locked longer than the lock timeout: the step
+    is left to the next pass."""
+    try:
+        return await step
+    except LockTimeoutError as exc:
+        log.warning("outbox maintenance step postponed", error=str(exc))
+        return None
+
+
+async def _rotated(
+    repo: MaintenanceRepository, current: OutboxGeneration, slot: int, lock_timeout: timedelta
+) -> bool:
+    await repo.rotate_outbox(current, slot, lock_timeout)
+    return True
 
 
 def _truncated(generation: OutboxGeneration, now: datetime) -> OutboxGeneration:

@@ -17,6 +17,7 @@ from consumers.rule_candidates import build
 from spectral.consumer.engine import ConsumerEngine, EngineOptions, RunSummary
 from spectral.consumer.handler import Outcome
 from spectral.maintenance.policy import Hold
+from spectral.outbox import OutboxItem, enqueue
 from spectral.settings import Settings
 from tests.faults.test_relay_faults import start_relay, wait_exit
 from tests.integration.maintenance.support import age, generations, run_maintenance, session
@@ -25,6 +26,7 @@ from tests.integration.relay.support import (
     by_key,
     enqueue_numbered,
     key_id,
+    numbered,
     outbox_counts,
     read_topic,
 )
@@ -144,3 +146,19 @@ async def test_a_relay_crash_and_a_consumer_down_for_days_still_apply_each_event
     again = await _consume(settings)
     assert again.counts[Outcome.DEDUPLICATED] == 9
     assert again.counts[Outcome.APPLIED] == 0
+
+
+async def test_a_rotation_waits_for_writers_in_flight_and_is_postponed_past_the_lock_timeout(
+    settings: Settings, database_url: str
+) -> None:
+    async with session(database_url, "spectral_producer") as writer:
+        transaction = writer.transaction()
+        await transaction.start()
+        await enqueue(writer, [OutboxItem(numbered(key_id(1), 1), str(key_id(1)))])
+        held = await run_maintenance(settings, lock_timeout=timedelta(milliseconds=200))
+        await transaction.commit()
+    assert held.ok
+    assert held.outbox.started is None  # left to the next pass, not an error
+    async with session(database_url) as admin:
+        assert await admin.fetchval("SELECT slot FROM core.outbox") == 0  # generation 1's
+    assert (await run_maintenance(settings)).outbox.started == 2
