@@ -134,6 +134,23 @@ LANGUAGE sql STABLE AS $fn$
     WHERE pg_has_role(current_user, r.oid, 'MEMBER')
 $fn$;
 
+-- The rows of these keys of one consumer, by address (table and tuple id): one probe of the
+-- primary key per key (LATERAL ... LIMIT 1), whatever the planner knows of the table. The
+-- engine's mark_stale and forget update and delete through it. (Inlined by the planner; runs
+-- with the caller's privileges, so row-level security applies.)
+CREATE FUNCTION core.dedup_rows_of(of_consumer text, keys text[])
+RETURNS TABLE (tableoid oid, ctid tid)
+LANGUAGE sql STABLE AS $fn$
+    SELECT found.tableoid, found.ctid
+    FROM unnest(keys) AS k (key)
+    CROSS JOIN LATERAL (
+        SELECT e.tableoid, e.ctid
+        FROM core.event_handled AS e
+        WHERE e.consumer = of_consumer AND e.idempotency_key = k.key
+        LIMIT 1
+    ) AS found
+$fn$;
+
 ALTER TABLE core.event_handled ENABLE ROW LEVEL SECURITY;
 CREATE POLICY event_handled_own_consumers ON core.event_handled
     TO spectral_projector, spectral_executor

@@ -28,9 +28,17 @@ ON CONFLICT (consumer, idempotency_key, slot) DO NOTHING
 RETURNING idempotency_key;
 
 -- name: mark_stale
-UPDATE core.event_handled SET outcome = 'stale'
-WHERE consumer = $1 AND idempotency_key = ANY($2::text[]);
+-- Each key is found by one probe of the primary key and its row updated by its address
+-- (core.dedup_rows_of): a plan that stays the same whatever the planner knows of the table. A
+-- plain `idempotency_key = ANY($2)` was planned as a scan of all the consumer's rows when a slot
+-- had no statistics yet or row-level security added its conditions (60-280 ms a batch at
+-- 200,000-600,000 keys).
+UPDATE core.event_handled AS h SET outcome = 'stale'
+FROM core.dedup_rows_of($1, $2::text[]) AS target
+WHERE h.tableoid = target.tableoid AND h.ctid = target.ctid;
 
 -- name: forget
 -- Deliveries the handler rejected were not applied: drop their rows so a redrive can apply them.
-DELETE FROM core.event_handled WHERE consumer = $1 AND idempotency_key = ANY($2::text[]);
+DELETE FROM core.event_handled AS h
+USING core.dedup_rows_of($1, $2::text[]) AS target
+WHERE h.tableoid = target.tableoid AND h.ctid = target.ctid;
