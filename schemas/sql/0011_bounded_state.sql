@@ -251,6 +251,29 @@ REVOKE ALL ON core.outbox_1, core.outbox_2, core.outbox_3 FROM PUBLIC;
 SELECT setval(pg_get_serial_sequence('core.outbox', 'id'), last_id + 1, false)
 FROM outbox_last_id;
 
+-- The unpublished rows of one slot that no relay can publish within the margin: delayed beyond
+-- it, or queued behind an earlier row of their key that is (a relay publishes a key's rows in id
+-- order). Maintenance counts them and moves them out of an ended slot.
+CREATE FUNCTION core.outbox_held_back(of_slot smallint, margin interval)
+RETURNS TABLE (id bigint)
+LANGUAGE sql STABLE AS $fn$
+    SELECT o.id
+    FROM core.outbox AS o
+    WHERE o.slot = of_slot
+      AND o.published_at IS NULL
+      AND (
+          o.available_at > now() + margin
+          OR EXISTS (
+              SELECT 1
+              FROM core.outbox AS earlier
+              WHERE earlier.record_key = o.record_key
+                AND earlier.published_at IS NULL
+                AND earlier.id < o.id
+                AND earlier.available_at > now() + margin
+          )
+      )
+$fn$;
+
 -- The relay marks rows published through this function only: it sets published_at to now() on
 -- unpublished rows and can do nothing else (no row becomes unpublished again, no other column
 -- changes). Returns how many rows it marked.

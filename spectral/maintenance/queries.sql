@@ -54,44 +54,21 @@ GROUP BY dlq_topic
 ORDER BY dlq_topic
 
 -- name: outbox_unpublished
--- Unpublished rows of one slot, and how many of them no relay can publish within the margin: rows
--- delayed beyond it, and rows queued behind an earlier row of their key that is (a relay
--- publishes a key's rows in id order). The others are due: the slot waits for the relays.
+-- Unpublished rows of one slot, and how many of them no relay can publish within the margin
+-- (core.outbox_held_back). The others are due: the slot waits for the relays. Partial indexes
+-- keep both cheap.
 SELECT
-    count(*) AS unpublished,
-    count(*) FILTER (
-        WHERE o.available_at > clock_timestamp() + $2::interval
-           OR EXISTS (
-               SELECT 1
-               FROM core.outbox AS earlier
-               WHERE earlier.record_key = o.record_key
-                 AND earlier.published_at IS NULL
-                 AND earlier.id < o.id
-                 AND earlier.available_at > clock_timestamp() + $2::interval
-           )
-    ) AS movable
-FROM core.outbox AS o
-WHERE o.slot = $1 AND o.published_at IS NULL
+    (SELECT count(*) FROM core.outbox WHERE slot = $1 AND published_at IS NULL) AS unpublished,
+    (SELECT count(*) FROM core.outbox_held_back($1::smallint, $2::interval)) AS movable
 
 -- name: evacuate_delayed
--- Move the rows of an ended slot that no relay can publish within the margin (see above), with
--- their ids, to the current slot. No relay can have them in flight: a relay fetches a row only
--- once its available_at has passed and no earlier row of its key is delayed.
+-- Move the rows of an ended slot that no relay can publish within the margin, with their ids, to
+-- the current slot. No relay can have them in flight: a relay fetches a row only once its
+-- available_at has passed and no earlier row of its key is delayed.
 UPDATE core.outbox AS o
 SET slot = (SELECT slot FROM core.outbox_generations WHERE ended_at IS NULL)
-WHERE o.slot = $1
-  AND o.published_at IS NULL
-  AND (
-      o.available_at > clock_timestamp() + $2::interval
-      OR EXISTS (
-          SELECT 1
-          FROM core.outbox AS earlier
-          WHERE earlier.record_key = o.record_key
-            AND earlier.published_at IS NULL
-            AND earlier.id < o.id
-            AND earlier.available_at > clock_timestamp() + $2::interval
-      )
-  )
+FROM core.outbox_held_back($1::smallint, $2::interval) AS held
+WHERE o.id = held.id AND o.slot = $1
 
 -- name: mark_fully_published
 -- $2: a time taken after the check found no unpublished row.
