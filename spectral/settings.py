@@ -71,6 +71,25 @@ class Settings(BaseSettings):
     topic_prefix: str = Field(default="", description="Prepended to every topic name.")
     state_dir: Path = Field(default=Path(".spectral"), description="Local stack state.")
     cache_dir: Path = Field(default_factory=_default_cache_dir, description="Kafka jars cache.")
+    kafka_metadata_refresh_seconds: float = Field(
+        default=5.0,
+        gt=0,
+        description="How often consumers re-read the cluster's metadata: new topics, re-created "
+        "topics and added partitions are picked up within this time (Kafka's default is 5 min).",
+    )
+    consumer_idle_in_transaction_seconds: float = Field(
+        default=10.0,
+        ge=0,
+        description="A consumer's database session idle this long inside a batch transaction "
+        "(its process frozen or hung) is ended by PostgreSQL, so the member that takes over its "
+        "partitions waits at most this long on its dedup rows; 0 disables.",
+    )
+    consumer_lock_timeout_seconds: float = Field(
+        default=15.0,
+        ge=0,
+        description="A batch statement waiting longer than this on a lock fails and the batch "
+        "is retried with backoff (a visible, counted retry instead of a silent wait); 0 disables.",
+    )
     log_level: str = "INFO"
     log_format: str = Field(default="auto", description="auto | json | console")
     topic_partitions: int = Field(

@@ -1,6 +1,6 @@
 """The ``rule-candidates`` deployment: failure-cluster snapshots into the triage inbox (ADR-057).
 
-``spectral consume rule-candidates`` finds :func:`build` through spectral/consumer/deployments.py.
+``spectral consume rule-candidates`` finds :func:`build` through spectral/cli/deployments.py.
 """
 
 from __future__ import annotations

@@ -43,7 +43,7 @@ from contracts.failure_cluster import (
     FailureClusterDetectedPayload,
     Severity,
 )
-from spectral.consumer.handler import Delivery, HandlerResult
+from spectral.consumer.handler import Delivery, Handler, HandlerResult, Rejection
 from spectral.observability.logging import get_logger
 
 log = get_logger(__name__)
@@ -68,12 +68,13 @@ _FACT: Final = {
 """Severity-qualified fact names, built once (not one f-string per event)."""
 
 
-class RuleCandidatesHandler:
-    """The ``rule-candidates`` deployment's handler (see spectral/consumer/handler.py)."""
+class RuleCandidatesHandler(Handler[None]):
+    """The ``rule-candidates`` deployment's handler (see spectral/consumer/handler.py): no
+    background work and nothing carried to ``after_commit`` but its facts."""
 
-    name: Final = CONSUMER_NAME
-    event_types: Final = (FAILURE_CLUSTER_DETECTED,)
-    database_role: Final = DATABASE_ROLE
+    name = CONSUMER_NAME
+    event_types = (FAILURE_CLUSTER_DETECTED,)
+    database_role = DATABASE_ROLE
     """The engine creates its pool acting as this role: no privilege on operator columns."""
 
     def __init__(
@@ -88,10 +89,8 @@ class RuleCandidatesHandler:
 
     # -- the batch -------------------------------------------------------------------------
 
-    async def apply(self, conn: Conn, deliveries: Sequence[Delivery]) -> HandlerResult:
-        result = HandlerResult()
-        now = datetime.now(UTC)
-        keys: dict[int, OrderKey] = {}  # by id(delivery): the batch holds every delivery alive
+    async def apply(self, conn: Conn, deliveries: Sequence[Delivery]) -> HandlerResult[None]:
+        result: HandlerResult[None] = HandlerResult()
         entries: list[tuple[int, OrderKey, Delivery]] = []
         for delivery in deliveries:
             payload: FailureClusterDetectedPayload = delivery.envelope.payload
@@ -146,7 +145,7 @@ class RuleCandidatesHandler:
         result.facts.setdefault(RESURFACED, 0)
         return result
 
-    async def after_commit(self, result: HandlerResult) -> None:
+    async def after_commit(self, result: HandlerResult[None]) -> None:
         """Count what the committed transaction did (never a rolled-back attempt)."""
         by_kind: dict[str, dict[str, int]] = {}
         for fact, count in result.facts.items():

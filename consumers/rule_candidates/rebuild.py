@@ -43,6 +43,7 @@ from spectral.consumer.offsets import require_idle
 from spectral.consumer.replay import Mode, Progress, ReplayReport, ReplayRequest, replay
 from spectral.consumer.replay_range import Beginning
 from spectral.db.queries import load_queries
+from spectral.kafka.topics import group_for
 from spectral.settings import Settings
 
 _SQL: Final = load_queries(Path(__file__).with_name("rebuild.sql"))
@@ -77,7 +78,7 @@ async def rebuild(
     *,
     kafka_bootstrap: str,
     database_url: str,
-    group: str = CONSUMER_NAME,
+    group: str | None = None,
     dry_run: bool = False,
     progress: Progress | None = None,
 ) -> ReplayReport:
@@ -85,7 +86,7 @@ async def rebuild(
     await require_idle(
         settings,
         kafka_bootstrap,
-        group,
+        group or group_for(CONSUMER_NAME, settings.topic_prefix),
         "the live consumer would wait on the rebuild's locks for its whole duration",
     )
 

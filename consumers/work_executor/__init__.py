@@ -1,7 +1,7 @@
 """The ``work-executor`` consumer deployment (ADR-035 executed per ADR-0008 and ADR-0023).
 
 ``build(settings, database_url, registry)`` is the factory ``spectral consume work-executor``
-calls (spectral/consumer/deployments.py). The handler acts as the database role
+calls (spectral/cli/deployments.py). The handler acts as the database role
 ``spectral_executor``. See handler.py for the event flow and executor.py for the per-item flow
 and the unknown-outcome rule.
 """

@@ -10,10 +10,11 @@ Events are wake-ups; the ``work.work_items`` row is the queue of record (ADR-000
   waiting for room together as one batch (executor.py: shared statements and transactions per
   step, one paid call per item); the paid work runs there, outside any transaction, and never
   holds up the engine's offsets for longer than it takes to find room in the pool.
-* the sweep, every ``work_sweep_interval_seconds`` from a task the handler starts with its
-  pool (the engine's ``periodic`` hook starts it at once, before any record arrives, so a
-  restarted executor recovers its predecessor's leases even when no event ever comes): stamp-
-  based recovery of stale leases, due items no event brought, parents left open, queue gauges.
+* the sweep, every ``work_sweep_interval_seconds`` from a task ``start`` launches (the engine
+  calls it when a live consumer starts, before any record arrives, so a restarted executor
+  recovers its predecessor's leases even when no event ever comes; a replay never calls it, so
+  a replay claims only the items its own records name): stamp-based recovery of stale leases,
+  due items no event brought, parents left open, queue gauges.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from consumers.work_executor.pool import Job, JobDone, WorkerPool
 from consumers.work_executor.repository import ExecutorRepository
 from consumers.work_executor.retry import RetryPolicy
 from contracts import WORK_ITEM_ENQUEUED
-from spectral.consumer.handler import Delivery, HandlerResult
+from spectral.consumer.handler import Delivery, Handler, HandlerResult
 from spectral.db.connect import create_pool
 from spectral.llm.seam import Synthesizer
 from spectral.observability.logging import get_logger
@@ -49,10 +50,11 @@ DB_CONNECTIONS: Final = 8
 statements of one step, never across a paid call, so many items in flight need few."""
 
 
-class WorkExecutorHandler:
-    """Claims in the engine's transaction, executes in its own pool, sweeps periodically."""
+class WorkExecutorHandler(Handler[Job]):
+    """Claims in the engine's transaction, executes in its own pool, sweeps in the background
+    of a live consumer. ``carry``: the claimed items, handed to the pool after the commit."""
 
-    database_role: str = ROLE
+    database_role = ROLE
 
     def __init__(
         self,
@@ -92,8 +94,15 @@ class WorkExecutorHandler:
     def worker_id(self) -> str:
         return self._config.worker_id
 
-    async def start(self) -> WorkExecutor:
-        """Open the executor's own connection pool (idempotent)."""
+    async def start(self) -> None:
+        """A live consumer starts: open the executor and start the sweeper (idempotent)."""
+        await self._open()
+        if self._sweeper is None:
+            self._stopping.clear()
+            self._sweeper = asyncio.create_task(self._sweep_forever(), name="work-sweeper")
+
+    async def _open(self) -> WorkExecutor:
+        """Open the executor's own connection pool (idempotent); no background work."""
         async with self._starting:
             if self._executor is None:
                 self._db = await create_pool(
@@ -110,13 +119,11 @@ class WorkExecutorHandler:
                     self._metrics,
                     self._config,
                 )
-                self._stopping.clear()
-                self._sweeper = asyncio.create_task(self._sweep_forever(), name="work-sweeper")
             return self._executor
 
     async def sweep_once(self) -> int:
         """One sweep; the claimed items go to the pool. Returns how many were claimed."""
-        executor = await self.start()
+        executor = await self._open()
         jobs = await executor.sweep(self._pool.free)
         if jobs:
             await self._pool.submit(jobs)
@@ -137,13 +144,13 @@ class WorkExecutorHandler:
                 return
 
     async def _run(self, jobs: Sequence[Job], done: JobDone) -> None:
-        executor = await self.start()
+        executor = await self._open()
         await executor.run_batch(jobs, done)
 
     # -- the engine's hooks ----------------------------------------------------------------------
 
-    async def apply(self, conn: Conn, deliveries: Sequence[Delivery]) -> HandlerResult:
-        await self.start()
+    async def apply(self, conn: Conn, deliveries: Sequence[Delivery]) -> HandlerResult[Job]:
+        await self._open()
         assert self._repo is not None  # noqa: S101 - set by start()
         wanted: dict[UUID, list[str]] = {}
         for delivery in deliveries:
@@ -160,20 +167,19 @@ class WorkExecutorHandler:
             carry=[(item, token) for item in sorted(claimed)],
         )
 
-    async def after_commit(self, result: HandlerResult) -> None:
-        jobs: list[Job] = list(result.carry or [])
-        if jobs:
-            await self._pool.submit(jobs)
+    async def after_commit(self, result: HandlerResult[Job]) -> None:
+        if result.carry:
+            await self._pool.submit(result.carry)
 
-    async def periodic(self, _engine_pool: asyncpg.Pool) -> None:
-        """Start the executor (and its sweeper) with the engine; the sweeper does the rest."""
-        await self.start()
-
-    # -- for tests and graceful shutdowns ----------------------------------------------------------
+    # -- the end ---------------------------------------------------------------------------------
 
     async def drain(self) -> None:
         """Wait until every item handed to the pool has been processed."""
         await self._pool.join()
+
+    async def close(self) -> None:
+        """The engine's end of a run (see ``aclose``)."""
+        await self.aclose()
 
     async def aclose(self, drain_seconds: float | None = None) -> None:
         """Stop sweeping (a sweep under way finishes and hands its claims to the pool), let the

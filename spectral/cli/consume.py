@@ -5,16 +5,9 @@ from __future__ import annotations
 import typer
 from prometheus_client import REGISTRY
 
-from spectral.cli._common import (
-    METRICS_HOST_HELP,
-    METRICS_PORT_HELP,
-    run,
-    serve_health,
-    settings,
-    warn_missing_topics,
-)
+from spectral.cli._common import run, settings
+from spectral.cli.deployments import factory
 from spectral.consumer.collector import tune_for_batches
-from spectral.consumer.deployments import factory
 from spectral.consumer.engine import ConsumerEngine, EngineOptions, RunSummary
 from spectral.devstack import resolve_endpoints
 from spectral.observability.health import run_with_health
@@ -23,7 +16,9 @@ from spectral.observability.progress import ProgressMonitor
 
 def consume(  # noqa: PLR0917 - typer maps each parameter to an option
     name: str = typer.Argument(..., help="Deployment: rule-candidates | work-executor."),
-    group: str | None = typer.Option(None, help="Consumer group (default: the deployment name)."),
+    group: str | None = typer.Option(
+        None, help="Consumer group (default: the topic prefix + the deployment name)."
+    ),
     stop_when_idle: float | None = typer.Option(
         None, "--stop-when-idle", help="Exit 0 once no record arrived for this many seconds."
     ),

@@ -13,10 +13,11 @@ from rich.console import Console
 from rich.table import Table
 
 from spectral.cli._common import fail, run, settings
-from spectral.consumer.deployments import factory
+from spectral.cli.deployments import factory
 from spectral.consumer.offsets import GroupBusyError, ResetReport, reset_offsets
 from spectral.consumer.replay_range import start_of
 from spectral.devstack import resolve_endpoints
+from spectral.kafka.topics import group_for
 from spectral.settings import Settings
 
 app = typer.Typer(help="Consumer group offsets.", no_args_is_help=True)
@@ -27,9 +28,7 @@ EXIT_BUSY = 1
 async def event_types_of(name: str, current: Settings, database_url: str) -> Sequence[str]:
     """The event types deployment ``name`` consumes (its handler is built, never run)."""
     handler = factory(name)(current, database_url, CollectorRegistry())
-    closer = getattr(handler, "aclose", None)
-    if closer is not None:
-        await closer()
+    await handler.close()
     return tuple(handler.event_types)
 
 
@@ -40,7 +39,10 @@ def reset(
         str, typer.Option("--consumer", help="Deployment: rule-candidates | work-executor.")
     ],
     group: Annotated[
-        str | None, typer.Option("--group", help="The live group (default: the deployment name).")
+        str | None,
+        typer.Option(
+            "--group", help="The live group (default: the topic prefix + the deployment name)."
+        ),
     ] = None,
     to_earliest: Annotated[
         bool, typer.Option("--to-earliest", help="The first offset still in each partition.")
@@ -93,7 +95,7 @@ def reset(
             current,
             endpoints.kafka_bootstrap,
             event_types=await event_types_of(consumer, current, endpoints.database_url),
-            group=group or consumer,
+            group=group or group_for(consumer, current.topic_prefix),
             target=target,
             dry_run=dry_run,
         )

@@ -7,7 +7,6 @@ from typing import Annotated
 
 import typer
 
-from consumers.rule_candidates.handler import CONSUMER_NAME
 from consumers.rule_candidates.rebuild import rebuild
 from spectral.cli._common import fail, run, settings
 from spectral.cli.replay import EXIT_INCOMPLETE, print_report, progress_bar
@@ -21,8 +20,13 @@ app = typer.Typer(help="Rebuild a projection from its topic.", no_args_is_help=T
 def rule_candidates(
     *,
     group: Annotated[
-        str, typer.Option("--group", help="The live consumer group (must have no members).")
-    ] = CONSUMER_NAME,
+        str | None,
+        typer.Option(
+            "--group",
+            help="The live consumer group, which must have no members (default: the topic "
+            "prefix + rule-candidates).",
+        ),
+    ] = None,
     dry_run: Annotated[
         bool, typer.Option("--dry-run", help="Do it all, then roll back: report the diff.")
     ] = False,

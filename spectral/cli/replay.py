@@ -10,7 +10,7 @@ import json
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from prometheus_client import CollectorRegistry
@@ -26,7 +26,7 @@ from rich.progress import (
 from rich.table import Table
 
 from spectral.cli._common import fail, run, settings
-from spectral.consumer.deployments import factory
+from spectral.cli.deployments import factory
 from spectral.consumer.handler import Handler, Outcome
 from spectral.consumer.replay import Mode, ReplayReport, ReplayRequest
 from spectral.consumer.replay import Progress as ProgressCallback
@@ -107,7 +107,7 @@ def replay(
     endpoints = resolve_endpoints(current)
     build = factory(consumer)
 
-    def make_handler(database_url: str) -> Handler:
+    def make_handler(database_url: str) -> Handler[Any]:
         return build(current, database_url, CollectorRegistry())
 
     request = ReplayRequest(

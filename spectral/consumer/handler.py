@@ -6,7 +6,26 @@ applies them with set-based SQL and says per event whether it was applied or sta
 deliveries it refuses for a data reason. It never publishes to Kafka directly; events it wants to
 emit go to the outbox in the same transaction.
 
-Flow of one batch (see engine.py):
+A handler is a subclass of :class:`Handler`: one abstract step, :meth:`Handler.apply`, and
+every other lifecycle step a documented method with a no-op default (the anchor is
+eventsourcing's ``Follower.policy``). Which steps run depends on how the engine runs it:
+
+=================  ============================  =======================  ======================
+step               ``spectral consume`` (live)   replay (applying)        dry run / rebuild
+=================  ============================  =======================  ======================
+``start``          once, before the first fetch  never                    never
+``periodic``       every ``periodic_interval``   never                    never
+``apply``          every batch                   every batch              every batch
+``after_commit``   after each batch's commit     after each commit        never (nothing commits
+                                                                          per batch)
+``drain``          never (``close`` bounds it)   once, at the end         never
+``close``          once, at the end              once, at the end         once, at the end
+=================  ============================  =======================  ======================
+
+So background work (the executor's sweeper) starts only in ``start``: a replay does only what
+its records ask for.
+
+Flow of one batch (see engine.py and transaction.py):
   1. decode every record; undecodable ones are dead-lettered with the decode reason;
   2. BEGIN; insert (consumer, idempotency_key) into core.event_handled for the batch with
      ON CONFLICT DO NOTHING RETURNING — the returned keys are new, the rest are duplicates
@@ -15,22 +34,29 @@ Flow of one batch (see engine.py):
   4. keys the handler marks stale get outcome 'stale'; rejected deliveries lose their
      event_handled row (they were not applied) and are dead-lettered;
   5. COMMIT; dead letters are produced and acknowledged; offsets are committed;
-  6. ``handler.after_commit(result)`` (optional) runs post-commit work.
+  6. ``handler.after_commit(result)`` runs post-commit work (after the offsets, too: work it
+     starts must tolerate the process dying right after, the transaction recorded what it
+     needs).
 If ``apply`` raises a non-transient error, the engine retries the batch one delivery at a time so
 one bad record cannot fail its batch-mates; the one that still fails is dead-lettered with reason
-``handler_error``.
+``handler_error``. The results of the deliveries that succeed are merged
+(:meth:`HandlerResult.merge`), their ``carry`` included.
 """
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Generic, TypeVar
 
 import asyncpg
 
 from contracts import EventEnvelope
+
+C = TypeVar("C")
+"""What a handler carries from ``apply`` to ``after_commit`` (one item per unit of work)."""
 
 
 class Outcome(StrEnum):
@@ -54,11 +80,16 @@ class Delivery:
     raw: bytes
     timestamp_ms: int = 0
     # The record's headers as received (a redriven record carries its dead-letter history).
-    headers: tuple[tuple[str, bytes], ...] = ()
+    headers: tuple[tuple[str, bytes | None], ...] = ()
 
     @property
     def idempotency_key(self) -> str:
         return self.envelope.idempotency_key
+
+    @property
+    def value(self) -> bytes:
+        """The record's value bytes (``raw``), as on a Kafka record."""
+        return self.raw
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,42 +102,82 @@ class Rejection:
 
 
 @dataclass
-class HandlerResult:
+class HandlerResult(Generic[C]):
     """What ``apply`` reports. Keys not listed as stale and not rejected count as applied."""
 
     stale: set[str] = field(default_factory=set)
     rejected: list[Rejection] = field(default_factory=list)
-    # Handler-specific facts for logs/metrics and after_commit (e.g. {"resurfaced": 2}).
     facts: dict[str, int] = field(default_factory=dict)
-    # Anything the handler wants to carry to after_commit.
-    carry: Any = None
+    """Handler-specific counts for logs, metrics and ``after_commit`` (e.g. {"resurfaced": 2});
+    summed when results merge."""
+    carry: list[C] = field(default_factory=list)
+    """Work for ``after_commit`` (e.g. the items a batch claimed); concatenated on merge."""
+
+    def merge(self, other: HandlerResult[C]) -> HandlerResult[C]:
+        """Both results as one: what the one-by-one fallback reports for its batch."""
+        facts = dict(self.facts)
+        for name, value in other.facts.items():
+            facts[name] = facts.get(name, 0) + value
+        return HandlerResult(
+            stale=self.stale | other.stale,
+            rejected=[*self.rejected, *other.rejected],
+            facts=facts,
+            carry=[*self.carry, *other.carry],
+        )
 
 
-@runtime_checkable
-class Handler(Protocol):
-    """A projection run by the engine. ``name`` is the consumer name used for dedup and DLQ."""
+class Handler(ABC, Generic[C]):
+    """A projection run by the engine.
+
+    Subclasses give ``name`` (the consumer name used for dedup, dead letters and the default
+    consumer group), ``event_types`` (one topic each) and ``apply``; every other member has a
+    no-op default. ``C`` is the type of :attr:`HandlerResult.carry`.
+    """
+
+    database_role: str | None = None
+    """The PostgreSQL role the engine's sessions act as (``SET ROLE`` at connect): the
+    privileges of the projection, no more. None: the login's own."""
 
     @property
+    @abstractmethod
     def name(self) -> str: ...
 
     @property
+    @abstractmethod
     def event_types(self) -> Sequence[str]: ...
 
+    @abstractmethod
     async def apply(
         self, conn: asyncpg.Connection, deliveries: Sequence[Delivery]
-    ) -> HandlerResult: ...
+    ) -> HandlerResult[C]:
+        """Apply the new deliveries inside the engine's transaction (set-based SQL)."""
 
+    async def start(self) -> None:
+        """Start background work; called once by a live consumer before its first fetch,
+        never by a replay, a dry run or a rebuild."""
 
-@runtime_checkable
-class AfterCommit(Protocol):
-    """Optional: work a handler does after its transaction committed (before offsets commit)."""
+    async def periodic(self, pool: asyncpg.Pool) -> None:
+        """Chores of a live consumer, every ``periodic_interval`` seconds, never beside a batch
+        (``pool``: the engine's connections, acting as ``database_role``)."""
 
-    async def after_commit(self, result: HandlerResult) -> None: ...
+    async def after_commit(self, result: HandlerResult[C]) -> None:
+        """Work after a batch's transaction and offsets committed (``result`` is what
+        ``apply`` returned, merged over the one-by-one fallback). Never called when the batches
+        do not commit (dry runs, rebuilds). Infrastructure faults raised here are retried."""
+
+    async def drain(self) -> None:
+        """Wait until the work ``after_commit`` handed over has finished (an applying replay
+        calls it once, at its end)."""
+
+    async def close(self) -> None:
+        """Stop background work, finish what is in flight within the handler's own bound and
+        release resources. Called at the end of every run; must be safe to call again."""
 
 
 @dataclass(frozen=True)
 class BatchReport:
-    """Counts of one batch, by outcome, plus the handler's facts."""
+    """Counts of one batch, by outcome, plus the handler's facts and dead letters by reason."""
 
     counts: Mapping[Outcome, int]
     facts: Mapping[str, int]
+    dead_letter_reasons: Mapping[str, int] = field(default_factory=dict)

@@ -57,8 +57,11 @@ class TableChange:
 
 
 class HeldTransaction:
-    """``async with HeldTransaction(conn) as held``: ``held.lend`` is the engine's connection
-    source; ``held.commit()`` keeps the work, leaving the block without it rolls it back."""
+    """``async with HeldTransaction(conn) as held``: ``held`` lends the engine its connections
+    (each batch a savepoint: nothing commits per batch); ``held.commit()`` keeps the work,
+    leaving the block without it rolls it back."""
+
+    commits = False
 
     def __init__(self, conn: asyncpg.Connection) -> None:
         self.conn = conn

@@ -2,18 +2,28 @@
 
 Labels: ``consumer`` (one per deployment), ``outcome`` (the four Outcome values), ``reason`` (the
 decode reasons plus the engine's own, folded to ``other`` if unknown), ``component``
-(database | kafka). Lag per partition is measured by spectral/observability/progress.py.
+(database | kafka), ``fallback`` (reference | table), and topic/partition for lag (bounded by
+the partition count).
+
+This class is also where the engine reports its positions and progress (``committed``,
+``batch_done``): a lag or stall monitor reads them here.
 """
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
+import contextlib
+from collections.abc import Mapping
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from contracts import DecodeReason
 from spectral.consumer.handler import Outcome
 
 # The decode reasons of the contracts plus the engine's own: a fixed label set.
-ENGINE_REASONS = ("unexpected_event_type", "handler_rejected", "handler_error")
+ENGINE_REASONS = ("unexpected_event_type", "decode_error", "handler_rejected", "handler_error")
+FALLBACKS = ("reference", "table")
+"""Where a dead letter went when the broker refused it whole: a reference on the dead-letter
+topic, or (refused too) the database table core.dead_letters."""
 DEAD_LETTER_REASONS = frozenset({reason.value for reason in DecodeReason} | set(ENGINE_REASONS))
 _BATCH_BUCKETS = (1, 10, 50, 100, 250, 500, 1000, 2500, 5000, 10000)
 _DURATION_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
@@ -61,11 +71,42 @@ class ConsumerMetrics:
             ["consumer", "component"],
             registry=registry,
         )
+        fallbacks = Counter(
+            "spectral_consumer_dead_letter_fallbacks_total",
+            "Dead letters the broker refused whole: produced as a reference (no value), or — "
+            "refused as that too — recorded in the database table core.dead_letters.",
+            ["consumer", "fallback"],
+            registry=registry,
+        )
+        self.fallbacks = {name: fallbacks.labels(consumer, name) for name in FALLBACKS}
+        self._lag = Gauge(
+            "spectral_consumer_lag",
+            "Records behind the partition's high watermark after the last commit.",
+            ["consumer", "topic", "partition"],
+            registry=registry,
+        )
 
     def dead_lettered(self, reason: str) -> None:
         label = reason if reason in DEAD_LETTER_REASONS else "other"
         self._dead_letters.labels(self.consumer, label).inc()
         self.outcomes[Outcome.DEAD_LETTERED].inc()
 
+    def batch_done(self, records: int, seconds: float, counts: Mapping[Outcome, int]) -> None:
+        """A batch was applied and its offsets committed (dead letters are counted as they
+        are produced)."""
+        for outcome in (Outcome.APPLIED, Outcome.STALE, Outcome.DEDUPLICATED):
+            self.outcomes[outcome].inc(counts[outcome])
+        self.batch_size.observe(records)
+        self.batch_duration.observe(seconds)
+
     def retried(self, component: str) -> None:
         self._retries.labels(self.consumer, component).inc()
+
+    def committed(self, topic: str, partition: int, offset: int, highwater: int | None) -> None:
+        """A partition's offset was committed (``highwater``: its end as last fetched)."""
+        if highwater is not None:
+            self._lag.labels(self.consumer, topic, str(partition)).set(max(highwater - offset, 0))
+
+    def forget_partition(self, topic: str, partition: int) -> None:
+        with contextlib.suppress(KeyError):
+            self._lag.remove(self.consumer, topic, str(partition))

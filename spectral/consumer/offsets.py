@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from spectral.consumer.replay import plan_ranges
+from spectral.consumer.ranges import plan_ranges
 from spectral.consumer.replay_range import Start
 from spectral.errors import PermanentError
 from spectral.kafka.groups import GroupState, commit_for_group, committed_offsets, describe_group

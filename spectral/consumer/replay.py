@@ -2,7 +2,7 @@
 
 The records go through the same path as in the live consumer — decode, dedup in
 ``core.event_handled``, the handler's stale guard, dead letters — because it IS the engine
-(spectral/consumer/engine.py), given an :class:`~spectral.consumer.engine.Assignment`:
+(spectral/consumer/engine.py), given a :class:`~spectral.consumer.source.RangeSource`:
 
 * no consumer group at all: the partitions are assigned by hand, read from the range's start
   and never committed, so the live group's offsets are untouched and there is no throwaway
@@ -10,14 +10,16 @@ The records go through the same path as in the live consumer — decode, dedup i
 * the range ends at the end offsets captured when the replay starts (or ``--to-*``): records
   published meanwhile are left to the live consumer, and the replay returns once every
   partition reached its end;
-* the engine runs a *view* of the handler without its ``periodic`` chores (the churn gauge,
-  the executor's sweep): a replay does only what its records ask for.
+* the handler runs without its background work (``start`` and ``periodic`` are for a live
+  member only: no churn gauge, no executor sweep): a replay does only what its records ask for.
 
 Three modes:
 
 ``APPLY``    each batch commits as in the live consumer (effects exactly once: what was applied
              is deduplicated, what is older than the stored state is stale); dead letters are
-             produced; ``after_commit`` runs and the handler's in-flight work is drained.
+             produced (with the live consumer's fallbacks: a reference, then the table
+             ``core.dead_letters``); ``after_commit`` runs and the handler's in-flight work is
+             drained.
 ``DRY_RUN``  one transaction held across every batch (each batch a savepoint) and rolled back:
              the report says what would change per table (``pg_stat_xact_user_tables``) and
              what would be dead-lettered; nothing is produced, ``after_commit`` never runs (no
@@ -34,8 +36,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Protocol
@@ -45,22 +46,20 @@ import asyncpg
 from aiokafka import TopicPartition
 from prometheus_client import CollectorRegistry
 
-from spectral.consumer.engine import Assignment, ConnectionSource, ConsumerEngine, EngineOptions
-from spectral.consumer.handler import AfterCommit, Delivery, Handler, HandlerResult, Outcome
+from spectral.consumer.dead_letters import DeadLetterNote, ReportedDeadLetters
+from spectral.consumer.engine import ConsumerEngine, EngineOptions
+from spectral.consumer.handler import Handler, Outcome
 from spectral.consumer.held_transaction import HeldTransaction, TableChange
-from spectral.consumer.replay_range import AtTime, PartitionRange, Start, Stop, resolve
+from spectral.consumer.ranges import plan_ranges
+from spectral.consumer.replay_range import PartitionRange, Start, Stop
+from spectral.consumer.source import RangeSource
+from spectral.consumer.transaction import Connections
 from spectral.db.connect import connect
-from spectral.kafka.dlq import DeadLetter
-from spectral.kafka.partitions import fetch_watermarks, topic_partitions
-from spectral.kafka.topics import topic_for
 from spectral.maintenance.guard import BeyondHorizonError, check_replay_horizon
 from spectral.observability.logging import get_logger
 from spectral.settings import Settings
 
 log = get_logger(__name__)
-
-NOTED_DEAD_LETTERS = 100
-"""A dry run lists at most this many of the dead letters it would produce (all are counted)."""
 
 
 class Mode(StrEnum):
@@ -69,7 +68,7 @@ class Mode(StrEnum):
     ATOMIC = "atomic"
 
 
-HandlerFactory = Callable[[str], Handler]
+HandlerFactory = Callable[[str], Handler[Any]]
 """Builds the handler, given the database URL it may open connections of its own with."""
 
 Progress = Callable[[int, int], None]
@@ -95,16 +94,6 @@ class ReplayRequest:
     """Give up (report incomplete) when no record arrives for this long before the end."""
     beyond_horizon: bool = False
     """Replay even records older than the dedup horizon (spectral/maintenance/guard.py)."""
-
-
-@dataclass(frozen=True, slots=True)
-class DeadLetterNote:
-    reason: str
-    detail: str
-    source: str
-
-    def to_json(self) -> dict[str, str]:
-        return {"reason": self.reason, "detail": self.detail, "source": self.source}
 
 
 @dataclass(frozen=True)
@@ -150,55 +139,6 @@ class ReplayReport:
         }
 
 
-class _ReplayView:
-    """The handler as a replay runs it: no ``periodic`` chores, ``after_commit`` only when the
-    batches really commit (APPLY)."""
-
-    def __init__(self, inner: Handler, *, run_after_commit: bool) -> None:
-        self._inner = inner
-        self._run_after_commit = run_after_commit
-
-    @property
-    def name(self) -> str:
-        return self._inner.name
-
-    @property
-    def event_types(self) -> Sequence[str]:
-        return self._inner.event_types
-
-    @property
-    def database_role(self) -> str | None:
-        role: str | None = getattr(self._inner, "database_role", None)
-        return role
-
-    async def apply(
-        self, conn: asyncpg.Connection, deliveries: Sequence[Delivery]
-    ) -> HandlerResult:
-        return await self._inner.apply(conn, deliveries)
-
-    async def after_commit(self, result: HandlerResult) -> None:
-        if self._run_after_commit and isinstance(self._inner, AfterCommit):
-            await self._inner.after_commit(result)
-
-
-class _DeadLetterRecorder:
-    """The engine's dead-letter sink in DRY_RUN and ATOMIC: remember, produce nothing."""
-
-    def __init__(self) -> None:
-        self.notes: list[DeadLetterNote] = []
-
-    async def __call__(self, dead: Sequence[DeadLetter]) -> None:
-        room = NOTED_DEAD_LETTERS - len(self.notes)
-        self.notes.extend(
-            DeadLetterNote(
-                d.reason,
-                d.detail[:300],
-                f"{d.source_topic}:{d.source_partition}:{d.source_offset}",
-            )
-            for d in dead[: max(room, 0)]
-        )
-
-
 def read_only_url(database_url: str) -> str:
     """``database_url`` whose sessions refuse every write (``default_transaction_read_only``)."""
     parts = urlsplit(database_url)
@@ -206,26 +146,6 @@ def read_only_url(database_url: str) -> str:
     query = [(k, v) for k, v in query if k != "default_transaction_read_only"]
     query.append(("default_transaction_read_only", "on"))
     return urlunsplit(parts._replace(query=urlencode(query)))
-
-
-async def plan_ranges(
-    settings: Settings,
-    bootstrap: str,
-    event_types: Sequence[str],
-    start: Start,
-    stop: Stop | None,
-) -> list[PartitionRange]:
-    """The offsets a replay of these event types' topics covers, as of now."""
-    topics = [topic_for(t, settings.topic_prefix) for t in event_types]
-    partitions = await topic_partitions(settings, bootstrap, topics)
-    marks = await fetch_watermarks(
-        settings,
-        bootstrap,
-        partitions,
-        start_time=start.at if isinstance(start, AtTime) else None,
-        stop_time=stop.at if isinstance(stop, AtTime) else None,
-    )
-    return resolve(start, stop, partitions, marks)
 
 
 async def replay(
@@ -253,7 +173,7 @@ async def replay(
                 kafka_bootstrap,
                 database_url,
                 ranges,
-                role=getattr(handler, "database_role", None),
+                role=handler.database_role,
             )
             if horizon.reaches and request.mode is Mode.APPLY and not request.beyond_horizon:
                 raise BeyondHorizonError(horizon.message())
@@ -268,15 +188,10 @@ async def replay(
             partitions=len(ranges),
         )
         run = _Run(handler, settings, kafka_bootstrap, database_url, request, ranges, progress)
+        # The engine drains (APPLY) and closes the handler at the end of its run.
         report = await (_single_transaction(run, hooks) if single else _engine_run(run))
-        if request.mode is Mode.APPLY:
-            drain = getattr(handler, "drain", None)
-            if drain is not None:
-                await drain()  # work the replay's batches handed over (e.g. claimed items)
     finally:
-        closer = getattr(handler, "aclose", None)
-        if closer is not None:
-            await closer()
+        await handler.close()  # again, harmlessly: the engine may never have started
     final = ReplayReport(
         replay_id=replay_id,
         consumer=handler.name,
@@ -307,7 +222,7 @@ async def replay(
 
 @dataclass(frozen=True)
 class _Run:
-    handler: Handler
+    handler: Handler[Any]
     settings: Settings
     bootstrap: str
     database_url: str
@@ -330,14 +245,13 @@ class _Partial:
 
 
 async def _single_transaction(run: _Run, hooks: TransactionHooks | None) -> _Partial:
-    role = getattr(run.handler, "database_role", None)
-    conn = await connect(run.database_url, role=role)
+    conn = await connect(run.database_url, role=run.handler.database_role)
     try:
         async with HeldTransaction(conn) as held:
             if hooks is not None:
                 await hooks.prepare(conn)
-            recorder = _DeadLetterRecorder()
-            done = await _engine_run(run, connections=held.lend, sink=recorder)
+            recorder = ReportedDeadLetters()
+            done = await _engine_run(run, connections=held, sink=recorder)
             hook_facts: Mapping[str, int] = {}
             if hooks is not None and done.complete:
                 hook_facts = await hooks.finish(conn)
@@ -365,27 +279,21 @@ async def _single_transaction(run: _Run, hooks: TransactionHooks | None) -> _Par
 async def _engine_run(
     run: _Run,
     *,
-    connections: ConnectionSource | None = None,
-    sink: _DeadLetterRecorder | None = None,
+    connections: Connections | None = None,
+    sink: ReportedDeadLetters | None = None,
 ) -> _Partial:
     handler, request, ranges, progress = run.handler, run.request, run.ranges, run.progress
-    registry = CollectorRegistry()  # a replay's counts never mix with the live consumer's
-    assignment = Assignment(
-        start={TopicPartition(r.topic, r.partition): r.start for r in ranges},
-        end={TopicPartition(r.topic, r.partition): r.end for r in ranges},
-    )
     engine = ConsumerEngine(
-        _ReplayView(handler, run_after_commit=request.mode is Mode.APPLY),
+        handler,
         run.settings,
         kafka_bootstrap=run.bootstrap,
         database_url=run.database_url,
-        options=EngineOptions(
-            max_batch=request.max_batch,
-            stop_when_idle=request.idle_timeout,
-            periodic_interval=float("inf"),
-            assignment=assignment,
+        options=EngineOptions(max_batch=request.max_batch, stop_when_idle=request.idle_timeout),
+        registry=CollectorRegistry(),  # a replay's counts never mix with the live consumer's
+        source=RangeSource(
+            start={TopicPartition(r.topic, r.partition): r.start for r in ranges},
+            end={TopicPartition(r.topic, r.partition): r.end for r in ranges},
         ),
-        registry=registry,
         connections=connections,
         dead_letter_sink=sink,
     )
@@ -404,16 +312,5 @@ async def _engine_run(
         complete=summary.complete,
         committed=request.mode is Mode.APPLY,
         facts=dict(summary.facts),
-        dead_letter_reasons=_dead_letter_reasons(registry),
+        dead_letter_reasons=dict(summary.dead_letter_reasons),
     )
-
-
-def _dead_letter_reasons(registry: CollectorRegistry) -> dict[str, int]:
-    reasons: Counter[str] = Counter()
-    for metric in registry.collect():
-        if metric.name != "spectral_consumer_dead_letters":
-            continue
-        for sample in metric.samples:
-            if sample.name.endswith("_total") and sample.value:
-                reasons[sample.labels["reason"]] += int(sample.value)
-    return dict(reasons)

@@ -19,13 +19,14 @@ offsets found for the timestamps) into one :class:`PartitionRange` per partition
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TypeAlias
 
-TopicPartitionKey: TypeAlias = tuple[str, int]
-"""(topic, partition); aiokafka's TopicPartition is a named tuple equal to it."""
+from spectral.kafka.partitions import TopicPartitionKey, Watermarks
+
+__all__ = ["TopicPartitionKey", "Watermarks"]  # re-exported: the range is stated in their terms
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,17 +83,6 @@ class PartitionRange:
     def size(self) -> int:
         """An upper bound of the records in the range (compaction and markers leave gaps)."""
         return max(self.end - self.start, 0)
-
-
-@dataclass(frozen=True, slots=True)
-class Watermarks:
-    """What the broker says about the consumer's partitions when the replay starts."""
-
-    beginning: Mapping[TopicPartitionKey, int]
-    end: Mapping[TopicPartitionKey, int]
-    # offset of the first record at or after the start / stop timestamp; None = no such record
-    at_start_time: Mapping[TopicPartitionKey, int | None]
-    at_stop_time: Mapping[TopicPartitionKey, int | None]
 
 
 # -- parsing ---------------------------------------------------------------------------------

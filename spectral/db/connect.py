@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 from typing import TypeVar
 
@@ -14,7 +14,9 @@ from spectral.errors import ConfigurationError, PermanentError, SpectralError, T
 T = TypeVar("T")
 
 # SQLSTATE classes/codes that mean "the database, not the data": try again later.
-_TRANSIENT_SQLSTATES = frozenset({"40001", "40P01", "55P03", "53300", "53400"})
+_TRANSIENT_SQLSTATES = frozenset({"40001", "40P01", "55P03", "53300", "53400", "25P03"})
+"""Serialization failure, deadlock, lock timeout, too many connections, configuration limit,
+and a session ended for idling in a transaction (its work rolled back: retry it)."""
 _TRANSIENT_CLASSES = ("08", "57", "53", "58")
 # ... and those that mean "the settings are wrong": a login refused (class 28: wrong password,
 # no such role, pg_hba), no such database. Retrying cannot help; the operator must fix them.
@@ -104,9 +106,11 @@ async def create_pool(
     min_size: int = 1,
     max_size: int = 4,
     connect_timeout: float = 10.0,
+    session: Mapping[str, str] | None = None,
 ) -> asyncpg.Pool:
-    """A connection pool whose sessions act as ``role`` (when given)."""
-    settings = {"role": role} if role else None
+    """A connection pool whose sessions act as ``role`` (when given), with the ``session``
+    settings (e.g. ``lock_timeout``) on every connection."""
+    settings = {**(session or {}), **({"role": role} if role else {})} or None
     try:
         pool: asyncpg.Pool = await asyncpg.create_pool(
             dsn,

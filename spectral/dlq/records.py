@@ -12,7 +12,7 @@ from aiokafka.errors import KafkaError
 
 from contracts import DecodeError, decode
 from spectral.errors import TransientError
-from spectral.kafka.dlq import history_of, parse_headers
+from spectral.kafka.dlq import history_of, parse_headers, text
 from spectral.kafka.partitions import standalone_consumer, topic_partitions
 from spectral.kafka.topics import DLQ_SUFFIX, dlq_topic, is_dlq
 from spectral.settings import Settings
@@ -45,7 +45,7 @@ class DeadLetterRecord:
     timestamp_ms: int
     key: bytes | None
     value: bytes
-    headers: tuple[tuple[str, bytes], ...]
+    headers: tuple[tuple[str, bytes | None], ...]
 
     @property
     def position(self) -> tuple[int, int]:
@@ -112,7 +112,7 @@ class DeadLetterRecord:
             **self.summary_json(redriven=redriven),
             "topic": self.topic,
             "timestamp": datetime.fromtimestamp(self.timestamp_ms / 1000, UTC).isoformat(),
-            "headers": {k: v.decode("utf-8", "replace") for k, v in self.headers},
+            "headers": {k: text(v) for k, v in self.headers},
             "history": self.history(),
             "envelope": envelope,
             "undecodable": problem,

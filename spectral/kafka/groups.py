@@ -19,10 +19,9 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import KafkaError
 
-from spectral.consumer.replay_range import TopicPartitionKey
 from spectral.errors import PermanentError, TransientError
 from spectral.kafka.config import client_kwargs
-from spectral.kafka.partitions import admin_client
+from spectral.kafka.partitions import TopicPartitionKey, admin_client
 from spectral.settings import Settings
 
 GROUP_ID_NOT_FOUND = 69

@@ -5,18 +5,33 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from datetime import datetime
+from typing import TypeAlias
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.errors import KafkaError
 
-from spectral.consumer.replay_range import TopicPartitionKey, Watermarks
 from spectral.errors import TransientError
 from spectral.kafka.config import client_kwargs
 from spectral.settings import Settings
+
+TopicPartitionKey: TypeAlias = tuple[str, int]
+"""(topic, partition); aiokafka's TopicPartition is a named tuple equal to it."""
+
+
+@dataclass(frozen=True, slots=True)
+class Watermarks:
+    """What the broker says about some partitions at one moment."""
+
+    beginning: Mapping[TopicPartitionKey, int]
+    end: Mapping[TopicPartitionKey, int]
+    # offset of the first record at or after the start / stop timestamp; None = no such record
+    at_start_time: Mapping[TopicPartitionKey, int | None]
+    at_stop_time: Mapping[TopicPartitionKey, int | None]
 
 
 @asynccontextmanager

@@ -15,5 +15,11 @@ def dlq_topic(topic: str) -> str:
     return f"{topic}{DLQ_SUFFIX}"
 
 
+def group_for(consumer: str, prefix: str = "") -> str:
+    """The default consumer group of deployment ``consumer``: behind the same prefix as its
+    topics, so deployments of two prefixes sharing a cluster never share a group."""
+    return f"{prefix}{consumer}"
+
+
 def is_dlq(topic: str) -> bool:
     return topic.endswith(DLQ_SUFFIX)

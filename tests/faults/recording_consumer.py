@@ -15,7 +15,7 @@ from prometheus_client import CollectorRegistry
 
 from contracts import FAILURE_CLUSTER_DETECTED
 from spectral.consumer.engine import ConsumerEngine, EngineOptions
-from spectral.consumer.handler import Delivery, HandlerResult
+from spectral.consumer.handler import Delivery, Handler, HandlerResult
 from spectral.observability.logging import configure_logging
 from spectral.settings import load_settings
 
@@ -25,13 +25,13 @@ CREATE_TABLE = (
 )
 
 
-class AppendingHandler:
+class AppendingHandler(Handler[None]):
     name = "fault-recorder"
     event_types = (FAILURE_CLUSTER_DETECTED,)
 
     async def apply(
         self, conn: asyncpg.Connection, deliveries: Sequence[Delivery]
-    ) -> HandlerResult:
+    ) -> HandlerResult[None]:
         await conn.execute(
             "INSERT INTO fault_effects SELECT * FROM unnest($1::text[], $2::int[], $3::bigint[])",
             [d.idempotency_key for d in deliveries],

@@ -124,9 +124,9 @@ async def test_sigkill_mid_stream_then_restart_gives_exactly_once(
         database_url, "SELECT count(*) FROM core.event_handled WHERE consumer = 'fault-recorder'"
     )
     assert handled == len(expected)
-    assert await committed_offsets(kafka_bootstrap, "fault-recorder", topic) == await end_offsets(
-        kafka_bootstrap, topic
-    )
+    assert await committed_offsets(
+        kafka_bootstrap, topic_prefix + "fault-recorder", topic
+    ) == await end_offsets(kafka_bootstrap, topic)
     assert await read_all(kafka_bootstrap, dlq_topic(topic)) == []
 
 
@@ -166,9 +166,8 @@ async def _consume_through(
     assert proc.wait(timeout=180) == 0, _tail(log)
     await _assert_exactly_once(database_url, {e.idempotency_key for e in events})
     assert await read_all(bootstrap, dlq_topic(topic)) == []
-    assert await committed_offsets(bootstrap, "fault-recorder", topic) == await end_offsets(
-        bootstrap, topic
-    )
+    group = env["SPECTRAL_TOPIC_PREFIX"] + "fault-recorder"
+    assert await committed_offsets(bootstrap, group, topic) == await end_offsets(bootstrap, topic)
 
 
 async def test_postgres_stopped_mid_stream_loses_nothing_and_dead_letters_nothing(
@@ -233,8 +232,9 @@ async def test_sigterm_commits_leaves_the_group_and_exits_zero(
     assert proc.wait(timeout=30) == 0, _tail(log)
 
     await _assert_exactly_once(database_url, {e.idempotency_key for e in events})
-    assert await committed_offsets(kafka_bootstrap, "fault-recorder", topic) == await end_offsets(
+    group_name = settings.topic_prefix + "fault-recorder"
+    assert await committed_offsets(kafka_bootstrap, group_name, topic) == await end_offsets(
         kafka_bootstrap, topic
     )
-    group = await describe_group(settings, kafka_bootstrap, "fault-recorder")
+    group = await describe_group(settings, kafka_bootstrap, group_name)
     assert group.members == (), "the consumer left its group on SIGTERM"

@@ -13,18 +13,18 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from spectral.consumer.engine import ConsumerEngine, _Decoded
-from spectral.consumer.handler import BatchReport, Delivery, HandlerResult, Outcome
+from spectral.consumer.handler import BatchReport, Delivery, Handler, HandlerResult, Outcome
 from spectral.settings import Settings
 
 
-class _Recording:
+class _Recording(Handler[None]):
     name = "pipeline-test"
     event_types = ("platform.failure_cluster.detected",)
 
     def __init__(self) -> None:
         self.applied = 0
 
-    async def apply(self, conn: Any, deliveries: Sequence[Delivery]) -> HandlerResult:  # noqa: ARG002
+    async def apply(self, conn: Any, deliveries: Sequence[Delivery]) -> HandlerResult[None]:  # noqa: ARG002
         self.applied += 1
         return HandlerResult()
 

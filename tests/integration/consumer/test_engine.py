@@ -12,7 +12,7 @@ from prometheus_client import CollectorRegistry
 
 from contracts import FAILURE_CLUSTER_DETECTED, encode, record_key
 from spectral.consumer.engine import ConsumerEngine, EngineOptions
-from spectral.consumer.handler import Delivery, HandlerResult, Outcome, Rejection
+from spectral.consumer.handler import Delivery, Handler, HandlerResult, Outcome, Rejection
 from spectral.kafka.topics import dlq_topic, topic_for
 from spectral.settings import Settings
 from tests.kafka_support import (
@@ -28,7 +28,7 @@ from tests.kafka_support import (
 pytestmark = pytest.mark.integration
 
 
-class RecordingHandler:
+class RecordingHandler(Handler[None]):
     """Appends one row per applied event; the test counts rows per key to prove exactly-once.
 
     A snapshot whose suggested_rule_stub is "reject" is refused, "stale" is reported stale, and
@@ -40,8 +40,8 @@ class RecordingHandler:
 
     async def apply(
         self, conn: asyncpg.Connection, deliveries: Sequence[Delivery]
-    ) -> HandlerResult:
-        result = HandlerResult()
+    ) -> HandlerResult[None]:
+        result: HandlerResult[None] = HandlerResult()
         keep = []
         for d in deliveries:
             stub = d.envelope.payload.suggested_rule_stub
@@ -116,7 +116,9 @@ async def test_duplicates_apply_once_and_offsets_follow_the_commit(
     assert set(effects.values()) == {1}
     assert summary.counts[Outcome.APPLIED] == 30
     assert summary.counts[Outcome.DEDUPLICATED] == 15
-    committed = await committed_offsets(kafka_bootstrap, "engine-test", topic)
+    committed = await committed_offsets(
+        kafka_bootstrap, settings.topic_prefix + "engine-test", topic
+    )
     assert committed == await end_offsets(kafka_bootstrap, topic)
 
     # The same group again: nothing left to read. A fresh group: everything deduplicated.
@@ -178,8 +180,11 @@ async def test_poison_records_are_dead_lettered_and_the_partition_moves_on(
         assert letter.header("dlq.source.topic") == topic
         assert letter.header("dlq.consumer") == "engine-test"
         offset = int(letter.header("dlq.source.offset") or "-1")
-        assert (letter.key, letter.value) == records[offset]  # the original key and bytes
-    committed = await committed_offsets(kafka_bootstrap, "engine-test", topic)
+        assert letter.value == records[offset][1]  # the original bytes
+        assert letter.key == b"k"
+    committed = await committed_offsets(
+        kafka_bootstrap, settings.topic_prefix + "engine-test", topic
+    )
     assert committed == {0: len(records)}
 
 
@@ -205,3 +210,64 @@ async def test_stale_outcome_is_recorded_and_deduplicated_later(
     assert outcome == "stale"
     rerun = await _engine(settings, group="again").run()
     assert rerun.counts[Outcome.DEDUPLICATED] == 2
+
+
+class CarryingHandler(Handler[str]):
+    """Carries each applied key to after_commit; a snapshot whose stub is "explode" fails the
+    whole statement, so the engine falls back to one delivery per transaction."""
+
+    name = "carry-test"
+    event_types = (FAILURE_CLUSTER_DETECTED,)
+
+    def __init__(self) -> None:
+        self.carried: list[str] = []
+        self.results = 0
+
+    async def apply(
+        self, conn: asyncpg.Connection, deliveries: Sequence[Delivery]
+    ) -> HandlerResult[str]:
+        if any(d.envelope.payload.suggested_rule_stub == "explode" for d in deliveries):
+            await conn.execute("SELECT 1 / 0")
+        keys = [d.idempotency_key for d in deliveries]
+        return HandlerResult(carry=keys, facts={"seen": len(keys)})
+
+    async def after_commit(self, result: HandlerResult[str]) -> None:
+        self.results += 1
+        self.carried.extend(result.carry)
+
+
+async def test_the_one_by_one_fallback_keeps_what_the_good_deliveries_carry(
+    settings: Settings, kafka_bootstrap: str
+) -> None:
+    """A data error in one delivery: the others are applied one by one and what they carry
+    (e.g. the items a work-executor batch claimed) still reaches after_commit."""
+    topic = topic_for(FAILURE_CLUSTER_DETECTED, settings.topic_prefix)
+    await create_topics(kafka_bootstrap, [topic, dlq_topic(topic)])
+    good = [cluster_event() for _ in range(4)]
+    await publish_envelopes(kafka_bootstrap, topic, [*good[:2], cluster_event(stub="explode")])
+    await publish_envelopes(kafka_bootstrap, topic, good[2:])
+    handler = CarryingHandler()
+    assert settings.kafka_bootstrap is not None
+    assert settings.database_url is not None
+    summary = await ConsumerEngine(
+        handler,
+        settings,
+        kafka_bootstrap=settings.kafka_bootstrap,
+        database_url=settings.database_url.get_secret_value(),
+        options=EngineOptions(stop_when_idle=2.0, max_batch=500),
+        registry=CollectorRegistry(),
+    ).run()
+    assert sorted(handler.carried) == sorted(e.idempotency_key for e in good)
+    assert summary.counts[Outcome.APPLIED] == 4
+    assert summary.counts[Outcome.DEAD_LETTERED] == 1
+    assert summary.facts["seen"] == 4  # facts merged too
+
+
+def test_results_merge_every_field() -> None:
+    first: HandlerResult[int] = HandlerResult(stale={"a"}, facts={"n": 1, "x": 2}, carry=[1])
+    second: HandlerResult[int] = HandlerResult(stale={"b"}, facts={"n": 3}, carry=[2, 3])
+    merged = first.merge(second)
+    assert merged.stale == {"a", "b"}
+    assert merged.facts == {"n": 4, "x": 2}
+    assert merged.carry == [1, 2, 3]
+    assert first.carry == [1]  # the inputs are left as they were

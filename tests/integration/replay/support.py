@@ -22,6 +22,7 @@ from spectral.consumer.engine import ConsumerEngine, EngineOptions, RunSummary
 from spectral.consumer.handler import Handler
 from spectral.consumer.replay import ReplayReport, ReplayRequest, TransactionHooks, replay
 from spectral.kafka.groups import describe_group
+from spectral.kafka.topics import group_for
 from spectral.settings import Settings
 from tests.kafka_support import cluster_event
 from tests.support import eventually
@@ -41,12 +42,12 @@ def endpoints(settings: Settings) -> tuple[str, str]:
     return settings.kafka_bootstrap, settings.database_url.get_secret_value()
 
 
-def rule_candidates(settings: Settings) -> Callable[[str], Handler]:
+def rule_candidates(settings: Settings) -> Callable[[str], Handler[Any]]:
     return lambda url: build_rule_candidates(settings, url, CollectorRegistry())
 
 
 async def run_live(
-    settings: Settings, handler: Handler, group: str | None = None, idle: float = 5.0
+    settings: Settings, handler: Handler[Any], group: str | None = None, idle: float = 5.0
 ) -> RunSummary:
     """The live consumer (its own group, committing), until idle."""
     bootstrap, url = endpoints(settings)
@@ -77,7 +78,11 @@ async def live_member(settings: Settings) -> AsyncIterator[None]:
     try:
 
         async def joined() -> bool:
-            return (await describe_group(settings, bootstrap, handler.name)).active
+            # Stable: the join completed (a member stopped while its join is still pending
+            # leaves no LeaveGroup behind and lingers until its session times out).
+            group = group_for(handler.name, settings.topic_prefix)
+            state = await describe_group(settings, bootstrap, group)
+            return state.active and state.state == "Stable"
 
         await eventually(joined)
         yield
@@ -88,7 +93,7 @@ async def live_member(settings: Settings) -> AsyncIterator[None]:
 
 async def run_replay(
     settings: Settings,
-    make_handler: Callable[[str], Handler],
+    make_handler: Callable[[str], Handler[Any]],
     request: ReplayRequest,
     hooks: TransactionHooks | None = None,
 ) -> ReplayReport:

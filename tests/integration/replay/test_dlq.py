@@ -19,7 +19,7 @@ import asyncpg
 import pytest
 
 from contracts import FAILURE_CLUSTER_DETECTED, EventEnvelope
-from spectral.consumer.handler import Delivery, HandlerResult, Outcome
+from spectral.consumer.handler import Delivery, Handler, HandlerResult, Outcome
 from spectral.dlq.records import read_dead_letters
 from spectral.dlq.redrive import redrive
 from spectral.dlq.repository import connect_operator
@@ -48,7 +48,7 @@ KNOWN = uuid.UUID(int=2)
 LATE = uuid.UUID(int=3)
 
 
-class WorkspaceProjection:
+class WorkspaceProjection(Handler[None]):
     """One row per applied snapshot, referencing its workspace (foreign key)."""
 
     name = "workspace-projection"
@@ -56,7 +56,7 @@ class WorkspaceProjection:
 
     async def apply(
         self, conn: asyncpg.Connection, deliveries: Sequence[Delivery]
-    ) -> HandlerResult:
+    ) -> HandlerResult[None]:
         await conn.execute(
             "INSERT INTO ws_snapshots (idempotency_key, workspace_id) "
             "SELECT * FROM unnest($1::text[], $2::uuid[])",

@@ -49,7 +49,7 @@ async def test_reset_is_refused_while_members_are_active_and_exact_when_none_are
     await publish_envelopes(kafka_bootstrap, topic, [cluster_event() for _ in range(10)])
     first = await run_live(settings, rule_candidates(settings)(""))
     assert first.counts[Outcome.APPLIED] == 10
-    ends = await committed_offsets(kafka_bootstrap, CONSUMER, topic)
+    ends = await committed_offsets(kafka_bootstrap, settings.topic_prefix + CONSUMER, topic)
     assert sum(v or 0 for v in ends.values()) == 10
 
     # A live member: the reset is refused and says who is there.
@@ -57,7 +57,11 @@ async def test_reset_is_refused_while_members_are_active_and_exact_when_none_are
     async with live_member(settings):
         with pytest.raises(GroupBusyError, match=r"1 active member .*spectral-rule-candidates"):
             await reset_offsets(
-                settings, bootstrap, event_types=EVENT_TYPES, group=CONSUMER, target=Beginning()
+                settings,
+                bootstrap,
+                event_types=EVENT_TYPES,
+                group=settings.topic_prefix + CONSUMER,
+                target=Beginning(),
             )
         cli = await asyncio.to_thread(
             spectral_cli,
@@ -71,29 +75,32 @@ async def test_reset_is_refused_while_members_are_active_and_exact_when_none_are
         assert cli.returncode == 1, cli.stderr
         assert "refusing: group" in cli.stderr
         assert "spectral-rule-candidates" in cli.stderr
-    assert await committed_offsets(kafka_bootstrap, CONSUMER, topic) == ends
+    assert await committed_offsets(kafka_bootstrap, settings.topic_prefix + CONSUMER, topic) == ends
 
     # No members: a dry run shows the change and commits nothing ...
     shown = await reset_offsets(
         settings,
         bootstrap,
         event_types=EVENT_TYPES,
-        group=CONSUMER,
+        group=settings.topic_prefix + CONSUMER,
         target=AtOffsets((PartitionOffset(None, 0, 1),)),
         dry_run=True,
     )
     assert [(c.partition, c.before, c.after) for c in shown.changes] == [(0, ends[0], 1)]
-    assert await committed_offsets(kafka_bootstrap, CONSUMER, topic) == ends
+    assert await committed_offsets(kafka_bootstrap, settings.topic_prefix + CONSUMER, topic) == ends
 
     # ... a real one commits exactly the offsets named (partition 1 untouched).
     await reset_offsets(
         settings,
         bootstrap,
         event_types=EVENT_TYPES,
-        group=CONSUMER,
+        group=settings.topic_prefix + CONSUMER,
         target=AtOffsets((PartitionOffset(None, 0, 1),)),
     )
-    assert await committed_offsets(kafka_bootstrap, CONSUMER, topic) == {0: 1, 1: ends[1]}
+    assert await committed_offsets(kafka_bootstrap, settings.topic_prefix + CONSUMER, topic) == {
+        0: 1,
+        1: ends[1],
+    }
     # The group resumes there: the re-read records are deduplicated, nothing applies twice.
     again = await run_live(settings, rule_candidates(settings)(""))
     assert again.counts[Outcome.DEDUPLICATED] == (ends[0] or 0) - 1
@@ -112,17 +119,34 @@ async def test_reset_is_refused_while_members_are_active_and_exact_when_none_are
     )
     assert cli.returncode == 0, cli.stderr
     assert {c["after"] for c in json.loads(cli.stdout)["changes"]} == {0}
-    assert await committed_offsets(kafka_bootstrap, CONSUMER, topic) == {0: 0, 1: 0}
+    assert await committed_offsets(kafka_bootstrap, settings.topic_prefix + CONSUMER, topic) == {
+        0: 0,
+        1: 0,
+    }
     future = AtTime(T0 + timedelta(days=36500))
-    await reset_offsets(settings, bootstrap, event_types=EVENT_TYPES, group=CONSUMER, target=future)
-    assert await committed_offsets(kafka_bootstrap, CONSUMER, topic) == ends
     await reset_offsets(
-        settings, bootstrap, event_types=EVENT_TYPES, group=CONSUMER, target=Beginning()
+        settings,
+        bootstrap,
+        event_types=EVENT_TYPES,
+        group=settings.topic_prefix + CONSUMER,
+        target=future,
+    )
+    assert await committed_offsets(kafka_bootstrap, settings.topic_prefix + CONSUMER, topic) == ends
+    await reset_offsets(
+        settings,
+        bootstrap,
+        event_types=EVENT_TYPES,
+        group=settings.topic_prefix + CONSUMER,
+        target=Beginning(),
     )
     await reset_offsets(
-        settings, bootstrap, event_types=EVENT_TYPES, group=CONSUMER, target=Latest()
+        settings,
+        bootstrap,
+        event_types=EVENT_TYPES,
+        group=settings.topic_prefix + CONSUMER,
+        target=Latest(),
     )
-    assert await committed_offsets(kafka_bootstrap, CONSUMER, topic) == ends
+    assert await committed_offsets(kafka_bootstrap, settings.topic_prefix + CONSUMER, topic) == ends
 
 
 def test_reset_options_are_checked(spectral_env: dict[str, str]) -> None:

@@ -191,7 +191,7 @@ class _InterruptedHandler(RuleCandidatesHandler):
         super().__init__(RuleCandidateMetrics(CollectorRegistry()))
         self.batches = 0
 
-    async def apply(self, conn: Conn, deliveries: Sequence[Delivery]) -> HandlerResult:
+    async def apply(self, conn: Conn, deliveries: Sequence[Delivery]) -> HandlerResult[None]:
         self.batches += 1
         if self.batches == 2:
             os.kill(os.getpid(), signal.SIGINT)

@@ -13,7 +13,7 @@ import asyncpg
 import pytest
 
 from contracts import FAILURE_CLUSTER_DETECTED
-from spectral.consumer.handler import Delivery, HandlerResult, Outcome
+from spectral.consumer.handler import Delivery, Handler, HandlerResult, Outcome
 from spectral.consumer.replay import Mode, ReplayRequest
 from spectral.consumer.replay_range import AtOffsets, AtTime, Beginning, PartitionOffset
 from spectral.kafka.topics import dlq_topic, topic_for
@@ -63,7 +63,7 @@ async def test_replay_from_the_beginning_over_an_up_to_date_projection_changes_n
     topic = topic_for(FAILURE_CLUSTER_DETECTED, settings.topic_prefix)
     before = await projection(database_url)
     handled_before = await handled(database_url, CONSUMER)
-    live_offsets = await committed_offsets(kafka_bootstrap, CONSUMER, topic)
+    live_offsets = await committed_offsets(kafka_bootstrap, settings.topic_prefix + CONSUMER, topic)
 
     report = await run_replay(settings, rule_candidates(settings), ReplayRequest(Beginning()))
 
@@ -74,7 +74,10 @@ async def test_replay_from_the_beginning_over_an_up_to_date_projection_changes_n
     assert await projection(database_url) == before
     assert await handled(database_url, CONSUMER) == handled_before
     # The live group's offsets are untouched (the replay has no group at all).
-    assert await committed_offsets(kafka_bootstrap, CONSUMER, topic) == live_offsets
+    assert (
+        await committed_offsets(kafka_bootstrap, settings.topic_prefix + CONSUMER, topic)
+        == live_offsets
+    )
     assert await read_all(kafka_bootstrap, dlq_topic(topic)) == []
 
 
@@ -142,7 +145,7 @@ async def test_a_dry_run_reports_what_would_change_and_changes_nothing(
     assert len(await read_all(kafka_bootstrap, dlq_topic(topic))) == len(dlq_before) + 1
 
 
-class ExplodingHandler:
+class ExplodingHandler(Handler[None]):
     """Writes one row per delivery, then fails the whole statement if any snapshot's stub is
     "explode" (a data error): the engine retries the batch one delivery at a time."""
 
@@ -151,7 +154,7 @@ class ExplodingHandler:
 
     async def apply(
         self, conn: asyncpg.Connection, deliveries: Sequence[Delivery]
-    ) -> HandlerResult:
+    ) -> HandlerResult[None]:
         await conn.execute(
             "INSERT INTO replay_effects SELECT unnest($1::text[])",
             [d.idempotency_key for d in deliveries],

@@ -96,7 +96,7 @@ async def connected(database_url: str, role: str | None) -> AsyncIterator[asyncp
 
 async def apply(
     database_url: str, handler: RuleCandidatesHandler, batch: Sequence[Delivery]
-) -> HandlerResult:
+) -> HandlerResult[None]:
     """One batch in one transaction as spectral_projector, then after_commit, like the engine."""
     async with connected(database_url, "spectral_projector") as conn:
         async with conn.transaction():

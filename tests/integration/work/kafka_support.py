@@ -6,6 +6,7 @@ import asyncio
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import Any
 
 import asyncpg
 from prometheus_client import CollectorRegistry
@@ -47,7 +48,7 @@ async def relay_running(
 
 @asynccontextmanager
 async def engine_running(
-    handler: Handler, settings: Settings, bootstrap: str, database_url: str, group: str
+    handler: Handler[Any], settings: Settings, bootstrap: str, database_url: str, group: str
 ) -> AsyncIterator[ConsumerEngine]:
     engine = ConsumerEngine(
         handler,
@@ -63,9 +64,7 @@ async def engine_running(
     finally:
         engine.stop()
         await asyncio.wait_for(task, timeout=30)
-        closer = getattr(handler, "aclose", None)
-        if closer is not None:
-            await closer()
+        await handler.close()
 
 
 async def settled(admin: asyncpg.Pool, timeout: float = 60.0) -> None:

@@ -1,0 +1,65 @@
+"""Infrastructure faults pause and retry; they never dead-letter (invariant 3)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
+from aiokafka.errors import CommitFailedError, IllegalStateError, KafkaError
+
+from spectral.consumer.metrics import ConsumerMetrics
+from spectral.db.connect import is_transient
+from spectral.errors import PermanentError, TransientError
+from spectral.kafka.produce import is_transient as kafka_transient
+from spectral.observability.logging import get_logger
+from spectral.retry import Backoff
+
+log = get_logger(__name__)
+
+T = TypeVar("T")
+
+ATTEMPTS_WHILE_STOPPING = 3
+"""Retries still made once the engine was asked to stop, before it gives up on a fault."""
+
+
+def transient(exc: BaseException) -> bool:
+    """A fault of the database or the broker, not of the data."""
+    if isinstance(exc, KafkaError):
+        return kafka_transient(exc)
+    return is_transient(exc)
+
+
+class Retrying:
+    """``await retrying("database", operation)``: await ``operation()`` until it succeeds,
+    pausing with capped exponential backoff after each transient fault (counted and logged);
+    anything else is raised at once."""
+
+    def __init__(self, backoff: Backoff, metrics: ConsumerMetrics, stopping: asyncio.Event) -> None:
+        self._backoff = backoff
+        self._metrics = metrics
+        self._stopping = stopping
+
+    async def __call__(self, component: str, operation: Callable[[], Awaitable[T]]) -> T:
+        attempt = 0
+        while True:
+            try:
+                return await operation()
+            except (CommitFailedError, IllegalStateError, PermanentError):
+                raise
+            except Exception as exc:
+                if not transient(exc):
+                    raise
+                attempt += 1
+                if self._stopping.is_set() and attempt > ATTEMPTS_WHILE_STOPPING:
+                    raise TransientError(f"{component} unavailable while stopping: {exc}") from exc
+                delay = self._backoff.delay(attempt)
+                self._metrics.retried(component)
+                log.warning(
+                    "infrastructure fault; pausing before retry",
+                    component=component,
+                    attempt=attempt,
+                    delay=delay,
+                    error=f"{type(exc).__name__}: {exc}",
+                )
+                await asyncio.sleep(delay)

@@ -1,0 +1,105 @@
+"""Producing records whose content is not ours to choose (dead letters, redriven records).
+
+The broker may refuse one record for good — too large for the topic (``MessageSizeTooLarge``,
+which arrives through the delivery future, not from ``send``), an invalid topic name, no write
+permission — while the rest of the batch is fine. :func:`send_each` reports such a refusal per
+record instead of raising, so the caller can fall back for that record alone (a smaller form, a
+database table, a skip) and go on; faults of the infrastructure (broker unreachable, leader
+moving, timeouts) still raise, to be retried.
+
+One refusal can take its batch-mates with it (the broker rejects a whole produce batch); so a
+caller re-sends each refused record alone with :func:`send_alone` before concluding that the
+record itself is refused.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from aiokafka import AIOKafkaProducer
+from aiokafka.errors import KafkaError, KafkaTimeoutError, RequestTimedOutError
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    topic: str
+    key: bytes | None
+    value: bytes
+    headers: Sequence[tuple[str, bytes | None]]
+
+
+@dataclass(frozen=True, slots=True)
+class Sent:
+    partition: int
+    offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class Refused:
+    """The broker or the client can never take this record as it is."""
+
+    why: str
+
+
+Outcome = Sent | Refused
+
+
+def is_transient(exc: BaseException) -> bool:
+    """A Kafka fault worth retrying (the broker, not the record)."""
+    if isinstance(exc, KafkaTimeoutError | RequestTimedOutError):
+        return True
+    return isinstance(exc, KafkaError) and bool(getattr(exc, "retriable", False))
+
+
+def _refusal(exc: BaseException) -> Refused:
+    """``exc`` as a refusal of the record; raised again when it is a fault to retry."""
+    if is_transient(exc):
+        raise exc
+    if isinstance(exc, KafkaError | ValueError | TypeError):
+        return Refused(f"{type(exc).__name__}: {exc}"[:500])
+    raise exc
+
+
+async def _future(producer: AIOKafkaProducer, message: Message) -> Any:
+    return await producer.send(
+        message.topic, value=message.value, key=message.key, headers=list(message.headers)
+    )
+
+
+async def send_each(producer: AIOKafkaProducer, messages: Sequence[Message]) -> list[Outcome]:
+    """Produce ``messages`` (pipelined) and wait for every acknowledgement; one outcome each, in
+    order. Raises on a transient fault (after every delivery settled, so none is left behind)."""
+    pending: list[asyncio.Future[Any] | Refused] = []
+    for message in messages:
+        try:
+            pending.append(await _future(producer, message))
+        except Exception as exc:  # noqa: BLE001 - classified: refusal kept, fault raised below
+            pending.append(_refusal(exc))
+    futures = [p for p in pending if not isinstance(p, Refused)]
+    results = iter(await asyncio.gather(*futures, return_exceptions=True))
+    out: list[Outcome] = []
+    fault: BaseException | None = None
+    for item in pending:
+        if isinstance(item, Refused):
+            out.append(item)
+            continue
+        result = next(results)
+        if isinstance(result, BaseException):
+            try:
+                out.append(_refusal(result))
+            except BaseException as exc:  # noqa: BLE001 - a fault: raised once all settled
+                fault = fault or exc
+                out.append(Refused("not acknowledged"))
+            continue
+        out.append(Sent(result.partition, result.offset))
+    if fault is not None:
+        raise fault
+    return out
+
+
+async def send_alone(producer: AIOKafkaProducer, message: Message) -> Outcome:
+    """One record on its own (no batch-mate can take it down); a fault raises."""
+    return (await send_each(producer, [message]))[0]
