@@ -37,3 +37,7 @@ REVOKE ALL ON core.dead_letters FROM PUBLIC;
 -- The consumer deployments write it (their engine acts as their role); operators read it.
 GRANT INSERT ON core.dead_letters TO spectral_projector, spectral_executor;
 GRANT SELECT ON core.dead_letters TO spectral_operator;
+
+-- A redrive the broker refuses releases its claim on the dead letter in the same transaction
+-- (spectral/dlq/redrive.py), so a later run tries it again.
+GRANT DELETE ON core.dlq_redrives TO spectral_operator;

@@ -3,6 +3,10 @@
 ``--topic`` takes the source topic T or its dead-letter topic T.dlq, as named in Kafka (with
 the topic prefix, if one is configured). The redrive record is read and written as the operator
 role (SPECTRAL_OPERATOR_DATABASE_URL when set, else the database URL with the role assumed).
+
+``list`` and ``show`` also show the rows of ``core.dead_letters`` (dead letters the broker
+refused even as a reference). Everything shown comes from records anyone could have written:
+it is printed as plain text, never as markup.
 """
 
 from __future__ import annotations
@@ -15,12 +19,14 @@ import asyncpg
 import typer
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from spectral.cli._common import fail, run, settings
 from spectral.devstack import resolve_endpoints
 from spectral.dlq.records import DeadLetterRecord, Topics, read_dead_letter, read_dead_letters
 from spectral.dlq.redrive import RedriveReport, redrive
 from spectral.dlq.repository import RedriveRepository, connect_operator
+from spectral.dlq.store import StoredDeadLetter, stored
 from spectral.settings import Settings
 
 app = typer.Typer(
@@ -59,6 +65,56 @@ def _echo_json(value: Any) -> None:
     typer.echo(json.dumps(value, indent=2, ensure_ascii=False))
 
 
+def _plain(value: object) -> Text:
+    """A table cell or line shown as it is (no markup, no emoji codes)."""
+    return Text(str(value))
+
+
+def _stored_summary(row: StoredDeadLetter) -> dict[str, Any]:
+    return {
+        "in": "core.dead_letters",
+        "id": row.id,
+        "partition": None,
+        "offset": None,
+        "reason": row.reason,
+        "detail": row.detail,
+        "consumer": row.consumer,
+        "failed_at": row.failed_at.isoformat(),
+        "source": row.source,
+        "earlier_failures": len(row.history),
+        "redriven": False,
+        "key": row.key.decode("utf-8", "replace") if row.key is not None else None,
+        "bytes": row.value_size,
+        "refusal": row.refusal,
+    }
+
+
+def _stored_full(row: StoredDeadLetter) -> dict[str, Any]:
+    record = DeadLetterRecord(
+        topic="core.dead_letters",
+        partition=row.source_partition,
+        offset=row.source_offset,
+        timestamp_ms=0,
+        key=row.key,
+        value=row.value_head,
+        headers=row.headers,
+    )
+    envelope, problem = record.decoded() if row.complete else (None, "value not kept whole")
+    return {
+        **_stored_summary(row),
+        "value_sha256": row.value_sha256,
+        "bytes_kept": len(row.value_head),
+        "header_count": row.header_count,
+        "headers": {k: "" if v is None else v.decode("utf-8", "replace") for k, v in row.headers},
+        "history": list(row.history),
+        "envelope": envelope,
+        "undecodable": problem,
+        "value_preview": None
+        if envelope is not None
+        else row.value_head[:500].decode("utf-8", "replace"),
+    }
+
+
 @app.command("list")
 def list_(
     *,
@@ -66,20 +122,25 @@ def list_(
     reason: Annotated[str | None, typer.Option(help="Only dead letters of this reason.")] = None,
     as_json: JsonOption = False,
 ) -> None:
-    """The dead letters of a topic, oldest first per partition."""
+    """The dead letters of a topic, oldest first per partition, then those of the table."""
     topics = Topics.of(topic)
 
     async def load(
         current: Settings, bootstrap: str, conn: asyncpg.Connection
-    ) -> tuple[list[DeadLetterRecord], set[tuple[int, int]]]:
+    ) -> tuple[list[DeadLetterRecord], set[tuple[int, int]], list[StoredDeadLetter]]:
         records = await read_dead_letters(current, bootstrap, topics.dlq)
-        return records, await RedriveRepository(conn).redriven(topics.dlq)
+        redriven = await RedriveRepository(conn).redriven(topics.dlq)
+        return records, redriven, await stored(conn, topics.source)
 
-    records, redriven = _with_connection(load)
+    records, redriven, rows = _with_connection(load)
     if reason is not None:
         records = [r for r in records if r.reason == reason]
+        rows = [r for r in rows if r.reason == reason]
     if as_json:
-        _echo_json([r.summary_json(redriven=r.position in redriven) for r in records])
+        _echo_json(
+            [r.summary_json(redriven=r.position in redriven) for r in records]
+            + [_stored_summary(r) for r in rows]
+        )
         return
     table = Table(title=f"{topics.dlq} ({len(records)})", title_justify="left")
     for column in ("partition:offset", "failed at", "reason", "consumer", "source", "tries"):
@@ -90,74 +151,117 @@ def list_(
         d = r.dlq
         table.add_row(
             f"{r.partition}:{r.offset}",
-            d.get("dlq.failed_at", "")[:19].replace("T", " "),
-            r.reason,
-            d.get("dlq.consumer", ""),
-            r.source,
+            _plain(d.get("dlq.failed_at", "")[:19].replace("T", " ")),
+            _plain(r.reason),
+            _plain(d.get("dlq.consumer", "")),
+            _plain(r.source),
             str(len(r.history())),
             "yes" if r.position in redriven else "",
-            d.get("dlq.detail", "")[:120],
+            _plain(d.get("dlq.detail", "")[:120]),
         )
-    _console().print(table)
+    console = _console()
+    console.print(table)
+    if rows:
+        kept = Table(
+            title=f"core.dead_letters: refused by the broker even as a reference ({len(rows)})",
+            title_justify="left",
+        )
+        for column in ("id", "failed at", "reason", "consumer", "source", "refusal"):
+            kept.add_column(column, no_wrap=column != "refusal")
+        for row in rows:
+            kept.add_row(
+                str(row.id),
+                row.failed_at.isoformat()[:19].replace("T", " "),
+                _plain(row.reason),
+                _plain(row.consumer),
+                _plain(row.source),
+                _plain(row.refusal[:120]),
+            )
+        console.print(kept)
 
 
 @app.command()
 def show(
     *,
     topic: TopicOption,
-    offset: Annotated[int, typer.Option(min=0, help="Offset of the dead letter.")],
+    offset: Annotated[
+        int | None, typer.Option(min=0, help="Offset of the dead letter on T.dlq.")
+    ] = None,
     partition: Annotated[int, typer.Option(min=0, help="Its partition.")] = 0,
+    stored_id: Annotated[
+        int | None,
+        typer.Option("--stored", min=1, help="Instead: the id of a row of core.dead_letters."),
+    ] = None,
     as_json: JsonOption = False,
 ) -> None:
     """One dead letter: headers, failure history, the original decoded.
 
     When the original does not decode: why not, and its first bytes."""
+    if (offset is None) == (stored_id is None):
+        raise typer.BadParameter("give exactly one of --offset and --stored")
     topics = Topics.of(topic)
 
     async def load(
         current: Settings, bootstrap: str, conn: asyncpg.Connection
-    ) -> tuple[DeadLetterRecord | None, bool]:
+    ) -> dict[str, Any] | None:
+        if stored_id is not None:
+            found = [r for r in await stored(conn, topics.source) if r.id == stored_id]
+            return _stored_full(found[0]) if found else None
+        assert offset is not None  # noqa: S101 - checked above
         record = await read_dead_letter(current, bootstrap, topics.dlq, partition, offset)
+        if record is None:
+            return None
         redriven = await RedriveRepository(conn).redriven(topics.dlq)
-        return record, (partition, offset) in redriven
+        return record.full_json(redriven=(partition, offset) in redriven)
 
-    record, redriven = _with_connection(load)
-    if record is None:
-        fail(f"no dead letter at {topics.dlq}:{partition}:{offset}")
-    view = record.full_json(redriven=redriven)
+    view = _with_connection(load)
+    if view is None:
+        where = (
+            f"core.dead_letters id {stored_id} of {topics.source}"
+            if stored_id is not None
+            else f"{topics.dlq}:{partition}:{offset}"
+        )
+        fail(f"no dead letter at {where}")
     if as_json:
         _echo_json(view)
         return
+    _print_view(view)
+
+
+def _print_view(view: dict[str, Any]) -> None:
     console = _console()
     facts = Table.grid(padding=(0, 2))
     facts.add_column(style="bold")
     facts.add_column()
     for name in ("reason", "detail", "consumer", "failed_at", "source", "key", "bytes"):
-        facts.add_row(name, str(view[name]))
-    facts.add_row("redriven", "yes" if redriven else "no")
+        facts.add_row(name, _plain(view[name]))
+    if "refusal" in view:
+        facts.add_row("kept in", f"core.dead_letters (id {view['id']})")
+        facts.add_row("refused by the broker", _plain(view["refusal"]))
+    else:
+        facts.add_row("redriven", "yes" if view["redriven"] else "no")
     console.print(facts)
     headers = Table(title="headers", title_justify="left")
     headers.add_column("name", no_wrap=True)
     headers.add_column("value")
     for name, value in view["headers"].items():
-        headers.add_row(name, value)
+        headers.add_row(_plain(name), _plain(value))
     console.print(headers)
     history = Table(title="history (oldest first)", title_justify="left")
     for column in ("failed_at", "reason", "consumer", "source", "detail"):
         history.add_column(column)
     for item in view["history"]:
         history.add_row(
-            *(str(item.get(c, "")) for c in ("failed_at", "reason", "consumer")),
-            str(item.get("source", "")),
-            str(item.get("detail", ""))[:200],
+            *(_plain(item.get(c, "")) for c in ("failed_at", "reason", "consumer", "source")),
+            _plain(str(item.get("detail", ""))[:200]),
         )
     console.print(history)
     if view["envelope"] is not None:
-        console.print("[bold]original (decoded)[/]")
+        console.print(Text("original (decoded)", style="bold"))
         console.print_json(json.dumps(view["envelope"]))
     else:
-        console.print(f"[bold]original does not decode:[/] {view['undecodable']}", markup=True)
-        console.print(view["value_preview"], markup=False, highlight=False)
+        console.print(Text.assemble(("original does not decode: ", "bold"), view["undecodable"]))
+        console.print(_plain(view["value_preview"]))
 
 
 @app.command("redrive")
@@ -191,3 +295,5 @@ def redrive_(
     for r in report.redriven:
         target = "" if r.partition is None else f" -> {report.topic}:{r.partition}:{r.offset}"
         typer.echo(f"  {r.dlq_partition}:{r.dlq_offset} {r.reason}{target}")
+    for refused in report.refused:
+        typer.echo(f"  {refused.dlq_partition}:{refused.dlq_offset} refused: {refused.why}")

@@ -16,6 +16,7 @@ class Skipped(StrEnum):
     ALREADY_REDRIVEN = "already_redriven"  # core.dlq_redrives has it: never twice
     VALUE_NOT_CARRIED = "value_not_carried"  # a reference: the original was too large to carry
     OTHER_SOURCE = "other_source"  # its headers name another source topic than T
+    REFUSED = "refused"  # the broker refused the redriven record (left for a later run)
 
 
 @dataclass

@@ -18,3 +18,9 @@ UPDATE core.dlq_redrives AS d
 SET redriven_partition = t.rp, redriven_offset = t.ro
 FROM unnest($2::int[], $3::bigint[], $4::int[], $5::bigint[]) AS t(p, o, rp, ro)
 WHERE d.dlq_topic = $1 AND d.dlq_partition = t.p AND d.dlq_offset = t.o;
+
+-- name: release_redrives
+-- Claims of this transaction whose records the broker refused: not redriven, left for a later run.
+DELETE FROM core.dlq_redrives AS d
+USING unnest($2::int[], $3::bigint[]) AS t(p, o)
+WHERE d.dlq_topic = $1 AND d.dlq_partition = t.p AND d.dlq_offset = t.o;

@@ -1,4 +1,9 @@
-"""Dead-letter records as read from ``T.dlq``, with their headers decoded."""
+"""Dead-letter records as read from ``T.dlq``, with their headers decoded.
+
+A dead letter's content is untrusted (it is whatever a producer wrote, plus our headers, which
+anyone can imitate): every view here is total over it — undecodable values, hostile headers
+and out-of-range timestamps are shown for what they are, never raised on.
+"""
 
 from __future__ import annotations
 
@@ -12,13 +17,10 @@ from aiokafka.errors import KafkaError
 
 from contracts import DecodeError, decode
 from spectral.errors import TransientError
-from spectral.kafka.dlq import history_of, parse_headers, text
+from spectral.kafka.dlq import REFERENCE_MARK, history_of, parse_headers, text
 from spectral.kafka.partitions import standalone_consumer, topic_partitions
 from spectral.kafka.topics import DLQ_SUFFIX, dlq_topic, is_dlq
 from spectral.settings import Settings
-
-REFERENCE_MARK = "left at its source offset"
-"""In the detail of a dead letter whose value was too large to carry (DeadLetter.as_reference)."""
 
 READ_TIMEOUT_SECONDS = 60.0
 
@@ -85,14 +87,17 @@ class DeadLetterRecord:
         """(the envelope as JSON, None) when the original decodes, else (None, why not)."""
         try:
             envelope = decode(self.value)
+            view: dict[str, Any] = envelope.model_dump(mode="json")
         except DecodeError as exc:
             return None, f"{exc.reason.value}: {exc.detail}"
-        view: dict[str, Any] = envelope.model_dump(mode="json")
+        except Exception as exc:  # noqa: BLE001 - whatever the bytes, show the dead letter
+            return None, f"decode_error: {type(exc).__name__}: {exc}"[:1000]
         return view, None
 
     def summary_json(self, *, redriven: bool) -> dict[str, Any]:
         d = self.dlq
         return {
+            "in": self.topic,
             "partition": self.partition,
             "offset": self.offset,
             "reason": self.reason,
@@ -111,7 +116,7 @@ class DeadLetterRecord:
         return {
             **self.summary_json(redriven=redriven),
             "topic": self.topic,
-            "timestamp": datetime.fromtimestamp(self.timestamp_ms / 1000, UTC).isoformat(),
+            "timestamp": timestamp(self.timestamp_ms),
             "headers": {k: text(v) for k, v in self.headers},
             "history": self.history(),
             "envelope": envelope,
@@ -120,6 +125,14 @@ class DeadLetterRecord:
             if envelope is not None
             else self.value[:500].decode("utf-8", "replace"),
         }
+
+
+def timestamp(millis: int) -> str:
+    """A record's timestamp as RFC 3339 (the raw number when it is no date)."""
+    try:
+        return datetime.fromtimestamp(millis / 1000, UTC).isoformat()
+    except (OverflowError, OSError, ValueError):
+        return str(millis)
 
 
 async def read_dead_letters(

@@ -15,11 +15,17 @@ rolls the rows back, so those dead letters are redriven by the next run; if some
 been acknowledged already they reach the topic twice, and the consumer deduplicates the second.
 A per-record table rather than a committed consumer-group offset on ``T.dlq``: a run filtered
 by ``--reason`` leaves other dead letters behind, which an offset would skip for good.
+
+Whatever a dead letter holds, it cannot stop the others: its headers are read without raising
+(spectral/kafka/dlq.py); a record the broker refuses (spectral/kafka/produce.py — e.g. the
+original was at the source topic's size limit and the history pushes it over) is sent again
+alone, then alone without its history; refused even so, its claim is released in the same
+transaction (a later run, after the topic is fixed, tries it again) and it is reported as
+skipped ``refused`` with the broker's reason.
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 from collections import Counter
 from collections.abc import Sequence
@@ -36,6 +42,7 @@ from spectral.dlq.repository import RedriveRepository
 from spectral.errors import TransientError
 from spectral.kafka.config import producer_kwargs
 from spectral.kafka.dlq import MAX_REQUEST_BYTES, redrive_headers
+from spectral.kafka.produce import Message, Refused, Sent, send_alone, send_each
 from spectral.observability.logging import get_logger
 from spectral.settings import Settings
 
@@ -63,6 +70,18 @@ class Redriven:
         }
 
 
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    """A dead letter the broker would not take back on its source topic."""
+
+    dlq_partition: int
+    dlq_offset: int
+    why: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"dlq_partition": self.dlq_partition, "dlq_offset": self.dlq_offset, "why": self.why}
+
+
 @dataclass(frozen=True)
 class RedriveReport:
     topic: str
@@ -71,6 +90,7 @@ class RedriveReport:
     examined: int
     redriven: tuple[Redriven, ...]
     skipped: dict[str, int] = field(default_factory=dict)
+    refused: tuple[Refusal, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -81,6 +101,7 @@ class RedriveReport:
             "redriven": len(self.redriven),
             "skipped": self.skipped,
             "records": [r.to_json() for r in self.redriven],
+            "refused": [r.to_json() for r in self.refused],
         }
 
 
@@ -121,13 +142,16 @@ async def redrive(
     )
     landed: list[Redriven] = []
     skipped = selection.skipped
+    refusals: list[Refusal] = []
     try:
         await producer.start()
         for start in range(0, len(selection.chosen), BATCH):
             batch = selection.chosen[start : start + BATCH]
-            done, raced = await _batch(repository, producer, topics, batch)
+            done, raced, refused = await _batch(repository, producer, topics, batch)
             landed.extend(done)
+            refusals.extend(refused)
             skipped[Skipped.ALREADY_REDRIVEN] += raced
+            skipped[Skipped.REFUSED] += len(refused)
     except KafkaError as exc:
         raise TransientError(
             f"Kafka unavailable during redrive ({exc}); the dead letters not yet recorded as "
@@ -142,6 +166,13 @@ async def redrive(
         redriven=len(landed),
         **{k.value: n for k, n in skipped.items()},
     )
+    for refusal in refusals:
+        log.warning(
+            "dead letter not redriven: the broker refused it",
+            dlq_partition=refusal.dlq_partition,
+            dlq_offset=refusal.dlq_offset,
+            why=refusal.why,
+        )
     return RedriveReport(
         topics.source,
         topics.dlq,
@@ -149,7 +180,30 @@ async def redrive(
         examined=len(records),
         redriven=tuple(landed),
         skipped=_named(skipped),
+        refused=tuple(refusals),
     )
+
+
+def _message(record: DeadLetterRecord, source: str, *, with_history: bool = True) -> Message:
+    headers = redrive_headers(
+        record.headers, record.topic, record.partition, record.offset, with_history=with_history
+    )
+    return Message(source, record.key, record.value, headers)
+
+
+async def _send(
+    producer: AIOKafkaProducer, source: str, records: Sequence[DeadLetterRecord]
+) -> list[Sent | Refused]:
+    """Produce the redriven records; one the broker refuses is sent again alone, then alone
+    without its history, before it counts as refused."""
+    outcomes = await send_each(producer, [_message(r, source) for r in records])
+    for index, (record, outcome) in enumerate(zip(records, outcomes, strict=True)):
+        if isinstance(outcome, Refused):
+            alone = await send_alone(producer, _message(record, source))
+            if isinstance(alone, Refused):
+                alone = await send_alone(producer, _message(record, source, with_history=False))
+            outcomes[index] = alone
+    return outcomes
 
 
 async def _batch(
@@ -157,29 +211,24 @@ async def _batch(
     producer: AIOKafkaProducer,
     topics: Topics,
     batch: Sequence[DeadLetterRecord],
-) -> tuple[list[Redriven], int]:
-    """One transaction: claim, produce, await acks, record targets. Returns (done, raced)."""
+) -> tuple[list[Redriven], int, list[Refusal]]:
+    """One transaction: claim, produce, await acks, record targets (and release the claims of
+    refused records). Returns (done, raced, refused)."""
     async with repository.conn.transaction():
         ours = await repository.claim(topics.dlq, topics.source, batch)
         mine = [r for r in batch if r.position in ours]
-        futures = [
-            await producer.send(
-                topics.source,
-                value=r.value,
-                key=r.key,
-                headers=redrive_headers(r.headers, r.topic, r.partition, r.offset),
-            )
-            for r in mine
+        outcomes = await _send(producer, topics.source, mine)
+        sent = [(r, o) for r, o in zip(mine, outcomes, strict=True) if isinstance(o, Sent)]
+        refused = [
+            Refusal(r.partition, r.offset, o.why)
+            for r, o in zip(mine, outcomes, strict=True)
+            if isinstance(o, Refused)
         ]
-        metadata = await asyncio.gather(*futures)
-        await repository.record_targets(
-            topics.dlq, [(r, m.partition, m.offset) for r, m in zip(mine, metadata, strict=True)]
-        )
-    done = [
-        Redriven(r.partition, r.offset, r.reason, m.partition, m.offset)
-        for r, m in zip(mine, metadata, strict=True)
-    ]
-    return done, len(batch) - len(mine)
+        await repository.record_targets(topics.dlq, [(r, o.partition, o.offset) for r, o in sent])
+        if refused:
+            await repository.release(topics.dlq, [(r.dlq_partition, r.dlq_offset) for r in refused])
+    done = [Redriven(r.partition, r.offset, r.reason, o.partition, o.offset) for r, o in sent]
+    return done, len(batch) - len(mine), refused
 
 
 def _named(skipped: Counter[Skipped]) -> dict[str, int]:

@@ -11,6 +11,7 @@ import asyncpg
 from spectral.db.connect import connect, guarded
 from spectral.db.queries import load_queries
 from spectral.dlq.records import DeadLetterRecord
+from spectral.dlq.store import storable
 from spectral.settings import Settings
 
 OPERATOR_ROLE: Final = "spectral_operator"
@@ -50,10 +51,22 @@ class RedriveRepository:
                 source_topic,
                 [r.partition for r in records],
                 [r.offset for r in records],
-                [r.reason for r in records],
+                [storable(r.reason) for r in records],
             ),
         )
         return {(r["dlq_partition"], r["dlq_offset"]) for r in rows}
+
+    async def release(self, dlq_topic: str, positions: Sequence[tuple[int, int]]) -> None:
+        """Forget claims of this transaction whose records could not be redriven."""
+        await guarded(
+            "release redrive claims",
+            lambda: self.conn.execute(
+                _SQL["release_redrives"],
+                dlq_topic,
+                [p for p, _ in positions],
+                [o for _, o in positions],
+            ),
+        )
 
     async def record_targets(
         self, dlq_topic: str, landed: Sequence[tuple[DeadLetterRecord, int, int]]
