@@ -44,12 +44,12 @@ class ReadRecord:
     offset: int
     key: bytes | None
     value: bytes
-    headers: tuple[tuple[str, bytes], ...]
+    headers: tuple[tuple[str, bytes | None], ...]
 
     def header(self, name: str) -> str | None:
         for key, value in self.headers:
             if key == name:
-                return value.decode()
+                return "" if value is None else value.decode("utf-8", "replace")
         return None
 
 

@@ -226,6 +226,10 @@ class ConsumerEngine:
             self._producer = AIOKafkaProducer(
                 **kafka,
                 acks="all",
+                # Not idempotent: after the broker refuses one dead letter (too large), an
+                # idempotent producer fails the partition's next ones (OutOfOrderSequenceNumber).
+                # A dead letter produced twice is harmless (a redrive is deduplicated).
+                enable_idempotence=False,
                 linger_ms=5,
                 max_request_size=MAX_REQUEST_BYTES,  # dead letters carry the original bytes
                 metadata_max_age_ms=refresh_ms,

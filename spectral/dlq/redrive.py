@@ -137,7 +137,12 @@ async def redrive(
             skipped=_named(selection.skipped),
         )
     producer = AIOKafkaProducer(
-        **producer_kwargs(settings, bootstrap),
+        **client_kwargs(settings, bootstrap),
+        acks="all",
+        # Not idempotent: after the broker refuses one record (too large), an idempotent
+        # producer fails the next ones of the partition with OutOfOrderSequenceNumber. A record
+        # sent twice is harmless: the consumer deduplicates it.
+        enable_idempotence=False,
         max_request_size=MAX_REQUEST_BYTES,
     )
     landed: list[Redriven] = []
