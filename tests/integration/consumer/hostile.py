@@ -68,20 +68,32 @@ def corpus(seed: int = 7, *, big: bool = True) -> list[Hostile]:
     for index, hs in enumerate(header_sets(rng)):
         event = cluster_event()
         out.append(
-            Hostile(str(event.payload.cluster_id).encode(), encode(event), hs, True, f"h{index}")
+            Hostile(
+                str(event.payload.cluster_id).encode(),
+                encode(event),
+                hs,
+                valid=True,
+                label=f"h{index}",
+            )
         )
         poison = rng.choice([b"{not json", b"\xff\xfe", b"[1]", b"", b"\x00" * 10])
-        out.append(Hostile(rng.choice([None, b"", b"\xff"]), poison, hs, False, f"p{index}"))
+        out.append(
+            Hostile(rng.choice([None, b"", b"\xff"]), poison, hs, valid=False, label=f"p{index}")
+        )
     # Keys: null, empty, not UTF-8, huge.
     for key in (None, b"", b"\xff\xfe\xfd", b"k" * 100_000):
         event = cluster_event()
-        out.append(Hostile(key, encode(event), (), True, f"key{len(key or b'')}"))
+        out.append(Hostile(key, encode(event), (), valid=True, label=f"key{len(key or b'')}"))
     if big:
-        out.append(Hostile(b"big", b"x" * (3 * MIB // 2), (), False, "big-value"))
+        out.append(Hostile(b"big", b"x" * (3 * MIB // 2), (), valid=False, label="big-value"))
         headers = tuple((f"h{n}", rng.randbytes(100_000)) for n in range(15))
-        out.append(Hostile(b"hdr", b"{not json", headers, False, "mostly-headers"))
+        out.append(Hostile(b"hdr", b"{not json", headers, valid=False, label="mostly-headers"))
         event = cluster_event()
-        out.append(Hostile(b"ok-big-headers", encode(event), headers, True, "valid-big-headers"))
+        out.append(
+            Hostile(
+                b"ok-big-headers", encode(event), headers, valid=True, label="valid-big-headers"
+            )
+        )
     return out
 
 

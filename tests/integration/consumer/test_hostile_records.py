@@ -70,6 +70,7 @@ def _fallbacks(registry: CollectorRegistry, kind: str) -> float:
 
 async def _accounted(
     settings: Settings,
+    *,
     kafka_bootstrap: str,
     database_url: str,
     topic: str,
@@ -108,7 +109,7 @@ async def test_any_key_headers_or_size_keeps_the_partition_flowing(
     # source, so the large records' dead letters are refused whole and go as references.
     await create_topics(kafka_bootstrap, [topic], configs=BIG)
     await create_topics(kafka_bootstrap, [dlq_topic(topic)])
-    records = [*corpus(), Hostile(b"last", encode(cluster_event()), (), True, "h-last")]
+    records = [*corpus(), Hostile(b"last", encode(cluster_event()), (), valid=True, label="h-last")]
     offsets = await publish_hostile(kafka_bootstrap, topic, records)
 
     registry = CollectorRegistry()
@@ -116,7 +117,15 @@ async def test_any_key_headers_or_size_keeps_the_partition_flowing(
     summary = await _run(settings, handler, registry)
 
     assert summary.records == len(records)
-    await _accounted(settings, kafka_bootstrap, database_url, topic, records, offsets, handler)
+    await _accounted(
+        settings,
+        kafka_bootstrap=kafka_bootstrap,
+        database_url=database_url,
+        topic=topic,
+        records=records,
+        offsets=offsets,
+        handler=handler,
+    )
     dead = await dead_letters_of(kafka_bootstrap, database_url, topic)
     for label in ("big-value", "mostly-headers"):
         offset = offsets[[r.label for r in records].index(label)]
@@ -135,10 +144,10 @@ async def test_what_the_broker_refuses_even_as_a_reference_is_kept_in_the_databa
     # A dead-letter topic too small for any dead letter (a deployment mistake).
     await create_topics(kafka_bootstrap, [dlq_topic(topic)], configs={"max.message.bytes": "64"})
     records = [
-        Hostile(b"a", b"{not json", (("dlq.history", b"null"),), False, "p1"),
-        Hostile(b"b", encode(cluster_event()), (), True, "h1"),
-        Hostile(None, b"\x00\xff" * 1000, (("x", None),), False, "p2"),
-        Hostile(b"c", encode(cluster_event()), (), True, "h2"),
+        Hostile(b"a", b"{not json", (("dlq.history", b"null"),), valid=False, label="p1"),
+        Hostile(b"b", encode(cluster_event()), (), valid=True, label="h1"),
+        Hostile(None, b"\x00\xff" * 1000, (("x", None),), valid=False, label="p2"),
+        Hostile(b"c", encode(cluster_event()), (), valid=True, label="h2"),
     ]
     offsets = await publish_hostile(kafka_bootstrap, topic, records)
 
@@ -149,7 +158,15 @@ async def test_what_the_broker_refuses_even_as_a_reference_is_kept_in_the_databa
     assert summary.counts[Outcome.APPLIED] == 2
     assert summary.counts[Outcome.DEAD_LETTERED] == 2
     assert _fallbacks(registry, "table") == 2
-    await _accounted(settings, kafka_bootstrap, database_url, topic, records, offsets, handler)
+    await _accounted(
+        settings,
+        kafka_bootstrap=kafka_bootstrap,
+        database_url=database_url,
+        topic=topic,
+        records=records,
+        offsets=offsets,
+        handler=handler,
+    )
     dead = await dead_letters_of(kafka_bootstrap, database_url, topic)
     row = dead.dead_in_table[offsets[2]]
     assert row["value_head"] == records[2].value  # as much as fits: all of it here

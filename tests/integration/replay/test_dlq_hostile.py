@@ -34,7 +34,7 @@ def _dead_letter(
         ("dlq.consumer", b"rule-candidates"),
     )
     # The hostile headers come first: parse_headers keeps the first of each name.
-    return Hostile(b"k", value, (*extra, *own), True, f"dl{offset}")
+    return Hostile(b"k", value, (*extra, *own), valid=True, label=f"dl{offset}")
 
 
 async def test_hostile_dead_letters_are_listed_shown_and_redriven_without_blocking_others(
