@@ -1,0 +1,35 @@
+// A producer that is not spectral's: Kafka's own Java client (the jars of the local stack),
+// sending the records of a file with a given compression codec.
+// Usage: java -cp 'libs/*' CompressedProducer.java BOOTSTRAP TOPIC CODEC FILE
+// FILE: one record per line, "key<TAB>value" (UTF-8).
+
+import java.nio.charset.StandardCharsets;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.util.List;
+import java.util.Properties;
+import org.apache.kafka.clients.producer.KafkaProducer;
+import org.apache.kafka.clients.producer.ProducerRecord;
+import org.apache.kafka.common.serialization.ByteArraySerializer;
+
+public class CompressedProducer {
+    public static void main(String[] args) throws Exception {
+        Properties props = new Properties();
+        props.put("bootstrap.servers", args[0]);
+        props.put("compression.type", args[2]);
+        props.put("acks", "all");
+        props.put("linger.ms", "50");
+        props.put("key.serializer", ByteArraySerializer.class.getName());
+        props.put("value.serializer", ByteArraySerializer.class.getName());
+        List<String> lines = Files.readAllLines(Path.of(args[3]), StandardCharsets.UTF_8);
+        try (KafkaProducer<byte[], byte[]> producer = new KafkaProducer<>(props)) {
+            for (String line : lines) {
+                String[] parts = line.split("\t", 2);
+                producer.send(new ProducerRecord<>(
+                    args[1], parts[0].getBytes(StandardCharsets.UTF_8),
+                    parts[1].getBytes(StandardCharsets.UTF_8)));
+            }
+            producer.flush();
+        }
+    }
+}
