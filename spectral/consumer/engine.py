@@ -103,6 +103,8 @@ class _Decoded:
     seconds: float
     """Time spent decoding (counted in the batch's duration; the wait for the batch before
     it is not)."""
+    epoch: int
+    """The source's epoch when the records were fetched."""
 
 
 @dataclass
@@ -156,7 +158,7 @@ class ConsumerEngine:
         self.batch_lock = asyncio.Lock()
         self.summary = RunSummary()
         group = self.options.group or group_for(handler.name, settings.topic_prefix)
-        self.source = source or GroupSource(group, self._revoked)
+        self.source = source or GroupSource(group, self.batch_lock, self._revoked)
         self._bootstrap = kafka_bootstrap
         self._database_url = database_url
         self._stop = asyncio.Event()
@@ -292,11 +294,10 @@ class ConsumerEngine:
             **{o.value: n for o, n in self.summary.counts.items()},
         )
 
-    async def _revoked(self, revoked: list[TopicPartition]) -> None:
-        """Partitions are about to move: the in-flight batch finishes (and commits) first."""
-        async with self.batch_lock:
-            for tp in revoked:
-                self.metrics.forget_partition(tp.topic, tp.partition)
+    def _revoked(self, revoked: list[TopicPartition]) -> None:
+        """Partitions moved (the in-flight batch finished and committed first)."""
+        for tp in revoked:
+            self.metrics.forget_partition(tp.topic, tp.partition)
 
     async def _loop(self) -> None:
         consumer = self._consumer
@@ -326,7 +327,8 @@ class ConsumerEngine:
                     return
                 continue
             last_record = time.monotonic()
-            decoded = await self._decode_batch(records, cooperative=bool(self._in_flight))
+            epoch = self.source.epoch
+            decoded = await self._decode_batch(records, epoch, cooperative=bool(self._in_flight))
             while len(self._in_flight) >= PIPELINE_DEPTH:
                 await self._settle()
             previous = self._in_flight[-1] if self._in_flight else None
@@ -363,14 +365,16 @@ class ConsumerEngine:
 
     # -- one batch -------------------------------------------------------------------------
 
-    async def _decode_batch(self, records: Sequence[Any], *, cooperative: bool) -> _Decoded:
+    async def _decode_batch(
+        self, records: Sequence[Any], epoch: int, *, cooperative: bool
+    ) -> _Decoded:
         """Decode a fetched batch; ``cooperative``: yield to the loop every DECODE_SLICE
         records (a batch is in flight and its statements must keep moving)."""
         started = time.perf_counter()
         decode_all = self._decoder.decode_all
         if not cooperative or len(records) <= DECODE_SLICE:
             deliveries, dead = decode_all(records)
-            return _Decoded(records, deliveries, dead, time.perf_counter() - started)
+            return _Decoded(records, deliveries, dead, time.perf_counter() - started, epoch)
         deliveries, dead = [], []
         busy = 0.0
         for index in range(0, len(records), DECODE_SLICE):
@@ -380,7 +384,7 @@ class ConsumerEngine:
             dead.extend(more_dead)
             busy += time.perf_counter() - slice_started
             await asyncio.sleep(0)
-        return _Decoded(records, deliveries, dead, busy)
+        return _Decoded(records, deliveries, dead, busy, epoch)
 
     async def _finish(
         self, decoded: _Decoded, previous: asyncio.Task[BatchReport] | None
@@ -393,30 +397,17 @@ class ConsumerEngine:
             if previous.cancelled() or previous.exception() is not None:
                 raise asyncio.CancelledError
         async with self.batch_lock:
-            decoded = self._owned(decoded)
             if not decoded.records:
+                return BatchReport(counts=dict.fromkeys(Outcome, 0), facts={})
+            if decoded.epoch != self.source.epoch:
+                # Fetched before partitions were revoked: their owner now (maybe this member
+                # again) reads them from the committed offset.
+                log.info(
+                    "dropping records fetched before a rebalance", records=len(decoded.records)
+                )
                 return BatchReport(counts=dict.fromkeys(Outcome, 0), facts={})
             started = time.perf_counter() - decoded.seconds
             return await self._complete(decoded, started)
-
-    def _owned(self, decoded: _Decoded) -> _Decoded:
-        """The batch without its records of partitions revoked since they were fetched."""
-        owned = None if self._consumer is None else self.source.owned(self._consumer)
-        if owned is None:
-            return decoded
-        gone = {(r.topic, r.partition) for r in decoded.records} - owned
-        if not gone:
-            return decoded
-        log.info(
-            "dropping fetched records of revoked partitions",
-            partitions=sorted(f"{t}:{p}" for t, p in gone),
-        )
-        return _Decoded(
-            [r for r in decoded.records if (r.topic, r.partition) not in gone],
-            [d for d in decoded.deliveries if (d.topic, d.partition) not in gone],
-            [d for d in decoded.dead if (d.source_topic, d.source_partition) not in gone],
-            decoded.seconds,
-        )
 
     async def _complete(self, decoded: _Decoded, started: float) -> BatchReport:
         assert self._transaction is not None  # noqa: S101 - created in _start

@@ -17,9 +17,10 @@ retrying forever (the records are still at their committed offset for the next s
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from abc import ABC, abstractmethod
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
@@ -27,11 +28,12 @@ from aiokafka.errors import CommitFailedError, IllegalStateError, KafkaError
 
 from spectral.consumer.retrying import Retrying, transient
 from spectral.errors import PermanentError
+from spectral.kafka.groups import membership_lost
 from spectral.observability.logging import get_logger
 
 log = get_logger(__name__)
 
-Revoked = Callable[[list[TopicPartition]], Awaitable[None]]
+Revoked = Callable[[list[TopicPartition]], None]
 
 
 class UnreadableRecordsError(PermanentError):
@@ -47,6 +49,10 @@ class RecordSource(ABC):
 
     live: bool
     """A member of a live consumer group: the handler's ``start`` and ``periodic`` run."""
+    epoch: int = 0
+    """Advances whenever partitions are revoked: records fetched in an earlier epoch are not
+    applied (their partitions' new owner — maybe this member again — reads them from the
+    committed offset; committing them now could move that offset back)."""
 
     @abstractmethod
     def group_id(self, consumer: str) -> str | None:
@@ -79,10 +85,6 @@ class RecordSource(ABC):
         """True once there is nothing left to read (never, for a live member)."""
         return False
 
-    def owned(self, consumer: AIOKafkaConsumer) -> set[tuple[str, int]] | None:  # noqa: ARG002
-        """The partitions whose fetched records may still be applied (None: all)."""
-        return None
-
     async def commit(
         self,
         consumer: AIOKafkaConsumer,  # noqa: ARG002
@@ -94,15 +96,19 @@ class RecordSource(ABC):
 
 
 class _Revocations(ConsumerRebalanceListener):  # type: ignore[misc]
-    """Before partitions move, wait for the in-flight batch (which commits its own offsets)."""
+    """Before partitions move, wait for the in-flight batch (which commits its own offsets),
+    then start a new epoch."""
 
-    def __init__(self, revoked: Revoked) -> None:
-        self._revoked = revoked
+    def __init__(self, source: GroupSource) -> None:
+        self._source = source
 
     async def on_partitions_revoked(self, revoked: list[TopicPartition]) -> None:
-        await self._revoked(revoked)
-        if revoked:
-            log.info("partitions revoked", partitions=_names(revoked))
+        if not revoked:
+            return
+        async with self._source.batch_lock:
+            self._source.epoch += 1
+            self._source.revoked(revoked)
+        log.info("partitions revoked", partitions=_names(revoked))
 
     async def on_partitions_assigned(self, assigned: list[TopicPartition]) -> None:
         if assigned:
@@ -114,18 +120,18 @@ class GroupSource(RecordSource):
 
     live = True
 
-    def __init__(self, group: str, revoked: Revoked) -> None:
+    def __init__(self, group: str, batch_lock: asyncio.Lock, revoked: Revoked) -> None:
+        """``batch_lock`` is held while a batch is applied and committed; ``revoked`` is told
+        which partitions left (under that lock)."""
         self.group = group
-        self._revoked = revoked
+        self.batch_lock = batch_lock
+        self.revoked = revoked
 
     def group_id(self, consumer: str) -> str | None:  # noqa: ARG002 - named at construction
         return self.group
 
     async def attach(self, consumer: AIOKafkaConsumer, topics: Sequence[str]) -> None:
-        consumer.subscribe(topics=list(topics), listener=_Revocations(self._revoked))
-
-    def owned(self, consumer: AIOKafkaConsumer) -> set[tuple[str, int]] | None:
-        return {(tp.topic, tp.partition) for tp in consumer.assignment()}
+        consumer.subscribe(topics=list(topics), listener=_Revocations(self))
 
     async def commit(
         self, consumer: AIOKafkaConsumer, records: Sequence[Any], retrying: Retrying
@@ -142,6 +148,11 @@ class GroupSource(RecordSource):
             if (topic, partition) in assigned
         }
         if not owned:
+            return {}
+        if membership_lost(consumer):
+            # The group moved on without this member (frozen past its session): the new owners
+            # read from the committed offset, which a commit now could only move back.
+            log.warning("offset commit skipped: the group membership was lost")
             return {}
         try:
             await retrying("kafka", lambda: consumer.commit(owned))

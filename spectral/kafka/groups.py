@@ -54,6 +54,19 @@ class GroupState:
         )
 
 
+def membership_lost(consumer: AIOKafkaConsumer) -> bool:
+    """True when this group member's membership was lost (its session expired, e.g. the process
+    was frozen) and it has not joined again.
+
+    aiokafka (0.14) then commits with generation -1, which Kafka accepts as soon as the group is
+    empty: a stale member's commit would move the group's offsets back. aiokafka exposes no
+    public accessor, so this reads its coordinator's generation (pinned version, see
+    pyproject.toml)."""
+    coordinator = getattr(consumer, "_coordinator", None)
+    generation = getattr(coordinator, "generation", None)
+    return isinstance(generation, int) and generation < 0
+
+
 async def describe_group(settings: Settings, bootstrap: str, group: str) -> GroupState:
     async with admin_client(settings, bootstrap, f"could not describe group {group!r}") as admin:
         responses = await admin.describe_consumer_groups([group])

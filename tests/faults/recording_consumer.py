@@ -1,12 +1,15 @@
 """A consumer process for fault tests: the engine with a handler whose effect is NOT idempotent
 (one appended row per applied event), so any double application shows up as a second row.
 
-Run: python -m tests.faults.recording_consumer  (settings from SPECTRAL_* variables)
+Run: python -m tests.faults.recording_consumer [IDLE]  (settings from SPECTRAL_* variables;
+FAULT_HOLD_SECONDS keeps each batch's transaction open, idle, that long after its insert, so a
+SIGSTOP lands inside it)
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 import sys
 from collections.abc import Sequence
 
@@ -40,6 +43,7 @@ class AppendingHandler(Handler[None]):
         )
         # Slow the batch a little so a SIGKILL lands inside transactions, not only between them.
         await conn.execute("SELECT pg_sleep(0.02)")
+        await asyncio.sleep(float(os.environ.get("FAULT_HOLD_SECONDS", "0")))
         return HandlerResult()
 
 

@@ -40,7 +40,7 @@ def _engine(handler: _Recording) -> ConsumerEngine:
 
 
 def _empty_batch() -> _Decoded:
-    return _Decoded(records=[], deliveries=[], dead=[], seconds=0.0)
+    return _Decoded(records=[], deliveries=[], dead=[], seconds=0.0, epoch=0)
 
 
 async def _failing() -> BatchReport:
