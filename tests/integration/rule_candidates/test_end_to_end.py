@@ -166,7 +166,9 @@ async def test_duplicates_apply_once_and_older_snapshots_are_stale(
         CONSUMER,
     )
     assert len(handled) == 7
-    assert await _fully_committed(kafka_bootstrap, CONSUMER, topic, partitions=2)
+    assert await _fully_committed(
+        kafka_bootstrap, settings.topic_prefix + CONSUMER, topic, partitions=2
+    )
 
     # Later: an older snapshot arrives (stale, recorded as such), and a fresh consumer group
     # replays the topic from the start (everything deduplicated, nothing applied twice).
@@ -239,8 +241,10 @@ async def test_poison_records_are_dead_lettered_and_later_records_still_apply(
     assert [d.value for d in dead] == [value for _, value in poison]
     assert [int(_header(d, "dlq.source.offset")) for d in dead] == offsets[1:-1]
     assert {_header(d, "dlq.consumer") for d in dead} == {CONSUMER}
-    assert "U+0000" in _header(dead[-2], "dlq.detail")
-    assert await _fully_committed(kafka_bootstrap, CONSUMER, topic, partitions=1)
+    assert "nul_character" in _header(dead[-1], "dlq.detail")
+    assert await _fully_committed(
+        kafka_bootstrap, settings.topic_prefix + CONSUMER, topic, partitions=1
+    )
     handled = await _fetch(
         database_url, "SELECT count(*) AS n FROM core.event_handled WHERE consumer = $1", CONSUMER
     )
