@@ -5,7 +5,14 @@ from __future__ import annotations
 import typer
 from prometheus_client import REGISTRY
 
-from spectral.cli._common import run, settings
+from spectral.cli._common import (
+    METRICS_HOST_HELP,
+    METRICS_PORT_HELP,
+    run,
+    serve_health,
+    settings,
+    warn_missing_topics,
+)
 from spectral.cli.deployments import factory
 from spectral.consumer.collector import tune_for_batches
 from spectral.consumer.engine import ConsumerEngine, EngineOptions, RunSummary

@@ -46,7 +46,7 @@ from typing import Any
 
 import asyncpg
 import structlog
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from prometheus_client import REGISTRY, CollectorRegistry
 
 from contracts import decode
@@ -149,7 +149,8 @@ class ConsumerEngine:
     ) -> None:
         """``source``: a live member of ``options.group`` unless given (a RangeSource for a
         replay); ``connections``: the engine's pool unless given (a held transaction);
-        ``dead_letter_sink``: Kafka with its fallbacks unless given (a report)."""
+        ``dead_letter_sink``: Kafka with its fallbacks unless given (a report); ``hook``: where
+        the engine reports its start, partitions, commits and stop (a progress monitor)."""
         self.handler = handler
         self.hook = hook or EngineHook()
         self.settings = settings
@@ -158,7 +159,9 @@ class ConsumerEngine:
         self.batch_lock = asyncio.Lock()
         self.summary = RunSummary()
         group = self.options.group or group_for(handler.name, settings.topic_prefix)
-        self.source = source or GroupSource(group, self.batch_lock, self._revoked)
+        self.source = source or GroupSource(
+            group, self.batch_lock, revoked=self.hook.revoked, assigned=self.hook.assigned
+        )
         self._bootstrap = kafka_bootstrap
         self._database_url = database_url
         self._stop = asyncio.Event()
@@ -253,6 +256,7 @@ class ConsumerEngine:
         )
         await self._retrying("kafka", self._consumer.start)
         await self.source.attach(self._consumer, list(self._topics))
+        await self.hook.started(self._consumer, self._pool)
         if self.source.live:
             await self.handler.start()
         log.info("consumer started", topics=sorted(self._topics))
@@ -266,6 +270,7 @@ class ConsumerEngine:
     async def _close(self) -> None:
         # A handler with work of its own in flight (the work executor's paid calls) finishes it
         # first, within its own bound, so a graceful stop does not strand leased items.
+        await self.hook.stopped()
         try:
             await self.handler.close()
         except Exception as exc:  # noqa: BLE001 - closing: report, then close the rest
@@ -293,11 +298,6 @@ class ConsumerEngine:
             batches=self.summary.batches,
             **{o.value: n for o, n in self.summary.counts.items()},
         )
-
-    def _revoked(self, revoked: list[TopicPartition]) -> None:
-        """Partitions moved (the in-flight batch finished and committed first)."""
-        for tp in revoked:
-            self.metrics.forget_partition(tp.topic, tp.partition)
 
     async def _loop(self) -> None:
         consumer = self._consumer
@@ -428,8 +428,8 @@ class ConsumerEngine:
         reasons = await self._dead_letter(dead)
         if self._consumer is not None:
             committed = await self.source.commit(self._consumer, records, self._retrying)
-            for tp, offset in committed.items():
-                self.metrics.committed(tp.topic, tp.partition, offset, self._consumer.highwater(tp))
+            if committed:
+                self.hook.committed(committed)
         if applied is not None and self._lender().commits:
             result = applied.result
             await self._retrying("database", lambda: self.handler.after_commit(result))

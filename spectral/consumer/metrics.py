@@ -2,19 +2,16 @@
 
 Labels: ``consumer`` (one per deployment), ``outcome`` (the four Outcome values), ``reason`` (the
 decode reasons plus the engine's own, folded to ``other`` if unknown), ``component``
-(database | kafka), ``fallback`` (reference | table), and topic/partition for lag (bounded by
-the partition count).
-
-This class is also where the engine reports its positions and progress (``committed``,
-``batch_done``): a lag or stall monitor reads them here.
+(database | kafka), ``fallback`` (reference | table). Lag per partition is measured by
+spectral/observability/progress.py (the engine reports its partitions and commits to an
+``EngineHook``).
 """
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Mapping
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry, Counter, Histogram
 
 from contracts import DecodeReason
 from spectral.consumer.handler import Outcome
@@ -79,12 +76,6 @@ class ConsumerMetrics:
             registry=registry,
         )
         self.fallbacks = {name: fallbacks.labels(consumer, name) for name in FALLBACKS}
-        self._lag = Gauge(
-            "spectral_consumer_lag",
-            "Records behind the partition's high watermark after the last commit.",
-            ["consumer", "topic", "partition"],
-            registry=registry,
-        )
 
     def dead_lettered(self, reason: str) -> None:
         label = reason if reason in DEAD_LETTER_REASONS else "other"
@@ -101,12 +92,3 @@ class ConsumerMetrics:
 
     def retried(self, component: str) -> None:
         self._retries.labels(self.consumer, component).inc()
-
-    def committed(self, topic: str, partition: int, offset: int, highwater: int | None) -> None:
-        """A partition's offset was committed (``highwater``: its end as last fetched)."""
-        if highwater is not None:
-            self._lag.labels(self.consumer, topic, str(partition)).set(max(highwater - offset, 0))
-
-    def forget_partition(self, topic: str, partition: int) -> None:
-        with contextlib.suppress(KeyError):
-            self._lag.remove(self.consumer, topic, str(partition))

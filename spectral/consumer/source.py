@@ -33,7 +33,7 @@ from spectral.observability.logging import get_logger
 
 log = get_logger(__name__)
 
-Revoked = Callable[[list[TopicPartition]], None]
+Moved = Callable[[list[TopicPartition]], None]
 
 
 class UnreadableRecordsError(PermanentError):
@@ -111,6 +111,7 @@ class _Revocations(ConsumerRebalanceListener):  # type: ignore[misc]
         log.info("partitions revoked", partitions=_names(revoked))
 
     async def on_partitions_assigned(self, assigned: list[TopicPartition]) -> None:
+        self._source.assigned(assigned)
         if assigned:
             log.info("partitions assigned", partitions=_names(assigned))
 
@@ -120,12 +121,15 @@ class GroupSource(RecordSource):
 
     live = True
 
-    def __init__(self, group: str, batch_lock: asyncio.Lock, revoked: Revoked) -> None:
+    def __init__(
+        self, group: str, batch_lock: asyncio.Lock, *, revoked: Moved, assigned: Moved
+    ) -> None:
         """``batch_lock`` is held while a batch is applied and committed; ``revoked`` is told
-        which partitions left (under that lock)."""
+        which partitions left (under that lock), ``assigned`` which arrived (possibly none)."""
         self.group = group
         self.batch_lock = batch_lock
         self.revoked = revoked
+        self.assigned = assigned
 
     def group_id(self, consumer: str) -> str | None:  # noqa: ARG002 - named at construction
         return self.group

@@ -19,7 +19,7 @@ from structlog.testing import capture_logs
 
 from contracts import FAILURE_CLUSTER_DETECTED
 from spectral.consumer.engine import ConsumerEngine, EngineOptions
-from spectral.consumer.handler import Delivery, HandlerResult
+from spectral.consumer.handler import Delivery, Handler, HandlerResult
 from spectral.errors import TransientError
 from spectral.kafka.topics import topic_for
 from spectral.observability.health import Health, run_with_health
@@ -32,7 +32,7 @@ from tests.support import eventually
 pytestmark = pytest.mark.integration
 
 
-class Wedged:
+class Wedged(Handler[None]):
     """Applies nothing until ``released``; until then every batch fails transiently."""
 
     name = "progress-test"
@@ -43,7 +43,7 @@ class Wedged:
 
     async def apply(
         self, conn: asyncpg.Connection, deliveries: Sequence[Delivery]
-    ) -> HandlerResult:
+    ) -> HandlerResult[None]:
         del conn, deliveries
         if not self.released:
             raise TransientError("database unavailable (simulated)")
