@@ -70,15 +70,16 @@ def _fallbacks(registry: CollectorRegistry, kind: str) -> float:
 
 async def _accounted(
     settings: Settings,
-    *,
-    kafka_bootstrap: str,
-    database_url: str,
     topic: str,
     records: Sequence[Hostile],
     offsets: Sequence[int],
     handler: Applied,
 ) -> None:
     """Every record applied or dead-lettered (topic or table); offsets at the end."""
+    assert settings.kafka_bootstrap is not None
+    assert settings.database_url is not None
+    kafka_bootstrap = settings.kafka_bootstrap
+    database_url = settings.database_url.get_secret_value()
     dead = await dead_letters_of(kafka_bootstrap, database_url, topic)
     applied = set(handler.keys)
     for record, offset in zip(records, offsets, strict=True):
@@ -117,15 +118,7 @@ async def test_any_key_headers_or_size_keeps_the_partition_flowing(
     summary = await _run(settings, handler, registry)
 
     assert summary.records == len(records)
-    await _accounted(
-        settings,
-        kafka_bootstrap=kafka_bootstrap,
-        database_url=database_url,
-        topic=topic,
-        records=records,
-        offsets=offsets,
-        handler=handler,
-    )
+    await _accounted(settings, topic, records, offsets, handler)
     dead = await dead_letters_of(kafka_bootstrap, database_url, topic)
     for label in ("big-value", "mostly-headers"):
         offset = offsets[[r.label for r in records].index(label)]
@@ -158,15 +151,7 @@ async def test_what_the_broker_refuses_even_as_a_reference_is_kept_in_the_databa
     assert summary.counts[Outcome.APPLIED] == 2
     assert summary.counts[Outcome.DEAD_LETTERED] == 2
     assert _fallbacks(registry, "table") == 2
-    await _accounted(
-        settings,
-        kafka_bootstrap=kafka_bootstrap,
-        database_url=database_url,
-        topic=topic,
-        records=records,
-        offsets=offsets,
-        handler=handler,
-    )
+    await _accounted(settings, topic, records, offsets, handler)
     dead = await dead_letters_of(kafka_bootstrap, database_url, topic)
     row = dead.dead_in_table[offsets[2]]
     assert row["value_head"] == records[2].value  # as much as fits: all of it here
