@@ -37,14 +37,14 @@ from spectral.cli._common import (
     serve_health,
     settings,
 )
+from spectral.cli.deployments import deployments, factory
 from spectral.console.site import Console
-from spectral.consumer.deployments import DEPLOYMENTS, factory
 from spectral.consumer.replay import Mode, ReplayReport, ReplayRequest
 from spectral.consumer.replay import replay as run_replay
 from spectral.consumer.replay_range import Start, Stop
 from spectral.db.connect import connect, ping
 from spectral.devstack import Endpoints, resolve_database_url, resolve_endpoints
-from spectral.kafka.topics import topic_for
+from spectral.kafka.topics import group_for, topic_for
 from spectral.observability.health import HealthASGI
 from spectral.ops import api as ops_api
 from spectral.ops import console as ops_console
@@ -73,11 +73,9 @@ scope named in the problem document.
 async def deployment_topics(current: Settings, database_url: str) -> dict[str, tuple[str, ...]]:
     """Each consumer deployment's topics (its handler is built to ask, never run)."""
     out: dict[str, tuple[str, ...]] = {}
-    for name in DEPLOYMENTS:
+    for name in deployments().names():
         handler = factory(name)(current, database_url, CollectorRegistry())
-        closer = getattr(handler, "aclose", None)
-        if closer is not None:
-            await closer()
+        await handler.close()
         out[name] = tuple(topic_for(t, current.topic_prefix) for t in handler.event_types)
     return out
 
@@ -119,9 +117,12 @@ def compose_app(
     """The whole HTTP surface over these endpoints; ``topics`` from :func:`deployment_topics`,
     ``groups`` the consumer group of a deployment that does not run under its own name."""
     resources = resources_for(current, endpoints)
-    deployments = [
+    known = [
         Deployment(
-            name, (groups or {}).get(name, name), names, _replay_dry_run(name, current, endpoints)
+            name,
+            (groups or {}).get(name, group_for(name, current.topic_prefix)),
+            names,
+            _replay_dry_run(name, current, endpoints),
         )
         for name, names in topics.items()
     ]
@@ -133,7 +134,7 @@ def compose_app(
     def pages(app: FastAPI) -> None:
         console.install(app)
         app.include_router(triage_console.router(console, resources))
-        app.include_router(ops_console.router(console, resources, deployments))
+        app.include_router(ops_console.router(console, resources, known))
         app.include_router(work_console.router(console, resources))
 
     return build_app(
@@ -141,7 +142,7 @@ def compose_app(
         routers=[
             work_api.router(resources),
             triage_api.router(resources),
-            ops_api.router(resources, deployments),
+            ops_api.router(resources, known),
         ],
         title="spectral",
         description=DESCRIPTION,
@@ -175,7 +176,7 @@ def api(  # noqa: PLR0917 - typer maps each parameter to an option
     groups: dict[str, str] = {}
     for pair in group or []:
         name, sep, value = pair.partition("=")
-        if not sep or name not in DEPLOYMENTS or not value:
+        if not sep or name not in deployments().names() or not value:
             fail(f"--group takes DEPLOYMENT=GROUP with a known deployment, not {pair!r}", 2)
         groups[name] = value
     current = settings()

@@ -26,6 +26,7 @@ from spectral.api.resources import Resources
 from spectral.cli._common import EXIT_CONFIGURATION, fail, settings
 from spectral.cli.api import deployment_topics, resources_for
 from spectral.devstack import resolve_endpoints
+from spectral.kafka.topics import group_for
 from spectral.mcp.tools import BearerVerifier, Caller
 from spectral.ops import tools as ops_tools
 from spectral.ops.views import Deployment
@@ -89,7 +90,10 @@ def mcp(
 
     async def serve() -> None:
         topics = await deployment_topics(current, endpoints.database_url)
-        deployments = [Deployment(name, name, names) for name, names in topics.items()]
+        deployments = [
+            Deployment(name, group_for(name, current.topic_prefix), names)
+            for name, names in topics.items()
+        ]
         await resources.open()
         try:
             if transport is Transport.STDIO:
