@@ -100,6 +100,14 @@ class RedrivenOut(_Model):
     offset: int | None
 
 
+class RefusedOut(_Model):
+    """A dead letter the broker would not take back (left for a later redrive)."""
+
+    dlq_partition: int
+    dlq_offset: int
+    why: str
+
+
 class RedriveOut(_Model):
     topic: str
     dlq_topic: str
@@ -108,6 +116,7 @@ class RedriveOut(_Model):
     redriven: int
     skipped: dict[str, int]
     records: list[RedrivenOut]
+    refused: list[RefusedOut] = Field(default_factory=list)
 
 
 class ReplayIn(_Model):
