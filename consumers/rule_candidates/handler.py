@@ -43,7 +43,7 @@ from contracts.failure_cluster import (
     FailureClusterDetectedPayload,
     Severity,
 )
-from spectral.consumer.handler import Delivery, Handler, HandlerResult, Rejection
+from spectral.consumer.handler import Delivery, Handler, HandlerResult
 from spectral.observability.logging import get_logger
 
 log = get_logger(__name__)
@@ -91,6 +91,8 @@ class RuleCandidatesHandler(Handler[None]):
 
     async def apply(self, conn: Conn, deliveries: Sequence[Delivery]) -> HandlerResult[None]:
         result: HandlerResult[None] = HandlerResult()
+        now = datetime.now(UTC)
+        keys: dict[int, OrderKey] = {}  # by id(delivery): the batch holds every delivery alive
         entries: list[tuple[int, OrderKey, Delivery]] = []
         for delivery in deliveries:
             payload: FailureClusterDetectedPayload = delivery.envelope.payload

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from contracts import DecodeError, EventEnvelope
+from contracts import DecodeError, EventEnvelope, check_record_key
 from spectral.consumer.handler import Delivery
 from spectral.kafka.dlq import DeadLetter
 
@@ -28,6 +28,7 @@ class RecordDecoder:
         value: bytes = record.value if record.value is not None else b""
         try:
             envelope = self._decode(value)
+            check_record_key(envelope, record.key)
         except DecodeError as exc:
             return self._dead(record, exc.reason.value, exc.detail)
         except Exception as exc:  # noqa: BLE001 - no record's bytes may stop the partition

@@ -12,7 +12,7 @@ import asyncpg
 import pytest
 from prometheus_client import CollectorRegistry
 
-from contracts import FAILURE_CLUSTER_DETECTED, encode
+from contracts import FAILURE_CLUSTER_DETECTED, encode, record_key
 from spectral.consumer.engine import ConsumerEngine, EngineOptions, RunSummary
 from spectral.consumer.handler import Delivery, Handler, HandlerResult, Outcome
 from spectral.kafka.topics import dlq_topic, topic_for
@@ -110,7 +110,8 @@ async def test_any_key_headers_or_size_keeps_the_partition_flowing(
     # source, so the large records' dead letters are refused whole and go as references.
     await create_topics(kafka_bootstrap, [topic], configs=BIG)
     await create_topics(kafka_bootstrap, [dlq_topic(topic)])
-    records = [*corpus(), Hostile(b"last", encode(cluster_event()), (), valid=True, label="h-last")]
+    last = cluster_event()
+    records = [*corpus(), Hostile(record_key(last), encode(last), (), valid=True, label="h-last")]
     offsets = await publish_hostile(kafka_bootstrap, topic, records)
 
     registry = CollectorRegistry()
@@ -136,11 +137,12 @@ async def test_what_the_broker_refuses_even_as_a_reference_is_kept_in_the_databa
     await create_topics(kafka_bootstrap, [topic], configs=BIG)
     # A dead-letter topic too small for any dead letter (a deployment mistake).
     await create_topics(kafka_bootstrap, [dlq_topic(topic)], configs={"max.message.bytes": "64"})
+    first, second = cluster_event(), cluster_event()
     records = [
         Hostile(b"a", b"{not json", (("dlq.history", b"null"),), valid=False, label="p1"),
-        Hostile(b"b", encode(cluster_event()), (), valid=True, label="h1"),
+        Hostile(record_key(first), encode(first), (), valid=True, label="h1"),
         Hostile(None, b"\x00\xff" * 1000, (("x", None),), valid=False, label="p2"),
-        Hostile(b"c", encode(cluster_event()), (), valid=True, label="h2"),
+        Hostile(record_key(second), encode(second), (), valid=True, label="h2"),
     ]
     offsets = await publish_hostile(kafka_bootstrap, topic, records)
 

@@ -34,7 +34,11 @@ def _dead_letter(
         ("dlq.consumer", b"rule-candidates"),
     )
     # The hostile headers come first: parse_headers keeps the first of each name.
-    return Hostile(b"k", value, (*extra, *own), valid=True, label=f"dl{offset}")
+    try:  # the snapshot's entity, as the contract asks of a record key
+        key = str(json.loads(value)["payload"]["cluster_id"]).encode()
+    except (ValueError, KeyError):
+        key = b"k"
+    return Hostile(key, value, (*extra, *own), valid=True, label=f"dl{offset}")
 
 
 async def test_hostile_dead_letters_are_listed_shown_and_redriven_without_blocking_others(
