@@ -59,7 +59,7 @@ from spectral.consumer.source import GroupSource, RecordSource
 from spectral.consumer.transaction import BatchTransaction, Connections, PoolConnections
 from spectral.db.connect import create_pool
 from spectral.kafka.codecs import require_codecs
-from spectral.kafka.config import client_kwargs
+from spectral.kafka.config import client_kwargs, refusable_producer_kwargs
 from spectral.kafka.dlq import MAX_REQUEST_BYTES, DeadLetter
 from spectral.kafka.topics import group_for, topic_for
 from spectral.observability.logging import get_logger
@@ -229,12 +229,7 @@ class ConsumerEngine:
         refresh_ms = int(self.settings.kafka_metadata_refresh_seconds * 1000)
         if self._sink is None:
             self._producer = AIOKafkaProducer(
-                **kafka,
-                acks="all",
-                # Not idempotent: after the broker refuses one dead letter (too large), an
-                # idempotent producer fails the partition's next ones (OutOfOrderSequenceNumber).
-                # A dead letter produced twice is harmless (a redrive is deduplicated).
-                enable_idempotence=False,
+                **refusable_producer_kwargs(self.settings, self._bootstrap),
                 linger_ms=5,
                 max_request_size=MAX_REQUEST_BYTES,  # dead letters carry the original bytes
                 metadata_max_age_ms=refresh_ms,

@@ -40,7 +40,7 @@ from spectral.dlq.policy import Skipped, select
 from spectral.dlq.records import DeadLetterRecord, Topics, read_dead_letters
 from spectral.dlq.repository import RedriveRepository
 from spectral.errors import TransientError
-from spectral.kafka.config import producer_kwargs
+from spectral.kafka.config import refusable_producer_kwargs
 from spectral.kafka.dlq import MAX_REQUEST_BYTES, redrive_headers
 from spectral.kafka.produce import Message, Refused, Sent, send_alone, send_each
 from spectral.observability.logging import get_logger
@@ -137,12 +137,7 @@ async def redrive(
             skipped=_named(selection.skipped),
         )
     producer = AIOKafkaProducer(
-        **client_kwargs(settings, bootstrap),
-        acks="all",
-        # Not idempotent: after the broker refuses one record (too large), an idempotent
-        # producer fails the next ones of the partition with OutOfOrderSequenceNumber. A record
-        # sent twice is harmless: the consumer deduplicates it.
-        enable_idempotence=False,
+        **refusable_producer_kwargs(settings, bootstrap),
         max_request_size=MAX_REQUEST_BYTES,
     )
     landed: list[Redriven] = []

@@ -59,3 +59,14 @@ def producer_kwargs(settings: Settings, bootstrap: str) -> dict[str, Any]:
 
     Callers add only throughput and size options (``linger_ms``, ``max_request_size``)."""
     return {**client_kwargs(settings, bootstrap), "acks": "all", "enable_idempotence": True}
+
+
+def refusable_producer_kwargs(settings: Settings, bootstrap: str) -> dict[str, Any]:
+    """``producer_kwargs`` for producers of records the broker may refuse one by one — dead
+    letters and redriven records, whose content is not spectral's to choose — minus idempotence:
+    once the broker refuses one record for good (``MessageSizeTooLarge``), an idempotent aiokafka
+    producer fails every later record of that partition with ``OutOfOrderSequenceNumber``.
+    ``acks="all"`` stays (acknowledged only with ``min.insync.replicas`` copies); a client retry
+    may write a record twice, which costs one more dead letter of the same record, or a
+    redriven record the consumer deduplicates."""
+    return {**producer_kwargs(settings, bootstrap), "enable_idempotence": False}

@@ -32,6 +32,7 @@ from pathlib import Path
 import pytest
 
 from spectral.devstack.kafka_cluster import LocalKafkaCluster
+from spectral.kafka.topics import group_for
 from spectral.settings import Settings
 from tests.cluster.pipeline import Pipeline, Stall, pipeline, report
 from tests.cluster.support import BROKERS, busiest_partition, coordinator_of, in_sync
@@ -95,7 +96,9 @@ async def test_sigstop_of_a_broker_past_its_session(
     baseline = await _baseline(line)
     # The coordinator of the rule-candidates group: it also leads partitions of every topic
     # (one in three), so freezing it stalls the producers' sends and the consumers' commits.
-    frozen = await coordinator_of(line.bootstrap, "rule-candidates")
+    frozen = await coordinator_of(
+        line.bootstrap, group_for("rule-candidates", line.settings.topic_prefix)
+    )
     broker = cluster.broker(frozen)
     fault_at = time.monotonic()
     broker.pause()

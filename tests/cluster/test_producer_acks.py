@@ -48,7 +48,12 @@ ROWS = 30
 
 
 async def _produce(
-    bootstrap: str, topic: str, value: bytes, *, acks: int | str, headers: list[tuple[str, bytes]]
+    bootstrap: str,
+    topic: str,
+    value: bytes,
+    *,
+    acks: int | str,
+    headers: list[tuple[str, bytes | None]],
 ) -> int:
     producer = AIOKafkaProducer(
         bootstrap_servers=bootstrap, acks=acks, enable_idempotence=acks == "all"
@@ -142,9 +147,10 @@ async def test_relay_dead_letters_and_redrive_wait_for_two_copies_and_land_once(
         deadline, held_until = time.monotonic() + 90, None
         while held_until is None or time.monotonic() < held_until:
             assert await outbox_counts(database_url) == (ROWS, ROWS), "relayed with one copy"
-            assert await _committed(bootstrap, "rule-candidates", topic) <= poison, (
-                "offset committed past a dead letter written with one copy"
-            )
+            assert (
+                await _committed(bootstrap, settings.topic_prefix + "rule-candidates", topic)
+                <= poison
+            ), "offset committed past a dead letter written with one copy"
             assert await _redrives(database_url) == 0, "redrive recorded with one copy"
             assert processes["redrive"].poll() is None, tail(logs["redrive"])
             assert (
@@ -168,7 +174,10 @@ async def test_relay_dead_letters_and_redrive_wait_for_two_copies_and_land_once(
 
         async def consumed() -> bool:
             ends = await end_offsets(bootstrap, topic)
-            return await _committed(bootstrap, "rule-candidates", topic) == ends[0]
+            return (
+                await _committed(bootstrap, settings.topic_prefix + "rule-candidates", topic)
+                == ends[0]
+            )
 
         await _until(consumed, 90, "the consumer caught up")
         for name in ("relay", "consumer"):
