@@ -25,7 +25,7 @@ from spectral.cli._common import (
     serve_health,
     settings,
 )
-from spectral.consumer.deployments import DEPLOYMENTS, factory
+from spectral.cli.deployments import deployments, factory
 from spectral.db.connect import ping
 from spectral.devstack import resolve_endpoints
 from spectral.errors import SpectralError
@@ -103,7 +103,7 @@ def maintenance(
 def deployment_topics(current: Settings, database_url: str) -> Mapping[str, Sequence[str]]:
     """Each deployment's consumer name and the topics it reads."""
     out: dict[str, list[str]] = {}
-    for name in sorted(DEPLOYMENTS):
+    for name in deployments().names():
         handler = factory(name)(current, database_url, CollectorRegistry())
         out[handler.name] = [topic_for(t, current.topic_prefix) for t in handler.event_types]
     return out
