@@ -151,7 +151,7 @@ class WorkExecutorHandler(Handler[Job]):
 
     async def apply(self, conn: Conn, deliveries: Sequence[Delivery]) -> HandlerResult[Job]:
         await self._open()
-        assert self._repo is not None  # noqa: S101 - set by start()
+        assert self._repo is not None  # noqa: S101 - set by _open()
         wanted: dict[UUID, list[str]] = {}
         for delivery in deliveries:
             payload: Any = delivery.envelope.payload
