@@ -35,7 +35,7 @@ from consumers.rule_candidates.triage import (
     VersionConflictError,
 )
 from spectral.api.auth import requires
-from spectral.api.cursor import decode_cursor, encode_cursor
+from spectral.api.cursor import bigint, decimal_text, decode_keyset, encode_cursor, uuid_text
 from spectral.api.problems import COMMON, ProblemError, responses
 from spectral.api.resources import Resources
 from spectral.auth.scopes import Scope
@@ -212,14 +212,15 @@ def stale(exc: VersionConflictError) -> ProblemError:
     )
 
 
-def decode_page_cursor(cursor: str | None, sort: Sort) -> tuple[int, str, UUID] | None:
+def decode_page_cursor(
+    cursor: str | None, sort: Sort, kind: str = _CURSOR_KIND
+) -> tuple[int, str, UUID] | None:
+    """The inbox keyset (k1, k2, cluster_id) of a cursor of listing ``kind`` in ``sort``; 400
+    invalid-cursor for anything list_candidates could not have written."""
     if cursor is None:
         return None
-    k1, k2, cid = decode_cursor(cursor, f"{_CURSOR_KIND}:{sort.value}", 3)
-    try:
-        return (int(k1), str(k2), UUID(str(cid)))
-    except (TypeError, ValueError):
-        raise ProblemError(400, "the cursor is damaged", slug="invalid-cursor") from None
+    k1, k2, cid = decode_keyset(cursor, f"{kind}:{sort.value}", bigint, decimal_text, uuid_text)
+    return (k1, k2, cid)
 
 
 async def load_page(resources: Resources, where: ListFilter) -> ClusterPage:

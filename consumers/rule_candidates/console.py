@@ -14,7 +14,7 @@ from uuid import UUID
 from fastapi import APIRouter, Depends, Form, Query, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
-from consumers.rule_candidates.api import NOTES_MAX_CHARS, not_found
+from consumers.rule_candidates.api import NOTES_MAX_CHARS, decode_page_cursor, not_found
 from consumers.rule_candidates.transitions import Status, TransitionError, allowed_from
 from consumers.rule_candidates.triage import (
     ClusterNotFoundError,
@@ -26,7 +26,7 @@ from consumers.rule_candidates.triage import (
     VersionConflictError,
 )
 from spectral.api.auth import check_csrf, console_requires
-from spectral.api.cursor import decode_cursor, encode_cursor
+from spectral.api.cursor import encode_cursor
 from spectral.api.problems import ProblemError
 from spectral.api.resources import Resources
 from spectral.auth.scopes import Scope
@@ -63,10 +63,7 @@ def router(console: Console, resources: Resources) -> APIRouter:  # noqa: C901
             order = Sort(sort) if sort else Sort.SEVERITY
         except ValueError:
             raise ProblemError(422, "unknown filter value", slug="invalid-request") from None
-        after = None
-        if cursor:
-            k1, k2, cid = decode_cursor(cursor, f"{_CURSOR_KIND}:{order.value}", 3)
-            after = (int(k1), str(k2), UUID(str(cid)))
+        after = decode_page_cursor(cursor or None, order, _CURSOR_KIND)
         where = ListFilter(
             status=where_status,
             severity=where_severity,

@@ -16,7 +16,6 @@ Commands act as ``spectral_producer``, reads as ``spectral_operator`` (read only
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Annotated, Any, Final
 from uuid import UUID
 
@@ -41,7 +40,7 @@ from producers.work.schemas import (
     ThreadOut,
 )
 from spectral.api.auth import requires
-from spectral.api.cursor import decode_cursor, encode_cursor
+from spectral.api.cursor import decode_keyset, encode_cursor, utc_timestamp, uuid_text
 from spectral.api.problems import COMMON, ProblemError, responses
 from spectral.api.resources import Resources
 from spectral.auth.scopes import Scope
@@ -92,11 +91,8 @@ async def project_threads_page(
     """One page of a project's threads, newest first (the API's and the MCP tool's answer)."""
     after = None
     if cursor is not None:
-        at, tid = decode_cursor(cursor, _CURSOR_KIND, 2)
-        try:
-            after = (datetime.fromisoformat(str(at)), UUID(str(tid)))
-        except ValueError:
-            raise ProblemError(400, "the cursor is damaged", slug="invalid-cursor") from None
+        at, tid = decode_keyset(cursor, _CURSOR_KIND, utc_timestamp, uuid_text)
+        after = (at, tid)
     threads = await WorkReader(resources.operator).project_threads(
         project_id, active=active, limit=limit + 1, after=after
     )

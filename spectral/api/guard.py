@@ -6,7 +6,10 @@
   and an undecodable byte is not text): 400.
 * A JSON body must be UTF-8 JSON without lone surrogates (orjson's strict parse; nesting deeper
   than its limit is refused too): 400; a string or key holding NUL: 422 naming where.
-* A form body (the web console) gets the query string's checks.
+* A form body (the web console) gets the query string's checks. Forms are
+  ``application/x-www-form-urlencoded`` (what a browser sends for the console's forms, which
+  upload nothing): a ``multipart/form-data`` body is refused with 415, so no field reaches a
+  route without the same NUL and UTF-8 checks.
 
 Each refusal is an ``application/problem+json`` document that never repeats the input.
 """
@@ -155,6 +158,12 @@ def _check_body(content_type: str, body: bytes) -> None:
             )
     elif content_type == "application/x-www-form-urlencoded":
         _check_text(body, "form")
+    elif content_type.startswith("multipart/"):
+        raise _Refused(
+            415,
+            "forms are sent as application/x-www-form-urlencoded (nothing here takes uploads)",
+            "unsupported-media-type",
+        )
 
 
 def _nul_in(value: Any, path: list[str | int]) -> list[str | int] | None:

@@ -212,7 +212,8 @@ _DESCRIPTIONS: Final = {
     409: "Conflicts with the current state (the problem says which).",
     412: "If-Match does not match the current version: reload and apply your change again.",
     413: "The request body is larger than the limit.",
-    415: "The request body must be application/json.",
+    415: "The body's media type is not accepted (JSON for the API, urlencoded forms for the "
+    "console).",
     422: "The request does not validate; invalid_params lists where and why.",
     428: "This operation needs an If-Match header with the version you edited.",
     500: "The server failed; the problem carries no internals (they are logged).",

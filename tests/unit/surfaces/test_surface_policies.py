@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import base64
 import json
+import re
+import uuid
 from typing import Any
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from consumers.rule_candidates.api import parse_if_match
+from consumers.rule_candidates.api import decode_page_cursor, parse_if_match
+from consumers.rule_candidates.triage import Sort
 from spectral.api.cursor import decode_cursor, encode_cursor
 from spectral.api.guard import _check_body, _check_text, _nul_in, _Refused
 from spectral.api.problems import ProblemError, invalid_params
@@ -49,6 +53,37 @@ def test_a_cursor_round_trips_and_is_bound_to_its_listing(kind: str, key: list[A
         assert decode_cursor(cursor, kind, len(key)) == json.loads(json.dumps(key))
     with pytest.raises(ProblemError):
         decode_cursor(cursor, kind + "x", len(key))
+
+
+keyset_values = (
+    json_values
+    | st.integers()
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.from_regex(r"-?[0-9]{1,25}(\.[0-9]{0,14})?(e[0-9]+)?", fullmatch=True)
+    | st.uuids().map(str)
+    | st.uuids().map(lambda u: str(u).upper())
+)
+
+
+@given(st.lists(keyset_values, min_size=3, max_size=3))
+def test_a_forged_inbox_cursor_is_a_400_or_a_keyset_the_query_can_bind(key: list[Any]) -> None:
+    """Whatever a client writes into a cursor, what reaches list_candidates is a bigint, a plain
+    decimal and a UUID (a forged value is a 400, never a driver error)."""
+    cursor = base64.urlsafe_b64encode(
+        json.dumps({"k": "clusters:severity", "p": key}).encode()
+    ).decode()
+    status = _status_of(decode_page_cursor, cursor, Sort.SEVERITY)
+    assert status in (200, 400)
+    if status == 400:
+        return
+    decoded = decode_page_cursor(cursor, Sort.SEVERITY)
+    assert decoded is not None
+    k1, k2, cid = decoded
+    assert type(k1) is int
+    assert -(2**63) <= k1 < 2**63
+    assert re.fullmatch(r"-?[0-9]+(\.[0-9]+)?", k2)
+    assert isinstance(cid, uuid.UUID)
+    assert str(cid) == key[2]
 
 
 def _status_of(call: Any, *args: Any) -> int:
