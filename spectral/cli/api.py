@@ -95,6 +95,15 @@ def _replay_dry_run(name: str, current: Settings, endpoints: Endpoints) -> Repla
     return dry_run
 
 
+async def check_logins(resources: Resources) -> None:
+    """Open and close the pools the surfaces act through (ConfigurationError for a refused
+    login or a role the login cannot assume, TransientError when the server is down)."""
+    try:
+        await resources.open()
+    finally:
+        await resources.close()
+
+
 def resources_for(current: Settings, endpoints: Endpoints) -> Resources:
     """The pools every surface acts through (the operator login when one is configured)."""
     operator_url = current.operator_database_url
@@ -181,6 +190,10 @@ def api(  # noqa: PLR0917 - typer maps each parameter to an option
         groups[name] = value
     current = settings()
     endpoints = resolve_endpoints(current)
+    # The pools open inside uvicorn's lifespan, where a refused login would only be "startup
+    # failed" (uvicorn's exit 3, with a traceback): check every login the app uses first, so a
+    # bad setting is exit 2 with one line and a server down is exit 3, as for every command.
+    run(check_logins(resources_for(current, endpoints)))
     topics = asyncio.run(deployment_topics(current, endpoints.database_url))
     health = serve_health(current, metrics_port, metrics_host)
     health.probe("database", lambda: ping(endpoints.database_url))

@@ -65,6 +65,17 @@ def translate(exc: BaseException, what: str) -> SpectralError:
     return PermanentError(f"{what}: {type(exc).__name__}: {exc}")
 
 
+def _translate_login(exc: BaseException, what: str, role: str | None) -> SpectralError:
+    """``translate``, and a login that may not act as ``role`` is a configuration error too:
+    the deployment's login lacks the grant the README asks for."""
+    if role and isinstance(exc, asyncpg.InsufficientPrivilegeError):
+        return ConfigurationError(
+            f"{what}: the database login may not act as the role {role} ({exc}); grant it: "
+            f"GRANT {role} TO <the login of SPECTRAL_DATABASE_URL>"
+        )
+    return translate(exc, what)
+
+
 async def connect(
     dsn: str, *, role: str | None = None, connect_timeout: float = 10.0
 ) -> asyncpg.Connection:
@@ -75,7 +86,7 @@ async def connect(
             dsn, server_settings=settings, timeout=connect_timeout
         )
     except Exception as exc:
-        raise translate(exc, "connect") from exc
+        raise _translate_login(exc, "connect", role) from exc
     return conn
 
 
@@ -121,7 +132,7 @@ async def create_pool(
             command_timeout=60,
         )
     except Exception as exc:
-        raise translate(exc, "create pool") from exc
+        raise _translate_login(exc, "create pool", role) from exc
     return pool
 
 

@@ -6,12 +6,15 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from collections.abc import AsyncIterator
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
+import asyncpg
 import pytest
 
 from spectral.devstack import Endpoints
+from tests.support import unique_name
 
 pytestmark = pytest.mark.integration
 
@@ -26,6 +29,8 @@ DATABASE_COMMANDS = [
     ["outbox", "relay", "--once"],
     ["tokens", "list"],
     ["mcp"],
+    ["api", "--port", "0"],
+    ["consume", "rule-candidates"],
 ]
 
 
@@ -46,3 +51,43 @@ def test_a_wrong_database_password_exits_2(args: list[str], stack: Endpoints) ->
     assert result.returncode == 2, result.stdout + result.stderr
     assert "check SPECTRAL_DATABASE_URL" in result.stderr
     assert "wrong" not in result.stderr  # the password is never printed
+
+
+ROLE_COMMANDS = [
+    (["triage", "list"], "spectral_operator"),
+    (["tokens", "list"], "spectral_token_admin"),
+    (["api", "--port", "0"], "spectral_authenticator"),
+    (["consume", "rule-candidates"], "spectral_projector"),
+]
+
+
+@pytest.fixture
+async def login_without_grants(stack: Endpoints, database_url: str) -> AsyncIterator[str]:
+    """A database URL whose login exists but was granted none of spectral's roles."""
+    name = unique_name("spectral_login_")
+    admin = await asyncpg.connect(database_url)
+    try:
+        await admin.execute(f"CREATE ROLE {name} LOGIN PASSWORD 'pw-{name}'")
+        parts = urlsplit(database_url)
+        host = parts.netloc.rsplit("@", 1)[-1]
+        yield urlunsplit(parts._replace(netloc=f"{name}:pw-{name}@{host}", query=""))
+    finally:
+        await admin.execute(f"DROP ROLE IF EXISTS {name}")
+        await admin.close()
+
+
+@pytest.mark.parametrize(
+    ("args", "role"), ROLE_COMMANDS, ids=lambda v: " ".join(v) if isinstance(v, list) else v
+)
+def test_a_login_without_the_role_grant_exits_2_naming_the_grant(
+    args: list[str], role: str, stack: Endpoints, login_without_grants: str
+) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SPECTRAL_")}
+    env["SPECTRAL_KAFKA_BOOTSTRAP"] = stack.kafka_bootstrap
+    env["SPECTRAL_DATABASE_URL"] = login_without_grants
+    result = subprocess.run(
+        [SPECTRAL, *args], env=env, capture_output=True, text=True, check=False, timeout=120
+    )
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert f"GRANT {role} TO" in result.stderr
+    assert "Traceback" not in result.stderr
