@@ -18,7 +18,8 @@ partitions and computes, per partition:
   line is logged when it starts and an INFO ``partition progressing again`` when it ends.
 
 Readiness checks it maintains (see health.py): ``group`` (joined the consumer group: partitions
-assigned, possibly none), ``kafka`` (the last end-offset request answered) and ``database`` (a
+assigned, possibly none), ``kafka`` (the last end-offset request answered; a member holding no
+partitions has none to ask, and is ready while its group check is) and ``database`` (a
 ``SELECT 1`` through the engine's pool).
 """
 
@@ -193,6 +194,11 @@ class ProgressMonitor(EngineHook):
             return
         tps = [tp for tp in consumer.assignment() if tp in self._partitions]
         if not tps:
+            # A member with no partitions (scaled out past the partition count) is a standby,
+            # not a fault: there is nothing to measure, and the group it joined answered its
+            # heartbeats (a broker lost meanwhile shows as a rebalance, the group check).
+            if self._health is not None and not consumer.assignment():
+                self._health.set_check("kafka", ok=True, detail="no partitions to measure")
             return
         ends = await consumer.end_offsets(tps)
         if self._health is not None:

@@ -138,3 +138,58 @@ async def test_liveness_fails_when_the_event_loop_is_wedged() -> None:
         beating.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await beating
+
+
+class Idle:
+    name = "progress-idle-test"
+    event_types = (FAILURE_CLUSTER_DETECTED,)
+
+    async def apply(
+        self, conn: asyncpg.Connection, deliveries: Sequence[Delivery]
+    ) -> HandlerResult:
+        del conn, deliveries
+        return HandlerResult()
+
+
+async def test_a_member_without_partitions_is_ready(
+    settings: Settings, kafka_bootstrap: str, database_url: str
+) -> None:
+    """Scaled out past the partition count, a member gets no partitions: it is a healthy
+    standby (it takes over on the next rebalance), so /readyz must say ready — a compose or
+    Kubernetes probe on a forever not-ready member would restart it or hold a rollout."""
+    topic = topic_for(FAILURE_CLUSTER_DETECTED, settings.topic_prefix)
+    await create_topics(kafka_bootstrap, [topic], partitions=1)
+    members = []
+    for _ in range(2):
+        health = Health(stall_after=10.0, probe_interval=0.5)
+        monitor = ProgressMonitor(Idle.name, CollectorRegistry(), health, interval=0.3)
+        engine = ConsumerEngine(
+            Idle(),
+            settings,
+            kafka_bootstrap=kafka_bootstrap,
+            database_url=database_url,
+            options=EngineOptions(backoff=Backoff(base=0.2, cap=0.5), max_batch=50),
+            registry=CollectorRegistry(),
+            hook=monitor,
+        )
+        running = asyncio.create_task(run_with_health(health, engine.run()))
+        members.append((health, engine, running))
+    try:
+
+        async def settled() -> bool:
+            groups = [h.ready()[1]["checks"].get("group", {}) for h, *_ in members]
+            shares = sorted(str(g.get("detail")) for g in groups if g.get("ok"))
+            return shares == ["0 partitions", "1 partitions"]
+
+        await eventually(settled, timeout=90)
+
+        async def all_ready() -> bool:
+            return all(h.ready()[0] for h, *_ in members)
+
+        await eventually(all_ready, timeout=30)
+    finally:
+        for _, engine, _ in members:
+            engine.stop()
+        for *_, running in members:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(running, timeout=30)
