@@ -89,14 +89,15 @@ class EventRegistry:
             validator = spec.envelope_model.__pydantic_validator__
             envelope: EventEnvelope[Any] = validator.validate_python(obj)
         except ValidationError as exc:
-            raise _validation_failure(exc, event_type) from None
+            failure = _validation_failure(exc, event_type)
+            if failure.reason is DecodeReason.INVALID_PAYLOAD:
+                _refuse_nul_outside_payload(data, obj, event_type)  # an envelope error wins
+            raise failure from None
         nul = find_nul(data, obj)
         if nul is not None:
-            raise DecodeError(
-                DecodeReason.INVALID_PAYLOAD if _in_payload(nul) else DecodeReason.INVALID_ENVELOPE,
-                f"{nul.replace('$.', '', 1)}: a string holds U+0000, which the contract refuses",
-                event_type=event_type,
-            )
+            if _in_payload(nul):
+                _refuse_nul_outside_payload(data, obj, event_type)  # an envelope error wins
+            raise _nul_failure(nul, event_type)
         if spec.verify_wire is not None:
             spec.verify_wire(obj["payload"], envelope.payload)
         if spec.wire_idempotency_key is not None:
@@ -203,6 +204,22 @@ def _validation_failure(exc: ValidationError, event_type: str) -> DecodeError:
     more = len(chosen) - _MAX_ERRORS_SHOWN
     detail = f"{shown} (and {more} more)" if more > 0 else shown
     return DecodeError(reason, detail, event_type=event_type)
+
+
+def _nul_failure(path: str, event_type: str) -> DecodeError:
+    return DecodeError(
+        DecodeReason.INVALID_PAYLOAD if _in_payload(path) else DecodeReason.INVALID_ENVELOPE,
+        f"{path.replace('$.', '', 1)}: a string holds U+0000, which the contract refuses",
+        event_type=event_type,
+    )
+
+
+def _refuse_nul_outside_payload(data: bytes, obj: dict[str, Any], event_type: str) -> None:
+    """``invalid_envelope`` when a string outside the payload holds U+0000 (only called once a
+    payload error was found: the spec ranks every envelope error above every payload error)."""
+    nul = find_nul(data, {name: value for name, value in obj.items() if name != "payload"})
+    if nul is not None:
+        raise _nul_failure(nul, event_type)
 
 
 def _is_payload_error(loc: tuple[int | str, ...], kind: str) -> bool:

@@ -146,6 +146,16 @@ class Case:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
+def _each(*edits: Callable[[Obj], None]) -> Callable[[Obj], None]:
+    """One edit applying ``edits`` in order."""
+
+    def edit(obj: Obj) -> None:
+        for one in edits:
+            one(obj)
+
+    return edit
+
+
 def _set(path: str, value: Any = None) -> Callable[[Obj], None]:
     """An edit setting ``path`` (dot-separated, integers index lists) of the envelope."""
 
@@ -440,6 +450,23 @@ def cases() -> list[Case]:  # noqa: PLR0915 - one flat, readable list of cases
         )
     )
     add(Case("payload_missing", cluster(_drop("payload"), rehash=False), "invalid_envelope"))
+    # An envelope error wins over a payload error, U+0000 outside the payload included.
+    add(
+        Case(
+            "nul_in_source_and_an_invalid_payload",
+            cluster(_each(_set("source", "plat\u0000form"), _set("payload.severity", "none"))),
+            "invalid_envelope",
+        )
+    )
+    add(
+        Case(
+            "nul_in_an_unknown_envelope_field_and_in_the_payload",
+            cluster(
+                _each(_set("trace", "\u0000"), _set("payload.evidence_bundle.0.summary", "\u0000"))
+            ),
+            "invalid_envelope",
+        )
+    )
 
     # ---- the payload -------------------------------------------------------------------------
     add(
