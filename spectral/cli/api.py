@@ -262,7 +262,8 @@ def tokens_create(
         typer.Option("--scope", help=f"Repeat for each: {', '.join(s.value for s in Scope)}."),
     ],
     expires_in_days: Annotated[
-        int | None, typer.Option(min=1, help="Expire after this many days (default: never).")
+        int | None,
+        typer.Option(min=1, max=36500, help="Expire after this many days (default: never)."),
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="JSON on stdout.")] = False,
 ) -> None:

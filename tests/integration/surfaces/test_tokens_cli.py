@@ -63,6 +63,19 @@ async def test_create_use_list_and_revoke_a_token(
         )
         assert code == 1
         assert "must match" in err
+        code, _, err = await _cli(
+            spectral_env,
+            "tokens",
+            "create",
+            "--name",
+            "far",
+            "--scope",
+            "ops:read",
+            "--expires-in-days",
+            "99999999",
+        )
+        assert code == 2, err
+        assert "Traceback" not in err
 
         code, out, _ = await _cli(spectral_env, "tokens", "revoke", "ops-dana")
         assert code == 0
