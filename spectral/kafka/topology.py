@@ -17,9 +17,11 @@ matter to spectral's guarantees:
 :func:`plan` compares the declaration with what the cluster has and decides, per difference,
 whether applying changes it. It never shrinks anything silently: fewer partitions cannot be
 done at all, a smaller retention or size limit and a lower ``min.insync.replicas`` are applied
-only with ``allow_shrink``; adding partitions moves keys to other partitions (per-key order is
-not kept across the change), so it needs ``allow_repartition``; a different replication factor
-needs a partition reassignment and is only reported.
+only with ``allow_shrink`` (so is turning compaction off: a compacted topic keeps each key's
+newest record past its retention, which ``delete`` would drop); adding partitions moves keys to
+other partitions (per-key order is not kept across the change), so it needs
+``allow_repartition``; a different replication factor needs a partition reassignment and is
+only reported.
 """
 
 from __future__ import annotations
@@ -195,7 +197,8 @@ def plan(
             have = current.config.get(key)
             if have == desired:
                 continue
-            if key in SHRINKABLE and _shrinks(have, desired) and not allow_shrink:
+            taken = _takes_away(key, have, desired)
+            if taken and not allow_shrink:
                 changes.append(
                     Change(
                         spec.name,
@@ -203,7 +206,7 @@ def plan(
                         key,
                         have,
                         desired,
-                        "lower than the cluster has: pass --allow-shrink to apply",
+                        f"{taken}: pass --allow-shrink to apply",
                     )
                 )
                 continue
@@ -241,6 +244,21 @@ def _partition_changes(
             )
         ]
     return [Change(spec.name, Action.ADD_PARTITIONS, "partitions", str(have), str(want))]
+
+
+def _takes_away(key: str, have: str | None, desired: str) -> str | None:
+    """Why setting ``key`` from ``have`` to ``desired`` takes something away (None: it does
+    not)."""
+    if key in SHRINKABLE and _shrinks(have, desired):
+        return "lower than the cluster has"
+    if key == "cleanup.policy" and have is not None:
+        kept = {p.strip() for p in have.split(",")}
+        if "compact" in kept and "compact" not in {p.strip() for p in desired.split(",")}:
+            return (
+                "the cluster compacts this topic (each key's newest record is kept past the "
+                "retention); delete would drop them"
+            )
+    return None
 
 
 def _int(value: str | None) -> int:
