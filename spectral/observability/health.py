@@ -158,7 +158,9 @@ async def run_with_health(health: Health | None, main: Awaitable[Any]) -> Any:
 
 class HealthASGI:
     """An ASGI app answering ``/healthz`` and ``/readyz`` from ``health`` in front of ``app``
-    (the HTTP API): no authentication, not in the OpenAPI document. The heartbeat starts with
+    (the HTTP API): no authentication, not in the OpenAPI document, and so without the checks'
+    error texts (which name hosts, ports and logins; the metrics port, an operators' interface,
+    and the log keep them). The heartbeat starts with
     the server's lifespan, on its event loop, so a wedged loop stops answering here and turns
     ``/healthz`` red on the metrics port."""
 
@@ -172,6 +174,8 @@ class HealthASGI:
             self._heartbeat = asyncio.create_task(self.health.heartbeat(), name="health")
         if scope["type"] == "http" and scope.get("path") in {"/healthz", "/readyz"}:
             ok, body = self.health.live() if scope["path"] == "/healthz" else self.health.ready()
+            for check in body.get("checks", {}).values():
+                check.pop("detail", None)  # error text names hosts and ports: not for anyone
             payload = json.dumps(body, sort_keys=True).encode()
             headers = [(b"content-type", b"application/json"), (b"cache-control", b"no-store")]
             await send(
