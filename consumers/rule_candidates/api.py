@@ -83,6 +83,10 @@ class AuditOut(_Out):
     triage_version: int
     changed_at: datetime
     actor: str = Field(description="token:NAME for the API, console and MCP; db:LOGIN otherwise.")
+    db_login: str | None = Field(
+        description="The database login of the session that made the change (the surface's "
+        "own login for the API, console and MCP); null for changes older than this record."
+    )
     changes: dict[str, FieldChange] = Field(description="{field: {from, to}} of what changed.")
 
     @classmethod

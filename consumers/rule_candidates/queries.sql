@@ -173,8 +173,8 @@ WHERE cluster_id = $1::uuid;
 
 -- name: triage_audit
 -- The audit trail of one cluster, oldest first (written by the database's trigger, 0008).
-SELECT audit_id, triage_version, changed_at, actor, from_status, to_status, from_assignee,
-       to_assignee, from_notes, to_notes, from_deleted_at, to_deleted_at
+SELECT audit_id, triage_version, changed_at, actor, db_login, from_status, to_status,
+       from_assignee, to_assignee, from_notes, to_notes, from_deleted_at, to_deleted_at
 FROM platform.triage_audit
 WHERE cluster_id = $1::uuid
 ORDER BY triage_version;

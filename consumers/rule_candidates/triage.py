@@ -109,6 +109,9 @@ class AuditEntry:
     triage_version: int
     changed_at: datetime
     actor: str
+    """The principal the surface declared (``token:NAME``), else ``db:LOGIN``."""
+    db_login: str | None
+    """The database login of the session that made the change (None: recorded before 0010)."""
     from_status: str
     to_status: str
     from_assignee: UUID | None
@@ -117,6 +120,12 @@ class AuditEntry:
     to_notes: str | None
     from_deleted_at: datetime | None
     to_deleted_at: datetime | None
+
+    def who(self) -> str:
+        """The principal, and the login it came through when that is not already its name."""
+        if self.db_login is None or self.actor == f"db:{self.db_login}":
+            return self.actor
+        return f"{self.actor} via {self.db_login}"
 
     def changes(self) -> dict[str, tuple[Any, Any]]:
         """What changed: {field: (from, to)} for the fields that differ."""
@@ -133,6 +142,7 @@ class AuditEntry:
             "triage_version": self.triage_version,
             "changed_at": self.changed_at.isoformat(),
             "actor": self.actor,
+            "db_login": self.db_login,
             "changes": {
                 name: {"from": _json_value(old), "to": _json_value(new)}
                 for name, (old, new) in self.changes().items()

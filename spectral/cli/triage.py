@@ -191,7 +191,7 @@ def _print_detail(d: CandidateDetail) -> None:
             f"{name}: {old if old is not None else '-'} -> {new if new is not None else '-'}"
             for name, (old, new) in entry.changes().items()
         )
-        audit.add_row(str(entry.triage_version), _when(entry.changed_at), entry.actor, changes)
+        audit.add_row(str(entry.triage_version), _when(entry.changed_at), entry.who(), changes)
     console.print(audit)
 
 

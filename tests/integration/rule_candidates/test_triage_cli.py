@@ -272,6 +272,7 @@ def test_show_lists_the_audit_trail_and_set_refuses_a_stale_version(
             "triage_version": 1,
             "changed_at": detail["audit"][0]["changed_at"],
             "actor": detail["audit"][0]["actor"],
+            "db_login": detail["audit"][0]["actor"].removeprefix("db:"),
             "changes": {"notes": {"from": None, "to": "one"}},
         }
     ]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
 import pytest
@@ -13,6 +14,7 @@ from consumers.rule_candidates.transitions import ALLOWED, Status
 from spectral.auth.scopes import Scope
 from spectral.settings import Settings
 from tests.integration.surfaces.support import seed_clusters, surface
+from tests.support import unique_name
 
 pytestmark = pytest.mark.integration
 
@@ -188,4 +190,51 @@ async def test_refused_transitions_are_409_and_the_database_refuses_them_too(
         with pytest.raises(asyncpg.InsufficientPrivilegeError, match="append-only"):
             await owner.execute("UPDATE platform.triage_audit SET actor = 'someone else'")
     finally:
+        await owner.close()
+
+
+async def test_the_audit_trail_names_the_login_a_declared_principal_came_through(
+    settings: Settings, database_url: str, kafka_bootstrap: str
+) -> None:
+    """spectral.actor is a setting any session may set: someone with their own login can
+    declare an API token's principal. The trail then shows the login too, so the change they
+    made under 'token:ops-alice' is told apart from ops-alice's own, made through the API."""
+    (cluster,) = await seed_clusters(database_url, 1)
+    mallory = unique_name("spectral_mallory_")
+    owner = await asyncpg.connect(database_url)
+    try:
+        api_login = await owner.fetchval("SELECT session_user")
+        await owner.execute(f"CREATE ROLE {mallory} LOGIN PASSWORD 'pw' IN ROLE spectral_operator")
+        async with surface(settings, database_url, kafka_bootstrap) as s:
+            alice = await s.client(Scope.TRIAGE_WRITE, name="ops-alice")
+            done = await alice.patch(
+                f"/clusters/{cluster}", json={"notes": "mine"}, headers={"If-Match": "*"}
+            )
+            assert done.status_code == 200, done.text
+            parts = urlsplit(database_url)
+            host = parts.netloc.rsplit("@", 1)[-1]
+            forger = await asyncpg.connect(
+                urlunsplit(parts._replace(netloc=f"{mallory}:pw@{host}", query="")),
+                server_settings={"role": "spectral_operator"},
+            )
+            try:
+                async with forger.transaction():
+                    await forger.execute(
+                        "SELECT set_config('spectral.actor', 'token:ops-alice', true)"
+                    )
+                    await forger.execute(
+                        "UPDATE platform.rule_candidates_pending SET notes = 'not mine' "
+                        "WHERE cluster_id = $1",
+                        cluster,
+                    )
+            finally:
+                await forger.close()
+            audit = (await alice.get(f"/clusters/{cluster}")).json()["audit"]
+        assert [(a["actor"], a["db_login"]) for a in audit] == [
+            ("token:ops-alice", api_login),
+            ("token:ops-alice", mallory),
+        ]
+    finally:
+        await owner.execute(f"DROP OWNED BY {mallory}")
+        await owner.execute(f"DROP ROLE {mallory}")
         await owner.close()
