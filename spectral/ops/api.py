@@ -10,10 +10,16 @@
 Only the deployments' own topics (and their ``.dlq`` topics) can be named: the API is no way
 to read arbitrary topics. Redrive and replay call spectral/dlq and spectral/consumer/replay.py,
 exactly what ``spectral dlq redrive`` and ``spectral replay --dry-run`` run.
+
+A replay dry run holds one database transaction open while it reads its whole range (the rows
+it changes stay locked until it rolls back, so the live consumer waits on them) and a Kafka
+consumer of its own: the scope that reads lag may run one, but one at a time per deployment in
+this process — a second is 409 ``dry-run-busy`` with ``Retry-After``, never a pile-up.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from typing import Annotated, Any
 
@@ -138,6 +144,7 @@ def router(  # noqa: C901 - one nested function per route
 ) -> APIRouter:
     api = APIRouter(prefix="/ops", tags=["operations"])
     by_name = {d.name: d for d in deployments}
+    dry_runs = {d.name: asyncio.Lock() for d in deployments}
     reader = Depends(requires(resources, Scope.OPS_READ))
     anyone = Depends(requires(resources, None))
 
@@ -217,14 +224,26 @@ def router(  # noqa: C901 - one nested function per route
         "/consumers/{deployment}/replay-dry-run",
         summary="Replay a range through the deployment's handler in one rolled-back "
         "transaction: what would change per table and what would be dead-lettered.",
-        responses=responses(*COMMON, 404),
+        responses=responses(*COMMON, 404, 409),
     )
     async def replay_dry_run(
         *, deployment: str, body: ReplayIn, _: Principal = reader
     ) -> dict[str, Any]:
         d = deployment_of(deployment)
+        running = dry_runs[d.name]
+        if running.locked():
+            raise ProblemError(
+                409,
+                f"a replay dry run of {d.name!r} is running; retry when it has finished",
+                slug="dry-run-busy",
+                headers={"Retry-After": "10"},
+            )
+        async with running:
+            return await _dry_run(d, body)
+
+    async def _dry_run(d: Deployment, body: ReplayIn) -> dict[str, Any]:
         if d.replay_dry_run is None:
-            raise ProblemError(404, f"{deployment!r} offers no replay here", slug="not-found")
+            raise ProblemError(404, f"{d.name!r} offers no replay here", slug="not-found")
         try:
             start = start_of(
                 from_beginning=body.from_beginning,

@@ -1,0 +1,77 @@
+"""Replay dry runs over HTTP take the scope that reads lag, but each holds a database
+transaction (and the row locks of what it changes) and a Kafka consumer for as long as it reads:
+at most one runs per deployment at a time, a second is told to come back."""
+
+from __future__ import annotations
+
+import asyncio
+
+import httpx
+import pytest
+
+from spectral.api.app import build_app
+from spectral.auth.scopes import Scope
+from spectral.cli.api import resources_for
+from spectral.consumer.replay import Mode, ReplayReport
+from spectral.consumer.replay_range import Start, Stop
+from spectral.devstack import Endpoints
+from spectral.ops import api as ops_api
+from spectral.ops.views import Deployment
+from spectral.settings import Settings
+from tests.integration.surfaces.support import mint
+
+pytestmark = pytest.mark.integration
+
+
+async def test_one_dry_run_per_deployment_at_a_time(
+    settings: Settings, database_url: str, kafka_bootstrap: str
+) -> None:
+    started, release = asyncio.Event(), asyncio.Event()
+    runs = 0
+
+    async def slow_dry_run(start: Start, stop: Stop | None) -> ReplayReport:
+        del start, stop
+        nonlocal runs
+        runs += 1
+        started.set()
+        await release.wait()
+        return ReplayReport(
+            replay_id="r",
+            consumer="slow",
+            mode=Mode.DRY_RUN,
+            ranges=(),
+            counts={},
+            records=0,
+            complete=True,
+            committed=False,
+            seconds=0.0,
+        )
+
+    resources = resources_for(settings, Endpoints(kafka_bootstrap, database_url))
+    deployments = [Deployment("slow", "slow", ("t",), slow_dry_run)]
+    app = build_app(resources, routers=[ops_api.router(resources, deployments)])
+    token = await mint(database_url, "lag-reader", Scope.OPS_READ)
+    async with (
+        app.router.lifespan_context(app),
+        httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=app),
+            base_url="http://api",
+            headers={"Authorization": f"Bearer {token}"},
+        ) as http,
+    ):
+        path = "/ops/consumers/slow/replay-dry-run"
+        first = asyncio.create_task(http.post(path, json={"from_beginning": True}))
+        await asyncio.wait_for(started.wait(), timeout=30)
+        try:  # answered at once, not queued behind the first
+            second = await asyncio.wait_for(
+                http.post(path, json={"from_beginning": True}), timeout=10
+            )
+        finally:
+            release.set()
+        assert second.status_code == 409, second.text
+        assert second.json()["type"] == "/problems/dry-run-busy"
+        assert "retry-after" in second.headers
+        assert (await first).status_code == 200
+        again = await http.post(path, json={"from_beginning": True})
+        assert again.status_code == 200, again.text
+    assert runs == 2
