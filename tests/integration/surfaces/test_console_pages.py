@@ -90,6 +90,11 @@ async def test_every_page_under_every_scope(console: Console) -> None:
                 assert page.scope.value in response.text, where
             if response.status_code != 303:
                 assert response.headers["content-type"].startswith("text/html"), where
+                # Never framed (clickjacking), no script, never cached (triage state, threads).
+                assert "frame-ancestors 'none'" in response.headers["content-security-policy"]
+                assert "script-src" not in response.headers["content-security-policy"]
+                assert response.headers["x-frame-options"] == "DENY", where
+                assert response.headers["cache-control"] == "no-store", where
     # No session (or a revoked or unknown one): back to the login page, never the page.
     http.cookies.clear()
     for page in console.pages:
