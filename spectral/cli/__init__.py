@@ -44,7 +44,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "Serve the HTTP API (OpenAPI at /openapi.json, docs at /docs) and the web console.",
     ),
     "tokens": (
-        "spectral.cli.api:tokens_app",
+        "spectral.cli.tokens:app",
         "API tokens for the HTTP API, the web console and the MCP server.",
     ),
     "mcp": (

@@ -1,4 +1,4 @@
-"""`spectral api` and `spectral tokens`: the HTTP surface, composed here (the composition root).
+"""`spectral api`: the HTTP surface, composed here (the composition root).
 
 One app serves the JSON API (work, triage, operations), its OpenAPI document with local docs,
 and the web console. The routers are built beside their domains — producers/work/api.py,
@@ -9,11 +9,8 @@ module names them all: ``spectral`` itself never imports ``producers`` or ``cons
 from __future__ import annotations
 
 import asyncio
-import getpass
-import json
-from collections.abc import Awaitable, Callable, Mapping, Sequence
-from datetime import UTC, datetime, timedelta
-from typing import Annotated, TypeVar
+from collections.abc import Mapping
+from typing import Annotated
 
 import typer
 import uvicorn
@@ -27,8 +24,6 @@ from producers.work import console as work_console
 from spectral.api.app import build_app
 from spectral.api.guard import DEFAULT_MAX_BODY_BYTES
 from spectral.api.resources import Resources
-from spectral.auth.scopes import Scope, parse_scopes
-from spectral.auth.tokens import TOKEN_ADMIN_ROLE, TokenAdmin, TokenInfo
 from spectral.cli._common import (
     METRICS_HOST_HELP,
     METRICS_PORT_HELP,
@@ -42,8 +37,8 @@ from spectral.console.site import Console
 from spectral.consumer.replay import Mode, ReplayReport, ReplayRequest
 from spectral.consumer.replay import replay as run_replay
 from spectral.consumer.replay_range import Start, Stop
-from spectral.db.connect import connect, ping
-from spectral.devstack import Endpoints, resolve_database_url, resolve_endpoints
+from spectral.db.connect import ping
+from spectral.devstack import Endpoints, resolve_endpoints
 from spectral.kafka.topics import group_for, topic_for
 from spectral.observability.health import HealthASGI
 from spectral.ops import api as ops_api
@@ -208,105 +203,3 @@ def api(  # noqa: PLR0917 - typer maps each parameter to an option
         log_config=None,  # uvicorn's lines go through spectral's logging (JSON, secrets masked)
         access_log=False,
     )
-
-
-# -- spectral tokens ------------------------------------------------------------------------------
-
-tokens_app = typer.Typer(
-    help="API tokens for the HTTP API, the web console and the MCP server.", no_args_is_help=True
-)
-
-
-T = TypeVar("T")
-
-
-def _with_admin(use: Callable[[TokenAdmin], Awaitable[T]]) -> T:
-    url = resolve_database_url(settings())
-
-    async def go() -> T:
-        conn = await connect(url, role=TOKEN_ADMIN_ROLE)
-        try:
-            async with conn.transaction():
-                await conn.execute(
-                    "SELECT set_config('spectral.actor', $1, true)", f"cli:{_os_user()}"
-                )
-                return await use(TokenAdmin(conn))
-        finally:
-            await conn.close()
-
-    return run(go())
-
-
-def _os_user() -> str:
-    try:
-        return getpass.getuser()
-    except (KeyError, OSError):
-        return "unknown"
-
-
-def _token_line(info: TokenInfo) -> str:
-    state = "revoked" if info.revoked_at else "live"
-    expires = f", expires {info.expires_at.isoformat()}" if info.expires_at else ""
-    used = info.last_used_at.isoformat() if info.last_used_at else "never"
-    return (
-        f"{info.name:<24} {info.display_prefix}… {state:<7} {' '.join(info.scopes)} "
-        f"(created {info.created_at.isoformat()} by {info.created_by}{expires}; last used {used})"
-    )
-
-
-@tokens_app.command("create")
-def tokens_create(
-    name: Annotated[str, typer.Option("--name", help="Who or what uses it (e.g. ops-alice).")],
-    scope: Annotated[
-        list[str],
-        typer.Option("--scope", help=f"Repeat for each: {', '.join(s.value for s in Scope)}."),
-    ],
-    expires_in_days: Annotated[
-        int | None,
-        typer.Option(min=1, max=36500, help="Expire after this many days (default: never)."),
-    ] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="JSON on stdout.")] = False,
-) -> None:
-    """Create a token and print it ONCE (only its hash is stored)."""
-    try:
-        scopes = parse_scopes(scope)
-    except ValueError as exc:
-        fail(str(exc), 2)
-    expires_at = datetime.now(UTC) + timedelta(days=expires_in_days) if expires_in_days else None
-    made = _with_admin(lambda admin: admin.create(name, scopes, expires_at=expires_at))
-    if as_json:
-        typer.echo(json.dumps({**made.info.to_json(), "token": made.token}, indent=2))
-        return
-    typer.echo(made.token)
-    typer.echo(
-        f"token {made.info.name!r} with {' '.join(made.info.scopes)}: shown once, keep it "
-        "secret (only its hash is stored)",
-        err=True,
-    )
-
-
-@tokens_app.command("list")
-def tokens_list(
-    include_revoked: Annotated[bool, typer.Option("--all", help="Also revoked tokens.")] = False,
-    as_json: Annotated[bool, typer.Option("--json", help="JSON on stdout.")] = False,
-) -> None:
-    """The tokens (never their secret): name, prefix, scopes, creation, last use."""
-    found: Sequence[TokenInfo] = _with_admin(
-        lambda admin: admin.list(include_revoked=include_revoked)
-    )
-    if as_json:
-        typer.echo(json.dumps([t.to_json() for t in found], indent=2))
-        return
-    for info in found:
-        typer.echo(_token_line(info))
-
-
-@tokens_app.command("revoke")
-def tokens_revoke(
-    name: Annotated[str, typer.Argument(help="The live token's name (or its token_id).")],
-) -> None:
-    """Revoke a token: it stops working on the next request."""
-    revoked = _with_admin(lambda admin: admin.revoke(name))
-    if revoked is None:
-        fail(f"no live token named {name!r}")
-    typer.echo(f"revoked {revoked.name} ({revoked.display_prefix}…)")

@@ -150,3 +150,23 @@ def test_unreachable_servers_exit_3(args: list[str]) -> None:
     )
     assert result.returncode == 3, result.stdout + result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_tokens_start_without_the_web_stack() -> None:
+    """`spectral tokens` is a database command: it must not pay for importing the HTTP API."""
+    probe = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            (
+                "import importlib, sys; from spectral.cli import COMMANDS; "
+                "importlib.import_module(COMMANDS['tokens'][0].split(':')[0]); "
+                "print(sorted({m.split('.')[0] for m in sys.modules} & "
+                "{'fastapi', 'uvicorn', 'starlette', 'mcp', 'jinja2', 'producers', 'consumers'}))"
+            ),
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert probe.stdout.strip() == "[]"
