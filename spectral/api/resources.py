@@ -30,6 +30,9 @@ class Resources:
     kafka_bootstrap: str
     operator_database_url: str | None = None
     """A login that already is an operator (SPECTRAL_OPERATOR_DATABASE_URL), if any."""
+    submits_work: bool = True
+    """Whether the surface submits work (opens the ``producer`` pool); a surface that only reads
+    and triages (``spectral mcp``) never holds a session that could write work or the outbox."""
     _pools: dict[str, asyncpg.Pool] = field(default_factory=dict)
 
     async def open(self) -> None:
@@ -42,9 +45,10 @@ class Resources:
             self._pools["operator"] = await create_pool(
                 self.database_url, role=OPERATOR_ROLE, max_size=8
             )
-        self._pools["producer"] = await create_pool(
-            self.database_url, role=PRODUCER_ROLE, max_size=8
-        )
+        if self.submits_work:
+            self._pools["producer"] = await create_pool(
+                self.database_url, role=PRODUCER_ROLE, max_size=8
+            )
 
     async def close(self) -> None:
         pools, self._pools = self._pools, {}

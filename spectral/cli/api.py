@@ -99,14 +99,18 @@ async def check_logins(resources: Resources) -> None:
         await resources.close()
 
 
-def resources_for(current: Settings, endpoints: Endpoints) -> Resources:
-    """The pools every surface acts through (the operator login when one is configured)."""
+def resources_for(
+    current: Settings, endpoints: Endpoints, *, submits_work: bool = True
+) -> Resources:
+    """The pools every surface acts through (the operator login when one is configured; the
+    producer role only for a surface that submits work)."""
     operator_url = current.operator_database_url
     return Resources(
         settings=current,
         database_url=endpoints.database_url,
         kafka_bootstrap=endpoints.kafka_bootstrap,
         operator_database_url=operator_url.get_secret_value() if operator_url else None,
+        submits_work=submits_work,
     )
 
 

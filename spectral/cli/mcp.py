@@ -86,7 +86,7 @@ def mcp(
     """Serve the Ops Agent tools over MCP (triage, threads and ledger, dead letters)."""
     current = settings()
     endpoints = resolve_endpoints(current)
-    resources = resources_for(current, endpoints)
+    resources = resources_for(current, endpoints, submits_work=False)  # its tools only read
 
     async def serve() -> None:
         topics = await deployment_topics(current, endpoints.database_url)

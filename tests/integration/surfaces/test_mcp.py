@@ -15,7 +15,9 @@ from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
+import asyncpg
 import httpx
 import httpx2
 import pytest
@@ -31,6 +33,7 @@ from spectral.devstack.ports import free_port
 from spectral.ops.views import Deployment
 from spectral.settings import Settings
 from tests.integration.surfaces.support import mint, seed_clusters
+from tests.support import unique_name
 
 pytestmark = pytest.mark.integration
 
@@ -249,3 +252,34 @@ async def test_every_tool_under_every_scope(
     finally:
         await resources.close()
     assert os.environ.get("SPECTRAL_API_TOKEN") is None
+
+
+async def test_an_mcp_login_needs_no_grant_beyond_reading_and_triage(
+    database_url: str, spectral_env: dict[str, str], tmp_path: Path
+) -> None:
+    """Its tools read and triage: the MCP server acts as the authenticator and the operator only
+    (invariant 8), so a login granted those two runs it — it never opens a session as
+    spectral_producer, which could write work items and the outbox."""
+    (cluster,) = await seed_clusters(database_url, 1)
+    token = await mint(database_url, "ops-agent-min", Scope.TRIAGE_READ)
+    login = unique_name("spectral_mcp_")
+    owner = await asyncpg.connect(database_url)
+    try:
+        await owner.execute(
+            f"CREATE ROLE {login} LOGIN PASSWORD 'pw' "
+            "IN ROLE spectral_authenticator, spectral_operator"
+        )
+        parts = urlsplit(database_url)
+        host = parts.netloc.rsplit("@", 1)[-1]
+        url = urlunsplit(parts._replace(netloc=f"{login}:pw@{host}", query=""))
+        env = {**spectral_env, "SPECTRAL_API_TOKEN": token, "SPECTRAL_DATABASE_URL": url}
+        params = StdioServerParameters(command=SPECTRAL, args=["mcp"], env=env, cwd=str(tmp_path))
+        async with Client(params, read_timeout_seconds=60) as client:
+            detail = _data(
+                await client.call_tool("get_cluster_detail", {"cluster_id": str(cluster)})
+            )
+            assert detail["cluster_id"] == str(cluster)
+    finally:
+        await owner.execute(f"DROP OWNED BY {login}")
+        await owner.execute(f"DROP ROLE {login}")
+        await owner.close()
