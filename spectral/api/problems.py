@@ -217,6 +217,7 @@ _DESCRIPTIONS: Final = {
     422: "The request does not validate; invalid_params lists where and why.",
     428: "This operation needs an If-Match header with the version you edited.",
     500: "The server failed; the problem carries no internals (they are logged).",
+    501: "This server is not set up to offer this operation (the problem says what it needs).",
     503: "A backing service is unavailable; retry after the Retry-After seconds.",
 }
 

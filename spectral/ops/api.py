@@ -33,6 +33,8 @@ from spectral.auth.scopes import Scope
 from spectral.auth.tokens import Principal
 from spectral.consumer.replay_range import check_order, start_of, stop_of
 from spectral.dlq.records import Topics
+from spectral.errors import ConfigurationError
+from spectral.observability.logging import get_logger
 from spectral.ops.views import (
     DeadLetterTopicOut,
     Deployment,
@@ -139,6 +141,9 @@ class ReplayIn(_Model):
     to_timestamp: Annotated[str, Field(max_length=64)] | None = None
 
 
+log = get_logger(__name__)
+
+
 def router(  # noqa: C901 - one nested function per route
     resources: Resources, deployments: Sequence[Deployment]
 ) -> APIRouter:
@@ -224,7 +229,7 @@ def router(  # noqa: C901 - one nested function per route
         "/consumers/{deployment}/replay-dry-run",
         summary="Replay a range through the deployment's handler in one rolled-back "
         "transaction: what would change per table and what would be dead-lettered.",
-        responses=responses(*COMMON, 404, 409),
+        responses=responses(*COMMON, 404, 409, 501),
     )
     async def replay_dry_run(
         *, deployment: str, body: ReplayIn, _: Principal = reader
@@ -258,6 +263,16 @@ def router(  # noqa: C901 - one nested function per route
             ) from None
         try:
             report = await d.replay_dry_run(start, stop)
+        except ConfigurationError as exc:
+            # The dry run acts as the deployment's own role (it runs its handler, rolled back):
+            # a login without that grant cannot offer it. Say so instead of a bare 500.
+            log.warning("replay dry run not possible", deployment=d.name, error=str(exc))
+            raise ProblemError(
+                501,
+                f"this API's database login may not run {d.name!r}'s handler: replay dry runs "
+                "need the deployment's role granted to it (see the README, HTTP API)",
+                slug="dry-run-not-configured",
+            ) from None
         except ValueError as exc:  # a range naming partitions the topics do not have
             raise ProblemError(
                 422, str(exc)[:300], slug="invalid-request", title="Invalid request"

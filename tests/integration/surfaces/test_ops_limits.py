@@ -5,13 +5,15 @@ at most one runs per deployment at a time, a second is told to come back."""
 from __future__ import annotations
 
 import asyncio
+from urllib.parse import urlsplit, urlunsplit
 
+import asyncpg
 import httpx
 import pytest
 
 from spectral.api.app import build_app
 from spectral.auth.scopes import Scope
-from spectral.cli.api import resources_for
+from spectral.cli.api import compose_app, deployment_topics, resources_for
 from spectral.consumer.replay import Mode, ReplayReport
 from spectral.consumer.replay_range import Start, Stop
 from spectral.devstack import Endpoints
@@ -19,6 +21,7 @@ from spectral.ops import api as ops_api
 from spectral.ops.views import Deployment
 from spectral.settings import Settings
 from tests.integration.surfaces.support import mint
+from tests.support import unique_name
 
 pytestmark = pytest.mark.integration
 
@@ -75,3 +78,41 @@ async def test_one_dry_run_per_deployment_at_a_time(
         again = await http.post(path, json={"from_beginning": True})
         assert again.status_code == 200, again.text
     assert runs == 2
+
+
+async def test_a_dry_run_the_login_cannot_run_says_what_it_needs(
+    settings: Settings, database_url: str, kafka_bootstrap: str
+) -> None:
+    """A dry run runs the deployment's handler as its role (rolled back): an API login granted
+    only the surface roles cannot, and is told so — not a bare 500."""
+    login = unique_name("spectral_api_")
+    owner = await asyncpg.connect(database_url)
+    try:
+        await owner.execute(
+            f"CREATE ROLE {login} LOGIN PASSWORD 'pw' "
+            "IN ROLE spectral_authenticator, spectral_operator, spectral_producer"
+        )
+        parts = urlsplit(database_url)
+        host = parts.netloc.rsplit("@", 1)[-1]
+        url = urlunsplit(parts._replace(netloc=f"{login}:pw@{host}", query=""))
+        endpoints = Endpoints(kafka_bootstrap, url)
+        app = compose_app(settings, endpoints, await deployment_topics(settings, url))
+        token = await mint(database_url, "lag-reader", Scope.OPS_READ)
+        async with (
+            app.router.lifespan_context(app),
+            httpx.AsyncClient(
+                transport=httpx.ASGITransport(app=app),
+                base_url="http://api",
+                headers={"Authorization": f"Bearer {token}"},
+            ) as http,
+        ):
+            done = await http.post(
+                "/ops/consumers/rule-candidates/replay-dry-run", json={"from_beginning": True}
+            )
+            assert done.status_code == 501, done.text
+            assert done.json()["type"] == "/problems/dry-run-not-configured"
+            assert login not in done.text
+    finally:
+        await owner.execute(f"DROP OWNED BY {login}")
+        await owner.execute(f"DROP ROLE {login}")
+        await owner.close()
