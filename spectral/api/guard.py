@@ -2,6 +2,9 @@
 
 * A body larger than ``max_body_bytes`` is refused with 413 — from its Content-Length before a
   byte is read, or as soon as a chunked body passes the limit (memory stays bounded).
+* A body not received in full within ``body_timeout`` seconds is refused with 408: the body is
+  read before any route (and its authentication) runs, so without a deadline anyone could hold
+  connections open by sending a byte now and then.
 * The path and the query string must be UTF-8 without NUL (PostgreSQL text cannot hold U+0000,
   and an undecodable byte is not text): 400.
 * A JSON body must be UTF-8 JSON without lone surrogates (orjson's strict parse; nesting deeper
@@ -16,6 +19,7 @@ Each refusal is an ``application/problem+json`` document that never repeats the 
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any, Final
 from urllib.parse import unquote_to_bytes
 
@@ -25,6 +29,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from spectral.api.problems import problem_response
 
 DEFAULT_MAX_BODY_BYTES: Final = 1024 * 1024
+DEFAULT_BODY_TIMEOUT: Final = 30.0
 _BODY_METHODS: Final = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 
 
@@ -40,9 +45,16 @@ class _Refused(Exception):  # noqa: N818 - a control-flow signal, not an error t
 class RequestGuard:
     """ASGI middleware enforcing the checks above."""
 
-    def __init__(self, app: ASGIApp, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+        body_timeout: float = DEFAULT_BODY_TIMEOUT,
+    ) -> None:
         self.app = app
         self.max_body_bytes = max_body_bytes
+        self.body_timeout = body_timeout
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -53,7 +65,15 @@ class RequestGuard:
             _check_text(scope.get("query_string", b""), "query string")
             body_receive = receive
             if scope["method"] in _BODY_METHODS:
-                body = await self._read_body(scope, receive)
+                try:
+                    async with asyncio.timeout(self.body_timeout):
+                        body = await self._read_body(scope, receive)
+                except TimeoutError:
+                    raise _Refused(
+                        408,
+                        f"the request body did not arrive within {self.body_timeout:g} seconds",
+                        "body-timeout",
+                    ) from None
                 _check_body(_content_type(scope), body)
                 body_receive = _replay(body, receive)
         except _Refused as refused:

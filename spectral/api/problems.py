@@ -209,6 +209,7 @@ _DESCRIPTIONS: Final = {
     "Send `Authorization: Bearer spt_…`.",
     403: "The token is valid but lacks the scope this operation needs (named in the problem).",
     404: "No such resource.",
+    408: "The request body did not arrive in time.",
     409: "Conflicts with the current state (the problem says which).",
     412: "If-Match does not match the current version: reload and apply your change again.",
     413: "The request body is larger than the limit.",
@@ -221,5 +222,5 @@ _DESCRIPTIONS: Final = {
     503: "A backing service is unavailable; retry after the Retry-After seconds.",
 }
 
-COMMON: Final = (400, 401, 403, 413, 422, 500, 503)
+COMMON: Final = (400, 401, 403, 408, 413, 422, 500, 503)
 """Statuses any authenticated operation can answer."""

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import re
 import uuid
+from collections.abc import MutableMapping
 from typing import Any
 
 import pytest
@@ -15,7 +17,7 @@ from hypothesis import strategies as st
 from consumers.rule_candidates.api import decode_page_cursor, parse_if_match
 from consumers.rule_candidates.triage import Sort
 from spectral.api.cursor import decode_cursor, encode_cursor
-from spectral.api.guard import _check_body, _check_text, _nul_in, _Refused
+from spectral.api.guard import RequestGuard, _check_body, _check_text, _nul_in, _Refused
 from spectral.api.problems import ProblemError, invalid_params
 from spectral.auth.scopes import IMPLIES, Scope, effective, parse_scopes
 from spectral.auth.tokens import looks_like_token
@@ -165,3 +167,35 @@ def test_tokens_have_one_shape() -> None:
     assert not looks_like_token("Bearer spt_x")
     assert not looks_like_token("spt_" + "é" * 10)
     assert not looks_like_token("spt_" + "a" * 300)
+
+
+async def test_a_body_that_trickles_in_is_refused_in_time() -> None:
+    """The guard reads bodies before any route authenticates: one byte now and then must not
+    hold a connection (and its buffer) open for ever."""
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        raise AssertionError("a body that never completed reached the app")
+
+    async def trickle() -> dict[str, Any]:
+        await asyncio.sleep(0.05)
+        return {"type": "http.request", "body": b" ", "more_body": True}
+
+    sent: list[MutableMapping[str, Any]] = []
+
+    async def send(message: MutableMapping[str, Any]) -> None:
+        sent.append(message)
+
+    guard = RequestGuard(app, body_timeout=0.5)
+    scope = {
+        "type": "http",
+        "method": "POST",
+        "path": "/commands/story-backlog/generate-epic",
+        "raw_path": b"/commands/story-backlog/generate-epic",
+        "query_string": b"",
+        "headers": [(b"content-type", b"application/json"), (b"content-length", b"100")],
+    }
+    started = asyncio.get_running_loop().time()
+    await asyncio.wait_for(guard(scope, trickle, send), timeout=10)
+    assert asyncio.get_running_loop().time() - started < 5
+    assert sent[0]["status"] == 408
+    assert json.loads(sent[1]["body"])["type"] == "/problems/body-timeout"
