@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import socket
 import sys
 from collections.abc import Coroutine, Iterable
-from typing import Any, NoReturn, TypeVar
+from typing import Any, Final, NoReturn, TypeVar
 
 import typer
 
@@ -33,6 +34,8 @@ def settings() -> Settings:
 
 
 METRICS_PORT_HELP = "Serve /metrics, /healthz and /readyz on this port."
+MAX_PORT: Final = 65535
+"""The upper bound of every TCP port option (``min=0, max=MAX_PORT``): a usage error beyond."""
 METRICS_HOST_HELP = "Interface for --metrics-port (default: SPECTRAL_METRICS_HOST, 127.0.0.1)."
 
 
@@ -41,12 +44,38 @@ def serve_health(current: Settings, port: int | None, host: str | None) -> Healt
     health = Health(stall_after=current.liveness_timeout_seconds)
     try:
         serve_metrics(port, addr=host or current.metrics_host, health=health)
-    except OSError as exc:
+    except (OSError, OverflowError) as exc:
         fail(
-            f"cannot serve metrics on {host or current.metrics_host}:{port}: {exc.strerror}",
+            f"cannot serve metrics on {host or current.metrics_host}:{port}: {_why(exc)}",
             EXIT_CONFIGURATION,
         )
     return health
+
+
+def listen(host: str, port: int) -> socket.socket:
+    """A listening TCP socket on ``host:port`` for a server command, bound before the server
+    starts: a busy port or an address this machine does not have is a configuration error
+    (exit 2, one line) — uvicorn would report it as a startup failure, exit 3."""
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(
+            host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )[0]
+        sock = socket.socket(family, kind, proto)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind(address)
+            sock.listen(2048)
+        except BaseException:
+            sock.close()
+            raise
+    except (OSError, OverflowError) as exc:
+        fail(f"cannot listen on {host}:{port}: {_why(exc)}", EXIT_CONFIGURATION)
+    sock.set_inheritable(True)
+    return sock
+
+
+def _why(exc: BaseException) -> str:
+    return getattr(exc, "strerror", None) or str(exc)
 
 
 def warn_missing_topics(current: Settings, bootstrap: str, event_types: Iterable[str]) -> None:

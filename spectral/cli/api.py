@@ -25,9 +25,12 @@ from spectral.api.app import build_app
 from spectral.api.guard import DEFAULT_MAX_BODY_BYTES
 from spectral.api.resources import Resources
 from spectral.cli._common import (
+    EXIT_UNAVAILABLE,
+    MAX_PORT,
     METRICS_HOST_HELP,
     METRICS_PORT_HELP,
     fail,
+    listen,
     run,
     serve_health,
     settings,
@@ -161,8 +164,10 @@ def compose_app(
 
 def api(  # noqa: PLR0917 - typer maps each parameter to an option
     host: Annotated[str, typer.Option(help="Interface to listen on.")] = "127.0.0.1",
-    port: Annotated[int, typer.Option(help="TCP port.")] = 8000,
-    metrics_port: Annotated[int | None, typer.Option(help=METRICS_PORT_HELP)] = None,
+    port: Annotated[int, typer.Option(help="TCP port.", min=0, max=MAX_PORT)] = 8000,
+    metrics_port: Annotated[
+        int | None, typer.Option(help=METRICS_PORT_HELP, min=0, max=MAX_PORT)
+    ] = None,
     metrics_host: Annotated[str | None, typer.Option(help=METRICS_HOST_HELP)] = None,
     max_body_bytes: Annotated[
         int, typer.Option(min=1024, help="Largest request body accepted (413 above).")
@@ -194,16 +199,24 @@ def api(  # noqa: PLR0917 - typer maps each parameter to an option
     # bad setting is exit 2 with one line and a server down is exit 3, as for every command.
     run(check_logins(resources_for(current, endpoints)))
     topics = asyncio.run(deployment_topics(current, endpoints.database_url))
+    sock = listen(host, port)
     health = serve_health(current, metrics_port, metrics_host)
     health.probe("database", lambda: ping(endpoints.database_url))
-    uvicorn.run(
-        HealthASGI(
-            compose_app(current, endpoints, topics, max_body_bytes=max_body_bytes, groups=groups),
-            health,
-        ),
-        host=host,
-        port=port,
-        log_level=current.log_level.lower(),
-        log_config=None,  # uvicorn's lines go through spectral's logging (JSON, secrets masked)
-        access_log=False,
+    server = uvicorn.Server(
+        uvicorn.Config(
+            HealthASGI(
+                compose_app(
+                    current, endpoints, topics, max_body_bytes=max_body_bytes, groups=groups
+                ),
+                health,
+            ),
+            host=host,
+            port=port,
+            log_level=current.log_level.lower(),
+            log_config=None,  # uvicorn's lines go through spectral's logging (JSON, masked)
+            access_log=False,
+        )
     )
+    server.run(sockets=[sock])
+    if not server.started:  # the app's start-up failed (its pools: the database went away)
+        fail("the API did not start (see the log above)", EXIT_UNAVAILABLE)

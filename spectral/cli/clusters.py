@@ -22,6 +22,7 @@ from producers.clusters import (
     FailureClusterService,
 )
 from spectral.cli._common import (
+    MAX_PORT,
     METRICS_HOST_HELP,
     METRICS_PORT_HELP,
     fail,
@@ -118,7 +119,7 @@ def tick(
     default_criticality: Criticality = typer.Option(
         Criticality.NORMAL, help="Criticality of rules without a configured one."
     ),
-    metrics_port: int | None = typer.Option(None, help=METRICS_PORT_HELP),
+    metrics_port: int | None = typer.Option(None, help=METRICS_PORT_HELP, min=0, max=MAX_PORT),
     metrics_host: str | None = typer.Option(None, help=METRICS_HOST_HELP),
 ) -> None:
     """Re-evaluate changed clusters and put changed snapshots in the outbox. Safe to run on

@@ -6,6 +6,7 @@ import typer
 from prometheus_client import REGISTRY
 
 from spectral.cli._common import (
+    MAX_PORT,
     METRICS_HOST_HELP,
     METRICS_PORT_HELP,
     run,
@@ -30,7 +31,7 @@ def consume(  # noqa: PLR0917 - typer maps each parameter to an option
         None, "--stop-when-idle", help="Exit 0 once no record arrived for this many seconds."
     ),
     max_batch: int = typer.Option(2000, min=1, help="Most records per batch (one transaction)."),
-    metrics_port: int | None = typer.Option(None, help=METRICS_PORT_HELP),
+    metrics_port: int | None = typer.Option(None, help=METRICS_PORT_HELP, min=0, max=MAX_PORT),
     metrics_host: str | None = typer.Option(None, help=METRICS_HOST_HELP),
 ) -> None:
     """Apply a deployment's events exactly once; SIGTERM/SIGINT commit, leave the group, exit 0."""

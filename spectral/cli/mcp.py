@@ -23,7 +23,7 @@ from mcp.server.mcpserver import MCPServer
 from consumers.rule_candidates import tools as triage_tools
 from producers.work import tools as work_tools
 from spectral.api.resources import Resources
-from spectral.cli._common import EXIT_CONFIGURATION, fail, settings
+from spectral.cli._common import EXIT_CONFIGURATION, MAX_PORT, fail, listen, settings
 from spectral.cli.api import deployment_topics, resources_for
 from spectral.devstack import resolve_endpoints
 from spectral.kafka.topics import group_for
@@ -81,12 +81,15 @@ def mcp(
         Transport, typer.Option(help="stdio (for an agent that starts it) or http.")
     ] = Transport.STDIO,
     host: Annotated[str, typer.Option(help="http: interface to listen on.")] = "127.0.0.1",
-    port: Annotated[int, typer.Option(help="http: TCP port (the endpoint is /mcp).")] = 8765,
+    port: Annotated[
+        int, typer.Option(help="http: TCP port (the endpoint is /mcp).", min=0, max=MAX_PORT)
+    ] = 8765,
 ) -> None:
     """Serve the Ops Agent tools over MCP (triage, threads and ledger, dead letters)."""
     current = settings()
     endpoints = resolve_endpoints(current)
     resources = resources_for(current, endpoints, submits_work=False)  # its tools only read
+    sock = listen(host, port) if transport is Transport.HTTP else None
 
     async def serve() -> None:
         topics = await deployment_topics(current, endpoints.database_url)
@@ -110,7 +113,7 @@ def mcp(
             url = f"http://{host}:{port}"
             app = build_mcp(resources, deployments, http_url=url).streamable_http_app(host=host)
             config = uvicorn.Config(app, host=host, port=port, log_level="warning")
-            await uvicorn.Server(config).serve()
+            await uvicorn.Server(config).serve(sockets=[sock] if sock is not None else None)
         finally:
             await resources.close()
 

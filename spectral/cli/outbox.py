@@ -11,6 +11,7 @@ from contracts import DEFAULT_REGISTRY
 from producers.relay import OutboxRelay, RelayMetrics, RelayOptions
 from producers.relay.repository import RelayRepository
 from spectral.cli._common import (
+    MAX_PORT,
     METRICS_HOST_HELP,
     METRICS_PORT_HELP,
     run,
@@ -35,7 +36,7 @@ def relay(
     poll_interval: float = typer.Option(
         0.2, "--poll-interval", min=0.01, help="Seconds between polls when idle."
     ),
-    metrics_port: int | None = typer.Option(None, help=METRICS_PORT_HELP),
+    metrics_port: int | None = typer.Option(None, help=METRICS_PORT_HELP, min=0, max=MAX_PORT),
     metrics_host: str | None = typer.Option(None, help=METRICS_HOST_HELP),
 ) -> None:
     """Publish outbox rows (idempotent producer, acks=all), in id order per key, at least once.

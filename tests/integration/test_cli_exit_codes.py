@@ -4,6 +4,7 @@ writes the database, not a crash and not "unavailable"."""
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
 from collections.abc import AsyncIterator
@@ -90,4 +91,38 @@ def test_a_login_without_the_role_grant_exits_2_naming_the_grant(
     )
     assert result.returncode == 2, result.stdout + result.stderr
     assert f"GRANT {role} TO" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["api", "--port", "{busy}"],
+        ["mcp", "--transport", "http", "--port", "{busy}"],
+        ["api", "--port", "0", "--metrics-port", "{busy}"],
+        ["api", "--port", "70000"],
+        ["consume", "rule-candidates", "--metrics-port", "-1"],
+        ["api", "--host", "no-such-host.invalid", "--port", "0"],
+    ],
+    ids=" ".join,
+)
+def test_a_port_it_cannot_listen_on_exits_2_in_one_line(
+    args: list[str], spectral_env: dict[str, str]
+) -> None:
+    """A busy port, a port out of range or an address the machine lacks is a configuration
+    error: exit 2 and one line, never uvicorn's start-up failure (exit 3) or a traceback."""
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = str(busy.getsockname()[1])
+        result = subprocess.run(
+            [SPECTRAL, *(a.replace("{busy}", port) for a in args)],
+            env=spectral_env,
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=120,
+            stdin=subprocess.DEVNULL,
+        )
+    assert result.returncode == 2, result.stdout + result.stderr
     assert "Traceback" not in result.stderr
