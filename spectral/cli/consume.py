@@ -28,7 +28,10 @@ def consume(  # noqa: PLR0917 - typer maps each parameter to an option
         None, help="Consumer group (default: the topic prefix + the deployment name)."
     ),
     stop_when_idle: float | None = typer.Option(
-        None, "--stop-when-idle", help="Exit 0 once no record arrived for this many seconds."
+        None,
+        "--stop-when-idle",
+        min=0.0,
+        help="Exit 0 once no record arrived for this many seconds.",
     ),
     max_batch: int = typer.Option(2000, min=1, help="Most records per batch (one transaction)."),
     metrics_port: int | None = typer.Option(None, help=METRICS_PORT_HELP, min=0, max=MAX_PORT),

@@ -102,6 +102,7 @@ def test_a_login_without_the_role_grant_exits_2_naming_the_grant(
         ["api", "--port", "0", "--metrics-port", "{busy}"],
         ["api", "--port", "70000"],
         ["consume", "rule-candidates", "--metrics-port", "-1"],
+        ["consume", "rule-candidates", "--stop-when-idle", "-1"],
         ["api", "--host", "no-such-host.invalid", "--port", "0"],
     ],
     ids=" ".join,
