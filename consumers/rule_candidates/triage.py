@@ -111,7 +111,8 @@ class AuditEntry:
     actor: str
     """The principal the surface declared (``token:NAME``), else ``db:LOGIN``."""
     db_login: str | None
-    """The database login of the session that made the change (None: recorded before 0010)."""
+    """The database login of the session that made the change (None: a row written before the
+    migration triage_audit_login)."""
     from_status: str
     to_status: str
     from_assignee: UUID | None

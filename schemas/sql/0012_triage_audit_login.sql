@@ -1,4 +1,4 @@
--- 0010 the database login of every triage change, beside the principal the surface declared.
+-- 0012 the database login of every triage change, beside the principal the surface declared.
 --
 -- The declared principal (core.current_actor: 'token:NAME' from the API, console and MCP) is the
 -- setting spectral.actor, which any database session may set: on its own, anyone holding a
