@@ -175,6 +175,9 @@ def check(
     """
     data = _read(source)
     values = [line for line in data.splitlines() if line.strip()] if lines else [data]
+    if not values:
+        typer.echo(f"no records in {source}: nothing was checked", err=True)
+        raise typer.Exit(1)
     refused = 0
     for number, value in enumerate(values, start=1):
         verdict = _verdict(value, None if key is None else key.encode())

@@ -169,6 +169,16 @@ def test_check_refuses_like_the_consumer(tmp_path: Path) -> None:
     assert wrong_key.stdout.startswith("refused record_key_mismatch: ")
 
 
+def test_check_of_no_records_is_not_a_pass(tmp_path: Path) -> None:
+    """A producer's CI pipes its output through check --lines: a generator that wrote nothing
+    must fail the step, not pass it."""
+    path = tmp_path / "records.jsonl"
+    path.write_bytes(b"\n  \n")
+    result = runner.invoke(app, ["check", "--lines", str(path)])
+    assert result.exit_code == 1
+    assert "no records" in result.stderr
+
+
 def test_check_and_hash_run_from_another_directory(tmp_path: Path) -> None:
     import os  # noqa: PLC0415
     import subprocess  # noqa: PLC0415
