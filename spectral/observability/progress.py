@@ -8,8 +8,9 @@ stopped — and knows nothing else about this module. :class:`ProgressMonitor` i
 Every ``interval`` seconds the monitor asks the broker for the end offsets of the assigned
 partitions and computes, per partition:
 
-* ``spectral_consumer_lag`` = end offset - committed offset (the position before the first
-  commit; the committed offset the group had when the partition was assigned counts). A consumer
+* ``spectral_consumer_lag`` = end offset - committed offset (before the group's first commit on
+  a partition: - the partition's first offset, so records retention deleted are not lag; the
+  committed offset the group had when the partition was assigned counts). A consumer
   stuck in a retry loop keeps exporting a growing lag, not the last value it committed with.
 * ``spectral_consumer_last_progress_timestamp_seconds``: when the committed offset last moved,
   or the partition was last seen caught up (nothing to do is not a stall).
@@ -203,27 +204,41 @@ class ProgressMonitor(EngineHook):
         ends = await consumer.end_offsets(tps)
         if self._health is not None:
             self._health.set_check("kafka", ok=True)
+        await self._start(tps, ends)
+        # A group that never committed on a partition starts at its first record still there:
+        # what retention deleted before it is not lag (counting from 0 made a lag nothing could
+        # work off).
+        never = [
+            tp for tp in tps if tp in self._partitions and self._partitions[tp].committed is None
+        ]
+        firsts = await consumer.beginning_offsets(never) if never else {}
         for tp in tps:
             state = self._partitions.get(tp)
-            if state is None:  # revoked meanwhile
+            if state is not None:  # else revoked meanwhile
+                self._update(tp, state, ends[tp], firsts.get(tp, 0))
+
+    async def _start(self, tps: list[TopicPartition], ends: Mapping[TopicPartition, int]) -> None:
+        """First measurement of newly assigned partitions: the group's committed offset then."""
+        for tp in tps:
+            state = self._partitions.get(tp)
+            if state is None or state.started:  # revoked meanwhile, or measured before
                 continue
-            if not state.started:
-                state.started = True
-                if state.committed is None:
-                    state.committed = await self._starting_offset(tp)
-                state.end_at_progress = ends[tp]
-            self._update(tp, state, ends[tp])
+            state.started = True
+            if state.committed is None:
+                state.committed = await self._starting_offset(tp)
+            state.end_at_progress = ends[tp]
 
     async def _starting_offset(self, tp: TopicPartition) -> int | None:
         """The group's committed offset when the partition came (None: nothing committed)."""
         committed = await self._consumer.committed(tp)
         return int(committed) if committed is not None else None
 
-    def _update(self, tp: TopicPartition, state: _Partition, end: int) -> None:
+    def _update(self, tp: TopicPartition, state: _Partition, end: int, first: int = 0) -> None:
         now = self._now()
         state.end = end
-        # Nothing ever committed (a new group reading from the start): the whole partition.
-        lag = end if state.committed is None else max(end - state.committed, 0)
+        # Nothing ever committed (a new group reading from the start): every record still in
+        # the partition, from its first offset (``first``).
+        lag = max(end - (first if state.committed is None else state.committed), 0)
         if lag == 0:
             state.progress_at = now  # caught up: nothing to do is not a stall
             state.end_at_progress = end

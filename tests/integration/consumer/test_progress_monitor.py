@@ -14,6 +14,8 @@ from collections.abc import Sequence
 
 import asyncpg
 import pytest
+from aiokafka import TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient, RecordsToDelete
 from prometheus_client import CollectorRegistry
 from structlog.testing import capture_logs
 
@@ -193,3 +195,45 @@ async def test_a_member_without_partitions_is_ready(
         for *_, running in members:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(running, timeout=30)
+
+
+async def test_a_new_group_on_a_topic_whose_records_aged_out_has_no_lag(
+    settings: Settings, kafka_bootstrap: str, database_url: str
+) -> None:
+    """A deployment whose group never committed starts at the partition's first record that is
+    still there: records retention already deleted are not lag. Counting from offset 0 showed a
+    lag that could never be worked off (and a dashboard that never showed caught up)."""
+    topic = topic_for(FAILURE_CLUSTER_DETECTED, settings.topic_prefix)
+    await create_topics(kafka_bootstrap, [topic], partitions=1)
+    await publish_envelopes(kafka_bootstrap, topic, [cluster_event() for _ in range(5)])
+    admin = AIOKafkaAdminClient(bootstrap_servers=kafka_bootstrap)
+    await admin.start()
+    try:  # what retention does to old segments: the log now starts at offset 5
+        await admin.delete_records({TopicPartition(topic, 0): RecordsToDelete(5)})
+    finally:
+        await admin.close()
+    registry = CollectorRegistry()
+    health = Health(stall_after=10.0, probe_interval=0.5)
+    monitor = ProgressMonitor(Idle.name, registry, health, interval=0.3)
+    engine = ConsumerEngine(
+        Idle(),
+        settings,
+        kafka_bootstrap=kafka_bootstrap,
+        database_url=database_url,
+        options=EngineOptions(backoff=Backoff(base=0.2, cap=0.5), max_batch=50),
+        registry=CollectorRegistry(),
+        hook=monitor,
+    )
+    running = asyncio.create_task(run_with_health(health, engine.run()))
+    try:
+
+        async def measured() -> bool:
+            return _value(registry, "spectral_consumer_lag", 0) is not None
+
+        await eventually(measured, timeout=60)
+        await asyncio.sleep(1)  # a few more measurements
+        assert _value(registry, "spectral_consumer_lag", 0) == 0
+    finally:
+        engine.stop()
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(running, timeout=30)
