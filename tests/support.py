@@ -5,8 +5,11 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from urllib.parse import urlsplit, urlunsplit
+
+import asyncpg
 
 
 def with_database(url: str, database: str) -> str:
@@ -30,3 +33,27 @@ async def eventually(
         if time.monotonic() > deadline:
             raise AssertionError(f"condition not met within {timeout}s")
         await asyncio.sleep(interval)
+
+
+def as_login(url: str, login: str, password: str) -> str:
+    """``url`` with another login (and no query string: no passfile of the original login)."""
+    parts = urlsplit(url)
+    host = parts.netloc.rsplit("@", 1)[-1]
+    return urlunsplit(parts._replace(netloc=f"{login}:{password}@{host}", query=""))
+
+
+@asynccontextmanager
+async def database_login(database_url: str, *roles: str) -> AsyncIterator[tuple[str, str]]:
+    """A new database login granted ``roles`` (none: no grant at all), as (name, URL); dropped
+    afterwards with whatever it owns. Roles are server-wide, so the name is unique."""
+    name = unique_name("spectral_login_")
+    password = f"pw-{name}"
+    owner = await asyncpg.connect(database_url)
+    try:
+        grant = f" IN ROLE {', '.join(roles)}" if roles else ""
+        await owner.execute(f"CREATE ROLE {name} LOGIN PASSWORD '{password}'{grant}")
+        yield name, as_login(database_url, name, password)
+    finally:
+        await owner.execute(f"DROP OWNED BY {name}")
+        await owner.execute(f"DROP ROLE IF EXISTS {name}")
+        await owner.close()

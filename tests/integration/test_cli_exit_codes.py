@@ -11,11 +11,10 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
-import asyncpg
 import pytest
 
 from spectral.devstack import Endpoints
-from tests.support import unique_name
+from tests.support import database_login
 
 pytestmark = pytest.mark.integration
 
@@ -63,18 +62,10 @@ ROLE_COMMANDS = [
 
 
 @pytest.fixture
-async def login_without_grants(stack: Endpoints, database_url: str) -> AsyncIterator[str]:
+async def login_without_grants(database_url: str) -> AsyncIterator[str]:
     """A database URL whose login exists but was granted none of spectral's roles."""
-    name = unique_name("spectral_login_")
-    admin = await asyncpg.connect(database_url)
-    try:
-        await admin.execute(f"CREATE ROLE {name} LOGIN PASSWORD 'pw-{name}'")
-        parts = urlsplit(database_url)
-        host = parts.netloc.rsplit("@", 1)[-1]
-        yield urlunsplit(parts._replace(netloc=f"{name}:pw-{name}@{host}", query=""))
-    finally:
-        await admin.execute(f"DROP ROLE IF EXISTS {name}")
-        await admin.close()
+    async with database_login(database_url) as (_, url):
+        yield url
 
 
 @pytest.mark.parametrize(

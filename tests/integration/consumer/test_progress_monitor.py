@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Sequence
+from typing import Any
 
 import asyncpg
 import pytest
@@ -52,6 +53,26 @@ class Wedged(Handler[None]):
         return HandlerResult()
 
 
+def _engine(  # noqa: PLR0917 - the engine's own parameters, passed through
+    handler: Any,
+    settings: Settings,
+    kafka_bootstrap: str,
+    database_url: str,
+    monitor: ProgressMonitor,
+    registry: CollectorRegistry | None = None,
+) -> ConsumerEngine:
+    """A consumer engine with quick retries, observed by ``monitor``."""
+    return ConsumerEngine(
+        handler,
+        settings,
+        kafka_bootstrap=kafka_bootstrap,
+        database_url=database_url,
+        options=EngineOptions(backoff=Backoff(base=0.2, cap=0.5), max_batch=50),
+        registry=registry or CollectorRegistry(),
+        hook=monitor,
+    )
+
+
 def _value(registry: CollectorRegistry, name: str, partition: int) -> float | None:
     for metric in registry.collect():
         for sample in metric.samples:
@@ -69,15 +90,7 @@ async def test_a_consumer_stuck_retrying_reports_growing_lag_and_a_stalled_parti
     health = Health(stall_after=10.0, probe_interval=0.5)
     monitor = ProgressMonitor("progress-test", registry, health, interval=0.3, stall_after=1.5)
     handler = Wedged()
-    engine = ConsumerEngine(
-        handler,
-        settings,
-        kafka_bootstrap=kafka_bootstrap,
-        database_url=database_url,
-        options=EngineOptions(backoff=Backoff(base=0.2, cap=0.5), max_batch=50),
-        registry=registry,
-        hook=monitor,
-    )
+    engine = _engine(handler, settings, kafka_bootstrap, database_url, monitor, registry)
     await publish_envelopes(kafka_bootstrap, topic, [cluster_event() for _ in range(5)])
     with capture_logs() as logs:
         running = asyncio.create_task(run_with_health(health, engine.run()))
@@ -165,15 +178,7 @@ async def test_a_member_without_partitions_is_ready(
     for _ in range(2):
         health = Health(stall_after=10.0, probe_interval=0.5)
         monitor = ProgressMonitor(Idle.name, CollectorRegistry(), health, interval=0.3)
-        engine = ConsumerEngine(
-            Idle(),
-            settings,
-            kafka_bootstrap=kafka_bootstrap,
-            database_url=database_url,
-            options=EngineOptions(backoff=Backoff(base=0.2, cap=0.5), max_batch=50),
-            registry=CollectorRegistry(),
-            hook=monitor,
-        )
+        engine = _engine(Idle(), settings, kafka_bootstrap, database_url, monitor)
         running = asyncio.create_task(run_with_health(health, engine.run()))
         members.append((health, engine, running))
     try:
@@ -215,15 +220,7 @@ async def test_a_new_group_on_a_topic_whose_records_aged_out_has_no_lag(
     registry = CollectorRegistry()
     health = Health(stall_after=10.0, probe_interval=0.5)
     monitor = ProgressMonitor(Idle.name, registry, health, interval=0.3)
-    engine = ConsumerEngine(
-        Idle(),
-        settings,
-        kafka_bootstrap=kafka_bootstrap,
-        database_url=database_url,
-        options=EngineOptions(backoff=Backoff(base=0.2, cap=0.5), max_batch=50),
-        registry=CollectorRegistry(),
-        hook=monitor,
-    )
+    engine = _engine(Idle(), settings, kafka_bootstrap, database_url, monitor)
     running = asyncio.create_task(run_with_health(health, engine.run()))
     try:
 

@@ -15,9 +15,7 @@ from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
-import asyncpg
 import httpx
 import httpx2
 import pytest
@@ -33,7 +31,7 @@ from spectral.devstack.ports import free_port
 from spectral.ops.views import Deployment
 from spectral.settings import Settings
 from tests.integration.surfaces.support import mint, seed_clusters
-from tests.support import unique_name
+from tests.support import database_login
 
 pytestmark = pytest.mark.integration
 
@@ -262,16 +260,8 @@ async def test_an_mcp_login_needs_no_grant_beyond_reading_and_triage(
     spectral_producer, which could write work items and the outbox."""
     (cluster,) = await seed_clusters(database_url, 1)
     token = await mint(database_url, "ops-agent-min", Scope.TRIAGE_READ)
-    login = unique_name("spectral_mcp_")
-    owner = await asyncpg.connect(database_url)
-    try:
-        await owner.execute(
-            f"CREATE ROLE {login} LOGIN PASSWORD 'pw' "
-            "IN ROLE spectral_authenticator, spectral_operator"
-        )
-        parts = urlsplit(database_url)
-        host = parts.netloc.rsplit("@", 1)[-1]
-        url = urlunsplit(parts._replace(netloc=f"{login}:pw@{host}", query=""))
+    roles = ("spectral_authenticator", "spectral_operator")
+    async with database_login(database_url, *roles) as (_, url):
         env = {**spectral_env, "SPECTRAL_API_TOKEN": token, "SPECTRAL_DATABASE_URL": url}
         params = StdioServerParameters(command=SPECTRAL, args=["mcp"], env=env, cwd=str(tmp_path))
         async with Client(params, read_timeout_seconds=60) as client:
@@ -279,7 +269,3 @@ async def test_an_mcp_login_needs_no_grant_beyond_reading_and_triage(
                 await client.call_tool("get_cluster_detail", {"cluster_id": str(cluster)})
             )
             assert detail["cluster_id"] == str(cluster)
-    finally:
-        await owner.execute(f"DROP OWNED BY {login}")
-        await owner.execute(f"DROP ROLE {login}")
-        await owner.close()

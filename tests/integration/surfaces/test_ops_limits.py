@@ -1,15 +1,17 @@
 """Replay dry runs over HTTP take the scope that reads lag, but each holds a database
 transaction (and the row locks of what it changes) and a Kafka consumer for as long as it reads:
-at most one runs per deployment at a time, a second is told to come back."""
+at most one runs per deployment at a time, a second is told to come back; and a login that may
+not act as the deployment's role is told what it lacks."""
 
 from __future__ import annotations
 
 import asyncio
-from urllib.parse import urlsplit, urlunsplit
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 
-import asyncpg
 import httpx
 import pytest
+from fastapi import FastAPI
 
 from spectral.api.app import build_app
 from spectral.auth.scopes import Scope
@@ -21,9 +23,24 @@ from spectral.ops import api as ops_api
 from spectral.ops.views import Deployment
 from spectral.settings import Settings
 from tests.integration.surfaces.support import mint
-from tests.support import unique_name
+from tests.support import database_login
 
 pytestmark = pytest.mark.integration
+
+
+@asynccontextmanager
+async def lag_reader(app: FastAPI, database_url: str) -> AsyncIterator[httpx.AsyncClient]:
+    """``app`` started, and a client of it holding an ops:read token."""
+    token = await mint(database_url, "lag-reader", Scope.OPS_READ)
+    async with (
+        app.router.lifespan_context(app),
+        httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=app),
+            base_url="http://api",
+            headers={"Authorization": f"Bearer {token}"},
+        ) as http,
+    ):
+        yield http
 
 
 async def test_one_dry_run_per_deployment_at_a_time(
@@ -53,15 +70,7 @@ async def test_one_dry_run_per_deployment_at_a_time(
     resources = resources_for(settings, Endpoints(kafka_bootstrap, database_url))
     deployments = [Deployment("slow", "slow", ("t",), slow_dry_run)]
     app = build_app(resources, routers=[ops_api.router(resources, deployments)])
-    token = await mint(database_url, "lag-reader", Scope.OPS_READ)
-    async with (
-        app.router.lifespan_context(app),
-        httpx.AsyncClient(
-            transport=httpx.ASGITransport(app=app),
-            base_url="http://api",
-            headers={"Authorization": f"Bearer {token}"},
-        ) as http,
-    ):
+    async with lag_reader(app, database_url) as http:
         path = "/ops/consumers/slow/replay-dry-run"
         first = asyncio.create_task(http.post(path, json={"from_beginning": True}))
         await asyncio.wait_for(started.wait(), timeout=30)
@@ -85,34 +94,14 @@ async def test_a_dry_run_the_login_cannot_run_says_what_it_needs(
 ) -> None:
     """A dry run runs the deployment's handler as its role (rolled back): an API login granted
     only the surface roles cannot, and is told so — not a bare 500."""
-    login = unique_name("spectral_api_")
-    owner = await asyncpg.connect(database_url)
-    try:
-        await owner.execute(
-            f"CREATE ROLE {login} LOGIN PASSWORD 'pw' "
-            "IN ROLE spectral_authenticator, spectral_operator, spectral_producer"
-        )
-        parts = urlsplit(database_url)
-        host = parts.netloc.rsplit("@", 1)[-1]
-        url = urlunsplit(parts._replace(netloc=f"{login}:pw@{host}", query=""))
+    roles = ("spectral_authenticator", "spectral_operator", "spectral_producer")
+    async with database_login(database_url, *roles) as (login, url):
         endpoints = Endpoints(kafka_bootstrap, url)
         app = compose_app(settings, endpoints, await deployment_topics(settings, url))
-        token = await mint(database_url, "lag-reader", Scope.OPS_READ)
-        async with (
-            app.router.lifespan_context(app),
-            httpx.AsyncClient(
-                transport=httpx.ASGITransport(app=app),
-                base_url="http://api",
-                headers={"Authorization": f"Bearer {token}"},
-            ) as http,
-        ):
+        async with lag_reader(app, database_url) as http:
             done = await http.post(
                 "/ops/consumers/rule-candidates/replay-dry-run", json={"from_beginning": True}
             )
-            assert done.status_code == 501, done.text
-            assert done.json()["type"] == "/problems/dry-run-not-configured"
-            assert login not in done.text
-    finally:
-        await owner.execute(f"DROP OWNED BY {login}")
-        await owner.execute(f"DROP ROLE {login}")
-        await owner.close()
+        assert done.status_code == 501, done.text
+        assert done.json()["type"] == "/problems/dry-run-not-configured"
+        assert login not in done.text

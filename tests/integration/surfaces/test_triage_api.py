@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
 import pytest
@@ -14,7 +13,7 @@ from consumers.rule_candidates.transitions import ALLOWED, Status
 from spectral.auth.scopes import Scope
 from spectral.settings import Settings
 from tests.integration.surfaces.support import seed_clusters, surface
-from tests.support import unique_name
+from tests.support import database_login
 
 pytestmark = pytest.mark.integration
 
@@ -200,41 +199,33 @@ async def test_the_audit_trail_names_the_login_a_declared_principal_came_through
     declare an API token's principal. The trail then shows the login too, so the change they
     made under 'token:ops-alice' is told apart from ops-alice's own, made through the API."""
     (cluster,) = await seed_clusters(database_url, 1)
-    mallory = unique_name("spectral_mallory_")
     owner = await asyncpg.connect(database_url)
     try:
         api_login = await owner.fetchval("SELECT session_user")
-        await owner.execute(f"CREATE ROLE {mallory} LOGIN PASSWORD 'pw' IN ROLE spectral_operator")
-        async with surface(settings, database_url, kafka_bootstrap) as s:
-            alice = await s.client(Scope.TRIAGE_WRITE, name="ops-alice")
-            done = await alice.patch(
-                f"/clusters/{cluster}", json={"notes": "mine"}, headers={"If-Match": "*"}
-            )
-            assert done.status_code == 200, done.text
-            parts = urlsplit(database_url)
-            host = parts.netloc.rsplit("@", 1)[-1]
-            forger = await asyncpg.connect(
-                urlunsplit(parts._replace(netloc=f"{mallory}:pw@{host}", query="")),
-                server_settings={"role": "spectral_operator"},
-            )
-            try:
-                async with forger.transaction():
-                    await forger.execute(
-                        "SELECT set_config('spectral.actor', 'token:ops-alice', true)"
-                    )
-                    await forger.execute(
-                        "UPDATE platform.rule_candidates_pending SET notes = 'not mine' "
-                        "WHERE cluster_id = $1",
-                        cluster,
-                    )
-            finally:
-                await forger.close()
-            audit = (await alice.get(f"/clusters/{cluster}")).json()["audit"]
-        assert [(a["actor"], a["db_login"]) for a in audit] == [
-            ("token:ops-alice", api_login),
-            ("token:ops-alice", mallory),
-        ]
     finally:
-        await owner.execute(f"DROP OWNED BY {mallory}")
-        await owner.execute(f"DROP ROLE {mallory}")
         await owner.close()
+    async with (
+        database_login(database_url, "spectral_operator") as (mallory, mallory_url),
+        surface(settings, database_url, kafka_bootstrap) as s,
+    ):
+        alice = await s.client(Scope.TRIAGE_WRITE, name="ops-alice")
+        done = await alice.patch(
+            f"/clusters/{cluster}", json={"notes": "mine"}, headers={"If-Match": "*"}
+        )
+        assert done.status_code == 200, done.text
+        forger = await asyncpg.connect(mallory_url, server_settings={"role": "spectral_operator"})
+        try:
+            async with forger.transaction():
+                await forger.execute("SELECT set_config('spectral.actor', 'token:ops-alice', true)")
+                await forger.execute(
+                    "UPDATE platform.rule_candidates_pending SET notes = 'not mine' "
+                    "WHERE cluster_id = $1",
+                    cluster,
+                )
+        finally:
+            await forger.close()
+        audit = (await alice.get(f"/clusters/{cluster}")).json()["audit"]
+    assert [(a["actor"], a["db_login"]) for a in audit] == [
+        ("token:ops-alice", api_login),
+        ("token:ops-alice", mallory),
+    ]
