@@ -105,6 +105,7 @@ class Console:
             token: Annotated[str, Form(max_length=300)],
             next: Annotated[str, Form(max_length=2000)] = "",  # noqa: A002
         ) -> Response:
+            same_origin(request)
             principal = await self.resources.verifier.verify(token.strip())
             if principal is None:
                 return self.page(
@@ -187,6 +188,19 @@ class Console:
 
         app.add_exception_handler(ProblemError, problem)
         app.add_exception_handler(RequestValidationError, invalid)
+
+
+def same_origin(request: Request) -> None:
+    """Refuse a form another site posted (403): the login form has no session to derive a CSRF
+    field from, so a page elsewhere could log a browser in with the attacker's token — whose
+    name the audit trail would then record for the victim's changes. Browsers send ``Origin``
+    with every cross-site POST; a request without one (curl, old clients) is let through."""
+    origin = request.headers.get("origin")
+    if origin is None:
+        return
+    ours = {request.headers.get("host"), request.headers.get("x-forwarded-host")}  # behind a proxy
+    if origin == "null" or urlsplit(origin).netloc not in ours:
+        raise ProblemError(403, "the form was posted from another site", slug="cross-origin")
 
 
 def _local(target: str) -> str:

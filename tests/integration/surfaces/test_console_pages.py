@@ -139,3 +139,23 @@ async def test_hostile_input_to_every_page(console: Console) -> None:
     shown = await http.get(page.path)
     assert marker not in shown.text
     assert "&lt;script&gt;" in shown.text
+
+
+async def test_another_site_cannot_log_a_browser_in(console: Console) -> None:
+    """Login CSRF: a page elsewhere posting its own token to the login form would make the
+    victim's later triage appear under the attacker's token name."""
+    token = await console.s.token("attacker", Scope.TRIAGE_WRITE)
+    http = console.s.http
+    http.cookies.clear()
+    forged = await http.post(
+        "/console/login",
+        data={"token": token},
+        headers={"Origin": "https://evil.example"},
+    )
+    assert forged.status_code == 403
+    assert "set-cookie" not in forged.headers
+    for origin in ("http://api", None):  # the console's own form; a client sending no Origin
+        headers = {"Origin": origin} if origin else {}
+        own = await http.post("/console/login", data={"token": token}, headers=headers)
+        assert own.status_code == 303, own.text
+        assert "spectral_session=" in own.headers["set-cookie"]
