@@ -112,7 +112,14 @@ def mcp(
                 return
             url = f"http://{host}:{port}"
             app = build_mcp(resources, deployments, http_url=url).streamable_http_app(host=host)
-            config = uvicorn.Config(app, host=host, port=port, log_level="warning")
+            config = uvicorn.Config(
+                app,
+                host=host,
+                port=port,
+                log_level="warning",
+                log_config=None,  # uvicorn's lines go through spectral's logging (JSON, masked)
+                access_log=False,
+            )
             await uvicorn.Server(config).serve(sockets=[sock] if sock is not None else None)
         finally:
             await resources.close()

@@ -141,7 +141,9 @@ async def test_stdio_refuses_to_start_without_a_live_token(
 
 
 @contextmanager
-def http_server(env: dict[str, str], cwd: Path) -> Iterator[str]:
+def http_server(env: dict[str, str], cwd: Path, stderr: list[bytes] | None = None) -> Iterator[str]:
+    """`spectral mcp --transport http` on a free port; its stderr is appended to ``stderr``
+    once it has stopped."""
     port = free_port()
     process = subprocess.Popen(
         [SPECTRAL, "mcp", "--transport", "http", "--port", str(port)],
@@ -156,10 +158,12 @@ def http_server(env: dict[str, str], cwd: Path) -> Iterator[str]:
     finally:
         process.terminate()
         try:
-            process.wait(timeout=20)
+            _, err = process.communicate(timeout=20)
         except subprocess.TimeoutExpired:
             process.kill()
-            process.wait()
+            _, err = process.communicate()
+        if stderr is not None:
+            stderr.append(err)
 
 
 def _wait_for_port(port: int, process: subprocess.Popen[bytes]) -> None:
@@ -212,6 +216,24 @@ async def test_streamable_http_needs_a_bearer_token(
             )
             assert refused_tool.is_error
             assert "triage:read" in _text(refused_tool)
+
+
+async def test_every_line_of_the_http_server_is_json(
+    spectral_env: dict[str, str], tmp_path: Path
+) -> None:
+    """With SPECTRAL_LOG_FORMAT=json every line is JSON, the web server's own included (a
+    malformed request makes uvicorn warn)."""
+    assert spectral_env["SPECTRAL_LOG_FORMAT"] == "json"
+    stderr: list[bytes] = []
+    with http_server(spectral_env, tmp_path, stderr) as url:
+        port = int(url.rsplit(":", 1)[1].split("/")[0])
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as raw:
+            raw.sendall(b"NOT HTTP\r\n\r\n")
+            assert raw.recv(100).startswith(b"HTTP/1.1 400")
+    lines = [line for line in stderr[0].decode().splitlines() if line.strip()]
+    assert any("Invalid HTTP request" in line for line in lines), lines
+    for line in lines:
+        json.loads(line)
 
 
 async def test_every_tool_under_every_scope(
