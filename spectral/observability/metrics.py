@@ -32,6 +32,9 @@ class _Server(ThreadingHTTPServer):
 
 class _Handler(BaseHTTPRequestHandler):
     server: _Server
+    timeout = 10.0
+    """Seconds a connection may take to send its request: a client that connects and sends
+    nothing (or a byte now and then) would otherwise hold a thread of this server for ever."""
 
     def do_GET(self) -> None:
         path = self.path.split("?", 1)[0]

@@ -132,3 +132,23 @@ def test_a_blocked_loop_is_not_live() -> None:
         return before, after
 
     assert asyncio.run(scenario()) == (True, False)
+
+
+def test_a_silent_connection_does_not_hold_the_endpoint_for_ever(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A client that connects and sends nothing is dropped after the handler's timeout."""
+    from spectral.observability import metrics  # noqa: PLC0415
+
+    assert metrics._Handler.timeout is not None
+    monkeypatch.setattr(metrics._Handler, "timeout", 0.5)
+    port = _port()
+    server = serve_metrics(port, CollectorRegistry())
+    assert server is not None
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as silent:
+            silent.sendall(b"GET /metr")  # and nothing more
+            assert silent.recv(1024) == b""  # closed by the server, well before 10 s
+    finally:
+        server.shutdown()
+        server.server_close()
