@@ -155,13 +155,13 @@ async def test_liveness_fails_when_the_event_loop_is_wedged() -> None:
             await beating
 
 
-class Idle:
+class Idle(Handler[None]):
     name = "progress-idle-test"
     event_types = (FAILURE_CLUSTER_DETECTED,)
 
     async def apply(
         self, conn: asyncpg.Connection, deliveries: Sequence[Delivery]
-    ) -> HandlerResult:
+    ) -> HandlerResult[None]:
         del conn, deliveries
         return HandlerResult()
 
