@@ -99,10 +99,16 @@ unit: install tooling
 # when tests fail, so no process is left behind.
 # The two slowest cluster fault tests (marker cluster_slow: a broker frozen for 45 s, a rolling
 # restart) are left to `make test-cluster`, which keeps `make test` within its 15 minutes.
+# Tests run in TEST_WORKERS processes (pytest-xdist): most of a test's time is spent waiting on
+# the broker, the database or a subprocess, so four share two cores well. Tests that share a
+# private cluster, broker or build directory stay in one worker (xdist_group, tests/conftest.py).
+# TEST_WORKERS=0 runs them in this process, one after another.
+TEST_WORKERS ?= 4
 test: install tooling postgres-binaries promtool chromium lint
 	$(DEV_UP)
 	@status=0; $(BIN)/pytest -q -p no:cacheprovider --durations=15 -m "not cluster_slow" \
-		$(PYTEST_ARGS) || status=$$?; $(SPECTRAL) dev down; exit $$status
+		-n $(TEST_WORKERS) --dist loadgroup $(PYTEST_ARGS) || status=$$?; \
+		$(SPECTRAL) dev down; exit $$status
 
 # Every test on a private 3-broker cluster (tests/cluster: producer acks, the dev and topics
 # commands, broker faults under load with the stall printed), the cluster_slow ones included.

@@ -15,6 +15,7 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
 import asyncpg
+import hypothesis
 import pytest
 
 from spectral import devstack
@@ -22,6 +23,14 @@ from spectral.db.migrate import migrate
 from spectral.devstack import Endpoints
 from spectral.settings import Settings, load_settings
 from tests.support import unique_name, with_database
+
+# Property tests are judged by what they find, never by how fast a loaded machine generates or
+# runs their examples: no deadline and no "too slow" health check (tests may still set their own
+# example counts).
+hypothesis.settings.register_profile(
+    "spectral", deadline=None, suppress_health_check=[hypothesis.HealthCheck.too_slow]
+)
+hypothesis.settings.load_profile("spectral")
 
 
 def _docker_answers() -> bool:
@@ -135,3 +144,21 @@ def spectral_env(settings: Settings) -> dict[str, str]:
         }
     )
     return env
+
+
+# Tests that share a resource bigger than one test run in one parallel worker (`--dist loadgroup`):
+# the private 3-broker cluster (a session fixture), the private broker of test_local_kafka (a module
+# fixture) and the Go producer's build directory.
+_GROUPS = {
+    "tests/cluster/": "kafka-cluster",
+    "tests/integration/test_local_kafka.py": "local-kafka",
+    "tests/interop/": "go-build",
+}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        path = item.nodeid.split("::", 1)[0]
+        for prefix, group in _GROUPS.items():
+            if path.startswith(prefix):
+                item.add_marker(pytest.mark.xdist_group(group))

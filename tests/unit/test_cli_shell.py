@@ -8,7 +8,6 @@ import os
 import socket
 import subprocess
 import sys
-import time
 from importlib import metadata
 from pathlib import Path
 
@@ -51,17 +50,12 @@ def test_the_licence_ships() -> None:
     assert "Apache License" in (ROOT / "LICENSE").read_text(encoding="utf-8")
 
 
-def test_help_is_fast_because_commands_load_lazily() -> None:
-    best = min(_timed("--help") for _ in range(3))
-    assert best < 0.3, f"spectral --help took {best:.2f}s"
+def test_help_loads_no_command_because_commands_load_lazily() -> None:
+    # What keeps `spectral --help` fast is what it does not import; its time is `make bench`'s
+    # business, not a timed test's (a loaded machine would fail one).
+    assert _spectral("--help").returncode == 0
     heavy = {"aiokafka", "asyncpg", "fastapi", "uvicorn", "pydantic", "producers", "consumers"}
     assert _packages_loaded_by("import spectral.cli", heavy) == set()
-
-
-def _timed(*args: str) -> float:
-    started = time.perf_counter()
-    assert _spectral(*args).returncode == 0
-    return time.perf_counter() - started
 
 
 @pytest.mark.parametrize("name", sorted(COMMANDS))
