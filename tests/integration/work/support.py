@@ -12,17 +12,19 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
-from uuid import UUID
+from uuid import UUID, uuid4
 
 import asyncpg
 from prometheus_client import CollectorRegistry
 
+from consumers.work_executor.claims import ClaimRepository
 from consumers.work_executor.executor import ExecutorConfig
 from consumers.work_executor.handler import WorkExecutorHandler
 from consumers.work_executor.metrics import ExecutorMetrics
 from producers.work.commands import WorkCommands
 from spectral.db.connect import create_pool
 from spectral.errors import PermanentError, TransientError
+from spectral.llm.limits import ProviderLimits
 from spectral.llm.seam import SynthesisRequest, SynthesisResponse
 from spectral.llm.stub import StubSynthesizer
 from spectral.observability.logging import configure_logging
@@ -129,6 +131,14 @@ async def harness(database_url: str) -> AsyncIterator[Harness]:
             await pool.close()
 
 
+async def claim(pool: asyncpg.Pool, count: int, worker: str = "test") -> list[tuple[UUID, UUID]]:
+    """Lease ``count`` waiting items under one token, as the executor's claims do (fairly, with
+    their spend reserved; no provider limits, no router)."""
+    claims = ClaimRepository(pool, resolve=lambda _f, _o: None, limits=ProviderLimits())
+    claimed = await claims.claim(count, uuid4(), worker)
+    return claimed.jobs
+
+
 def executor_settings(settings: Settings, **overrides: Any) -> Settings:
     values: dict[str, Any] = {
         "work_retry_base_seconds": 0.2,
@@ -158,7 +168,6 @@ async def executor(
         ExecutorConfig(
             worker_id=worker,
             lease_timeout_seconds=lease_timeout,
-            claim_grace_seconds=0.0,
         ),
     )
     try:
@@ -176,7 +185,7 @@ async def run_until_settled(
         await handler.sweep_once()
         await handler.drain()
         live = await admin.fetchval(
-            "SELECT count(*) FROM work.work_items WHERE status NOT IN ('applied', 'dead_letter')"
+            "SELECT count(*) FROM work.work_items WHERE status NOT IN ('applied', 'dead_letter', 'canceled')"
         )
         if live == 0:
             await handler.sweep_once()  # settles parents left open, refreshes gauges
