@@ -135,7 +135,37 @@ GRANT UPDATE (status, error_message, finished_at, cancel_requested_at, park_reas
     ON work.work_items TO spectral_producer;
 GRANT UPDATE (cancel_requested_at, cancel_requested_by, cancel_reason) ON work.threads
     TO spectral_producer;
-GRANT INSERT ON work.ledger_entries TO spectral_producer;
+
+-- Commands never write the ledger directly: a cancellation's entries (thread-level
+-- 'cancel_requested', item-level 'canceled', both of type error) go through this function,
+-- which refuses any other entry.
+CREATE FUNCTION work.append_cancellation_entries(
+    entry_ids uuid[], thread_ids uuid[], item_ids uuid[], attempts integer[], payloads text[],
+    hashes text[]
+) RETURNS SETOF uuid
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
+BEGIN
+    IF EXISTS (SELECT 1 FROM unnest(payloads) AS p (payload)
+               WHERE coalesce(p.payload::jsonb ->> 'kind', '')
+                     NOT IN ('canceled', 'cancel_requested')) THEN
+        RAISE EXCEPTION 'only cancellation entries may be appended this way'
+            USING ERRCODE = 'insufficient_privilege';
+    END IF;
+    RETURN QUERY
+    INSERT INTO work.ledger_entries (entry_id, thread_id, work_item_id, attempt, entry_type,
+                                     payload, hash)
+    SELECT e.entry_id, e.thread_id, e.work_item_id, e.attempt, 'error', e.payload::jsonb, e.hash
+    FROM unnest(entry_ids, thread_ids, item_ids, attempts, payloads, hashes)
+        WITH ORDINALITY AS e (entry_id, thread_id, work_item_id, attempt, payload, hash, ord)
+    ORDER BY e.ord
+    RETURNING entry_id;
+END
+$fn$;
+REVOKE ALL ON FUNCTION work.append_cancellation_entries(uuid[], uuid[], uuid[], integer[], text[],
+                                                        text[]) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION work.append_cancellation_entries(uuid[], uuid[], uuid[], integer[],
+                                                           text[], text[])
+    TO spectral_producer, spectral_executor;
 
 -- Two new scopes: work:cancel (cancel threads) and work:budget (set budgets).
 ALTER TABLE core.api_tokens

@@ -62,5 +62,5 @@ async def cancel_waiting(
                 correlation_id=correlation_id,
             )
         )
-    outbox.extend(await ledger.append(conn, entries))
+    outbox.extend(await ledger.append_cancellations(conn, entries))
     return {row["work_item_id"]: row["thread_id"] for row in rows}, outbox

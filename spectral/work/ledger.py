@@ -36,9 +36,7 @@ async def append(conn: Conn, rows: Sequence[tuple[EntryRow, UUID]]) -> list[Outb
     statement's undoing) and hashed as stored. Returns the events of the entries inserted."""
     if not rows:
         return []
-    ids = [uuid.uuid4() for _ in rows]
-    texts = [canonical_text(storable_json(dict(row[4]))) for row, _ in rows]
-    hashes = [text_hash(text) for text in texts]
+    ids, texts, hashes = _prepared(rows)
     inserted = {
         r["entry_id"]
         for r in await conn.fetch(
@@ -53,6 +51,47 @@ async def append(conn: Conn, rows: Sequence[tuple[EntryRow, UUID]]) -> list[Outb
             list(range(len(rows))),
         )
     }
+    return _events(rows, ids, hashes, inserted)
+
+
+async def append_cancellations(
+    conn: Conn, rows: Sequence[tuple[EntryRow, UUID]]
+) -> list[OutboxItem]:
+    """Append cancellation entries (``error`` entries of kind ``canceled`` or
+    ``cancel_requested``) through ``work.append_cancellation_entries``: the roles of commands
+    may append those, and no other entry."""
+    if not rows:
+        return []
+    if any(row[3] is not EntryType.ERROR for row, _ in rows):
+        raise ValueError("only error entries record a cancellation")
+    ids, texts, hashes = _prepared(rows)
+    inserted = {
+        r["entry_id"]
+        for r in await conn.fetch(
+            _SQL["append_cancellation_entries"],
+            ids,
+            [row[1] for row, _ in rows],
+            [row[0] for row, _ in rows],
+            [row[2] for row, _ in rows],
+            texts,
+            hashes,
+        )
+    }
+    return _events(rows, ids, hashes, inserted)
+
+
+def _prepared(rows: Sequence[tuple[EntryRow, UUID]]) -> tuple[list[UUID], list[str], list[str]]:
+    ids = [uuid.uuid4() for _ in rows]
+    texts = [canonical_text(storable_json(dict(row[4]))) for row, _ in rows]
+    return ids, texts, [text_hash(text) for text in texts]
+
+
+def _events(
+    rows: Sequence[tuple[EntryRow, UUID]],
+    ids: Sequence[UUID],
+    hashes: Sequence[str],
+    inserted: set[UUID],
+) -> list[OutboxItem]:
     return [
         events.entry_appended(
             entry_id=entry_id,

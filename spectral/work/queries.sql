@@ -13,14 +13,16 @@ FROM unnest($1::int[], $2::int[]) AS l (kind, objid)
 -- name: get_thread
 SELECT thread_id, kind, space_type, space_id, target_ref::text AS target_ref, status,
        parent_thread_id, idempotency_key, continue_on_error, outcome::text AS outcome,
-       created_at, updated_at, closed_at, requested_by
+       created_at, updated_at, closed_at, requested_by, cancel_requested_at,
+       cancel_requested_by, cancel_reason
 FROM work.threads
 WHERE thread_id = $1
 
 -- name: child_threads
 SELECT thread_id, kind, space_type, space_id, target_ref::text AS target_ref, status,
        parent_thread_id, idempotency_key, continue_on_error, outcome::text AS outcome,
-       created_at, updated_at, closed_at
+       created_at, updated_at, closed_at, cancel_requested_at, cancel_requested_by,
+       cancel_reason
 FROM work.threads
 WHERE parent_thread_id = $1
 ORDER BY created_at, thread_id
@@ -28,7 +30,8 @@ ORDER BY created_at, thread_id
 -- name: thread_items
 SELECT work_item_id, thread_id, sequence, status, attempt, lock_scope, project_id, function_key,
        input::text AS input, not_before, lease_token, leased_at, error_message, created_at,
-       started_at, finished_at
+       started_at, finished_at, priority, tenant, org_id, cancel_requested_at, park_reason,
+       route
 FROM work.work_items
 WHERE thread_id = $1
 ORDER BY sequence
@@ -38,7 +41,8 @@ ORDER BY sequence
 -- $4, $5 = the (created_at, thread_id) to continue after (a page's last row; NULL = the start).
 SELECT thread_id, kind, space_type, space_id, target_ref::text AS target_ref, status,
        parent_thread_id, idempotency_key, continue_on_error, outcome::text AS outcome,
-       created_at, updated_at, closed_at, requested_by
+       created_at, updated_at, closed_at, requested_by, cancel_requested_at,
+       cancel_requested_by, cancel_reason
 FROM work.threads
 WHERE space_type = 'project' AND space_id = $1
   AND (NOT $2::boolean OR status IN ('open', 'running'))
@@ -105,3 +109,8 @@ SET status = 'canceled', error_message = $2, finished_at = now(), park_reason = 
     parked_at = NULL
 WHERE work_item_id = ANY($1::uuid[]) AND status IN ('queued', 'failed', 'parked')
 RETURNING work_item_id, thread_id, attempt, lock_scope
+
+-- name: append_cancellation_entries
+SELECT e AS entry_id
+FROM work.append_cancellation_entries($1::uuid[], $2::uuid[], $3::uuid[], $4::integer[],
+                                      $5::text[], $6::text[]) AS e
