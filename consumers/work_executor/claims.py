@@ -129,7 +129,7 @@ class ClaimRepository:
             )
             for row in rows
         ]
-        now: datetime = await conn.fetchval("SELECT now()")
+        now: datetime = await conn.fetchval(_SQL["now"])
         if not candidates:
             return Situation(now, want, [], {}, self._resolve, self._limits)
         tenants: Counter[str] = Counter()

@@ -137,3 +137,7 @@ SET status = 'parked', park_reason = p.reason, parked_at = now()
 FROM unnest($1::text[], $2::text[]) AS p (org_id, reason)
 WHERE w.org_id = p.org_id AND w.status IN ('queued', 'failed') AND w.cancel_requested_at IS NULL
 RETURNING w.work_item_id
+
+-- name: now
+-- The transaction's clock: every executor's rate limiters and budgets run on the database's.
+SELECT now()

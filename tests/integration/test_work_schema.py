@@ -159,7 +159,7 @@ async def test_roles_get_what_they_need_and_nothing_more(database_url: str) -> N
         with pytest.raises(asyncpg.InsufficientPrivilegeError, match="only cancellation"):
             await producer.execute(
                 "SELECT work.append_cancellation_entries(ARRAY[$1::uuid], ARRAY[$2::uuid], "
-                "ARRAY[NULL::uuid], ARRAY[0], ARRAY['{\"kind\": \"response\"}'], "
+                'ARRAY[NULL::uuid], ARRAY[0], ARRAY[\'{"kind": "response"}\'], '
                 "ARRAY[repeat('d', 64)])",
                 uuid.uuid4(),
                 thread,

@@ -21,6 +21,7 @@ from consumers.work_executor.claims import ClaimRepository
 from consumers.work_executor.executor import ExecutorConfig
 from consumers.work_executor.handler import WorkExecutorHandler
 from consumers.work_executor.metrics import ExecutorMetrics
+from consumers.work_executor.schedule import Resolve
 from producers.work.commands import WorkCommands
 from spectral.db.connect import create_pool
 from spectral.errors import PermanentError, TransientError
@@ -57,6 +58,8 @@ class ScriptedSynthesizer:
     def __init__(self) -> None:
         self.keys: Counter[str] = Counter()
         self.items: Counter[str] = Counter()
+        self.in_flight = 0
+        self.most_in_flight = 0
         self._stub = StubSynthesizer()
 
     @property
@@ -70,7 +73,12 @@ class ScriptedSynthesizer:
         prompt = request.prompt
         slow = _SLOW.search(prompt)
         if slow:
-            await asyncio.sleep(float(slow.group(1)))
+            self.in_flight += 1
+            self.most_in_flight = max(self.most_in_flight, self.in_flight)
+            try:
+                await asyncio.sleep(float(slow.group(1)))
+            finally:
+                self.in_flight -= 1
         if "[transient:always]" in prompt:
             raise TransientError("model overloaded (scripted)")
         transient = _TRANSIENT.search(prompt)
@@ -88,6 +96,7 @@ class Harness:
     commands: WorkCommands
     reader: WorkReader
     admin: asyncpg.Pool
+    producer: asyncpg.Pool
 
     async def items(self) -> list[asyncpg.Record]:
         return await self.admin.fetch(
@@ -125,7 +134,7 @@ async def harness(database_url: str) -> AsyncIterator[Harness]:
     operator = await create_pool(database_url, role="spectral_operator", max_size=2)
     admin = await create_pool(database_url, max_size=2)
     try:
-        yield Harness(WorkCommands(producer), WorkReader(operator), admin)
+        yield Harness(WorkCommands(producer), WorkReader(operator), admin, producer)
     finally:
         for pool in (producer, operator, admin):
             await pool.close()
@@ -159,6 +168,8 @@ async def executor(
     worker: str = "w1",
     lease_timeout: float = 30.0,
     registry: CollectorRegistry | None = None,
+    limits: ProviderLimits | None = None,
+    resolve: Resolve | None = None,
 ) -> AsyncIterator[WorkExecutorHandler]:
     handler = WorkExecutorHandler(
         settings,
@@ -168,7 +179,9 @@ async def executor(
         ExecutorConfig(
             worker_id=worker,
             lease_timeout_seconds=lease_timeout,
+            limits=limits or ProviderLimits(),
         ),
+        resolve=resolve,
     )
     try:
         yield handler
@@ -185,7 +198,8 @@ async def run_until_settled(
         await handler.sweep_once()
         await handler.drain()
         live = await admin.fetchval(
-            "SELECT count(*) FROM work.work_items WHERE status NOT IN ('applied', 'dead_letter', 'canceled')"
+            "SELECT count(*) FROM work.work_items "
+            "WHERE status NOT IN ('applied', 'dead_letter', 'canceled')"
         )
         if live == 0:
             await handler.sweep_once()  # settles parents left open, refreshes gauges
