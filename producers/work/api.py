@@ -307,7 +307,7 @@ def _governance(api: APIRouter, resources: Resources) -> None:  # noqa: C901 - a
             **responses(*COMMON, 404),
         },
     )
-    async def cancel(
+    async def cancel_work_thread(
         *,
         thread_id: UUID,
         response: Response,
