@@ -400,8 +400,8 @@ def _report(  # noqa: PLR0917 - everything measured
         throughput,
         "calls/s",
         f"{len(inside):,} calls answered in {end - start:.0f} s of a "
-        f"{options.governance_big_items:,}-item tenant; gateway cap {options.governance_concurrency}, mean latency "
-        f"{window_latency:.2f} s",
+        f"{options.governance_big_items:,}-item tenant; gateway cap "
+        f"{options.governance_concurrency}, mean latency {window_latency:.2f} s",
     )
     report.add(
         "governed_throughput_vs_limit", ratio, "x", "answered per second / (cap / mean latency)"
@@ -471,8 +471,8 @@ def _report(  # noqa: PLR0917 - everything measured
     )
     report.notes.append(
         "governance: gateway on loopback, lognormal latency median "
-        f"{options.governance_latency:g} s, p99 {6 * options.governance_latency:g} s (unit not scaled), concurrency "
-        f"{options.governance_concurrency}, {options.governance_rate:g} calls/s; 429s "
+        f"{options.governance_latency:g} s, p99 {6 * options.governance_latency:g} s (unit "
+        f"not scaled), concurrency {options.governance_concurrency}, {options.governance_rate:g} calls/s; 429s "
         f"{stats.get('refused', {})}; most in flight {stats.get('most_in_flight')}; "
         f"pid {os.getpid()}"
     )
