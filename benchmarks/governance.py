@@ -29,7 +29,6 @@ from __future__ import annotations
 import asyncio
 import json
 import math
-import os
 import signal
 import socket
 import statistics
@@ -469,10 +468,10 @@ def _report(  # noqa: PLR0917 - everything measured
         executor is not None and executor.returncode == 0,
         f"exit code {executor.returncode if executor is not None else None}",
     )
+    latency = options.governance_latency
     report.notes.append(
-        "governance: gateway on loopback, lognormal latency median "
-        f"{options.governance_latency:g} s, p99 {6 * options.governance_latency:g} s (unit "
-        f"not scaled), concurrency {options.governance_concurrency}, {options.governance_rate:g} calls/s; 429s "
-        f"{stats.get('refused', {})}; most in flight {stats.get('most_in_flight')}; "
-        f"pid {os.getpid()}"
+        f"governance: gateway on loopback, lognormal latency median {latency:g} s, p99 "
+        f"{6 * latency:g} s (unit not scaled); cap {options.governance_concurrency} calls, "
+        f"{options.governance_rate:g} calls/s; 429s {stats.get('refused', {})}; most in "
+        f"flight {stats.get('most_in_flight')}"
     )
