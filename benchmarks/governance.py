@@ -67,6 +67,11 @@ class Gauge:
 
     pid: int
     samples: list[tuple[float, int]] = field(default_factory=list)
+    steady_from: float | None = None
+    """Growth is measured from here (the start-up's imports and pools are not growth)."""
+
+    def steady(self) -> None:
+        self.steady_from = time.monotonic()
 
     async def run(self) -> None:
         status = Path(f"/proc/{self.pid}/status")
@@ -186,6 +191,7 @@ class _Run:
     phase: Phase
     http: httpx.AsyncClient
     port: int
+    gauge: Gauge
 
     async def stats(self) -> dict[str, Any]:
         answer: dict[str, Any] = (await self.http.get(f"http://127.0.0.1:{self.port}/stats")).json()
@@ -233,7 +239,7 @@ async def run_governance(stack: BenchStack, options: Options, report: Report) ->
                 )
                 gauge = Gauge(executor.pid)
                 sampling = asyncio.create_task(gauge.run())
-                run = _Run(admin, commands, producer, options, phase, http, port)
+                run = _Run(admin, commands, producer, options, phase, http, port, gauge)
                 try:
                     await _fairness(run, big)
                     await _budget(run)
@@ -269,6 +275,7 @@ async def _fairness(run: _Run, big: list[Any]) -> None:
     await _until(
         "the big tenant saturates the gateway", lambda: _ge(answered(), 2 * concurrency), 120
     )
+    run.gauge.steady()
     start = time.time()
     await asyncio.sleep(options.governance_window)
     phase.window = (start, time.time())
