@@ -82,13 +82,28 @@ class Gauge:
             self.samples.append((time.monotonic(), kib))
             await asyncio.sleep(0.5)
 
+    def steady_samples(self) -> list[int]:
+        return [k for at, k in self.samples if self.steady_from is None or at >= self.steady_from]
+
     def growth_mib(self) -> float:
-        if len(self.samples) < 8:
+        """Median RSS of the steady window's last quarter minus that of its first quarter."""
+        samples = self.steady_samples()
+        if len(samples) < 8:
             return 0.0
-        quarter = len(self.samples) // 4
-        first = statistics.median(k for _, k in self.samples[:quarter])
-        last = statistics.median(k for _, k in self.samples[-quarter:])
+        quarter = len(samples) // 4
+        first = statistics.median(samples[:quarter])
+        last = statistics.median(samples[-quarter:])
         return (last - first) / _KIB
+
+    def quarters_mib(self) -> list[float]:
+        """Median RSS of each quarter of the steady window."""
+        samples = self.steady_samples()
+        size = max(len(samples) // 4, 1)
+        return [
+            statistics.median(samples[n * size : (n + 1) * size]) / _KIB
+            for n in range(4)
+            if samples[n * size : (n + 1) * size]
+        ]
 
     def peak_mib(self) -> float:
         return max((k for _, k in self.samples), default=0) / _KIB
@@ -467,7 +482,12 @@ def _report(  # noqa: PLR0917 - everything measured
         growth = gauge.growth_mib()
         report.add("governed_executor_peak_rss", gauge.peak_mib(), "MiB")
         report.add(
-            "governed_executor_rss_growth", growth, "MiB", "last quarter minus first quarter"
+            "governed_executor_rss_growth",
+            growth,
+            "MiB",
+            "steady state to the end, last quarter minus first; quarters "
+            + " / ".join(f"{q:.0f}" for q in gauge.quarters_mib())
+            + " MiB",
         )
         report.target("executor RSS growth", growth, "< 20 MiB (flat)", growth < 20)
     report.check(
