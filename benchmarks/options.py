@@ -36,7 +36,7 @@ class Options:
     governance_big_items: int = 10_000
     governance_small_items: int = 10
     governance_capped_items: int = 300
-    governance_window: float = 40.0
+    governance_window: float = 60.0
     """Seconds of the big tenant's steady state measured for throughput."""
     compare: Path | None = None
     """Another checkout: its consumer is run against this one's, alternating (A/B)."""
