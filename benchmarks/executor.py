@@ -225,7 +225,7 @@ async def run_executor(stack: BenchStack, options: Options, report: Report) -> N
         deployed.per_second,
         "items/s",
         f"{deployed.items:,} items, stub synthesizer, work-executor deployment on Kafka "
-        "(batch claims in the engine transaction, batches of the items in flight)",
+        "(deliveries wake fair claims of the pool's room, batches of the items in flight)",
     )
     report.add(
         "executor_baseline",
