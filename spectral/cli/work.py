@@ -303,7 +303,7 @@ def show(
             typer.echo(f"  {child.thread_id} {child.status:<9} {child.target_ref.get('epic_id')}")
     if out.cancel_requested_at:
         typer.echo(
-            f"canceling  since {out.cancel_requested_at.isoformat()} by "
+            f"cancel     requested {out.cancel_requested_at.isoformat()} by "
             f"{out.cancel_requested_by}: {out.cancel_reason or '-'}"
         )
     for item in out.items:
