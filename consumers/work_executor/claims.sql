@@ -96,13 +96,21 @@ WITH picked AS (
     FROM unnest($1::uuid[], $2::text[], $3::bigint[], $4::numeric[], $5::numeric[],
                 $6::numeric[])
         AS p (work_item_id, model, tokens, cost, prompt_price, completion_price)
+), waiting AS (
+    -- Row locks in id order, as every writer of several items takes them (no deadlock with a
+    -- cancellation locking the same items).
+    SELECT w.work_item_id
+    FROM work.work_items w
+    JOIN picked p ON p.work_item_id = w.work_item_id
+    WHERE w.status IN ('queued', 'failed') AND w.cancel_requested_at IS NULL
+    ORDER BY w.work_item_id
+    FOR UPDATE OF w
 ), claimed AS (
     UPDATE work.work_items w
     SET status = 'claimed', lease_token = $7, leased_at = now(), leased_by = $8,
         route = p.model
-    FROM picked p
-    WHERE w.work_item_id = p.work_item_id AND w.status IN ('queued', 'failed')
-      AND w.cancel_requested_at IS NULL
+    FROM picked p, waiting x
+    WHERE w.work_item_id = p.work_item_id AND x.work_item_id = w.work_item_id
     RETURNING w.work_item_id, w.thread_id, w.attempt, w.org_id, w.function_key
 ), started AS (
     UPDATE work.threads t
@@ -132,10 +140,18 @@ ON CONFLICT (model) DO UPDATE
 
 -- name: park
 -- An org's waiting items park: its budget cannot take another call this period.
+WITH waiting AS (
+    SELECT w.work_item_id, p.reason
+    FROM work.work_items w
+    JOIN unnest($1::text[], $2::text[]) AS p (org_id, reason) ON p.org_id = w.org_id
+    WHERE w.status IN ('queued', 'failed') AND w.cancel_requested_at IS NULL
+    ORDER BY w.work_item_id
+    FOR UPDATE OF w SKIP LOCKED
+)
 UPDATE work.work_items w
-SET status = 'parked', park_reason = p.reason, parked_at = now()
-FROM unnest($1::text[], $2::text[]) AS p (org_id, reason)
-WHERE w.org_id = p.org_id AND w.status IN ('queued', 'failed') AND w.cancel_requested_at IS NULL
+SET status = 'parked', park_reason = x.reason, parked_at = now()
+FROM waiting x
+WHERE w.work_item_id = x.work_item_id
 RETURNING w.work_item_id
 
 -- name: now

@@ -166,8 +166,16 @@ DELETE FROM work.budgets WHERE org_id = $1 RETURNING org_id
 -- name: resume_org
 -- A changed budget resumes the org's parked items at once (they are parked again by the next
 -- claim if it still does not allow a call).
-UPDATE work.work_items
-SET status = CASE WHEN attempt > 0 THEN 'failed' ELSE 'queued' END, park_reason = NULL,
+WITH parked AS (
+    SELECT work_item_id
+    FROM work.work_items
+    WHERE org_id = $1 AND status = 'parked'
+    ORDER BY work_item_id
+    FOR UPDATE
+)
+UPDATE work.work_items w
+SET status = CASE WHEN w.attempt > 0 THEN 'failed' ELSE 'queued' END, park_reason = NULL,
     parked_at = NULL
-WHERE org_id = $1 AND status = 'parked'
-RETURNING work_item_id
+FROM parked p
+WHERE w.work_item_id = p.work_item_id
+RETURNING w.work_item_id
