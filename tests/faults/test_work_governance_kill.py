@@ -90,7 +90,7 @@ async def _successor_settles(
                     "SELECT count(*) FROM work.work_items "
                     "WHERE status IN ('queued', 'claimed', 'running', 'failed')"
                 )
-                return live == 0
+                return int(live) == 0
 
             await _until("every item ended or parked", quiet, LEASE_TIMEOUT + 45, log)
         else:

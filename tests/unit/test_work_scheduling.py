@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from email.utils import format_datetime
 from pathlib import Path
+from typing import Any
 from uuid import UUID, uuid4
 
 import pytest
@@ -309,6 +311,7 @@ def test_limits_parse_and_refuse_nonsense(tmp_path: Path) -> None:
     assert limits.for_model("m").concurrency == 8
     assert limits.for_model("m").prompt_price == Decimal("0.15")
     assert limits.for_model("other").tpm == 1000
+    bad: dict[str, Any]
     for bad in (
         {"m": {"concurrency": 0}},
         {"m": {"rpm": "many"}},
@@ -342,7 +345,7 @@ def test_retry_after_reads_seconds_and_http_dates_within_bounds() -> None:
 
 
 def _entry(
-    attempt: int, entry_type: EntryType, payload: dict[str, object], seq: int
+    attempt: int, entry_type: EntryType, payload: Mapping[str, object], seq: int
 ) -> LedgerEntry:
     return LedgerEntry(
         uuid4(),
