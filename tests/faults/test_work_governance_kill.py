@@ -15,12 +15,10 @@ budget. A second executor takes over. The gateway counts every call.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import signal
 import subprocess
-import time
 from collections import Counter
 from pathlib import Path
 
@@ -33,7 +31,7 @@ from producers.work.commands import GenerateAll
 from spectral.settings import Settings
 from spectral.work.budgets import Period
 from tests.fakes.openai_server import FakeModelServer
-from tests.faults.executor_support import executor_env, start_executor, tail
+from tests.faults.executor_support import executor_env, start_executor, tail, wait_until
 from tests.integration.work.kafka_support import create_work_topic, relay_running, settled
 from tests.integration.work.support import DOCUMENT, PROJECT, Harness, backlog, harness
 
@@ -60,21 +58,8 @@ def _env(
     return env
 
 
-async def _until(what: str, check: object, timeout: float, log: Path) -> None:
-    deadline = time.monotonic() + timeout
-    while True:
-        result = check() if callable(check) else check
-        if asyncio.iscoroutine(result):
-            result = await result
-        if result:
-            return
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what} within {timeout}s\n{tail(log)}")
-        await asyncio.sleep(0.05)
-
-
 async def _died(process: subprocess.Popen[bytes], log: Path) -> None:
-    await _until("the executor died", lambda: process.poll() is not None, 60, log)
+    await wait_until("the executor died", lambda: process.poll() is not None, 60, log)
     assert process.returncode == -signal.SIGKILL, tail(log)
 
 
@@ -92,7 +77,7 @@ async def _successor_settles(
                 )
                 return int(live) == 0
 
-            await _until("every item ended or parked", quiet, LEASE_TIMEOUT + 45, log)
+            await wait_until("every item ended or parked", quiet, LEASE_TIMEOUT + 45, log)
         else:
             await settled(h.admin, timeout=LEASE_TIMEOUT + 45)
     finally:
@@ -128,7 +113,9 @@ async def test_sigkill_during_a_cancellation_pays_nothing_again_and_applies_noth
             )
             first = start_executor(_env(spectral_env, server, tmp_path / "journal", crash), log)
             try:
-                await _until("two calls in flight", lambda: len(server.snapshot()) == 2, 60, log)
+                await wait_until(
+                    "two calls in flight", lambda: len(server.snapshot()) == 2, 60, log
+                )
                 result = await cancel_thread(h.producer, parent.thread_id, reason="stop")
                 assert result.disposition is Disposition.CANCELING
                 assert (result.canceled_items, result.in_flight_items) == (1, 2)

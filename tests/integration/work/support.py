@@ -190,20 +190,25 @@ async def executor(
 
 
 async def run_until_settled(
-    handler: WorkExecutorHandler, admin: asyncpg.Pool, timeout: float = 30.0
+    handler: WorkExecutorHandler,
+    admin: asyncpg.Pool,
+    timeout: float = 30.0,
+    *,
+    parked_ok: bool = False,
 ) -> None:
-    """Sweep and drain until no item is queued, claimed, running or waiting for a retry."""
+    """Sweep and drain until no item is queued, claimed, running or waiting for a retry — nor
+    parked, unless ``parked_ok`` (parked items wait for their budget)."""
+    live = ["queued", "claimed", "running", "failed", *([] if parked_ok else ["parked"])]
     deadline = time.monotonic() + timeout
     while True:
         await handler.sweep_once()
         await handler.drain()
-        live = await admin.fetchval(
-            "SELECT count(*) FROM work.work_items "
-            "WHERE status NOT IN ('applied', 'dead_letter', 'canceled')"
+        left = await admin.fetchval(
+            "SELECT count(*) FROM work.work_items WHERE status = ANY($1::text[])", live
         )
-        if live == 0:
+        if left == 0:
             await handler.sweep_once()  # settles parents left open, refreshes gauges
             return
         if time.monotonic() > deadline:
-            raise AssertionError(f"{live} items still live after {timeout}s")
+            raise AssertionError(f"{left} items still live after {timeout}s")
         await asyncio.sleep(0.05)

@@ -6,17 +6,13 @@ its reservation from the usage it reported."""
 
 from __future__ import annotations
 
-import asyncio
-import time
 from collections import Counter
 from decimal import Decimal
 
-import asyncpg
 import pytest
 from prometheus_client import CollectorRegistry
 
 from consumers.work_executor import route_resolver
-from consumers.work_executor.handler import WorkExecutorHandler
 from producers.work.budgets import BudgetCommands
 from producers.work.commands import GenerateAll
 from spectral.llm.limits import ProviderLimits
@@ -37,25 +33,6 @@ from tests.integration.work.support import (
 )
 
 pytestmark = pytest.mark.integration
-
-
-async def _run_until_quiet(
-    handler: WorkExecutorHandler, admin: asyncpg.Pool, timeout: float = 60.0
-) -> None:
-    """Like run_until_settled, but parked items may stay (they wait for budget)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        await handler.sweep_once()
-        await handler.drain()
-        live = await admin.fetchval(
-            "SELECT count(*) FROM work.work_items "
-            "WHERE status IN ('queued', 'claimed', 'running', 'failed')"
-        )
-        if live == 0:
-            return
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{live} items still live after {timeout}s")
-        await asyncio.sleep(0.05)
 
 
 async def test_a_route_never_runs_more_calls_than_its_concurrency_and_waiting_is_no_attempt(
@@ -165,7 +142,7 @@ async def test_a_budget_is_never_exceeded_the_rest_is_parked_and_raising_it_resu
         await budgets.set("acme", Period.DAY, token_limit=limit)
         await h.commands.put_document(PROJECT, DOCUMENT, backlog(*(f"E {n}" for n in range(12))))
         await h.commands.generate_all(GenerateAll(PROJECT, DOCUMENT, org_id="acme"))
-        await _run_until_quiet(handler, h.admin)
+        await run_until_settled(handler, h.admin, parked_ok=True)
         view = await budgets.get("acme")
         assert view is not None
         assert view.tokens <= limit
