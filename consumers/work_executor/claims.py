@@ -105,9 +105,7 @@ class ClaimRepository:
                 parked = len(await conn.fetch(_SQL["park"], orgs, [plan.park[org] for org in orgs]))
         return Claimed(jobs, want, parked, resumed, plan.blocked, plan.retry_in)
 
-    async def _situation(
-        self, conn: Conn, want: int, only: Sequence[UUID] | None
-    ) -> Situation:
+    async def _situation(self, conn: Conn, want: int, only: Sequence[UUID] | None) -> Situation:
         if only is None:
             rows = await conn.fetch(_SQL["candidates"], want)
         else:
@@ -217,5 +215,3 @@ def _finite(value: datetime | None) -> datetime | None:
     if value is None or value.year <= 1:
         return None
     return value
-
-

@@ -26,6 +26,7 @@ from spectral.retry import Backoff
 
 log = get_logger(__name__)
 
+
 class Claim(Protocol):
     """Lease at most ``want`` waiting items (``only``: of these, none other)."""
 

@@ -1,4 +1,4 @@
--- 0012 durable work at production scale: cancellation, priorities with ageing, fair claims
+-- 0013 durable work at production scale: cancellation, priorities with ageing, fair claims
 -- across tenants, provider limits per model route, spend budgets per org.
 --
 -- work_items
