@@ -48,6 +48,10 @@ from spectral.work.types import Conn
 
 _SQL = load_queries(Path(__file__).with_name("claims.sql"))
 
+TENANTS_PER_ITEM: Final = 4
+"""A claim of n items reads the candidates of the 4n tenants next in line at most (tenants
+blocked by a route, a budget or their cap make room for the next ones)."""
+
 SCHEDULER_LOCK: Final = 0x574B0003
 """The advisory lock kind of claims ("WK" 3; spectral/work/locks.py has kinds 1 and 2)."""
 
@@ -107,7 +111,7 @@ class ClaimRepository:
 
     async def _situation(self, conn: Conn, want: int, only: Sequence[UUID] | None) -> Situation:
         if only is None:
-            rows = await conn.fetch(_SQL["candidates"], want)
+            rows = await conn.fetch(_SQL["candidates"], want, want * TENANTS_PER_ITEM)
         else:
             rows = await conn.fetch(_SQL["candidates_of"], list(only))
         candidates = [

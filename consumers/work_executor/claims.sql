@@ -26,9 +26,12 @@ WHERE w.work_item_id = r.work_item_id
 RETURNING w.work_item_id
 
 -- name: candidates
--- Each tenant with waiting items (a skip scan of work_items_waiting: one index probe per
--- tenant, however many items each has), and its first $1 items due now in rank order, with
--- the UTF-8 lengths the prompt is rendered from (an upper bound of its size is reserved).
+-- The tenants with waiting items (a skip scan of work_items_waiting: one index probe per
+-- tenant, however many items each has) — of them the $2 with the fewest items leased, then
+-- the oldest best rank (the order the round-robin serves them in: a claim takes at most $1
+-- items, so tenants further down could not get one) — and each one's first $1 items due now
+-- in rank order, with the UTF-8 lengths the prompt is rendered from (an upper bound of its
+-- size is reserved).
 WITH RECURSIVE tenants AS (
     (SELECT tenant FROM work.work_items WHERE status IN ('queued', 'failed')
      ORDER BY tenant LIMIT 1)
@@ -38,6 +41,23 @@ WITH RECURSIVE tenants AS (
             ORDER BY w.tenant LIMIT 1)
     FROM tenants t
     WHERE t.tenant IS NOT NULL
+), busy AS (
+    SELECT tenant, count(*) AS leased
+    FROM work.work_items
+    WHERE status IN ('claimed', 'running')
+    GROUP BY tenant
+), served AS (
+    SELECT t.tenant
+    FROM tenants t
+    LEFT JOIN busy b ON b.tenant = t.tenant
+    CROSS JOIN LATERAL (
+        SELECT w.rank_at FROM work.work_items w
+        WHERE w.tenant = t.tenant AND w.status IN ('queued', 'failed')
+        ORDER BY w.rank_at LIMIT 1
+    ) best
+    WHERE t.tenant IS NOT NULL
+    ORDER BY coalesce(b.leased, 0), best.rank_at, t.tenant
+    LIMIT $2
 )
 SELECT c.work_item_id, c.tenant, c.org_id, c.function_key, c.rank_at, c.attempt,
        octet_length(coalesce(c.input ->> 'epic_id', ''))::integer AS epic_id_bytes,
@@ -46,7 +66,7 @@ SELECT c.work_item_id, c.tenant, c.org_id, c.function_key, c.rank_at, c.attempt,
        octet_length(coalesce(d.content ->> 'title', ''))::integer AS backlog_title_bytes,
        octet_length(coalesce(d.content #>> ARRAY['epics', c.input ->> 'epic_id', 'description'],
                              ''))::integer AS description_bytes
-FROM tenants t
+FROM served t
 CROSS JOIN LATERAL (
     SELECT w.work_item_id, w.tenant, w.org_id, w.function_key, w.rank_at, w.attempt, w.input
     FROM work.work_items w
@@ -55,7 +75,6 @@ CROSS JOIN LATERAL (
     LIMIT $1
 ) c
 LEFT JOIN work.documents d ON d.document_id = c.input ->> 'document_id'
-WHERE t.tenant IS NOT NULL
 
 -- name: candidates_of
 -- The candidates among these items only (those still waiting and due), as above.

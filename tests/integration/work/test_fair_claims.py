@@ -100,3 +100,17 @@ async def test_priorities_order_a_tenant_s_items_and_a_waiting_item_ages_past_ne
                 )
             )
         assert order == ["E3", "E2", "E1", "E4"]
+
+
+async def test_among_idle_tenants_the_longest_waiting_go_first(
+    database_url: str, settings: Settings
+) -> None:
+    async with harness(database_url) as h, _claims(database_url) as claims:
+        epics = [f"E{n}" for n in range(1, 13)]
+        await h.commands.put_document(PROJECT, "doc", backlog(*epics))
+        for n, epic in enumerate(epics):  # org t11 first, t0 last: names sort the other way
+            await h.commands.generate_epic(GenerateEpic(PROJECT, "doc", epic, org_id=f"t{11 - n}"))
+        first = await claims.claim(2, UUID(int=1), "w")
+        second = await claims.claim(2, UUID(int=2), "w")
+        tenants = await _tenants(h.admin, [*first.jobs, *second.jobs])
+        assert tenants == ["org:t11", "org:t10", "org:t9", "org:t8"]
