@@ -170,6 +170,7 @@ class Gateway:
             "calls": sum(self.keys.values()),
             "keys": len(self.keys),
             "most_calls_per_key": max(self.keys.values(), default=0),
+            "paid_twice": sum(1 for n in self.keys.values() if n > 1),
             "keys_called_twice": sorted(k for k, n in self.keys.items() if n > 1)[:20],
             "refused": dict(self.refused),
             "answered": self.answered,

@@ -16,7 +16,15 @@ from producers.work.commands import CommandResult
 from spectral.work.budgets import BudgetView, Period
 from spectral.work.history import History, describe
 from spectral.work.identity import IDENTIFIER_PATTERN
-from spectral.work.model import LedgerEntry, Priority, Thread, ThreadView, WorkItem
+from spectral.work.model import (
+    ItemStatus,
+    LedgerEntry,
+    Priority,
+    Thread,
+    ThreadStatus,
+    ThreadView,
+    WorkItem,
+)
 
 Identifier = Annotated[str, StringConstraints(pattern=IDENTIFIER_PATTERN)]
 
@@ -70,7 +78,7 @@ class CancelRequest(_Model):
 
 class CancelResponse(_Model):
     thread_id: UUID
-    status: str
+    status: ThreadStatus
     disposition: str = Field(
         description="canceled (closed now) | canceling (items in flight end canceled when their "
         "calls answer) | already_requested | already_closed"
@@ -84,7 +92,7 @@ class CancelResponse(_Model):
     def of(cls, result: CancelResult) -> CancelResponse:
         return cls(
             thread_id=result.thread_id,
-            status=result.status.value,
+            status=result.status,
             disposition=result.disposition.value,
             canceled_items=result.canceled_items,
             in_flight_items=result.in_flight_items,
@@ -152,13 +160,13 @@ class BudgetList(_Model):
 class ChildOutcome(_Model):
     epic_id: str
     thread_id: UUID
-    status: str
+    status: ThreadStatus
     action: str
 
 
 class CommandResponse(_Model):
     thread_id: UUID
-    status: str
+    status: ThreadStatus
     disposition: str = Field(description="created | existing | noop | retried")
     children: list[ChildOutcome] | None = None
 
@@ -166,13 +174,13 @@ class CommandResponse(_Model):
     def of(cls, result: CommandResult) -> CommandResponse:
         return cls(
             thread_id=result.thread_id,
-            status=result.status.value,
+            status=result.status,
             disposition=result.disposition.value,
             children=[
                 ChildOutcome(
                     epic_id=c.epic_id,
                     thread_id=c.thread_id,
-                    status=c.status.value,
+                    status=c.status,
                     action=c.action.value,
                 )
                 for c in result.children
@@ -184,7 +192,11 @@ class CommandResponse(_Model):
 class ItemOut(_Model):
     work_item_id: UUID
     sequence: int
-    status: str
+    status: ItemStatus = Field(
+        description="queued | claimed | running | failed (a retry waits for not_before) | "
+        "parked (waits for its org's budget: nothing paid, nothing failed) | applied | "
+        "dead_letter | canceled (the last three are terminal)"
+    )
     attempt: int
     lock_scope: str
     not_before: datetime
@@ -192,7 +204,7 @@ class ItemOut(_Model):
     created_at: datetime
     started_at: datetime | None
     finished_at: datetime | None
-    priority: str = Priority.NORMAL.value
+    priority: Priority = Priority.NORMAL
     tenant: str | None = None
     org_id: str | None = None
     park_reason: str | None = Field(
@@ -205,7 +217,7 @@ class ItemOut(_Model):
         return cls(
             work_item_id=item.work_item_id,
             sequence=item.sequence,
-            status=item.status.value,
+            status=item.status,
             attempt=item.attempt,
             lock_scope=item.lock_scope,
             not_before=item.not_before,
@@ -213,7 +225,7 @@ class ItemOut(_Model):
             created_at=item.created_at,
             started_at=item.started_at,
             finished_at=item.finished_at,
-            priority=item.priority.value,
+            priority=item.priority,
             tenant=item.tenant,
             org_id=item.org_id,
             park_reason=item.park_reason,
@@ -224,7 +236,9 @@ class ItemOut(_Model):
 class ThreadBrief(_Model):
     thread_id: UUID
     kind: str
-    status: str
+    status: ThreadStatus = Field(
+        description="open | running | complete | failed | canceled (the last three are terminal)"
+    )
     target_ref: dict[str, Any]
     parent_thread_id: UUID | None
     created_at: datetime
@@ -241,7 +255,7 @@ class ThreadBrief(_Model):
         return cls(
             thread_id=thread.thread_id,
             kind=thread.kind.value,
-            status=thread.status.value,
+            status=thread.status,
             target_ref=dict(thread.target_ref),
             parent_thread_id=thread.parent_thread_id,
             created_at=thread.created_at,

@@ -315,6 +315,9 @@ async def test_the_openapi_document_names_every_operation_status_and_scheme(worl
     } <= set(ids)
     cancel = spec["paths"]["/threads/{thread_id}/cancel"]["post"]["responses"]
     assert {"200", "202", "404"} <= set(cancel)
+    schemas = spec["components"]["schemas"]
+    assert {"parked", "canceled"} <= set(schemas["ItemStatus"]["enum"])
+    assert "canceled" in schemas["ThreadStatus"]["enum"]
     patch = spec["paths"]["/clusters/{cluster_id}"]["patch"]["responses"]
     assert {"409", "412", "428"} <= set(patch)
     generate = spec["paths"]["/commands/story-backlog/generate-epic"]["post"]["responses"]
