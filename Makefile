@@ -19,7 +19,7 @@ ASYNCAPI_STAMP := $(ASYNCAPI_DIR)/node_modules/.installed-stamp
 BROKERS ?=
 DEV_UP := $(SPECTRAL) dev up $(if $(BROKERS),--brokers $(BROKERS))
 
-.PHONY: all install tooling postgres-binaries promtool chromium up down status migrate topics demo test test-cluster unit lint bench soak clean
+.PHONY: all install tooling postgres-binaries promtool chromium up down status migrate topics demo test test-cluster test-slow unit lint bench soak clean
 
 all: test
 
@@ -98,7 +98,9 @@ unit: install tooling
 # The whole suite against the real broker and database; the stack is stopped afterwards even
 # when tests fail, so no process is left behind.
 # The two slowest cluster fault tests (marker cluster_slow: a broker frozen for 45 s, a rolling
-# restart) are left to `make test-cluster`, which keeps `make test` within its 15 minutes.
+# restart) are left to `make test-cluster`, and the other slow fault tests (marker slow: a
+# sibling in `make test` holds the same guarantee) to `make test-slow`, which keeps `make test`
+# within its 15 minutes.
 # Tests run in TEST_WORKERS processes (pytest-xdist): most of a test's time is spent waiting on
 # the broker, the database or a subprocess, so four share two cores well. Tests that share a
 # private cluster, broker or build directory stay in one worker (xdist_group, tests/conftest.py).
@@ -106,15 +108,21 @@ unit: install tooling
 TEST_WORKERS ?= 4
 test: install tooling postgres-binaries promtool chromium lint
 	$(DEV_UP)
-	@status=0; $(BIN)/pytest -q -p no:cacheprovider --durations=15 -m "not cluster_slow" \
-		-n $(TEST_WORKERS) --dist loadgroup $(PYTEST_ARGS) || status=$$?; \
-		$(SPECTRAL) dev down; exit $$status
+	@status=0; $(BIN)/pytest -q -p no:cacheprovider --durations=15 \
+		-m "not cluster_slow and not slow" -n $(TEST_WORKERS) --dist loadgroup \
+		$(PYTEST_ARGS) || status=$$?; $(SPECTRAL) dev down; exit $$status
 
 # Every test on a private 3-broker cluster (tests/cluster: producer acks, the dev and topics
 # commands, broker faults under load with the stall printed), the cluster_slow ones included.
 test-cluster: install postgres-binaries
 	$(DEV_UP)
 	@status=0; $(BIN)/pytest -q -p no:cacheprovider -m cluster --durations=10 $(PYTEST_ARGS) \
+		|| status=$$?; $(SPECTRAL) dev down; exit $$status
+
+# The slow fault tests `make test` leaves out (marker slow).
+test-slow: install postgres-binaries
+	$(DEV_UP)
+	@status=0; $(BIN)/pytest -q -p no:cacheprovider -m slow --durations=10 $(PYTEST_ARGS) \
 		|| status=$$?; $(SPECTRAL) dev down; exit $$status
 
 bench: migrate

@@ -17,6 +17,7 @@ from rich.console import Console
 
 from benchmarks.dedup import run_dedup
 from benchmarks.executor import run_executor
+from benchmarks.governance import run_governance
 from benchmarks.options import DEFAULT_STAGES, STAGES, Options
 from benchmarks.report import Report, machine
 from benchmarks.soak import run_soak
@@ -44,6 +45,9 @@ def _options(argv: list[str]) -> Options:
     parser.add_argument("--dedup-prefill", type=int, default=defaults.dedup_prefill)
     parser.add_argument("--soak-seconds", type=float, default=defaults.soak_seconds)
     parser.add_argument("--soak-rate", type=int, default=defaults.soak_rate)
+    parser.add_argument("--governance-big-items", type=int, default=defaults.governance_big_items)
+    parser.add_argument("--governance-window", type=float, default=defaults.governance_window)
+    parser.add_argument("--governance-latency", type=float, default=defaults.governance_latency)
     parser.add_argument("--stages", default=",".join(DEFAULT_STAGES), help=f"of {','.join(STAGES)}")
     parser.add_argument("--stage-timeout", type=float, default=defaults.stage_timeout)
     parser.add_argument(
@@ -72,6 +76,9 @@ def _options(argv: list[str]) -> Options:
         dedup_prefill=args.dedup_prefill,
         soak_seconds=args.soak_seconds,
         soak_rate=args.soak_rate,
+        governance_big_items=args.governance_big_items,
+        governance_window=args.governance_window,
+        governance_latency=args.governance_latency,
         stages=stages,
         stage_timeout=args.stage_timeout,
         budget=args.budget,
@@ -94,6 +101,8 @@ async def _run(options: Options, report: Report) -> None:
             await run_dedup(stack, options, report)
         if "soak" in options.stages:
             await run_soak(stack, options, report)
+        if "governance" in options.stages:
+            await run_governance(stack, options, report)
     finally:
         if not options.keep:
             await stack.close()

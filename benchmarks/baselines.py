@@ -14,11 +14,13 @@ import json
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 
 import asyncpg
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
+from consumers.rule_candidates.collapse import ordered_at
 from consumers.rule_candidates.handler import CONSUMER_NAME, DATABASE_ROLE
 from consumers.rule_candidates.repository import QUERIES as PROJECTION_QUERIES
 from contracts import DecodeError, decode
@@ -155,6 +157,11 @@ async def _naive_one(
             [p.last_observed_at],
             [value],
             [p.suggested_rule_stub],
+            [
+                ordered_at(
+                    p.last_observed_at, getattr(record, "timestamp", 0) or 0, datetime.now(UTC)
+                )
+            ],
         )
         if not written:
             await conn.execute(engine_sql["mark_stale"], CONSUMER_NAME, [envelope.idempotency_key])

@@ -7,15 +7,15 @@ followed by its ledger entries, the document mutation under the target lock and 
 settlement, exactly as in production.
 
 * executor: the ``work-executor`` deployment as ``spectral consume`` runs it (the engine on the
-  ``work.item.enqueued`` topic, claims in the engine's batch transaction, the bounded pool of
+  ``work.item.enqueued`` topic, whose deliveries wake the fair claims of the bounded pool of
   ``work_pool_size`` items in flight, which runs the claimed items in batches through
   ``WorkExecutor.run_batch``), in this process; the items' events are published from the
-  outbox rows the commands wrote. Timed from the first claim (the first dedup row) to the last
-  item's ``finished_at``, both on the database clock.
+  outbox rows the commands wrote. Timed from the first delivery (the first dedup row) or the
+  first start, whichever came first, to the last item's ``finished_at``, both on the database
+  clock.
 * baseline: the same code (``WorkExecutor.run_item``, which is ``run_batch`` with a batch of
   one) driven the way a typical queue worker is written — claim one due item per transaction
-  (the executor's own SKIP LOCKED claim statement with LIMIT 1), run it, repeat. Same database
-  clock window.
+  (the executor's own claim, for one item), run it, repeat. Same database clock window.
 
 Both stop by themselves: the executor once every item is terminal, the baseline when no item
 is left; each is bounded by the run's time budget (``Options.limit``).
@@ -38,6 +38,7 @@ from benchmarks.publish import publish_pairs
 from benchmarks.report import Report
 from benchmarks.stack import BenchStack
 from consumers.work_executor import build
+from consumers.work_executor.claims import ClaimRepository
 from consumers.work_executor.executor import ExecutorConfig, WorkExecutor
 from consumers.work_executor.handler import ROLE
 from consumers.work_executor.metrics import ExecutorMetrics
@@ -47,12 +48,14 @@ from contracts import WORK_ITEM_ENQUEUED
 from producers.work.commands import GenerateAll, WorkCommands
 from spectral.consumer.engine import ConsumerEngine, EngineOptions
 from spectral.db.connect import create_pool
+from spectral.llm.limits import ProviderLimits
 from spectral.llm.stub import StubSynthesizer
 from spectral.settings import Settings, load_settings
 
 _TERMINAL = "SELECT count(*) FROM work.work_items WHERE status IN ('applied', 'dead_letter')"
 _WINDOW = """
-SELECT (SELECT min(handled_at) FROM core.event_handled WHERE consumer = 'work-executor') AS first,
+SELECT least((SELECT min(handled_at) FROM core.event_handled WHERE consumer = 'work-executor'),
+             min(started_at)) AS first,
        min(started_at) AS started, max(finished_at) AS finished,
        count(*) FILTER (WHERE status = 'applied') AS applied,
        count(*) FILTER (WHERE status = 'dead_letter') AS dead
@@ -179,6 +182,7 @@ async def run_baseline(stack: BenchStack, database_url: str, items: int, limit: 
         database_url, role=ROLE, min_size=1, max_size=settings.work_pool_size + 2
     )
     repository = ExecutorRepository(pool)
+    claims = ClaimRepository(pool, resolve=lambda _f, _o: None, limits=ProviderLimits())
     executor = WorkExecutor(
         repository,
         StubSynthesizer(),
@@ -191,11 +195,10 @@ async def run_baseline(stack: BenchStack, database_url: str, items: int, limit: 
     deadline = time.monotonic() + limit
     try:
         while time.monotonic() < deadline:
-            token = uuid4()
-            claimed = await repository.claim_due(1, token, "baseline", 0.0)
-            if not claimed:
+            claimed = await claims.claim(1, uuid4(), "baseline")
+            if not claimed.jobs:
                 break
-            await executor.run_item(claimed[0], token)
+            await executor.run_item(*claimed.jobs[0])
     finally:
         await pool.close()
     start, end, applied, dead = await _window(database_url, executor=False)
@@ -222,7 +225,7 @@ async def run_executor(stack: BenchStack, options: Options, report: Report) -> N
         deployed.per_second,
         "items/s",
         f"{deployed.items:,} items, stub synthesizer, work-executor deployment on Kafka "
-        "(batch claims in the engine transaction, batches of the items in flight)",
+        "(deliveries wake fair claims of the pool's room, batches of the items in flight)",
     )
     report.add(
         "executor_baseline",

@@ -6,8 +6,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-STAGES = ("triage", "executor", "dedup", "soak")
-DEFAULT_STAGES = ("triage", "executor", "dedup")
+STAGES = ("triage", "executor", "governance", "dedup", "soak")
+DEFAULT_STAGES = ("triage", "executor", "governance", "dedup")
 """`make bench`; the soak runs for minutes on its own (`make soak`)."""
 
 
@@ -27,6 +27,17 @@ class Options:
     """Epics per backlog (one generate-all per backlog): items share a document 10 at a time."""
     dedup_prefill: int = 1_000_000
     """Rows of the previous dedup generation the ``dedup`` stage claims against and forgets."""
+    governance_concurrency: int = 32
+    """The gateway's concurrency cap (and the executor's limit for its model route)."""
+    governance_rate: float = 40.0
+    """Calls the gateway starts per second, at most (429 beyond)."""
+    governance_latency: float = 1.0
+    """Median call latency in seconds (the p99 is 6 x this)."""
+    governance_big_items: int = 10_000
+    governance_small_items: int = 10
+    governance_capped_items: int = 300
+    governance_window: float = 60.0
+    """Seconds of the big tenant's steady state measured for throughput."""
     compare: Path | None = None
     """Another checkout: its consumer is run against this one's, alternating (A/B)."""
     compare_rounds: int = 2

@@ -304,7 +304,7 @@ async def _sample(proc: asyncio.subprocess.Process, run: ProcessRun) -> None:
     status = Path(f"/proc/{proc.pid}/status")
     stat = Path(f"/proc/{proc.pid}/stat")
     while proc.returncode is None:
-        kib = _vm_rss_kib(status)
+        kib = vm_rss_kib(status)
         cpu = _cpu_seconds(stat)
         if kib is None or cpu is None:
             return
@@ -348,7 +348,7 @@ def _cpu_seconds(stat: Path) -> float | None:
     return (int(fields[11]) + int(fields[12])) / _TICKS
 
 
-def _vm_rss_kib(status: Path) -> int | None:
+def vm_rss_kib(status: Path) -> int | None:
     """VmRSS of a process in KiB (a read of procfs never blocks); None once it is gone."""
     try:
         text = status.read_text()

@@ -19,7 +19,9 @@ build envelopes with the ``*_event`` helpers so both are right (decode checks th
 ``work.item.state_changed`` (:class:`WorkItemStateChangedPayload`)
     work_item_id, thread_id (UUIDs), lock_scope (as in enqueued: it keys the record),
     status (queued | claimed | running | applied | failed | dead_letter), attempt (>= 1),
-    error_message (text or null; informational only, ADR-035 §10).
+    error_message (text or null; informational only, ADR-035 §10), state (optional: the item's
+    exact state where ``status`` cannot name it — ``canceled``, announced with status
+    ``dead_letter``: the item ended without its mutation, by cancellation).
     idempotency_key = ``"{work_item_id}:{status}:{attempt}"``; record key = lock_scope.
 
 ``work.ledger.entry_appended`` (:class:`LedgerEntryAppendedPayload`)
@@ -53,6 +55,11 @@ MAX_ERROR_MESSAGE_CHARS: Final = 10_000
 
 WorkItemStatus = Literal["queued", "claimed", "running", "applied", "failed", "dead_letter"]
 """ADR-035 §6.2 work item states."""
+
+WorkItemState = Literal[
+    "queued", "claimed", "running", "applied", "failed", "dead_letter", "parked", "canceled"
+]
+"""Every state a work item can be in: ADR-035's, plus parked (waiting for budget) and canceled."""
 
 LedgerEntryType = Literal["prompt", "response", "parse_report", "mutation_report", "error"]
 """ADR-035 §6.3 ledger entry types."""
@@ -125,6 +132,8 @@ class WorkItemStateChangedPayload(BaseModel):
     """The attempt the status belongs to."""
     error_message: ErrorMessage | None = None
     """Last error (failed, dead_letter); informational, the ledger is authoritative."""
+    state: WorkItemState | None = None
+    """The exact state when status cannot name it (canceled, sent with status dead_letter)."""
 
 
 class LedgerEntryAppendedPayload(BaseModel):

@@ -145,7 +145,15 @@ class Settings(BaseSettings):
         '"m2", "*": "default-model"}. No model names in business code.',
     )
     llm_routes_file: Path | None = Field(
-        default=None, description="A JSON file of routes (same form as llm_routes, which wins)."
+        default=None,
+        description="A JSON file of routes (same form as llm_routes, which wins), or "
+        '{"routes": {...}, "limits": {...}} with the provider limits beside them.',
+    )
+    llm_limits: dict[str, dict[str, Any]] = Field(
+        default_factory=dict,
+        description='model (or "*") -> {concurrency, rpm, tpm, max_tokens, prompt_price, '
+        "completion_price, burst_seconds}, JSON (spectral/llm/limits.py); overrides the routes "
+        "file's limits model by model.",
     )
     work_max_attempts: int = Field(
         default=3, ge=1, description="Paid calls per work item, at most."
@@ -168,6 +176,29 @@ class Settings(BaseSettings):
         default=15.0,
         gt=0,
         description="How often the executor recovers stale leases and claims due items itself.",
+    )
+    work_tenant_max_in_flight: int = Field(
+        default=0,
+        ge=0,
+        description="Items of one tenant (org, else project) leased at once across all "
+        "executors, at most; 0 = no cap (fair round-robin claims still apply).",
+    )
+    work_priority_step_seconds: float = Field(
+        default=60.0,
+        ge=0,
+        description="Ageing of priorities: normal items rank 1 step, low ones 3 steps after "
+        "high ones enqueued at the same time (spectral/work/priority.py).",
+    )
+    work_claim_poll_seconds: float = Field(
+        default=1.0,
+        gt=0,
+        description="How often an idle executor looks for claimable work no event announced "
+        "(a resumed budget, a route's capacity back, a retry come due).",
+    )
+    work_metric_orgs: list[str] = Field(
+        default_factory=list,
+        description="Orgs named in the spend metrics' org label; others are counted in one of "
+        "16 hash buckets (bounded label sets).",
     )
     work_journal_dir: Path | None = Field(
         default=None,

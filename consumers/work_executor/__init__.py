@@ -19,9 +19,12 @@ from prometheus_client import CollectorRegistry
 
 from consumers.work_executor.executor import CrashPoint, ExecutorConfig
 from consumers.work_executor.handler import WorkExecutorHandler
-from consumers.work_executor.metrics import ExecutorMetrics
+from consumers.work_executor.metrics import ExecutorMetrics, SpendLabels
+from consumers.work_executor.schedule import Resolve
 from spectral.errors import ConfigurationError
 from spectral.llm.factory import build_synthesizer
+from spectral.llm.limits import ProviderLimits
+from spectral.llm.router import ModelRouter, RouteError
 from spectral.llm.seam import Synthesizer
 from spectral.settings import Settings
 
@@ -55,19 +58,37 @@ def build(
         )
     crash = os.environ.get(CRASH_HOOK_ENV)
     worker = worker_id or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+    router = ModelRouter.from_settings(settings)
+    limits = ProviderLimits.from_settings(settings)
+    labels = SpendLabels({*router.routes.values(), *limits.models}, settings.work_metric_orgs)
     return WorkExecutorHandler(
         settings,
         database_url,
         synthesizer or build_synthesizer(settings),
-        ExecutorMetrics(registry),
+        ExecutorMetrics(registry, labels),
         ExecutorConfig(
             worker_id=worker,
             lease_timeout_seconds=settings.work_lease_timeout_seconds,
             journal_dir=journal_directory(settings, database_url),
             call_timeout_seconds=settings.llm_timeout_seconds + CALL_TIMEOUT_MARGIN_SECONDS,
             crash_at=CrashPoint(crash) if crash else None,
+            limits=limits,
         ),
+        resolve=route_resolver(router),
     )
+
+
+def route_resolver(router: ModelRouter) -> Resolve:
+    """(function_key, org_id) -> the model its call goes to, None when no route resolves (the
+    call itself then fails, permanently, with the router's explanation)."""
+
+    def resolve(function_key: str, org_id: str | None) -> str | None:
+        try:
+            return router.resolve(function_key, org_id).model
+        except RouteError:
+            return None
+
+    return resolve
 
 
 def journal_directory(settings: Settings, database_url: str) -> Path:

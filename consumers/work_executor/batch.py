@@ -12,11 +12,14 @@ from consumers.work_executor.pool import Job, JobDone
 from consumers.work_executor.repository import (
     AttemptStart,
     BatchWrite,
+    CancelEnd,
     DeadLetterEnd,
     LoadedItem,
     MutationApply,
     NewEntry,
+    Requeue,
     RetryRelease,
+    SpendOutcome,
 )
 from consumers.work_executor.retry import DeadLetterReason, FailureKind
 from spectral.db.connect import is_transient
@@ -53,6 +56,10 @@ class Answer:
     content: str | None = ""
     failure: Failure | None = None
     fresh: bool = False  # paid for in this run (not a recorded response reused)
+    spend: SpendOutcome | None = None
+    """What a failed call's spend reservation becomes (None: settled by its response)."""
+    retry_after: float | None = None
+    """A rate-limited call: the seconds the gateway asked to wait."""
 
 
 @dataclass
@@ -63,10 +70,19 @@ class Writes:
     applies: list[MutationApply] = field(default_factory=list)
     releases: list[RetryRelease] = field(default_factory=list)
     dead: list[tuple[DeadLetterEnd, DeadLetterReason]] = field(default_factory=list)
+    cancels: list[CancelEnd] = field(default_factory=list)
+    requeues: list[Requeue] = field(default_factory=list)
     held: dict[UUID, Held] = field(default_factory=dict)
 
     def __bool__(self) -> bool:
-        return bool(self.starts or self.applies or self.releases or self.dead)
+        return bool(
+            self.starts
+            or self.applies
+            or self.releases
+            or self.dead
+            or self.cancels
+            or self.requeues
+        )
 
     def add_held(self, held: Held) -> None:
         self.held[held.item_id] = held
@@ -76,6 +92,8 @@ class Writes:
         self.applies.extend(other.applies)
         self.releases.extend(other.releases)
         self.dead.extend(other.dead)
+        self.cancels.extend(other.cancels)
+        self.requeues.extend(other.requeues)
         self.held.update(other.held)
 
     def split(self) -> list[Writes]:
@@ -89,6 +107,10 @@ class Writes:
             parts[release.loaded.item.work_item_id].releases.append(release)
         for dead in self.dead:
             parts[dead[0].loaded.item.work_item_id].dead.append(dead)
+        for cancel in self.cancels:
+            parts[cancel.loaded.item.work_item_id].cancels.append(cancel)
+        for requeue in self.requeues:
+            parts[requeue.loaded.item.work_item_id].requeues.append(requeue)
         return list(parts.values())
 
     def attempt_of(self, held: Held) -> int:
@@ -98,6 +120,7 @@ class Writes:
             *(a.attempt for a in self.applies if a.loaded.item.work_item_id == held.item_id),
             *(r.attempt for r in self.releases if r.loaded.item.work_item_id == held.item_id),
             *(d.attempt for d, _ in self.dead if d.loaded.item.work_item_id == held.item_id),
+            *(c.attempt for c in self.cancels if c.loaded.item.work_item_id == held.item_id),
         ]
         return max(attempts, default=held.loaded.item.attempt)
 
@@ -107,6 +130,8 @@ class Writes:
             applies=self.applies,
             releases=self.releases,
             dead_letters=[dead for dead, _ in self.dead],
+            cancels=self.cancels,
+            requeues=self.requeues,
         )
 
 
@@ -162,6 +187,7 @@ def dead_letter(
     reason: FailureReason,
     message: str,
     extra: tuple[NewEntry, ...] = (),
+    spend: SpendOutcome | None = None,
 ) -> None:
     payload = error_payload(
         kind=kind.value,
@@ -171,4 +197,4 @@ def dead_letter(
         attempt=attempt,
         dead_letter_reason=dead.value,
     )
-    writes.dead.append((DeadLetterEnd(one.loaded, one.token, attempt, payload, extra), dead))
+    writes.dead.append((DeadLetterEnd(one.loaded, one.token, attempt, payload, extra, spend), dead))

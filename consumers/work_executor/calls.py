@@ -50,9 +50,11 @@ def request_for(
     attempt: int,
     documents: Mapping[str, StoredDocument],
     backlogs: dict[str, StoryBacklog | InvalidDocumentError],
+    *,
+    max_tokens: int | None = None,
 ) -> SynthesisRequest:
     """The paid call of ``attempt``; ``backlogs`` caches each document's validation for the
-    batch."""
+    batch; ``max_tokens`` the completion cap of the item's model route."""
     item = loaded.item
     document_id = str(item.input.get("document_id", ""))
     epic_id = str(item.input.get("epic_id", ""))
@@ -79,6 +81,7 @@ def request_for(
         input={**data, "document_id": document_id},
         idempotency_key=f"{item.work_item_id}:{attempt}",
         org_id=str(org) if org else None,
+        max_tokens=max_tokens,
     )
 
 

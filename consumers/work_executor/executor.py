@@ -61,11 +61,24 @@ Unknown-outcome rule (decided here, enforced by plan.py and the ledger's unique 
 * if the unknown call's answer arrives later, it is still recorded (under its attempt) and the
   next holder of the lease reuses it instead of paying again, if no newer call was started.
 
-Failures: transient (timeouts, 5xx, 429, an unexpected exception of the call) -> retry with
+Failures: transient (timeouts, 5xx, an unexpected exception of the call) -> retry with
 backoff until the attempt limit; permanent (4xx, no route, an unreadable or invalid answer, a
 mutation the document refuses) -> dead_letter with an ``error`` entry. A dead-lettered item
 fails its thread, never its siblings or its parent (which closes when all its children are
-terminal, ADR-035 §7.2).
+terminal, ADR-035 §7.2). A 429 (the gateway had no capacity; nothing done, nothing charged) is
+retried after its ``Retry-After``, pauses the model route for every executor until then, and
+is not counted as an attempt (retry.py).
+
+Spend (claims.py reserves it): an attempt starts only against the reservation its claim made —
+an item leased without one (a recovered lease whose reservation was released) is handed back
+to the queue, nothing counted. A response settles its reservation from its usage in the
+transaction that records it; a call that failed with an answer from the provider releases it;
+one whose outcome is unknown keeps it counted.
+
+Cancellation (asked for by a command: ``cancel_requested_at``): an item this process holds
+ends ``canceled`` at its next step — before its attempt starts (no call), or after its call
+(the answer is recorded, the mutation is not applied). Every guarded transition of the
+repository checks it too, so a cancellation that arrives between two steps is never missed.
 """
 
 from __future__ import annotations
@@ -76,8 +89,8 @@ import signal
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass
-from datetime import UTC, datetime
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from functools import partial
 from pathlib import Path
@@ -100,20 +113,24 @@ from consumers.work_executor.metrics import (
     QueueStatus,
 )
 from consumers.work_executor.patience import patiently
-from consumers.work_executor.plan import Exhausted, Reuse, Start, Unknown, next_step
+from consumers.work_executor.plan import Exhausted, Reuse, Start, Step, Unknown, next_step
 from consumers.work_executor.pool import Job, JobDone
 from consumers.work_executor.recorder import ResponseRecorder
 from consumers.work_executor.repository import (
     AttemptStart,
     BatchWrite,
     BatchWritten,
+    CancelEnd,
     ExecutorRepository,
     LoadedBatch,
     LoadedItem,
     MutationApply,
     NewEntry,
+    Requeue,
     ResponseRecord,
     RetryRelease,
+    Settlement,
+    SpendOutcome,
     StoredDocument,
 )
 from consumers.work_executor.retry import (
@@ -124,7 +141,11 @@ from consumers.work_executor.retry import (
     RetryPolicy,
 )
 from consumers.work_executor.validation import parse_report
+from spectral.llm.limits import ProviderLimits
 from spectral.llm.seam import (
+    CallRefusedError,
+    RateLimitedError,
+    RequestRejectedError,
     SynthesisRequest,
     Synthesizer,
     UnreadableAnswerError,
@@ -160,13 +181,13 @@ class CrashPoint(StrEnum):
     BEFORE_CALL = "before_call"  # prompts and attempts committed, calls not sent
     AFTER_RESPONSE = "after_response"  # responses recorded, nothing validated or applied
     AFTER_MUTATION = "after_mutation"  # mutations committed, parents not settled
+    BEFORE_SETTLEMENT = "before_settlement"  # answers journaled, not in the ledger nor settled
 
 
 @dataclass(frozen=True)
 class ExecutorConfig:
     worker_id: str
     lease_timeout_seconds: float = 300.0
-    claim_grace_seconds: float = 5.0
     journal_dir: Path | None = None
     """Where paid answers are journaled until the ledger has them (journal.py); None keeps
     them in memory only (tests and benchmarks: a crash may then lose an answer)."""
@@ -176,6 +197,8 @@ class ExecutorConfig:
     database_retry_cap_seconds: float = 5.0
     """The longest wait between two tries of a statement while the database is unavailable."""
     crash_at: CrashPoint | None = None
+    limits: ProviderLimits = field(default_factory=ProviderLimits)
+    """Provider limits per model route: the ``max_tokens`` each call sends."""
 
 
 class WorkExecutor:
@@ -186,12 +209,16 @@ class WorkExecutor:
         policy: RetryPolicy,
         metrics: ExecutorMetrics,
         config: ExecutorConfig,
+        *,
+        on_capacity: Callable[[], None] | None = None,
     ) -> None:
         self._repo = repository
         self._synthesizer = synthesizer
         self._policy = policy
         self._metrics = metrics
         self._config = config
+        self._on_capacity = on_capacity
+        """Told when a call ends (its route has room again): the dispatcher claims more."""
         self._backoff = Backoff(base=0.2, cap=config.database_retry_cap_seconds)
         journal = (
             ResponseJournal(config.journal_dir, config.worker_id)
@@ -442,6 +469,17 @@ class WorkExecutor:
         requests: dict[UUID, SynthesisRequest],
     ) -> Answer | None:
         step = next_step(one.loaded.item.attempt, one.loaded.entries, self._policy)
+        if one.loaded.item.cancel_requested_at is not None:
+            self._cancel(before, one, step)
+            return None
+        if isinstance(step, Start) and not one.loaded.reserved:
+            log.info(
+                "no spend reserved for the next attempt; handing the item back to the queue",
+                work_item_id=str(one.item_id),
+            )
+            before.requeues.append(Requeue(one.loaded, one.token))
+            before.add_held(one)
+            return None
         if isinstance(step, Reuse):
             log.info(
                 "reusing a recorded response", work_item_id=str(one.item_id), attempt=step.attempt
@@ -449,7 +487,7 @@ class WorkExecutor:
             return Answer(one, step.attempt, content=step.content)
         if isinstance(step, Unknown):
             failure = (FailureKind.OUTCOME_UNKNOWN, FailureReason.OUTCOME_UNKNOWN, _UNKNOWN_OUTCOME)
-            self._fail(before, one, step.attempt, failure)
+            self._fail(before, one, step.attempt, failure, spend=SpendOutcome.UNKNOWN)
         elif isinstance(step, Exhausted):
             self._give_up(
                 before,
@@ -465,6 +503,23 @@ class WorkExecutor:
             )
         return None
 
+    def _cancel(self, before: Writes, one: Held, step: Step) -> None:
+        """The item's cancellation was asked for before its next step: no call. A recorded
+        answer stays in the ledger (not applied); an attempt whose outcome is unknown keeps its
+        spend counted."""
+        item = one.loaded.item
+        if isinstance(step, Reuse):
+            attempt, spend = step.attempt, None
+            message = "canceled: its recorded answer is kept in the ledger, not applied"
+        elif isinstance(step, Unknown):
+            attempt, spend = step.attempt, SpendOutcome.UNKNOWN
+            message = "canceled: " + _UNKNOWN_OUTCOME
+        else:
+            attempt, spend = item.attempt, None
+            message = "canceled before its next attempt started: no call was made"
+        before.cancels.append(CancelEnd(one.loaded, one.token, attempt, message, spend))
+        before.add_held(one)
+
     def _start(
         self,
         before: Writes,
@@ -476,7 +531,13 @@ class WorkExecutor:
         requests: dict[UUID, SynthesisRequest],
     ) -> None:
         try:
-            request = request_for(one.loaded, step.attempt, documents, backlogs)
+            request = request_for(
+                one.loaded,
+                step.attempt,
+                documents,
+                backlogs,
+                max_tokens=self._config.limits.for_model(one.loaded.item.route).max_tokens,
+            )
         except PermanentItemError as exc:
             self._give_up(
                 before,
@@ -524,21 +585,48 @@ class WorkExecutor:
                 body=exc.body, model=exc.model, usage=exc.usage, duration_ms=ms_since(started)
             )
             await self._recorder.record(ResponseRecord.of(one.loaded, attempt, payload))
+            self._capacity()
             failure = (FailureKind.PERMANENT, FailureReason.SYNTHESIZER, str(exc))
             return Answer(one, attempt, content=None, failure=failure, fresh=True)
+        except RateLimitedError as exc:  # no capacity: not done, not charged, not an attempt
+            self._metrics.rate_limit(one.loaded.item.route)
+            # ADR-0008's reasons stay 8: a 429 is the synthesizer's (work_rate_limited_total
+            # counts them apart).
+            failure = (FailureKind.RATE_LIMITED, FailureReason.SYNTHESIZER, str(exc))
+            return Answer(
+                one,
+                attempt,
+                failure=failure,
+                spend=SpendOutcome.RELEASED,
+                retry_after=exc.retry_after,
+            )
         except Exception as exc:  # noqa: BLE001 - classified; unexpected ones are retried
-            return Answer(one, attempt, failure=classify_call_failure(exc))
+            answered = isinstance(exc, CallRefusedError | RequestRejectedError)
+            spend = SpendOutcome.RELEASED if answered else SpendOutcome.UNKNOWN
+            return Answer(one, attempt, failure=classify_call_failure(exc), spend=spend)
         finally:
             self._metrics.duration.observe(time.perf_counter() - started)
         content, payload = answer_payload(response, ms_since(started))
         await self._recorder.record(ResponseRecord.of(one.loaded, attempt, payload))
+        self._capacity()
         if content is None:
             failure = (FailureKind.PERMANENT, FailureReason.SYNTHESIZER, "the answer is not text")
             return Answer(one, attempt, content=None, failure=failure, fresh=True)
         return Answer(one, attempt, content=content, fresh=True)
 
+    def _capacity(self) -> None:
+        if self._on_capacity is not None:
+            self._on_capacity()
+
     async def _write_responses(self, responses: Sequence[ResponseRecord]) -> None:
-        await self._repo.write(BatchWrite(responses=responses))
+        """Record paid answers and settle their spend (one transaction), then count it."""
+        self._crash_point(CrashPoint.BEFORE_SETTLEMENT)
+        written = await self._repo.write(BatchWrite(responses=responses))
+        self._spent(written.settled)
+
+    def _spent(self, settled: Sequence[Settlement]) -> None:
+        for one in settled:
+            self._metrics.spent(one.model, one.function_key, one.org_id, one.tokens, one.cost)
 
     async def _write_responses_patiently(self, responses: Sequence[ResponseRecord]) -> None:
         await self._patiently("record paid responses", lambda: self._write_responses(responses))
@@ -576,7 +664,14 @@ class WorkExecutor:
             mine = Writes()
             try:
                 if answer.failure is not None:
-                    self._fail(mine, answer.held, answer.attempt, answer.failure)
+                    self._fail(
+                        mine,
+                        answer.held,
+                        answer.attempt,
+                        answer.failure,
+                        spend=answer.spend,
+                        retry_after=answer.retry_after,
+                    )
                 else:
                     self._validate(mine, answer)
             except Exception as exc:  # noqa: BLE001 - this item only
@@ -650,8 +745,18 @@ class WorkExecutor:
 
     # -- failures -------------------------------------------------------------------------------
 
-    def _fail(self, writes: Writes, one: Held, attempt: int, failure: Failure) -> None:
-        """A failed attempt: retry after the backoff, or give up (policy)."""
+    def _fail(
+        self,
+        writes: Writes,
+        one: Held,
+        attempt: int,
+        failure: Failure,
+        *,
+        spend: SpendOutcome | None = None,
+        retry_after: float | None = None,
+    ) -> None:
+        """A failed attempt: retry after the backoff, or give up (policy). ``spend``: what the
+        attempt's reservation becomes; ``retry_after``: a rate-limited call's wait."""
         kind, reason, message = failure
         self._metrics.failure(reason)
         decision = self._policy.after_failure(attempt, kind, datetime.now(UTC))
@@ -664,15 +769,28 @@ class WorkExecutor:
                 disposition="retry",
                 attempt=attempt,
             )
+            wait, pause = self._policy.backoff(attempt), None
+            if kind is FailureKind.RATE_LIMITED:
+                if retry_after is not None:
+                    wait = timedelta(seconds=retry_after)
+                route = one.loaded.item.route
+                pause = (route, wait.total_seconds()) if route is not None else None
             writes.releases.append(
-                RetryRelease(one.loaded, one.token, attempt, error, self._policy.backoff(attempt))
+                RetryRelease(one.loaded, one.token, attempt, error, wait, spend, pause)
             )
             return
         assert isinstance(decision, GiveUp)  # noqa: S101 - the two outcomes of after_failure
         if decision.reason is DeadLetterReason.MAX_ATTEMPTS_EXCEEDED:
             self._metrics.failure(FailureReason.MAX_ATTEMPTS_EXCEEDED)
         dead_letter(
-            writes, one, attempt, decision.reason, kind=kind, reason=reason, message=message
+            writes,
+            one,
+            attempt,
+            decision.reason,
+            kind=kind,
+            reason=reason,
+            message=message,
+            spend=spend,
         )
 
     def _give_up(
@@ -727,6 +845,12 @@ class WorkExecutor:
                     message=str(dead.error.get("message", ""))[:300],
                 )
                 run.ended_item(writes.held[item_id], AttemptOutcome.PERMANENT_FAILURE)
+        for item_id in sorted(written.canceled):
+            log.info("work item canceled", work_item_id=str(item_id))
+            self._metrics.canceled.inc()
+            run.ended_item(writes.held[item_id], AttemptOutcome.SKIPPED)
+        for item_id in sorted(written.requeued):
+            run.end(writes.held[item_id].job, AttemptOutcome.SKIPPED)
         if written.applied:
             for item_id, applied in written.applied.items():
                 log.debug(
@@ -772,10 +896,11 @@ class WorkExecutor:
     # -- the sweep (periodic) ----------------------------------------------------------------------
 
     async def sweep(self, capacity: int) -> list[Job]:
-        """Replay journals of stopped processes, recover stale leases, claim due items no event
-        brought, settle parents left open, refresh the queue gauges. Returns the claimed jobs
-        (at most ``capacity``). Stale leases are recovered only once every journaled answer is
-        in the ledger: an answer waiting in a journal is never taken for an unknown outcome."""
+        """Replay journals of stopped processes, recover stale leases, settle parents left open,
+        refresh the queue gauges. Returns the recovered jobs (at most ``capacity``). Stale
+        leases are recovered only once every journaled answer is in the ledger: an answer
+        waiting in a journal is never taken for an unknown outcome. (Waiting items are claimed
+        by the dispatcher, fairly: claims.py.)"""
         journals_replayed = await self._recorder.adopt()
         jobs: list[Job] = []
         if capacity > 0 and journals_replayed:
@@ -790,12 +915,6 @@ class WorkExecutor:
             if recovered:
                 log.warning("recovered stale leases", items=len(recovered))
             jobs.extend((item_id, token) for item_id in recovered)
-        if capacity - len(jobs) > 0:
-            token = uuid4()
-            due = await self._repo.claim_due(
-                capacity - len(jobs), token, self.worker_id, self._config.claim_grace_seconds
-            )
-            jobs.extend((item_id, token) for item_id in due)
         await self._settle(await self._repo.parents_to_settle(100))
         self._metrics.oldest_lease_age.set(await self._repo.oldest_lease_age())
         depth = await self._repo.queue_depth()

@@ -12,6 +12,15 @@ or not appended because the journal's disk failed: 4 series) and
 Every series exists from the start (initialised at 0), so dashboards and alerts never see
 "no data" for a quiet label.
 
+Spend and scheduling (bounded too — ``SpendLabels``): ``work_tokens_total`` and
+``work_cost_total`` ``{model, function, org}`` (settled usage; ``model`` is one of the
+configured model routes, else ``other``/``none``; ``function`` a known function key, else
+``other``; ``org`` one of ``SPECTRAL_WORK_METRIC_ORGS``, else one of 16 hash buckets
+``bucket-00``..``bucket-15``, ``none`` without an org), ``work_provider_waits_total{model,
+reason}`` (claims that left work waiting because a route had no capacity: concurrency,
+requests_per_minute, tokens_per_minute, paused), ``work_rate_limited_total{model}`` (429s),
+``work_canceled_items_total`` and ``work_parked_items`` (refreshed by the sweep).
+
 Reasons follow ADR-0008's list where it applies here: ``set_org_id`` has no counterpart (no
 row-level security in this schema), ``write_merge`` is ``write_mutation``, and
 ``outcome_unknown`` counts calls whose worker died or lost its lease before a response was
@@ -20,12 +29,17 @@ recorded.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from decimal import Decimal
 from enum import StrEnum
 from typing import Final
 
+import xxhash
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from consumers.work_executor.retry import DeadLetterReason
+from consumers.work_executor.schedule import Blocked
+from spectral.work.model import STORY_FUNCTION_KEY
 
 DURATION_BUCKETS: Final = tuple(0.001 * 2**i for i in range(17))  # 1 ms .. 65.536 s
 
@@ -60,10 +74,41 @@ class QueueStatus(StrEnum):
     CLAIMED = "claimed"
     RUNNING = "running"
     RETRY_WAIT = "failed"  # a transient failure waiting for its not_before
+    PARKED = "parked"  # waiting for its org's budget
+
+
+ORG_BUCKETS: Final = 16
+KNOWN_FUNCTIONS: Final = frozenset({STORY_FUNCTION_KEY, "rule_stub"})
+
+
+class SpendLabels:
+    """Bounded label values: models from configuration, known function keys, configured orgs
+    (others in 16 stable hash buckets)."""
+
+    def __init__(self, models: Iterable[str] = (), orgs: Iterable[str] = ()) -> None:
+        self.models = frozenset(models)
+        self.orgs = frozenset(orgs)
+
+    def model(self, model: str | None) -> str:
+        if model is None:
+            return "none"
+        return model if model in self.models else "other"
+
+    @staticmethod
+    def function(function_key: str) -> str:
+        return function_key if function_key in KNOWN_FUNCTIONS else "other"
+
+    def org(self, org_id: str | None) -> str:
+        if org_id is None:
+            return "none"
+        if org_id in self.orgs:
+            return org_id
+        return f"bucket-{xxhash.xxh32_intdigest(org_id.encode('utf-8')) % ORG_BUCKETS:02d}"
 
 
 class ExecutorMetrics:
-    def __init__(self, registry: CollectorRegistry) -> None:
+    def __init__(self, registry: CollectorRegistry, labels: SpendLabels | None = None) -> None:
+        self.labels = labels or SpendLabels()
         self.attempts = Counter(
             "synthesis_attempts",
             "Work items taken up by the executor, by outcome.",
@@ -116,6 +161,41 @@ class ExecutorMetrics:
             "Statements the executor retried while the database was unavailable.",
             registry=registry,
         )
+        self.tokens = Counter(
+            "work_tokens",
+            "Tokens of paid calls, settled from the usage their responses reported.",
+            ["model", "function", "org"],
+            registry=registry,
+        )
+        self.cost = Counter(
+            "work_cost",
+            "Cost of paid calls (the unit of the configured prices), settled from their usage.",
+            ["model", "function", "org"],
+            registry=registry,
+        )
+        self.provider_waits = Counter(
+            "work_provider_waits",
+            "Claims that left work waiting because a model route had no capacity, by reason.",
+            ["model", "reason"],
+            registry=registry,
+        )
+        self.rate_limited = Counter(
+            "work_rate_limited",
+            "Calls a gateway refused for capacity (429): retried after its Retry-After, not "
+            "counted as attempts.",
+            ["model"],
+            registry=registry,
+        )
+        self.canceled = Counter(
+            "work_canceled_items",
+            "Work items this executor ended canceled (their cancellation was asked for while "
+            "it held them).",
+            registry=registry,
+        )
+        for model in (*self.labels.models, "other", "none"):
+            self.rate_limited.labels(model)
+            for blocked in Blocked:
+                self.provider_waits.labels(model, blocked.value)
         for event in JournalEvent:
             self.journal_records.labels(event.value)
         for outcome in AttemptOutcome:
@@ -140,6 +220,23 @@ class ExecutorMetrics:
         for status in QueueStatus:
             self.queue_depth.labels(status.value).set(depth.get(status, 0))
         self.dead_letter_items.set(dead_letter_items)
+
+    def spent(
+        self, model: str | None, function_key: str, org_id: str | None, tokens: int, cost: Decimal
+    ) -> None:
+        labels = (
+            self.labels.model(model),
+            self.labels.function(function_key),
+            self.labels.org(org_id),
+        )
+        self.tokens.labels(*labels).inc(max(tokens, 0))
+        self.cost.labels(*labels).inc(float(max(cost, Decimal(0))))
+
+    def provider_wait(self, model: str, reason: Blocked) -> None:
+        self.provider_waits.labels(self.labels.model(model), reason.value).inc()
+
+    def rate_limit(self, model: str | None) -> None:
+        self.rate_limited.labels(self.labels.model(model)).inc()
 
     def journal(self, event: JournalEvent, records: int = 1) -> None:
         self.journal_records.labels(event.value).inc(records)

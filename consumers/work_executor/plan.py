@@ -8,7 +8,8 @@ This is where the unknown-outcome rule lives (see executor.py for the whole rule
 2. else, if the item's last attempt recorded a ``prompt`` but neither a ``response`` nor an
    ``error``, its call's outcome is UNKNOWN (the worker died or lost its lease mid-call): that
    attempt is used up, never re-sent under the same attempt number;
-3. else a new attempt STARTs if the attempt limit allows;
+3. else a new attempt STARTs if the attempt limit allows (attempts the gateway refused for
+   capacity — an ``error`` of kind ``rate_limited`` — do not count: retry.py);
 4. else the item is EXHAUSTED.
 """
 
@@ -17,9 +18,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from consumers.work_executor.retry import RetryPolicy
+from consumers.work_executor.retry import FailureKind, RetryPolicy
 from spectral.work.model import EntryType, LedgerEntry
 from spectral.work.payloads import response_content
+
+RATE_LIMITED = FailureKind.RATE_LIMITED.value
 
 
 @dataclass(frozen=True)
@@ -60,6 +63,12 @@ def next_step(attempts_started: int, entries: Sequence[LedgerEntry], policy: Ret
         kinds = {e.entry_type for e in entries if e.attempt == last}
         if EntryType.PROMPT in kinds and not kinds & {EntryType.RESPONSE, EntryType.ERROR}:
             return Unknown(last)
-    if policy.may_start_attempt(attempts_started):
+    refused = {
+        e.attempt
+        for e in entries
+        if e.entry_type is EntryType.ERROR and e.payload.get("kind") == RATE_LIMITED
+    }
+    counted = policy.counted(attempts_started, len(refused))
+    if policy.may_start_attempt(counted):
         return Start(attempts_started + 1)
-    return Exhausted(attempts_started)
+    return Exhausted(counted)

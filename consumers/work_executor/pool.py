@@ -31,7 +31,13 @@ RunBatch = Callable[[Sequence[Job], JobDone], Awaitable[object]]
 
 
 class WorkerPool:
-    def __init__(self, size: int, run: RunBatch, batch_size: int | None = None) -> None:
+    def __init__(
+        self,
+        size: int,
+        run: RunBatch,
+        batch_size: int | None = None,
+        on_room: Callable[[], None] | None = None,
+    ) -> None:
         if size < 1:
             raise ValueError("a pool needs at least one worker")
         if batch_size is not None and batch_size < 1:
@@ -44,6 +50,7 @@ class WorkerPool:
         self._batches: set[asyncio.Task[None]] = set()
         self._busy = 0
         self._room = asyncio.Event()
+        self._on_room = on_room
 
     @property
     def free(self) -> int:
@@ -117,7 +124,13 @@ class WorkerPool:
                 self._give_back(queue)
             left.clear()
 
+    @property
+    def batch_size(self) -> int:
+        return self._batch_size
+
     def _give_back(self, queue: asyncio.Queue[Job]) -> None:
         self._busy -= 1
         queue.task_done()
         self._room.set()
+        if self._on_room is not None:
+            self._on_room()

@@ -2,54 +2,12 @@
 -- is guarded by "lease_token = $token AND status IN ('claimed', 'running')": a worker whose
 -- lease was re-claimed (stale recovery) changes nothing any more.
 
--- name: claim_delivered
--- ADR-0023 lease, the cheap conditional claim: only one replica wins an item, losers skip it
--- (SKIP LOCKED: a row another member is claiming right now is theirs). Items not due yet are
--- left for their delayed delivery. The items' threads start running.
-WITH candidate AS (
-    SELECT work_item_id
-    FROM work.work_items
-    WHERE work_item_id = ANY($1::uuid[])
-      AND status IN ('queued', 'failed')
-      AND not_before <= now()
-    ORDER BY work_item_id
-    FOR UPDATE SKIP LOCKED
-), claimed AS (
-    UPDATE work.work_items w
-    SET status = 'claimed', lease_token = $2, leased_at = now(), leased_by = $3
-    FROM candidate c
-    WHERE w.work_item_id = c.work_item_id
-    RETURNING w.work_item_id, w.thread_id
-), started AS (
-    UPDATE work.threads t
-    SET status = 'running', updated_at = now()
-    WHERE t.thread_id IN (SELECT thread_id FROM claimed) AND t.status = 'open'
-)
-SELECT work_item_id FROM claimed
-
--- name: claim_due
--- The SKIP LOCKED sweep (ADR-0008): due items nobody claimed through an event within the grace
--- period (a lost wake-up cannot strand an item: the row is the queue of record).
-WITH candidate AS (
-    SELECT work_item_id
-    FROM work.work_items
-    WHERE status IN ('queued', 'failed')
-      AND not_before <= now() - make_interval(secs => $4)
-    ORDER BY not_before, work_item_id
-    LIMIT $1
-    FOR UPDATE SKIP LOCKED
-), claimed AS (
-    UPDATE work.work_items w
-    SET status = 'claimed', lease_token = $2, leased_at = now(), leased_by = $3
-    FROM candidate c
-    WHERE w.work_item_id = c.work_item_id
-    RETURNING w.work_item_id, w.thread_id
-), started AS (
-    UPDATE work.threads t
-    SET status = 'running', updated_at = now()
-    WHERE t.thread_id IN (SELECT thread_id FROM claimed) AND t.status = 'open'
-)
-SELECT work_item_id FROM claimed
+-- name: waiting_items
+-- Which delivered items are still waiting for a claim (their delivery is a wake-up of the
+-- executor's claims); the others are running, done or canceled: the delivery is stale.
+SELECT work_item_id
+FROM work.work_items
+WHERE work_item_id = ANY($1::uuid[]) AND status IN ('queued', 'failed', 'parked')
 
 -- name: recover_stale
 -- ADR-0023 stamp-based recovery: a lease older than the timeout belongs to a dead (or cut off)
@@ -72,11 +30,16 @@ WHERE w.work_item_id = s.work_item_id
 RETURNING w.work_item_id
 
 -- name: load_items
--- The claimed items of a batch with their threads (one round trip for the batch).
+-- The claimed items of a batch with their threads (one round trip for the batch), and whether
+-- the spend of each one's next attempt is reserved (an attempt starts only against one).
 SELECT w.work_item_id, w.thread_id, w.sequence, w.status, w.attempt, w.lock_scope,
        w.project_id, w.function_key, w.input::text AS input, w.not_before, w.lease_token,
-       w.leased_at, w.error_message, w.created_at, w.started_at, w.finished_at,
-       t.kind AS thread_kind, t.parent_thread_id, t.target_ref::text AS target_ref
+       w.leased_at, w.error_message, w.created_at, w.started_at, w.finished_at, w.priority,
+       w.tenant, w.org_id, w.cancel_requested_at, w.route,
+       t.kind AS thread_kind, t.parent_thread_id, t.target_ref::text AS target_ref,
+       EXISTS (SELECT 1 FROM work.spend s
+               WHERE s.work_item_id = w.work_item_id AND s.attempt = w.attempt + 1
+                 AND s.state = 'reserved') AS reserved
 FROM work.work_items w
 JOIN work.threads t ON t.thread_id = w.thread_id
 WHERE w.work_item_id = ANY($1::uuid[])
@@ -115,8 +78,8 @@ FOR UPDATE
 
 -- name: start_attempts
 -- Attempt n of each item starts: counted before the paid call, in the transaction that records
--- its prompt. Only items whose lease ($2) is still held and whose attempt is still n-1 ($3)
--- start; their rows are locked in id order first.
+-- its prompt. Only items whose lease ($2) is still held, whose attempt is still n-1 ($3) and
+-- whose cancellation nobody asked for start; their rows are locked in id order first.
 WITH wanted AS (
     SELECT s.work_item_id, s.lease_token, s.previous
     FROM unnest($1::uuid[], $2::uuid[], $3::integer[]) AS s (work_item_id, lease_token, previous)
@@ -125,7 +88,7 @@ WITH wanted AS (
     FROM work.work_items w
     JOIN wanted s ON s.work_item_id = w.work_item_id
     WHERE w.lease_token = s.lease_token AND w.status IN ('claimed', 'running')
-      AND w.attempt = s.previous
+      AND w.attempt = s.previous AND w.cancel_requested_at IS NULL
     ORDER BY w.work_item_id
     FOR UPDATE OF w
 )
@@ -135,19 +98,6 @@ SET status = 'running', attempt = w.attempt + 1, started_at = coalesce(w.started
 FROM held h
 WHERE w.work_item_id = h.work_item_id
 RETURNING w.work_item_id, w.attempt
-
--- name: insert_entries
-INSERT INTO work.ledger_entries (entry_id, thread_id, work_item_id, attempt, entry_type, payload,
-                                 hash)
-SELECT e.entry_id, e.thread_id, e.work_item_id, e.attempt, e.entry_type, e.payload::jsonb, e.hash
-FROM unnest($1::uuid[], $2::uuid[], $3::uuid[], $4::integer[], $5::text[], $6::text[],
-            $7::text[], $8::integer[])
-    AS e (entry_id, thread_id, work_item_id, attempt, entry_type, payload, hash, ord)
-ORDER BY e.ord
-ON CONFLICT (work_item_id, attempt, entry_type)
-    WHERE work_item_id IS NOT NULL AND entry_type <> 'error'
-    DO NOTHING
-RETURNING entry_id
 
 -- name: release_items
 -- Transient failures: each item waits its backoff ($3 seconds, from the database clock) and
@@ -161,6 +111,7 @@ WITH wanted AS (
     FROM work.work_items w
     JOIN wanted s ON s.work_item_id = w.work_item_id
     WHERE w.lease_token = s.lease_token AND w.status IN ('claimed', 'running')
+      AND w.cancel_requested_at IS NULL
     ORDER BY w.work_item_id
     FOR UPDATE OF w
 )
@@ -180,6 +131,7 @@ WITH wanted AS (
     FROM work.work_items w
     JOIN wanted s ON s.work_item_id = w.work_item_id
     WHERE w.lease_token = s.lease_token AND w.status IN ('claimed', 'running')
+      AND w.cancel_requested_at IS NULL
     ORDER BY w.work_item_id
     FOR UPDATE OF w
 )
@@ -202,6 +154,7 @@ WITH wanted AS (
     FROM work.work_items w
     JOIN wanted s ON s.work_item_id = w.work_item_id
     WHERE w.lease_token = s.lease_token AND w.status IN ('claimed', 'running')
+      AND w.cancel_requested_at IS NULL
     ORDER BY w.work_item_id
     FOR UPDATE OF w
 )
@@ -251,7 +204,7 @@ FROM unnest($1::text[], $2::integer[], $3::text[], $4::text[], $5::uuid[])
     AS v (document_id, version, content, content_hash, mutation_id)
 
 -- name: lock_parent
-SELECT thread_id, space_id, status, continue_on_error
+SELECT thread_id, space_id, status, continue_on_error, cancel_requested_at
 FROM work.threads
 WHERE thread_id = $1
 FOR UPDATE
@@ -269,14 +222,107 @@ SELECT w.work_item_id, w.thread_id, w.attempt, w.lock_scope
 FROM work.work_items w
 JOIN work.threads c ON c.thread_id = w.thread_id
 WHERE c.parent_thread_id = $1 AND c.status IN ('open', 'running')
-  AND w.status IN ('queued', 'failed')
+  AND w.status IN ('queued', 'failed', 'parked')
 FOR UPDATE OF w SKIP LOCKED
 
--- name: cancel_items
-UPDATE work.work_items
-SET status = 'dead_letter', error_message = $2, finished_at = now()
-WHERE work_item_id = ANY($1::uuid[]) AND status IN ('queued', 'failed')
-RETURNING work_item_id, thread_id
+-- name: cancel_requested_held
+-- Of these leased items, those whose cancellation was asked for (a guarded transition left
+-- them alone: their holder ends them canceled instead).
+SELECT w.work_item_id
+FROM work.work_items w
+JOIN unnest($1::uuid[], $2::uuid[]) AS s (work_item_id, lease_token)
+    ON s.work_item_id = w.work_item_id
+WHERE w.lease_token = s.lease_token AND w.status IN ('claimed', 'running')
+  AND w.cancel_requested_at IS NOT NULL
+
+-- name: cancel_held_items
+-- The holder ends items whose cancellation was asked for: no new call; an answer in flight
+-- was recorded, its mutation is not applied.
+WITH wanted AS (
+    SELECT s.work_item_id, s.lease_token, s.message
+    FROM unnest($1::uuid[], $2::uuid[], $3::text[]) AS s (work_item_id, lease_token, message)
+), held AS (
+    SELECT w.work_item_id, s.message
+    FROM work.work_items w
+    JOIN wanted s ON s.work_item_id = w.work_item_id
+    WHERE w.lease_token = s.lease_token AND w.status IN ('claimed', 'running')
+      AND w.cancel_requested_at IS NOT NULL
+    ORDER BY w.work_item_id
+    FOR UPDATE OF w
+)
+UPDATE work.work_items w
+SET status = 'canceled', error_message = h.message, finished_at = now(),
+    lease_token = NULL, leased_at = NULL, leased_by = NULL
+FROM held h
+WHERE w.work_item_id = h.work_item_id
+RETURNING w.work_item_id
+
+-- name: requeue_items
+-- Leased items handed back without an attempt (no spend reserved for one: only a claim
+-- reserves): they wait for the next claim, nothing counted, nothing failed.
+WITH wanted AS (
+    SELECT s.work_item_id, s.lease_token
+    FROM unnest($1::uuid[], $2::uuid[]) AS s (work_item_id, lease_token)
+), held AS (
+    SELECT w.work_item_id
+    FROM work.work_items w
+    JOIN wanted s ON s.work_item_id = w.work_item_id
+    WHERE w.lease_token = s.lease_token AND w.status IN ('claimed', 'running')
+      AND w.cancel_requested_at IS NULL
+    ORDER BY w.work_item_id
+    FOR UPDATE OF w
+)
+UPDATE work.work_items w
+SET status = CASE WHEN w.attempt > 0 THEN 'failed' ELSE 'queued' END,
+    lease_token = NULL, leased_at = NULL, leased_by = NULL
+FROM held h
+WHERE w.work_item_id = h.work_item_id
+RETURNING w.work_item_id
+
+-- name: release_unstarted_spend
+-- Leases ended: the reservations of attempts that never started are released.
+UPDATE work.spend s
+SET state = 'released'
+FROM work.work_items w
+WHERE s.work_item_id = w.work_item_id AND w.work_item_id = ANY($1::uuid[])
+  AND s.attempt > w.attempt AND s.state = 'reserved'
+
+-- name: mark_attempt_spend
+-- A failed attempt's reservation: released when the provider answered that it did not do the
+-- call, 'unknown' (counted in full) when its outcome is unknown. A settled one stays settled.
+UPDATE work.spend s
+SET state = m.state
+FROM unnest($1::uuid[], $2::integer[], $3::text[]) AS m (work_item_id, attempt, state)
+WHERE s.work_item_id = m.work_item_id AND s.attempt = m.attempt AND s.state = 'reserved'
+
+-- name: settle_spend
+-- Paid answers settle their attempt's reservation from the usage they report (in the
+-- transaction that records them): the tokens, and their cost at the prices reserved with.
+-- An answer without usage settles at the reservation. Settling twice changes nothing.
+UPDATE work.spend s
+SET state = 'settled', settled_at = now(),
+    tokens = CASE WHEN u.prompt_tokens IS NULL AND u.completion_tokens IS NULL
+                  THEN s.reserved_tokens
+                  ELSE coalesce(u.prompt_tokens, 0) + coalesce(u.completion_tokens, 0) END,
+    cost = CASE WHEN u.prompt_tokens IS NULL AND u.completion_tokens IS NULL
+                THEN s.reserved_cost
+                ELSE (coalesce(u.prompt_tokens, 0) * s.prompt_price
+                      + coalesce(u.completion_tokens, 0) * s.completion_price) / 1000000 END
+FROM unnest($1::uuid[], $2::integer[], $3::bigint[], $4::bigint[])
+    AS u (work_item_id, attempt, prompt_tokens, completion_tokens)
+WHERE s.work_item_id = u.work_item_id AND s.attempt = u.attempt
+  AND s.state IN ('reserved', 'unknown')
+RETURNING s.work_item_id, s.attempt, s.org_id, s.model, s.function_key, s.tokens, s.cost,
+          s.reserved_tokens, u.prompt_tokens, u.completion_tokens
+
+-- name: pause_route
+-- A gateway answered 429: no call of the model starts before its Retry-After has passed.
+INSERT INTO work.provider_routes AS r (model, paused_until, rate_limited)
+SELECT p.model, now() + make_interval(secs => p.seconds), 1
+FROM unnest($1::text[], $2::float8[]) AS p (model, seconds)
+ON CONFLICT (model) DO UPDATE
+    SET paused_until = greatest(r.paused_until, excluded.paused_until),
+        rate_limited = r.rate_limited + 1, updated_at = now()
 
 -- name: cancel_threads
 UPDATE work.threads
@@ -316,7 +362,7 @@ WHERE status IN ('claimed', 'running')
 -- name: queue_depth
 SELECT status, count(*)::integer AS items
 FROM work.work_items
-WHERE status <> 'applied'
+WHERE status NOT IN ('applied', 'canceled')
 GROUP BY status
 
 -- name: parents_needing_settling

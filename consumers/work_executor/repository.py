@@ -6,17 +6,26 @@ and dead letters — with one statement per kind of change whatever the number o
 outbox events of what it changed in the same transaction. Every change that belongs to a lease
 holder is guarded by the item's lease token, item by item: an item whose lease was lost is left
 untouched (and reported in ``BatchWritten.lost``) while the others of the batch go on. Responses
-are the exception: they are recorded whoever holds the lease (paid work is never dropped).
+are the exception: they are recorded whoever holds the lease (paid work is never dropped), and
+each settles its attempt's spend reservation from the usage it reports, in the same transaction.
+
+Cancellation: every transition of a lease holder is also guarded by "nobody asked to cancel the
+item". An item whose cancellation was asked for is ended ``canceled`` by its holder instead, in
+the same transaction (no attempt started; an answer in flight is recorded but its mutation is
+not applied). Spend: when a lease ends, the reservations of attempts that never started are
+released; a failed attempt's is released (the provider answered it did not do the call) or kept
+as ``unknown`` (counted in full).
 """
 
 from __future__ import annotations
 
 import json
-import uuid
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from decimal import Decimal
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 from uuid import UUID
@@ -24,15 +33,20 @@ from uuid import UUID
 import asyncpg
 
 from spectral.db.queries import load_queries
-from spectral.db.storable import storable_json
 from spectral.outbox import OutboxItem, enqueue
-from spectral.work import events
+from spectral.work import events, ledger
+from spectral.work.cancellation import cancel_waiting
 from spectral.work.documents import InvalidDocumentError, ReplaceEpicStories, apply_in_turn
 from spectral.work.hashing import canonical_text, text_hash
 from spectral.work.identity import project_lock_scope
 from spectral.work.locks import TransactionLocks
 from spectral.work.model import EntryType, ItemStatus, LedgerEntry, ThreadStatus, WorkItem
-from spectral.work.payloads import error_payload, message_text, mutation_report_payload
+from spectral.work.payloads import (
+    error_payload,
+    message_text,
+    mutation_report_payload,
+    usage_counts,
+)
 from spectral.work.rows import entry_from_row, item_from_row
 from spectral.work.types import Conn
 
@@ -50,6 +64,8 @@ class LoadedItem:
     parent_thread_id: UUID | None
     target_ref: Mapping[str, Any]
     entries: tuple[LedgerEntry, ...]
+    reserved: bool = False
+    """The spend of the item's next attempt is reserved (by the claim that leased it)."""
 
     @property
     def correlation_id(self) -> UUID:
@@ -128,16 +144,26 @@ class MutationApply:
     parse_payload: Mapping[str, Any]
 
 
+class SpendOutcome(StrEnum):
+    """What a failed attempt's spend reservation becomes."""
+
+    RELEASED = "released"  # the provider answered that it did not do the call: not charged
+    UNKNOWN = "unknown"  # no answer (timeout, dropped connection, worker died): counted in full
+
+
 @dataclass(frozen=True)
 class RetryRelease:
     """Attempt ``attempt`` failed transiently: record why, wait ``backoff`` (database clock) and
-    schedule the next attempt's delivery for then."""
+    schedule the next attempt's delivery for then. ``pause``: (model, seconds) a gateway asked
+    every caller of the model to wait (429 + Retry-After)."""
 
     loaded: LoadedItem
     token: UUID
     attempt: int
     error: Mapping[str, Any]
     backoff: timedelta
+    spend: SpendOutcome | None = None
+    pause: tuple[str, float] | None = None
 
 
 @dataclass(frozen=True)
@@ -150,6 +176,43 @@ class DeadLetterEnd:
     attempt: int
     error: Mapping[str, Any]
     extra: tuple[NewEntry, ...] = ()
+    spend: SpendOutcome | None = None
+
+
+@dataclass(frozen=True)
+class CancelEnd:
+    """The item's cancellation was asked for: it ends ``canceled`` with an ``error`` entry
+    (kind ``canceled``); its thread closes canceled. ``spend``: its current attempt's call, if
+    one ran and never answered."""
+
+    loaded: LoadedItem
+    token: UUID
+    attempt: int
+    message: str
+    spend: SpendOutcome | None = None
+
+
+@dataclass(frozen=True)
+class Requeue:
+    """Hand the lease back without starting an attempt (no spend was reserved for one)."""
+
+    loaded: LoadedItem
+    token: UUID
+
+
+@dataclass(frozen=True)
+class Settlement:
+    """A paid attempt's spend, settled from its response's usage."""
+
+    work_item_id: UUID
+    attempt: int
+    org_id: str | None
+    model: str | None
+    function_key: str
+    tokens: int
+    cost: Decimal
+    prompt_tokens: int | None
+    completion_tokens: int | None
 
 
 @dataclass(frozen=True)
@@ -159,6 +222,8 @@ class BatchWrite:
     applies: Sequence[MutationApply] = ()
     releases: Sequence[RetryRelease] = ()
     dead_letters: Sequence[DeadLetterEnd] = ()
+    cancels: Sequence[CancelEnd] = ()
+    requeues: Sequence[Requeue] = ()
 
 
 @dataclass
@@ -173,8 +238,12 @@ class BatchWritten:
     released: dict[UUID, datetime] = field(default_factory=dict)
     """Items released for a retry, with the time their next attempt is due."""
     dead_lettered: set[UUID] = field(default_factory=set)
+    canceled: set[UUID] = field(default_factory=set)
+    """Items ended canceled (asked for, or found asked for by a guarded transition)."""
+    requeued: set[UUID] = field(default_factory=set)
     lost: set[UUID] = field(default_factory=set)
     """Items whose lease was lost: nothing of theirs was written (but responses)."""
+    settled: list[Settlement] = field(default_factory=list)
 
     def merge(self, other: BatchWritten) -> None:
         self.started |= other.started
@@ -182,7 +251,10 @@ class BatchWritten:
         self.refused.update(other.refused)
         self.released.update(other.released)
         self.dead_lettered |= other.dead_lettered
+        self.canceled |= other.canceled
+        self.requeued |= other.requeued
         self.lost |= other.lost
+        self.settled.extend(other.settled)
 
 
 @dataclass
@@ -190,11 +262,17 @@ class _Changes:
     """What one transaction appends: ledger rows, thread closings, outbox events."""
 
     entries: list[tuple[LoadedItem, NewEntry]] = field(default_factory=list)
-    rows: list[tuple[_EntryRow, UUID]] = field(default_factory=list)
+    rows: list[tuple[ledger.EntryRow, UUID]] = field(default_factory=list)
     """Entries of items not loaded here (responses), each with its correlation id."""
     closings: list[tuple[UUID, ThreadStatus, Mapping[str, Any]]] = field(default_factory=list)
     states: list[OutboxItem] = field(default_factory=list)
     others: list[OutboxItem] = field(default_factory=list)
+    ended: set[UUID] = field(default_factory=set)
+    """Items whose lease ended in this transaction (their unstarted reservations go)."""
+    attempt_spend: list[tuple[UUID, int, SpendOutcome]] = field(default_factory=list)
+    diverted: list[CancelEnd] = field(default_factory=list)
+    """Items a guarded transition left alone: ended canceled if their cancellation was asked
+    for, else their lease was lost."""
 
 
 class ExecutorRepository:
@@ -203,17 +281,10 @@ class ExecutorRepository:
 
     # -- claims (ADR-0023 lease) ----------------------------------------------------------------
 
-    async def claim_delivered(
-        self, conn: Conn, item_ids: Sequence[UUID], token: UUID, worker: str
-    ) -> list[UUID]:
-        rows = await conn.fetch(_SQL["claim_delivered"], list(item_ids), token, worker)
-        return [row["work_item_id"] for row in rows]
-
-    async def claim_due(
-        self, limit: int, token: UUID, worker: str, grace_seconds: float
-    ) -> list[UUID]:
-        rows = await self._pool.fetch(_SQL["claim_due"], limit, token, worker, grace_seconds)
-        return [row["work_item_id"] for row in rows]
+    async def waiting_items(self, conn: Conn, item_ids: Sequence[UUID]) -> set[UUID]:
+        """Which of these items still wait for a claim (queued, retry-waiting or parked)."""
+        rows = await conn.fetch(_SQL["waiting_items"], list(item_ids))
+        return {row["work_item_id"] for row in rows}
 
     async def recover_stale(
         self,
@@ -251,6 +322,7 @@ class ExecutorRepository:
                     parent_thread_id=row["parent_thread_id"],
                     target_ref=json.loads(row["target_ref"]),
                     entries=tuple(by_item.get(row["work_item_id"], ())),
+                    reserved=row["reserved"],
                 )
                 for row in rows
             }
@@ -296,24 +368,19 @@ class ExecutorRepository:
                 await self._apply(conn, batch.applies, done, changes)
             if batch.starts:
                 await self._start(conn, batch.starts, done, changes)
-            for response in batch.responses:
-                changes.rows.append(
-                    (
-                        (
-                            response.work_item_id,
-                            response.thread_id,
-                            response.attempt,
-                            EntryType.RESPONSE,
-                            response.payload,
-                        ),
-                        response.correlation_id,
-                    )
-                )
+            if batch.responses:
+                await self._responses(conn, batch.responses, done, changes)
             if batch.releases:
                 await self._release(conn, batch.releases, done, changes)
             if batch.dead_letters:
                 await self._dead_letter(conn, batch.dead_letters, done, changes)
-            outbox = await self._insert_rows(
+            if batch.requeues:
+                await self._requeue(conn, batch.requeues, done, changes)
+            cancels = [*batch.cancels, *await self._diverted(conn, changes.diverted, done)]
+            if cancels:
+                await self._cancel(conn, cancels, done, changes)
+            await self._spend_after(conn, changes)
+            outbox = await ledger.append(
                 conn,
                 [*(_row(loaded, entry) for loaded, entry in changes.entries), *changes.rows],
             )
@@ -327,6 +394,140 @@ class ExecutorRepository:
                 )
             await enqueue(conn, [*outbox, *changes.states, *changes.others])
         return done
+
+    async def _responses(
+        self,
+        conn: Conn,
+        responses: Sequence[ResponseRecord],
+        done: BatchWritten,
+        changes: _Changes,
+    ) -> None:
+        """Record paid answers (whoever holds the lease) and settle their attempts' spend."""
+        for response in responses:
+            changes.rows.append(
+                (
+                    (
+                        response.work_item_id,
+                        response.thread_id,
+                        response.attempt,
+                        EntryType.RESPONSE,
+                        response.payload,
+                    ),
+                    response.correlation_id,
+                )
+            )
+        usage = [_usage(response.payload) for response in responses]
+        rows = await conn.fetch(
+            _SQL["settle_spend"],
+            [r.work_item_id for r in responses],
+            [r.attempt for r in responses],
+            [u[0] for u in usage],
+            [u[1] for u in usage],
+        )
+        done.settled.extend(
+            Settlement(
+                work_item_id=row["work_item_id"],
+                attempt=row["attempt"],
+                org_id=row["org_id"],
+                model=row["model"],
+                function_key=row["function_key"],
+                tokens=row["tokens"],
+                cost=row["cost"],
+                prompt_tokens=row["prompt_tokens"],
+                completion_tokens=row["completion_tokens"],
+            )
+            for row in rows
+        )
+
+    async def _diverted(
+        self, conn: Conn, diverted: Sequence[CancelEnd], done: BatchWritten
+    ) -> list[CancelEnd]:
+        """Of the items a guarded transition left alone, those whose cancellation was asked
+        for (ended canceled next); the others lost their lease."""
+        if not diverted:
+            return []
+        rows = await conn.fetch(
+            _SQL["cancel_requested_held"],
+            [c.loaded.item.work_item_id for c in diverted],
+            [c.token for c in diverted],
+        )
+        asked = {row["work_item_id"] for row in rows}
+        done.lost.update(
+            c.loaded.item.work_item_id for c in diverted if c.loaded.item.work_item_id not in asked
+        )
+        return [c for c in diverted if c.loaded.item.work_item_id in asked]
+
+    async def _cancel(
+        self, conn: Conn, cancels: Sequence[CancelEnd], done: BatchWritten, changes: _Changes
+    ) -> None:
+        unique = list({c.loaded.item.work_item_id: c for c in cancels}.values())
+        rows = await conn.fetch(
+            _SQL["cancel_held_items"],
+            [c.loaded.item.work_item_id for c in unique],
+            [c.token for c in unique],
+            [message_text(c.message) for c in unique],
+        )
+        ended = {row["work_item_id"] for row in rows}
+        for cancel in unique:
+            loaded, item = cancel.loaded, cancel.loaded.item
+            if item.work_item_id not in ended:
+                done.lost.add(item.work_item_id)
+                continue
+            done.canceled.add(item.work_item_id)
+            changes.ended.add(item.work_item_id)
+            if cancel.spend is not None and cancel.attempt > 0:
+                changes.attempt_spend.append((item.work_item_id, cancel.attempt, cancel.spend))
+            payload = error_payload(
+                kind="canceled",
+                reason="canceled",
+                message=cancel.message,
+                disposition="canceled",
+                attempt=cancel.attempt,
+            )
+            changes.entries.append((loaded, NewEntry(cancel.attempt, EntryType.ERROR, payload)))
+            changes.states.append(
+                _state(loaded, ItemStatus.CANCELED, cancel.attempt, cancel.message)
+            )
+            outcome = {"work_item_id": str(item.work_item_id), "item_status": "canceled"}
+            changes.closings.append((item.thread_id, ThreadStatus.CANCELED, outcome))
+
+    async def _requeue(
+        self, conn: Conn, requeues: Sequence[Requeue], done: BatchWritten, changes: _Changes
+    ) -> None:
+        rows = await conn.fetch(
+            _SQL["requeue_items"],
+            [r.loaded.item.work_item_id for r in requeues],
+            [r.token for r in requeues],
+        )
+        back = {row["work_item_id"] for row in rows}
+        for requeue in requeues:
+            item_id = requeue.loaded.item.work_item_id
+            if item_id in back:
+                done.requeued.add(item_id)
+                changes.ended.add(item_id)
+            else:
+                changes.diverted.append(
+                    CancelEnd(
+                        requeue.loaded,
+                        requeue.token,
+                        requeue.loaded.item.attempt,
+                        "canceled before its attempt started: no call was made",
+                    )
+                )
+
+    async def _spend_after(self, conn: Conn, changes: _Changes) -> None:
+        """Failed attempts' reservations (released or unknown), then the reservations of
+        attempts that never started, for every lease that ended here."""
+        if changes.attempt_spend:
+            marks = sorted(set(changes.attempt_spend))
+            await conn.execute(
+                _SQL["mark_attempt_spend"],
+                [m[0] for m in marks],
+                [m[1] for m in marks],
+                [m[2].value for m in marks],
+            )
+        if changes.ended:
+            await conn.execute(_SQL["release_unstarted_spend"], sorted(changes.ended))
 
     async def start_attempt(
         self, loaded: LoadedItem, token: UUID, attempt: int, prompt: Mapping[str, Any]
@@ -355,7 +556,14 @@ class ExecutorRepository:
         for start in starts:
             item_id = start.loaded.item.work_item_id
             if started.get(item_id) != start.attempt:
-                done.lost.add(item_id)
+                changes.diverted.append(
+                    CancelEnd(
+                        start.loaded,
+                        start.token,
+                        start.attempt - 1,
+                        "canceled before its next attempt started: no call was made",
+                    )
+                )
                 continue
             done.started.add(item_id)
             changes.entries.append(
@@ -374,11 +582,25 @@ class ExecutorRepository:
             [_message(r.error) for r in releases],
         )
         released = {row["work_item_id"]: (row["not_before"], row["now"]) for row in rows}
+        pauses = [r.pause for r in releases if r.pause is not None]
+        if pauses:
+            await conn.execute(_SQL["pause_route"], [p[0] for p in pauses], [p[1] for p in pauses])
         for release in releases:
             loaded, item = release.loaded, release.loaded.item
+            if release.spend is not None:
+                changes.attempt_spend.append((item.work_item_id, release.attempt, release.spend))
             if item.work_item_id not in released:
-                done.lost.add(item.work_item_id)
+                message = str(release.error.get("message", ""))
+                changes.diverted.append(
+                    CancelEnd(
+                        loaded,
+                        release.token,
+                        release.attempt,
+                        f"canceled; its last attempt had failed: {message}",
+                    )
+                )
                 continue
+            changes.ended.add(item.work_item_id)
             not_before, now = released[item.work_item_id]
             done.released[item.work_item_id] = not_before
             payload = {**release.error, "not_before": not_before.isoformat()}
@@ -423,9 +645,17 @@ class ExecutorRepository:
         ended = {row["work_item_id"] for row in rows}
         for dead in dead_letters:
             loaded, item = dead.loaded, dead.loaded.item
+            if dead.spend is not None:
+                changes.attempt_spend.append((item.work_item_id, dead.attempt, dead.spend))
             if item.work_item_id not in ended:
-                done.lost.add(item.work_item_id)
+                message = str(dead.error.get("message", ""))
+                changes.diverted.append(
+                    CancelEnd(
+                        loaded, dead.token, dead.attempt, f"canceled; its attempt failed: {message}"
+                    )
+                )
                 continue
+            changes.ended.add(item.work_item_id)
             done.dead_lettered.add(item.work_item_id)
             for entry in (*dead.extra, NewEntry(dead.attempt, EntryType.ERROR, dead.error)):
                 changes.entries.append((loaded, entry))
@@ -464,7 +694,18 @@ class ExecutorRepository:
         )
         before = {row["work_item_id"]: bool(row["applied_before"]) for row in rows}
         applied = [a for a in wanted if a.loaded.item.work_item_id in before]
-        done.lost.update({a.loaded.item.work_item_id for a in wanted} - before.keys())
+        changes.ended.update(before)
+        changes.diverted.extend(
+            CancelEnd(
+                a.loaded,
+                a.token,
+                a.attempt,
+                "canceled while its call was in flight: the answer is recorded, its mutation "
+                "is not applied",
+            )
+            for a in wanted
+            if a.loaded.item.work_item_id not in before
+        )
         if len(applied) < len(wanted) or any(before.values()):
             plan = _plan_mutations(applied, before, documents)  # versions without the others
         await self._write_mutations(conn, plan)
@@ -524,11 +765,12 @@ class ExecutorRepository:
             counts = {s.value: 0 for s in ThreadStatus}
             for child in children:
                 counts[child["status"]] += 1
-            status = (
-                ThreadStatus.COMPLETE
-                if counts[ThreadStatus.COMPLETE.value] == len(children)
-                else ThreadStatus.FAILED
-            )
+            if parent["cancel_requested_at"] is not None:
+                status = ThreadStatus.CANCELED
+            elif counts[ThreadStatus.COMPLETE.value] == len(children):
+                status = ThreadStatus.COMPLETE
+            else:
+                status = ThreadStatus.FAILED
             outcome = {
                 "status": status.value,
                 "counts": counts,
@@ -546,91 +788,32 @@ class ExecutorRepository:
         if not rows:
             return
         message = "canceled: a sibling failed and the orchestration stops on error"
-        canceled = await conn.fetch(
-            _SQL["cancel_items"], [r["work_item_id"] for r in rows], message
+        canceled, outbox = await cancel_waiting(
+            conn, [r["work_item_id"] for r in rows], message, parent_id
         )
-        ids = {r["work_item_id"] for r in canceled}
-        outbox: list[OutboxItem] = []
-        entries: list[tuple[_EntryRow, UUID]] = []
-        payload = error_payload(
-            kind="canceled", reason="canceled", message=message, disposition="dead_letter"
-        )
-        for r in rows:
-            if r["work_item_id"] not in ids:
-                continue
-            entries.append(
-                (
-                    (r["work_item_id"], r["thread_id"], r["attempt"], EntryType.ERROR, payload),
-                    parent_id,
-                )
-            )
-            outbox.append(
-                events.item_state_changed(
-                    work_item_id=r["work_item_id"],
-                    thread_id=r["thread_id"],
-                    lock_scope=r["lock_scope"],
-                    status=ItemStatus.DEAD_LETTER,
-                    attempt=r["attempt"],
-                    error_message=message,
-                    correlation_id=parent_id,
-                )
-            )
-        outbox.extend(await self._insert_rows(conn, entries))
         await conn.execute(
             _SQL["cancel_threads"],
-            sorted({r["thread_id"] for r in canceled}),
-            json.dumps({"item_status": "dead_letter", "reason": "canceled"}),
+            sorted(set(canceled.values())),
+            json.dumps({"item_status": "canceled", "reason": "a sibling failed"}),
         )
         await enqueue(conn, outbox)
 
-    # -- ledger ---------------------------------------------------------------------------------
 
-    async def _insert_rows(
-        self, conn: Conn, rows: Sequence[tuple[_EntryRow, UUID]]
-    ) -> list[OutboxItem]:
-        """Append entries of the items' ledgers in one statement, in order; an entry already
-        recorded for its (item, attempt, type) is skipped. Every payload is made storable
-        first (``storable_json``: a text PostgreSQL refuses is escaped, never the statement's
-        undoing) and hashed as stored. Returns the ``entry_appended`` events of those
-        inserted."""
-        if not rows:
-            return []
-        ids = [uuid.uuid4() for _ in rows]
-        texts = [canonical_text(storable_json(dict(row[4]))) for row, _ in rows]
-        hashes = [text_hash(text) for text in texts]
-        inserted = {
-            r["entry_id"]
-            for r in await conn.fetch(
-                _SQL["insert_entries"],
-                ids,
-                [row[1] for row, _ in rows],
-                [row[0] for row, _ in rows],
-                [row[2] for row, _ in rows],
-                [row[3].value for row, _ in rows],
-                texts,
-                hashes,
-                list(range(len(rows))),
-            )
-        }
-        return [
-            events.entry_appended(
-                entry_id=entry_id,
-                thread_id=row[1],
-                work_item_id=row[0],
-                entry_type=row[3],
-                entry_hash=digest,
-                correlation_id=correlation_id,
-            )
-            for entry_id, (row, correlation_id), digest in zip(ids, rows, hashes, strict=True)
-            if entry_id in inserted
-        ]
+def _usage(payload: Mapping[str, Any]) -> tuple[int | None, int | None]:
+    """(prompt tokens, completion tokens) a response reported; a usage with only a total
+    counts it as completion (usually the dearer); none at all settles at the reservation."""
+    usage = usage_counts(payload.get("usage"))
+    prompt = usage.get("prompt_tokens")
+    completion = usage.get("completion_tokens")
+    if prompt is None and completion is None and "total_tokens" in usage:
+        completion = usage["total_tokens"]
+    return (
+        prompt if prompt is None or prompt >= 0 else None,
+        completion if completion is None or completion >= 0 else None,
+    )
 
 
-_EntryRow = tuple[UUID, UUID, int, EntryType, Mapping[str, Any]]
-"""(work_item_id, thread_id, attempt, entry_type, payload) of a new ledger entry."""
-
-
-def _row(loaded: LoadedItem, entry: NewEntry) -> tuple[_EntryRow, UUID]:
+def _row(loaded: LoadedItem, entry: NewEntry) -> tuple[ledger.EntryRow, UUID]:
     item = loaded.item
     row = (item.work_item_id, item.thread_id, entry.attempt, entry.entry_type, entry.payload)
     return row, loaded.correlation_id

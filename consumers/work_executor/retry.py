@@ -7,6 +7,11 @@ pass ``now``.
 * Transient failure of attempt n (n < max_attempts): retry at ``now + min(base * 2^(n-1),
   base * 10)``; with the defaults (base 1 s, 3 attempts) the schedule is 1 s, 2 s, then give up.
 * Permanent failure, or a transient one of the last attempt: dead letter.
+* Rate limited (the gateway answered 429: it had no capacity, did not do the call and charged
+  nothing): retry after the ``Retry-After`` it asked for (else the first backoff). Waiting for
+  capacity is not an attempt: such attempts do not count towards the limit — up to
+  ``free_rate_limited`` of them per item, so an item whose gateway only ever answers 429 still
+  ends (dead-lettered, max_attempts_exceeded) instead of waiting forever.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ class FailureKind(StrEnum):
     TRANSIENT = "transient"
     PERMANENT = "permanent"
     OUTCOME_UNKNOWN = "outcome_unknown"  # a stale lease whose call never recorded a response
+    RATE_LIMITED = "rate_limited"  # 429: no capacity, not done, not charged; not an attempt
 
 
 class DeadLetterReason(StrEnum):
@@ -53,6 +59,8 @@ class GiveUp:
 class RetryPolicy:
     max_attempts: int = 3
     base_seconds: float = 1.0
+    free_rate_limited: int = 20
+    """Rate-limited attempts of one item that do not count towards ``max_attempts``."""
 
     def __post_init__(self) -> None:
         if self.max_attempts < 1 or self.base_seconds <= 0:
@@ -68,13 +76,20 @@ class RetryPolicy:
         return timedelta(seconds=backoff.delay(attempt))
 
     def may_start_attempt(self, attempts_started: int) -> bool:
-        """May another paid call be made after ``attempts_started`` calls?"""
+        """May another paid call be made after ``attempts_started`` calls (those that count)?"""
         return attempts_started < self.max_attempts
+
+    def counted(self, attempts_started: int, rate_limited: int) -> int:
+        """How many of ``attempts_started`` count towards the limit, ``rate_limited`` of them
+        having been refused for capacity."""
+        return attempts_started - min(rate_limited, self.free_rate_limited)
 
     def after_failure(self, attempt: int, kind: FailureKind, now: datetime) -> RetryAt | GiveUp:
         """What to do once attempt ``attempt`` failed with ``kind``."""
         if attempt < 1:
             raise ValueError("attempt numbers start at 1")
+        if kind is FailureKind.RATE_LIMITED:
+            return RetryAt(not_before=now + self.backoff(1), next_attempt=attempt + 1)
         if kind is FailureKind.PERMANENT:
             return GiveUp(DeadLetterReason.PERMANENT_FAILURE)
         if not self.may_start_attempt(attempt):

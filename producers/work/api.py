@@ -7,6 +7,13 @@ Commands (scope ``work:submit``; the token's principal is recorded on the thread
     PUT  /projects/{project_id}/documents/{document_id}
         -> 201 created, 200 identical content again; 409 ``document-immutable`` for other
            content: documents change only through mutations (ADR-035 §5.4), never by PUT
+Cancellation (scope ``work:cancel``):
+    POST /threads/{thread_id}/cancel {reason?}
+        -> 200 when the thread is closed (canceled now, or already closed), 202 while items in
+           flight finish their calls (their answers are recorded, not applied); idempotent
+Budgets (read: ``work:read``; change: ``work:budget``):
+    GET /budgets, GET /orgs/{org_id}/budget, PUT /orgs/{org_id}/budget {period, token_limit?,
+    cost_limit?}, DELETE /orgs/{org_id}/budget — a change resumes the org's parked items
 Observation (scope ``work:read``; polling, ADR-035 §4):
     GET /threads/{thread_id} (with child_summary), GET /threads/{thread_id}/history,
     GET /projects/{project_id}/threads?active=&limit=&cursor=, GET /documents/{document_id}
@@ -21,6 +28,9 @@ from uuid import UUID
 
 from fastapi import APIRouter, Depends, Path, Query, Response, status
 
+from producers.work.budgets import BudgetCommands
+from producers.work.cancel import Disposition as CancelDisposition
+from producers.work.cancel import UnknownThreadError, cancel_thread
 from producers.work.commands import (
     DocumentConflictError,
     GenerateAll,
@@ -30,6 +40,12 @@ from producers.work.commands import (
 )
 from producers.work.policy import Disposition
 from producers.work.schemas import (
+    BudgetChangeOut,
+    BudgetIn,
+    BudgetList,
+    BudgetOut,
+    CancelRequest,
+    CancelResponse,
     CommandResponse,
     DocumentOut,
     GenerateAllRequest,
@@ -112,7 +128,9 @@ def router(resources: Resources) -> APIRouter:  # noqa: C901 - one nested functi
     reader = Depends(requires(resources, Scope.WORK_READ))
 
     def commands() -> WorkCommands:
-        return WorkCommands(resources.producer)
+        return WorkCommands(
+            resources.producer, priority_step_seconds=resources.settings.work_priority_step_seconds
+        )
 
     def work_reader() -> WorkReader:
         return WorkReader(resources.operator)
@@ -135,6 +153,7 @@ def router(resources: Resources) -> APIRouter:  # noqa: C901 - one nested functi
                     force=body.force,
                     org_id=body.org_id,
                     requested_by=principal.actor,
+                    priority=body.priority,
                 )
             )
         except UnknownTargetError as exc:
@@ -160,6 +179,7 @@ def router(resources: Resources) -> APIRouter:  # noqa: C901 - one nested functi
                     force=body.force,
                     org_id=body.org_id,
                     requested_by=principal.actor,
+                    priority=body.priority,
                 )
             )
         except UnknownTargetError as exc:
@@ -264,4 +284,107 @@ def router(resources: Resources) -> APIRouter:  # noqa: C901 - one nested functi
         response.headers["ETag"] = f'"{view.version}"'
         return _document_out(view)
 
+    _governance(api, resources)
     return api
+
+
+def _governance(api: APIRouter, resources: Resources) -> None:  # noqa: C901 - a function per route
+    """Cancellation and budgets."""
+    reader = Depends(requires(resources, Scope.WORK_READ))
+    canceler = Depends(requires(resources, Scope.WORK_CANCEL))
+    budgeter = Depends(requires(resources, Scope.WORK_BUDGET))
+
+    @api.post(
+        "/threads/{thread_id}/cancel",
+        tags=["commands"],
+        summary="Cancel a thread (a generate-all with its whole tree); idempotent.",
+        responses={
+            202: {
+                "description": "Cancellation asked for: items whose call is in flight end "
+                "canceled when it answers (the answer is recorded, not applied).",
+                "model": CancelResponse,
+            },
+            **responses(*COMMON, 404),
+        },
+    )
+    async def cancel_work_thread(
+        *,
+        thread_id: UUID,
+        response: Response,
+        body: CancelRequest | None = None,
+        principal: Principal = canceler,
+    ) -> CancelResponse:
+        try:
+            result = await cancel_thread(
+                resources.producer,
+                thread_id,
+                reason=body.reason if body is not None else None,
+                requested_by=principal.actor,
+            )
+        except UnknownThreadError as exc:
+            raise ProblemError(404, str(exc), slug="not-found") from None
+        if result.disposition is CancelDisposition.CANCELING or (
+            result.disposition is CancelDisposition.ALREADY_REQUESTED and not result.status.terminal
+        ):
+            response.status_code = status.HTTP_202_ACCEPTED
+            response.headers["Location"] = f"/threads/{thread_id}"
+        return CancelResponse.of(result)
+
+    @api.get(
+        "/budgets",
+        tags=["budgets"],
+        summary="Every org's budget with its spend in the current period.",
+        responses=responses(*COMMON),
+    )
+    async def list_budgets(*, _: Principal = reader) -> BudgetList:
+        views = await BudgetCommands(resources.operator).all()
+        return BudgetList(budgets=[BudgetOut.of(v) for v in views])
+
+    @api.get(
+        "/orgs/{org_id}/budget",
+        tags=["budgets"],
+        summary="An org's budget, its spend in the current period and its parked items.",
+        responses=responses(*COMMON, 404),
+    )
+    async def get_budget(*, org_id: IdentifierPath, _: Principal = reader) -> BudgetOut:
+        view = await BudgetCommands(resources.operator).get(org_id)
+        if view is None:
+            raise ProblemError(404, f"org {org_id!r} has no budget (not limited)", slug="not-found")
+        return BudgetOut.of(view)
+
+    @api.put(
+        "/orgs/{org_id}/budget",
+        tags=["budgets"],
+        summary="Set an org's budget; its parked items resume.",
+        responses=responses(*COMMON),
+    )
+    async def put_budget(
+        *, org_id: IdentifierPath, body: BudgetIn, principal: Principal = budgeter
+    ) -> BudgetChangeOut:
+        try:
+            change = await BudgetCommands(resources.producer).set(
+                org_id,
+                body.period,
+                token_limit=body.token_limit,
+                cost_limit=body.cost_limit,
+                requested_by=principal.actor,
+            )
+        except ValueError as exc:
+            raise ProblemError(422, str(exc), slug="invalid-request") from None
+        return BudgetChangeOut.of(change)
+
+    @api.delete(
+        "/orgs/{org_id}/budget",
+        tags=["budgets"],
+        summary="Remove an org's budget (no limit); its parked items resume.",
+        responses=responses(*COMMON, 404),
+    )
+    async def delete_budget(
+        *, org_id: IdentifierPath, principal: Principal = budgeter
+    ) -> BudgetChangeOut:
+        change = await BudgetCommands(resources.producer).remove(
+            org_id, requested_by=principal.actor
+        )
+        if change is None:
+            raise ProblemError(404, f"org {org_id!r} has no budget", slug="not-found")
+        return BudgetChangeOut.of(change)

@@ -46,9 +46,12 @@ from spectral.work.locks import TransactionLocks
 from spectral.work.model import (
     SPACE_PROJECT,
     STORY_FUNCTION_KEY,
+    Priority,
     ThreadKind,
     ThreadStatus,
 )
+from spectral.work.priority import DEFAULT_STEP_SECONDS
+from spectral.work.priority import delay as priority_delay
 from spectral.work.types import Conn
 
 Clock = Callable[[], datetime]
@@ -72,11 +75,15 @@ class GenerateEpic:
     org_id: str | None = None
     requested_by: str | None = None
     """The principal recorded on the threads it creates (default: the database login)."""
+    priority: Priority = Priority.NORMAL
+    """How its item ranks among its tenant's waiting items (spectral/work/priority.py)."""
 
     def __post_init__(self) -> None:
         check_identifier(self.project_id, "project id")
         check_identifier(self.document_id, "document id")
         check_identifier(self.epic_id, "epic id")
+        if self.org_id is not None:
+            check_identifier(self.org_id, "org id")
 
 
 @dataclass(frozen=True)
@@ -89,12 +96,16 @@ class GenerateAll:
     org_id: str | None = None
     requested_by: str | None = None
     """The principal recorded on the threads it creates (default: the database login)."""
+    priority: Priority = Priority.NORMAL
+    """How its items rank among their tenant's waiting items (spectral/work/priority.py)."""
 
     def __post_init__(self) -> None:
         check_identifier(self.project_id, "project id")
         check_identifier(self.document_id, "document id")
         for epic in self.epic_ids or ():
             check_identifier(epic, "epic id")
+        if self.org_id is not None:
+            check_identifier(self.org_id, "org id")
 
 
 @dataclass(frozen=True)
@@ -146,10 +157,12 @@ class WorkCommands:
         *,
         repository: CommandRepository | None = None,
         clock: Clock = _utc_now,
+        priority_step_seconds: float = DEFAULT_STEP_SECONDS,
     ) -> None:
         self._pool = pool
         self._repo = repository or CommandRepository()
         self._clock = clock
+        self._priority_step = priority_step_seconds
 
     # -- documents -------------------------------------------------------------------------
 
@@ -237,7 +250,9 @@ class WorkCommands:
             thread_id = latest.thread_id
             plan.reopen.append((thread_id, ThreadStatus.OPEN.value, None))
         plan.items_for.append((thread_id, ThreadKind.STORY_GENERATE_EPIC.value, scope, item_input))
-        if not await self._write(conn, plan, project_id=command.project_id):
+        if not await self._write(
+            conn, plan, project_id=command.project_id, priority=command.priority
+        ):
             return None
         return CommandResult(thread_id, ThreadStatus.OPEN, DISPOSITION[action])
 
@@ -296,7 +311,9 @@ class WorkCommands:
             parent_id = latest.thread_id
             plan.reopen.append((parent_id, ThreadStatus.RUNNING.value, None))
         children = await self._plan_children(conn, command, parent_id, epic_ids, plan)
-        if not await self._write(conn, plan, project_id=command.project_id):
+        if not await self._write(
+            conn, plan, project_id=command.project_id, priority=command.priority
+        ):
             return None
         status = ThreadStatus.RUNNING
         if all(child.status is ThreadStatus.COMPLETE for child in children):
@@ -373,7 +390,7 @@ class WorkCommands:
                 f"document {document.document_id!r} has no epic {', '.join(map(repr, missing))}"
             )
 
-    async def _write(self, conn: Conn, plan: _Plan, *, project_id: str) -> bool:
+    async def _write(self, conn: Conn, plan: _Plan, *, project_id: str, priority: Priority) -> bool:
         """Apply the plan; False (after rolling back to the savepoint) when a racing command
         took one of the identities first — the caller resolves again."""
         now = self._clock()
@@ -397,7 +414,8 @@ class WorkCommands:
                     )
                     for thread_id, _kind, scope, item_input in plan.items_for
                 ]
-                await self._repo.insert_items(conn, items, now)
+                delay = priority_delay(priority, self._priority_step).total_seconds()
+                await self._repo.insert_items(conn, items, now, priority, delay)
                 await enqueue(conn, _events(plan, items, now))
         except _LostRace:
             return False

@@ -1,22 +1,28 @@
 """Thread pages of the web console (ADR-035 §11: what they show derives only from stored
 documents and thread metadata): a project's threads, one thread with its child summary and
-items, and the ledger timeline of its items."""
+items (their priority, a parked item's reason, a cancellation under way), the ledger timeline
+of its items and a form to cancel it (``work:cancel``); the orgs' budgets with their spend and
+parked items, and a form to set one (``work:budget``)."""
 
 from __future__ import annotations
 
+from decimal import Decimal, InvalidOperation
 from typing import Annotated
 from uuid import UUID
 
-from fastapi import APIRouter, Depends, Query, Request
-from fastapi.responses import HTMLResponse
+from fastapi import APIRouter, Depends, Form, Query, Request
+from fastapi.responses import HTMLResponse, RedirectResponse
 
-from producers.work.schemas import EntryOut, HistoryOut, ThreadBrief, ThreadOut
-from spectral.api.auth import console_requires
+from producers.work.budgets import BudgetCommands
+from producers.work.cancel import MAX_REASON_CHARS, UnknownThreadError, cancel_thread
+from producers.work.schemas import BudgetOut, EntryOut, HistoryOut, ThreadBrief, ThreadOut
+from spectral.api.auth import check_csrf, console_requires
 from spectral.api.problems import ProblemError
 from spectral.api.resources import Resources
 from spectral.auth.scopes import Scope
 from spectral.auth.tokens import Principal
 from spectral.console.site import PREFIX, Console
+from spectral.work.budgets import Period
 from spectral.work.history import reconstruct
 from spectral.work.identity import IDENTIFIER_PATTERN
 from spectral.work.read import WorkReader
@@ -71,6 +77,77 @@ def router(console: Console, resources: Resources) -> APIRouter:
             t=ThreadOut.of_view(view),
             history=history,
             by_item=by_item,
+            can_cancel=principal.allows(Scope.WORK_CANCEL),
+            max_reason=MAX_REASON_CHARS,
         )
 
+    _governance(pages, console, resources)
     return pages
+
+
+def _governance(pages: APIRouter, console: Console, resources: Resources) -> None:
+    canceler = Depends(console_requires(resources, Scope.WORK_CANCEL))
+    reader = Depends(console_requires(resources, Scope.WORK_READ))
+    budgeter = Depends(console_requires(resources, Scope.WORK_BUDGET))
+
+    @pages.post("/threads/{thread_id}/cancel")
+    async def console_cancel(
+        *,
+        request: Request,
+        thread_id: UUID,
+        principal: Principal = canceler,
+        csrf: Annotated[str, Form(max_length=200)] = "",
+        reason: Annotated[str, Form(max_length=MAX_REASON_CHARS)] = "",
+    ) -> RedirectResponse:
+        check_csrf(request, csrf)
+        try:
+            await cancel_thread(
+                resources.producer,
+                thread_id,
+                reason=reason or None,
+                requested_by=principal.actor,
+            )
+        except UnknownThreadError as exc:
+            raise ProblemError(404, str(exc), slug="not-found") from None
+        return RedirectResponse(f"{PREFIX}/threads/{thread_id}", status_code=303)
+
+    @pages.get("/budgets")
+    async def console_budgets(*, request: Request, principal: Principal = reader) -> HTMLResponse:
+        views = await BudgetCommands(resources.operator).all()
+        return console.page(
+            request,
+            "budgets.html",
+            principal,
+            section="budgets",
+            budgets=[BudgetOut.of(v) for v in views],
+            periods=[p.value for p in Period],
+            can_set=principal.allows(Scope.WORK_BUDGET),
+        )
+
+    @pages.post("/budgets")
+    async def console_set_budget(
+        *,
+        request: Request,
+        principal: Principal = budgeter,
+        org_id: Annotated[str, Form(max_length=128, pattern=IDENTIFIER_PATTERN)],
+        period: Annotated[Period, Form()],
+        csrf: Annotated[str, Form(max_length=200)] = "",
+        tokens: Annotated[str, Form(max_length=20)] = "",
+        cost: Annotated[str, Form(max_length=40)] = "",
+    ) -> RedirectResponse:
+        check_csrf(request, csrf)
+        try:
+            token_limit = int(tokens) if tokens.strip() else None
+            cost_limit = Decimal(cost) if cost.strip() else None
+            await BudgetCommands(resources.producer).set(
+                org_id,
+                period,
+                token_limit=token_limit,
+                cost_limit=cost_limit,
+                requested_by=principal.actor,
+            )
+        except (ValueError, InvalidOperation) as exc:
+            raise ProblemError(
+                422, f"the budget was not set: {exc}", slug="invalid-request"
+            ) from None
+        return RedirectResponse(f"{PREFIX}/budgets", status_code=303)

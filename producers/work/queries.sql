@@ -60,10 +60,12 @@ LEFT JOIN work.work_items w ON w.thread_id = t.thread_id
 GROUP BY t.thread_id
 
 -- name: insert_items
+-- $10, $11: the items' priority and its delay in seconds (rank_at = enqueue time + delay).
 INSERT INTO work.work_items (work_item_id, thread_id, sequence, status, lock_scope, project_id,
-                             function_key, input, not_before)
+                             function_key, input, not_before, priority, rank_at)
 SELECT i.work_item_id, i.thread_id, i.sequence, 'queued', i.lock_scope, i.project_id,
-       i.function_key, i.input::jsonb, $9
+       i.function_key, i.input::jsonb, $9::timestamptz, $10,
+       $9::timestamptz + make_interval(secs => $11::float8)
 FROM unnest($1::uuid[], $2::uuid[], $3::integer[], $4::text[], $5::text[], $6::text[],
             $7::text[], $8::integer[])
     AS i (work_item_id, thread_id, sequence, lock_scope, project_id, function_key, input, ord)
@@ -89,3 +91,91 @@ RETURNING document_id
 INSERT INTO work.document_versions (document_id, version, content, content_hash)
 VALUES ($1, 1, $2::jsonb, $3)
 
+
+-- name: thread_for_cancel
+SELECT thread_id, kind, space_id, status, parent_thread_id, cancel_requested_at
+FROM work.threads
+WHERE thread_id = $1
+
+-- name: child_ids
+SELECT thread_id FROM work.threads WHERE parent_thread_id = $1
+
+-- name: live_items_for_cancel
+-- The live items of these threads, row-locked in id order (the order every writer of items
+-- takes them in) before their threads are.
+SELECT work_item_id, thread_id, status, attempt, lock_scope
+FROM work.work_items
+WHERE thread_id = ANY($1::uuid[])
+  AND status IN ('queued', 'failed', 'parked', 'claimed', 'running')
+ORDER BY work_item_id
+FOR UPDATE
+
+-- name: lock_threads_for_cancel
+SELECT thread_id, status, parent_thread_id, cancel_requested_at
+FROM work.threads
+WHERE thread_id = ANY($1::uuid[])
+ORDER BY thread_id
+FOR UPDATE
+
+-- name: request_cancel
+UPDATE work.threads
+SET cancel_requested_at = now(), cancel_requested_by = core.current_actor(),
+    cancel_reason = $2, updated_at = now()
+WHERE thread_id = ANY($1::uuid[]) AND status IN ('open', 'running')
+  AND cancel_requested_at IS NULL
+RETURNING thread_id, core.current_actor() AS actor
+
+-- name: flag_leased_items
+-- Items a worker holds: their holder ends them canceled at its next step.
+UPDATE work.work_items
+SET cancel_requested_at = now()
+WHERE work_item_id = ANY($1::uuid[]) AND status IN ('claimed', 'running')
+  AND cancel_requested_at IS NULL
+RETURNING work_item_id
+
+-- name: close_canceled_threads
+-- Threads whose cancellation was asked for and that have no live item left close canceled.
+UPDATE work.threads t
+SET status = 'canceled', outcome = $2::jsonb, closed_at = now(), updated_at = now()
+WHERE t.thread_id = ANY($1::uuid[]) AND t.status IN ('open', 'running')
+  AND t.cancel_requested_at IS NOT NULL
+  AND NOT EXISTS (SELECT 1 FROM work.work_items w
+                  WHERE w.thread_id = t.thread_id
+                    AND w.status IN ('queued', 'failed', 'parked', 'claimed', 'running'))
+  AND NOT EXISTS (SELECT 1 FROM work.threads c
+                  WHERE c.parent_thread_id = t.thread_id AND c.status IN ('open', 'running'))
+RETURNING t.thread_id
+
+-- name: child_statuses
+SELECT status, count(*)::integer AS n
+FROM work.threads
+WHERE parent_thread_id = $1
+GROUP BY status
+
+-- name: upsert_budget
+INSERT INTO work.budgets (org_id, period, token_limit, cost_limit)
+VALUES ($1, $2, $3, $4)
+ON CONFLICT (org_id) DO UPDATE
+    SET period = excluded.period, token_limit = excluded.token_limit,
+        cost_limit = excluded.cost_limit, updated_at = now(),
+        updated_by = core.current_actor()
+
+-- name: delete_budget
+DELETE FROM work.budgets WHERE org_id = $1 RETURNING org_id
+
+-- name: resume_org
+-- A changed budget resumes the org's parked items at once (they are parked again by the next
+-- claim if it still does not allow a call).
+WITH parked AS (
+    SELECT work_item_id
+    FROM work.work_items
+    WHERE org_id = $1 AND status = 'parked'
+    ORDER BY work_item_id
+    FOR UPDATE
+)
+UPDATE work.work_items w
+SET status = CASE WHEN w.attempt > 0 THEN 'failed' ELSE 'queued' END, park_reason = NULL,
+    parked_at = NULL
+FROM parked p
+WHERE w.work_item_id = p.work_item_id
+RETURNING w.work_item_id

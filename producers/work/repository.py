@@ -11,7 +11,7 @@ from typing import Any
 from uuid import UUID
 
 from spectral.db.queries import load_queries
-from spectral.work.model import Thread
+from spectral.work.model import Priority, Thread
 from spectral.work.rows import thread_from_row
 from spectral.work.types import Conn
 
@@ -106,8 +106,14 @@ class CommandRepository:
         return {row["thread_id"]: row["next_sequence"] for row in rows}
 
     async def insert_items(
-        self, conn: Conn, items: Sequence[NewItem], not_before: datetime
+        self,
+        conn: Conn,
+        items: Sequence[NewItem],
+        not_before: datetime,
+        priority: Priority = Priority.NORMAL,
+        delay_seconds: float = 0.0,
     ) -> None:
+        """Insert queued items; they rank ``delay_seconds`` after ``not_before`` (priority.py)."""
         if not items:
             return
         await conn.execute(
@@ -121,6 +127,8 @@ class CommandRepository:
             [json.dumps(dict(i.input)) for i in items],
             list(range(len(items))),
             not_before,
+            priority.value,
+            delay_seconds,
         )
 
     async def close_thread(

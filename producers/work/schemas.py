@@ -4,15 +4,27 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from datetime import datetime
+from decimal import Decimal
 from typing import Annotated, Any
 from uuid import UUID
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
+from producers.work.budgets import BudgetChange
+from producers.work.cancel import MAX_REASON_CHARS, CancelResult
 from producers.work.commands import CommandResult
+from spectral.work.budgets import BudgetView, Period
 from spectral.work.history import History, describe
 from spectral.work.identity import IDENTIFIER_PATTERN
-from spectral.work.model import LedgerEntry, Thread, ThreadView, WorkItem
+from spectral.work.model import (
+    ItemStatus,
+    LedgerEntry,
+    Priority,
+    Thread,
+    ThreadStatus,
+    ThreadView,
+    WorkItem,
+)
 
 Identifier = Annotated[str, StringConstraints(pattern=IDENTIFIER_PATTERN)]
 
@@ -28,7 +40,16 @@ class GenerateEpicRequest(_Model):
     story_backlog_id: Identifier
     epic_id: Identifier
     force: bool = Field(default=False, description="Run again even if a complete thread exists.")
-    org_id: Identifier | None = Field(default=None, description="Selects org-specific routes.")
+    org_id: Identifier | None = Field(
+        default=None,
+        description="The org the work is paid for: selects org-specific routes, its budget and "
+        "its fair share of the executors (tenant org:{org_id}; else the project).",
+    )
+    priority: Priority = Field(
+        default=Priority.NORMAL,
+        description="high | normal | low: order among the tenant's waiting items; an item "
+        "waiting long enough overtakes newer items of a higher priority (ageing).",
+    )
 
 
 class GenerateAllRequest(_Model):
@@ -44,18 +65,108 @@ class GenerateAllRequest(_Model):
     )
     force: bool = False
     org_id: Identifier | None = None
+    priority: Priority = Priority.NORMAL
+
+
+class CancelRequest(_Model):
+    """Cancel a thread (a generate-all: with its whole tree)."""
+
+    reason: str | None = Field(
+        default=None, max_length=MAX_REASON_CHARS, description="Recorded in the ledger."
+    )
+
+
+class CancelResponse(_Model):
+    thread_id: UUID
+    status: ThreadStatus
+    disposition: str = Field(
+        description="canceled (closed now) | canceling (items in flight end canceled when their "
+        "calls answer) | already_requested | already_closed"
+    )
+    canceled_items: int = Field(description="Waiting items ended now, without a call.")
+    in_flight_items: int = Field(
+        description="Items whose call is in flight: their answer is recorded, not applied."
+    )
+
+    @classmethod
+    def of(cls, result: CancelResult) -> CancelResponse:
+        return cls(
+            thread_id=result.thread_id,
+            status=result.status,
+            disposition=result.disposition.value,
+            canceled_items=result.canceled_items,
+            in_flight_items=result.in_flight_items,
+        )
+
+
+class BudgetIn(_Model):
+    """An org's budget: tokens and/or cost (the unit of the configured prices) per period."""
+
+    period: Period = Field(description="hour | day | week | month (UTC calendar) | total")
+    token_limit: int | None = Field(default=None, ge=0, le=2**62)
+    cost_limit: Decimal | None = Field(default=None, ge=0, max_digits=24, decimal_places=9)
+
+
+class BudgetOut(_Model):
+    org_id: str
+    period: str
+    token_limit: int | None
+    cost_limit: Decimal | None
+    updated_at: datetime
+    updated_by: str
+    period_start: datetime | None = Field(description="Null for period total.")
+    spent_tokens: int = Field(description="Settled usage plus reservations not settled yet.")
+    spent_cost: Decimal
+    outstanding_reservations: int
+    parked_items: int = Field(description="Items of the org waiting for this budget.")
+    exhausted: bool
+
+    @classmethod
+    def of(cls, view: BudgetView) -> BudgetOut:
+        return cls(
+            org_id=view.org_id,
+            period=view.period.value,
+            token_limit=view.token_limit,
+            cost_limit=view.cost_limit,
+            updated_at=view.updated_at,
+            updated_by=view.updated_by,
+            period_start=view.period_start,
+            spent_tokens=view.tokens,
+            spent_cost=view.cost,
+            outstanding_reservations=view.outstanding,
+            parked_items=view.parked,
+            exhausted=view.exhausted,
+        )
+
+
+class BudgetChangeOut(_Model):
+    org_id: str
+    budget: BudgetOut | None = Field(description="Null once removed.")
+    resumed_items: int = Field(description="Parked items the change resumed.")
+
+    @classmethod
+    def of(cls, change: BudgetChange) -> BudgetChangeOut:
+        return cls(
+            org_id=change.org_id,
+            budget=BudgetOut.of(change.budget) if change.budget is not None else None,
+            resumed_items=change.resumed,
+        )
+
+
+class BudgetList(_Model):
+    budgets: list[BudgetOut]
 
 
 class ChildOutcome(_Model):
     epic_id: str
     thread_id: UUID
-    status: str
+    status: ThreadStatus
     action: str
 
 
 class CommandResponse(_Model):
     thread_id: UUID
-    status: str
+    status: ThreadStatus
     disposition: str = Field(description="created | existing | noop | retried")
     children: list[ChildOutcome] | None = None
 
@@ -63,13 +174,13 @@ class CommandResponse(_Model):
     def of(cls, result: CommandResult) -> CommandResponse:
         return cls(
             thread_id=result.thread_id,
-            status=result.status.value,
+            status=result.status,
             disposition=result.disposition.value,
             children=[
                 ChildOutcome(
                     epic_id=c.epic_id,
                     thread_id=c.thread_id,
-                    status=c.status.value,
+                    status=c.status,
                     action=c.action.value,
                 )
                 for c in result.children
@@ -81,7 +192,11 @@ class CommandResponse(_Model):
 class ItemOut(_Model):
     work_item_id: UUID
     sequence: int
-    status: str
+    status: ItemStatus = Field(
+        description="queued | claimed | running | failed (a retry waits for not_before) | "
+        "parked (waits for its org's budget: nothing paid, nothing failed) | applied | "
+        "dead_letter | canceled (the last three are terminal)"
+    )
     attempt: int
     lock_scope: str
     not_before: datetime
@@ -89,13 +204,20 @@ class ItemOut(_Model):
     created_at: datetime
     started_at: datetime | None
     finished_at: datetime | None
+    priority: Priority = Priority.NORMAL
+    tenant: str | None = None
+    org_id: str | None = None
+    park_reason: str | None = Field(
+        default=None, description="Why a parked item waits (its org's budget)."
+    )
+    cancel_requested_at: datetime | None = None
 
     @classmethod
     def of(cls, item: WorkItem) -> ItemOut:
         return cls(
             work_item_id=item.work_item_id,
             sequence=item.sequence,
-            status=item.status.value,
+            status=item.status,
             attempt=item.attempt,
             lock_scope=item.lock_scope,
             not_before=item.not_before,
@@ -103,13 +225,20 @@ class ItemOut(_Model):
             created_at=item.created_at,
             started_at=item.started_at,
             finished_at=item.finished_at,
+            priority=item.priority,
+            tenant=item.tenant,
+            org_id=item.org_id,
+            park_reason=item.park_reason,
+            cancel_requested_at=item.cancel_requested_at,
         )
 
 
 class ThreadBrief(_Model):
     thread_id: UUID
     kind: str
-    status: str
+    status: ThreadStatus = Field(
+        description="open | running | complete | failed | canceled (the last three are terminal)"
+    )
     target_ref: dict[str, Any]
     parent_thread_id: UUID | None
     created_at: datetime
@@ -117,18 +246,24 @@ class ThreadBrief(_Model):
     requested_by: str | None = Field(
         default=None, description="Who submitted the command: token:NAME, or db:LOGIN."
     )
+    cancel_requested_at: datetime | None = None
+    cancel_requested_by: str | None = None
+    cancel_reason: str | None = None
 
     @classmethod
     def of(cls, thread: Thread) -> ThreadBrief:
         return cls(
             thread_id=thread.thread_id,
             kind=thread.kind.value,
-            status=thread.status.value,
+            status=thread.status,
             target_ref=dict(thread.target_ref),
             parent_thread_id=thread.parent_thread_id,
             created_at=thread.created_at,
             closed_at=thread.closed_at,
             requested_by=thread.requested_by,
+            cancel_requested_at=thread.cancel_requested_at,
+            cancel_requested_by=thread.cancel_requested_by,
+            cancel_reason=thread.cancel_reason,
         )
 
 

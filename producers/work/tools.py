@@ -1,5 +1,6 @@
-"""Read tools over MCP for durable work (ADR-035): a thread with its child summary and items,
-its execution reconstructed from the ledger, and a project's threads (scope ``work:read``)."""
+"""Tools over MCP for durable work (ADR-035): a thread with its child summary and items, its
+execution reconstructed from the ledger, a project's threads and an org's budget (scope
+``work:read``); cancelling a thread (scope ``work:cancel``)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,9 @@ from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 
 from producers.work.api import project_threads_page
-from producers.work.schemas import HistoryOut, ThreadOut
+from producers.work.budgets import BudgetCommands
+from producers.work.cancel import UnknownThreadError, cancel_thread
+from producers.work.schemas import BudgetOut, CancelResponse, HistoryOut, ThreadOut
 from spectral.auth.scopes import Scope
 from spectral.mcp.tools import Caller, as_json, parse_uuid, tool_errors
 from spectral.work.history import reconstruct
@@ -17,7 +20,7 @@ from spectral.work.identity import check_identifier
 from spectral.work.read import WorkReader
 
 
-def register(server: MCPServer, caller: Caller) -> None:
+def register(server: MCPServer, caller: Caller) -> None:  # noqa: C901 - a function per tool
     resources = caller.resources
 
     @server.tool(
@@ -62,3 +65,38 @@ def register(server: MCPServer, caller: Caller) -> None:
             resources, project_id, active=active, limit=max(1, min(limit, 200)), cursor=cursor
         )
         return as_json(page)
+
+    @server.tool(
+        description="Cancel a work thread (a generate-all: its whole tree). Waiting items end "
+        "canceled without a paid call; an item whose call is in flight records its answer and "
+        "does not apply it; the thread closes canceled. Idempotent. Needs work:cancel."
+    )
+    @tool_errors
+    async def cancel_work_thread(thread_id: str, reason: str | None = None) -> dict[str, Any]:
+        principal = await caller.require(Scope.WORK_CANCEL)
+        try:
+            result = await cancel_thread(
+                resources.producer,
+                parse_uuid(thread_id, "thread_id"),
+                reason=reason,
+                requested_by=principal.actor,
+            )
+        except UnknownThreadError:
+            raise ToolError(f"no thread {thread_id}") from None
+        except ValueError as exc:
+            raise ToolError(str(exc)) from None
+        return as_json(CancelResponse.of(result))
+
+    @server.tool(
+        description="An org's spend budget: its limits per period, what it spent in the current "
+        "period (settled usage plus reservations outstanding) and how many of its items are "
+        "parked waiting for budget. Needs work:read."
+    )
+    @tool_errors
+    async def get_org_budget(org_id: str) -> dict[str, Any]:
+        await caller.require(Scope.WORK_READ)
+        check_identifier(org_id, "org id")
+        view = await BudgetCommands(resources.operator).get(org_id)
+        if view is None:
+            raise ToolError(f"org {org_id} has no budget (its work is not limited)")
+        return as_json(BudgetOut.of(view))

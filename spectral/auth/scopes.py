@@ -2,6 +2,8 @@
 
     work:read      observe threads, their ledger history and documents
     work:submit    submit work commands and put documents (implies work:read)
+    work:cancel    cancel threads and generate-all trees (implies work:read)
+    work:budget    set and remove the spend budgets of orgs (implies work:read)
     triage:read    list failure clusters, read one with its evidence and audit trail
     triage:write   triage a cluster: status, assignee, notes, soft delete (implies triage:read)
     ops:read       consumer lag and progress, dead letters, redrive and replay dry runs
@@ -20,6 +22,8 @@ from typing import Final
 class Scope(StrEnum):
     WORK_READ = "work:read"
     WORK_SUBMIT = "work:submit"
+    WORK_CANCEL = "work:cancel"
+    WORK_BUDGET = "work:budget"
     TRIAGE_READ = "triage:read"
     TRIAGE_WRITE = "triage:write"
     OPS_READ = "ops:read"
@@ -28,6 +32,8 @@ class Scope(StrEnum):
 
 IMPLIES: Final[dict[Scope, frozenset[Scope]]] = {
     Scope.WORK_SUBMIT: frozenset({Scope.WORK_READ}),
+    Scope.WORK_CANCEL: frozenset({Scope.WORK_READ}),
+    Scope.WORK_BUDGET: frozenset({Scope.WORK_READ}),
     Scope.TRIAGE_WRITE: frozenset({Scope.TRIAGE_READ}),
     Scope.OPS_REDRIVE: frozenset({Scope.OPS_READ}),
 }

@@ -55,9 +55,16 @@ cluster triage inbox (ADR-057 D5) and consumer operations.
 
 **Authentication.** Every operation except `/healthz` needs `Authorization: Bearer spt_…`, a
 token made with `spectral tokens create --name NAME --scope SCOPE…`. Scopes: `work:read`,
-`work:submit` (implies work:read), `triage:read`, `triage:write` (implies triage:read),
-`ops:read`, `ops:redrive` (implies ops:read). 401: no valid token; 403: the token lacks the
-scope named in the problem document.
+`work:submit`, `work:cancel`, `work:budget` (each implies work:read), `triage:read`,
+`triage:write` (implies triage:read), `ops:read`, `ops:redrive` (implies ops:read). 401: no
+valid token; 403: the token lacks the scope named in the problem document.
+
+**Durable work.** Commands take a `priority` (`high`, `normal`, `low`; ageing keeps low ones
+from starving) and an `org_id` (its budget, its fair share of the executors). Items are
+`queued`, `claimed`, `running`, `failed` (waiting for a retry), `parked` (waiting for its
+org's budget: not failed, nothing paid; `park_reason` says why), or ended: `applied`,
+`dead_letter`, `canceled`. `POST /threads/{id}/cancel` ends waiting items at once and lets a
+call in flight finish (its answer is recorded, not applied).
 
 **Errors** are `application/problem+json` (RFC 9457); `type` names the problem
 (`/problems/stale-version`, `/problems/missing-scope`, …). Request bodies are limited in size

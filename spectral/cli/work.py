@@ -1,31 +1,50 @@
 """`spectral work ...` and `spectral threads ...`: durable LLM work (ADR-035).
 
-Commands act as the database role spectral_producer, observation as spectral_operator (read
-only). The executor itself runs as a consumer deployment: `spectral consume work-executor`.
+Commands (submit, cancel, budgets) act as the database role spectral_producer, observation as
+spectral_operator (read only). The executor itself runs as a consumer deployment:
+`spectral consume work-executor`.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Awaitable, Callable
+from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
 from uuid import UUID
 
 import typer
 
+from producers.work.budgets import BudgetChange, BudgetCommands
+from producers.work.cancel import UnknownThreadError, cancel_thread
 from producers.work.commands import GenerateAll, GenerateEpic, WorkCommands
-from producers.work.schemas import CommandResponse, HistoryOut, ThreadBrief, ThreadOut
+from producers.work.schemas import (
+    BudgetChangeOut,
+    BudgetOut,
+    CancelResponse,
+    CommandResponse,
+    HistoryOut,
+    ThreadBrief,
+    ThreadOut,
+)
 from spectral.cli._common import EXIT_FAILURE, fail, run, settings
 from spectral.db.connect import pooled
 from spectral.devstack import resolve_database_url
+from spectral.work.budgets import Period
 from spectral.work.history import reconstruct
+from spectral.work.model import Priority
 from spectral.work.read import WorkReader
 
 T = TypeVar("T")
 
 app = typer.Typer(help="Durable LLM work: documents and commands (ADR-035).", no_args_is_help=True)
 threads_app = typer.Typer(help="Observe threads and their execution ledger.", no_args_is_help=True)
+budget_app = typer.Typer(
+    help="Spend budgets per org (tokens and/or cost per period); over budget, work is parked.",
+    no_args_is_help=True,
+)
+app.add_typer(budget_app, name="budget")
 
 PRODUCER = "spectral_producer"
 OPERATOR = "spectral_operator"
@@ -84,8 +103,12 @@ def submit(  # noqa: PLR0917 - typer maps each parameter to an option
         typer.Option("--stop-on-error", help="generate-all: a failed epic cancels unstarted ones."),
     ] = False,
     org: Annotated[
-        str | None, typer.Option("--org", help="Org id (selects org model routes).")
+        str | None,
+        typer.Option("--org", help="Org id: its model routes, its budget, its fair share."),
     ] = None,
+    priority: Annotated[
+        Priority, typer.Option("--priority", help="Order among the tenant's waiting items.")
+    ] = Priority.NORMAL,
     as_json: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
 ) -> None:
     """Submit generate-epic (one --epic) or generate-all (--all); prints thread_id and status."""
@@ -101,15 +124,18 @@ def submit(  # noqa: PLR0917 - typer maps each parameter to an option
                 continue_on_error=not stop_on_error,
                 force=force,
                 org_id=org,
+                priority=priority,
             )
             if all_epics
-            else GenerateEpic(project, backlog, epic[0], force=force, org_id=org)
+            else GenerateEpic(project, backlog, epic[0], force=force, org_id=org, priority=priority)
         )
     except ValueError as exc:
         fail(str(exc))
 
+    step = settings().work_priority_step_seconds
+
     async def go(pool: Any) -> CommandResponse:
-        commands = WorkCommands(pool)
+        commands = WorkCommands(pool, priority_step_seconds=step)
         if isinstance(command, GenerateAll):
             return CommandResponse.of(await commands.generate_all(command))
         return CommandResponse.of(await commands.generate_epic(command))
@@ -121,6 +147,128 @@ def submit(  # noqa: PLR0917 - typer maps each parameter to an option
     typer.echo(f"{result.thread_id} {result.status} ({result.disposition})")
     for child in result.children or []:
         typer.echo(f"  {child.epic_id}: {child.thread_id} {child.status} ({child.action})")
+
+
+@app.command()
+def cancel(
+    thread_id: Annotated[UUID, typer.Argument(help="Thread id (a generate-all: its whole tree).")],
+    reason: Annotated[
+        str | None, typer.Option("--reason", help="Recorded in the ledger (500 chars at most).")
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
+) -> None:
+    """Cancel a thread: waiting items end canceled without a call; an item whose call is in
+    flight records its answer and does not apply it. Idempotent."""
+
+    async def go(pool: Any) -> CancelResponse:
+        try:
+            return CancelResponse.of(await cancel_thread(pool, thread_id, reason=reason))
+        except UnknownThreadError as exc:
+            fail(str(exc))
+        except ValueError as exc:
+            fail(str(exc))
+
+    result = _with_pool(PRODUCER, go)
+    if as_json:
+        _print_json(result.model_dump(mode="json"))
+        return
+    typer.echo(
+        f"{result.thread_id} {result.status} ({result.disposition}): "
+        f"{result.canceled_items} waiting item(s) canceled, "
+        f"{result.in_flight_items} in flight (their answers are recorded, not applied)"
+    )
+
+
+# -- spectral work budget -----------------------------------------------------------------------
+
+
+def _print_budget(budget: BudgetOut) -> None:
+    limits = [
+        *([f"{budget.token_limit:,} tokens"] if budget.token_limit is not None else []),
+        *([f"{budget.cost_limit} cost"] if budget.cost_limit is not None else []),
+    ]
+    typer.echo(
+        f"{budget.org_id}: {' and '.join(limits)} per {budget.period}; spent "
+        f"{budget.spent_tokens:,} tokens / {budget.spent_cost} cost"
+        + (f" since {budget.period_start.isoformat()}" if budget.period_start else "")
+        + f"; {budget.outstanding_reservations} reservation(s) outstanding, "
+        f"{budget.parked_items} item(s) parked" + (" — EXHAUSTED" if budget.exhausted else "")
+    )
+
+
+def _print_change(change: BudgetChange, as_json: bool) -> None:
+    out = BudgetChangeOut.of(change)
+    if as_json:
+        _print_json(out.model_dump(mode="json"))
+        return
+    if out.budget is not None:
+        _print_budget(out.budget)
+    else:
+        typer.echo(f"{out.org_id}: no budget (not limited)")
+    typer.echo(f"{out.resumed_items} parked item(s) resumed")
+
+
+@budget_app.command("set")
+def budget_set(
+    org: Annotated[str, typer.Argument(help="Org id.")],
+    period: Annotated[Period, typer.Option("--period", help="UTC calendar period.")],
+    tokens: Annotated[int | None, typer.Option("--tokens", help="Token limit.", min=0)] = None,
+    cost: Annotated[
+        str | None, typer.Option("--cost", help="Cost limit (the unit of the prices).")
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print as JSON.")] = False,
+) -> None:
+    """Set an org's budget; its parked items resume (and park again if still over it)."""
+    try:
+        cost_limit = Decimal(cost) if cost is not None else None
+    except InvalidOperation:
+        fail(f"--cost {cost!r} is not a number")
+
+    async def go(pool: Any) -> BudgetChange:
+        try:
+            return await BudgetCommands(pool).set(
+                org, period, token_limit=tokens, cost_limit=cost_limit
+            )
+        except ValueError as exc:
+            fail(str(exc))
+
+    _print_change(_with_pool(PRODUCER, go), as_json)
+
+
+@budget_app.command("remove")
+def budget_remove(
+    org: Annotated[str, typer.Argument(help="Org id.")],
+    as_json: Annotated[bool, typer.Option("--json", help="Print as JSON.")] = False,
+) -> None:
+    """Remove an org's budget (it is no longer limited); its parked items resume."""
+    change = _with_pool(PRODUCER, lambda pool: BudgetCommands(pool).remove(org))
+    if change is None:
+        fail(f"org {org!r} has no budget")
+    _print_change(change, as_json)
+
+
+@budget_app.command("show")
+def budget_show(
+    org: Annotated[str | None, typer.Argument(help="Org id (default: every org).")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print as JSON.")] = False,
+) -> None:
+    """Budgets with their spend in the current period and their parked items."""
+
+    async def go(pool: Any) -> list[BudgetOut]:
+        commands = BudgetCommands(pool)
+        if org is None:
+            return [BudgetOut.of(view) for view in await commands.all()]
+        view = await commands.get(org)
+        if view is None:
+            fail(f"org {org!r} has no budget (not limited)")
+        return [BudgetOut.of(view)]
+
+    found = _with_pool(OPERATOR, go)
+    if as_json:
+        _print_json([b.model_dump(mode="json") for b in found])
+        return
+    for budget in found:
+        _print_budget(budget)
 
 
 # -- spectral threads ---------------------------------------------------------------------------
@@ -153,9 +301,19 @@ def show(
         typer.echo(f"children   {counts or 'none'}")
         for child in out.children:
             typer.echo(f"  {child.thread_id} {child.status:<9} {child.target_ref.get('epic_id')}")
+    if out.cancel_requested_at:
+        typer.echo(
+            f"cancel     requested {out.cancel_requested_at.isoformat()} by "
+            f"{out.cancel_requested_by}: {out.cancel_reason or '-'}"
+        )
     for item in out.items:
-        line = f"item {item.sequence}   {item.work_item_id} {item.status} attempt {item.attempt}"
-        if item.error_message:
+        line = (
+            f"item {item.sequence}   {item.work_item_id} {item.status} attempt {item.attempt} "
+            f"({item.priority})"
+        )
+        if item.park_reason:
+            line += f" — parked: {item.park_reason[:160]}"
+        elif item.error_message:
             line += f" — {item.error_message[:120]}"
         typer.echo(line)
 

@@ -44,6 +44,7 @@ NAV: Final = (
     ("clusters", "Triage inbox", f"{PREFIX}/clusters"),
     ("consumers", "Consumers", f"{PREFIX}/consumers"),
     ("threads", "Threads", f"{PREFIX}/threads"),
+    ("budgets", "Budgets", f"{PREFIX}/budgets"),
 )
 
 

@@ -10,10 +10,15 @@ The prompt must carry everything the model needs: ``request.input`` is context f
 the stub and the ledger, and is not sent.
 
 Errors: a timeout, a connection failure, 408, 409, 425, 429 and 5xx are ``TransientError``
-(worth retrying); other 4xx are ``PermanentError`` (their body's excerpt, escaped so it can be
-stored, is in the message). A 2xx answer was paid for: a body that is not JSON (or nested too
-deeply to read), or has no text ``choices[0].message.content``, raises ``UnreadableAnswerError``
-carrying the body's bytes. The content itself comes back exactly as sent (U+0000 and lone
+(worth retrying; an answered status is a ``CallRefusedError``, 429 a ``RateLimitedError``
+carrying the ``Retry-After`` the gateway sent, in seconds or as an HTTP date); other 4xx are
+``RequestRejectedError``, a ``PermanentError`` (their body's excerpt, escaped so it can be
+stored, is in the message). ``max_tokens`` is sent when the request carries one (the model
+route's limit: it makes the spend reserved for the call an upper bound).
+
+A 2xx answer was paid for: a body that is not JSON (or nested too deeply to read), or has no
+text ``choices[0].message.content``, raises ``UnreadableAnswerError`` carrying the body's
+bytes. The content itself comes back exactly as sent (U+0000 and lone
 surrogates included); so does the model name when it is text. The API key never appears in an
 error, a log line or a repr.
 """
@@ -22,20 +27,31 @@ from __future__ import annotations
 
 import asyncio
 import json
+from datetime import UTC, datetime
+from email.utils import parsedate_to_datetime
 from typing import Any, Final
 
 import httpx
 from pydantic import SecretStr
 
 from spectral.db.storable import escape_text
-from spectral.errors import ConfigurationError, PermanentError, TransientError
+from spectral.errors import ConfigurationError, TransientError
 from spectral.llm.router import ModelRouter
-from spectral.llm.seam import SynthesisRequest, SynthesisResponse, UnreadableAnswerError
+from spectral.llm.seam import (
+    CallRefusedError,
+    RateLimitedError,
+    RequestRejectedError,
+    SynthesisRequest,
+    SynthesisResponse,
+    UnreadableAnswerError,
+)
 from spectral.settings import Settings
 
 _RETRYABLE_STATUS: Final = frozenset({408, 409, 425, 429})
 _SERVER_ERROR: Final = 500
 _CLIENT_ERROR: Final = 400
+_TOO_MANY_REQUESTS: Final = 429
+MAX_RETRY_AFTER_SECONDS: Final = 3600.0
 
 
 class OpenAICompatSynthesizer:
@@ -90,6 +106,8 @@ class OpenAICompatSynthesizer:
             "messages": [{"role": "user", "content": request.prompt}],
             "temperature": 0,
         }
+        if request.max_tokens is not None:
+            body["max_tokens"] = request.max_tokens
         try:
             async with asyncio.timeout(self._timeout):  # the whole call, not each phase
                 response = await self._client.post(self._url, json=body, headers=headers)
@@ -98,11 +116,38 @@ class OpenAICompatSynthesizer:
         except httpx.TransportError as exc:
             raise TransientError(f"model endpoint unreachable ({type(exc).__name__})") from exc
         status = response.status_code
+        if status == _TOO_MANY_REQUESTS:
+            wait = retry_after(response.headers.get("retry-after"))
+            raise RateLimitedError(
+                "model endpoint answered 429 (rate limited"
+                + (f", retry after {wait:g} s)" if wait is not None else ")"),
+                retry_after=wait,
+            )
         if status in _RETRYABLE_STATUS or status >= _SERVER_ERROR:
-            raise TransientError(f"model endpoint answered {status}")
+            raise CallRefusedError(f"model endpoint answered {status}", status=status)
         if status >= _CLIENT_ERROR:
-            raise PermanentError(f"model endpoint refused the call: {status} {_excerpt(response)}")
+            raise RequestRejectedError(
+                f"model endpoint refused the call: {status} {_excerpt(response)}", status=status
+            )
         return _parse(response, resolved.model)
+
+
+def retry_after(value: str | None, now: datetime | None = None) -> float | None:
+    """Seconds to wait from a ``Retry-After`` header (delta-seconds or an HTTP date), within
+    [0, 3600]; None when absent or unreadable."""
+    if value is None:
+        return None
+    text = value.strip()
+    if text.isdigit():
+        return min(float(int(text[:10])), MAX_RETRY_AFTER_SECONDS)
+    try:
+        when = parsedate_to_datetime(text)
+    except (TypeError, ValueError, IndexError, OverflowError):
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    seconds = (when - (now or datetime.now(UTC))).total_seconds()
+    return min(max(seconds, 0.0), MAX_RETRY_AFTER_SECONDS)
 
 
 def _excerpt(response: httpx.Response) -> str:

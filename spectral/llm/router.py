@@ -8,18 +8,20 @@ Business code names a *function* ("story_generate"), never a model. Routes come 
 3. ``"{org_id}/*"`` — an org's default;
 4. ``"*"`` — the platform default.
 
-No route -> ``RouteError`` (a ``ConfigurationError``: retrying cannot help).
+No route -> ``RouteError`` (a ``ConfigurationError``: retrying cannot help). The limits and
+prices of each model (concurrency, requests and tokens per minute, max_tokens) are configured
+beside the routes: spectral/llm/limits.py.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
 
 from spectral.errors import ConfigurationError
+from spectral.llm.limits import load_llm_file
 from spectral.settings import Settings
 
 WILDCARD = "*"
@@ -81,13 +83,6 @@ class ModelRouter:
 
 
 def load_routes_file(path: Path) -> dict[str, str]:
-    """Read a JSON object of routes; anything else is a configuration error."""
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise ConfigurationError(f"llm routes file {path}: {exc}") from exc
-    if not isinstance(data, dict) or not all(
-        isinstance(k, str) and isinstance(v, str) for k, v in data.items()
-    ):
-        raise ConfigurationError(f"llm routes file {path}: expected a JSON object of strings")
-    return data
+    """Read the routes of a routes file (a JSON object of routes, or one with ``routes`` and
+    ``limits``: spectral/llm/limits.py); anything else is a configuration error."""
+    return load_llm_file(path)[0]

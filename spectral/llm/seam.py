@@ -8,9 +8,15 @@ implementation and the golden files that lock the stub's output shape.
 
 Errors: implementations raise ``spectral.errors.TransientError`` for failures worth retrying
 (timeouts, 5xx, 429, connection refused) and ``spectral.errors.PermanentError`` for the rest
-(4xx other than 429). An answer that was delivered — and so paid for — but is not what the
-protocol promises (a body that is not a chat completion) raises ``UnreadableAnswerError``,
-which carries the body's bytes: callers record them as the paid answer before anything else.
+(4xx other than 429). When the provider *answered* that it did not do the call (a status, not a
+dropped connection), the error says so — ``CallRefusedError`` (transient: 408, 409, 425, 5xx),
+``RateLimitedError`` (429, with the ``Retry-After`` it asked for) or ``RequestRejectedError``
+(permanent: other 4xx): nothing was charged, so spend reserved for the call is released; after
+a timeout or a dropped connection the outcome is unknown and the reservation stays counted.
+
+An answer that was delivered — and so paid for — but is not what the protocol promises (a
+body that is not a chat completion) raises ``UnreadableAnswerError``, which carries the body's
+bytes: callers record them as the paid answer before anything else.
 
 ``SynthesisResponse.content`` is any ``str`` the provider sent, U+0000 and lone surrogates
 included: callers that store it must use a lossless form (``spectral.db.storable``).
@@ -22,7 +28,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-from spectral.errors import PermanentError
+from spectral.errors import PermanentError, TransientError
 
 
 @dataclass(frozen=True)
@@ -35,6 +41,8 @@ class SynthesisRequest:
     input: Mapping[str, Any]
     idempotency_key: str
     org_id: str | None = None
+    max_tokens: int | None = None
+    """The completion cap to send (the provider limits of the model route), if any."""
 
 
 @dataclass(frozen=True)
@@ -58,6 +66,34 @@ class UnreadableAnswerError(PermanentError):
         self.body = body
         self.model = model
         self.usage: Mapping[str, Any] = usage or {}
+
+
+class CallRefusedError(TransientError):
+    """The provider answered with a status saying it did not do the call (408, 409, 425,
+    5xx): worth retrying, and nothing was charged."""
+
+    def __init__(self, message: str, *, status: int) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class RateLimitedError(CallRefusedError):
+    """429: the provider has no capacity for the call now. ``retry_after`` is how long it
+    asked callers to wait (seconds; None when it did not say). Not charged, and waiting for
+    capacity is not an attempt."""
+
+    def __init__(self, message: str, *, retry_after: float | None = None) -> None:
+        super().__init__(message, status=429)
+        self.retry_after = retry_after
+
+
+class RequestRejectedError(PermanentError):
+    """The provider refused the request itself (4xx other than 408, 409, 425, 429): retrying
+    cannot help, and nothing was charged."""
+
+    def __init__(self, message: str, *, status: int) -> None:
+        super().__init__(message)
+        self.status = status
 
 
 @runtime_checkable

@@ -99,13 +99,19 @@ def item_state_changed(
     error_message: str | None = None,
     correlation_id: UUID | None = None,
 ) -> OutboxItem:
+    if status is ItemStatus.PARKED:
+        raise ValueError("parking is a scheduling condition, not announced as a state change")
+    canceled = status is ItemStatus.CANCELED
     payload = WorkItemStateChangedPayload(
         work_item_id=work_item_id,
         thread_id=thread_id,
         lock_scope=lock_scope,
-        status=status.value,
+        # The contract's status vocabulary is ADR-035's: a canceled item ended without its
+        # mutation, announced as dead_letter with its exact state beside it.
+        status=ItemStatus.DEAD_LETTER.value if canceled else status.value,
         attempt=max(attempt, 1),
         error_message=error_message[:10_000] if error_message else None,
+        state=status.value if canceled else None,
     )
     envelope = work_item_state_changed_event(payload, correlation_id=correlation_id or thread_id)
     return OutboxItem(envelope=envelope, key=lock_scope)

@@ -30,6 +30,7 @@ class ItemOutcome(StrEnum):
     IN_FLIGHT = "in_flight"  # a prompt without response or error: the call runs (or ran, unknown)
     RESPONSE_RECORDED = "response_recorded"  # paid for, not yet applied
     NOT_STARTED = "not_started"
+    CANCELED = "canceled"  # ended by a cancellation (an answer in flight recorded, not applied)
 
 
 @dataclass
@@ -43,9 +44,19 @@ class AttemptHistory:
     mutation: Mapping[str, Any] | None = None
 
     @property
-    def paid(self) -> bool:
-        """A prompt was recorded: a paid call was started for this attempt."""
+    def started(self) -> bool:
+        """A prompt was recorded: a call was sent (at most one) for this attempt."""
         return self.prompt_at is not None
+
+    @property
+    def refused(self) -> bool:
+        """The gateway refused the call for capacity (429): it did nothing and charged nothing."""
+        return any(e.get("kind") == "rate_limited" for e in self.errors)
+
+    @property
+    def paid(self) -> bool:
+        """A paid call was made for this attempt (sent, and not refused for capacity)."""
+        return self.started and not self.refused
 
 
 @dataclass
@@ -90,7 +101,7 @@ def reconstruct(entries: Iterable[LedgerEntry]) -> History:
         item.entries.append(entry)
         _apply(item, entry, problems)
     for item in items.values():
-        numbers = sorted(n for n, a in item.attempts.items() if a.paid)
+        numbers = sorted(n for n, a in item.attempts.items() if a.started)
         if numbers and numbers != list(range(1, len(numbers) + 1)):
             problems.append(f"item {item.work_item_id}: paid attempts {numbers} are not 1..n")
         item.outcome = _outcome(item)
@@ -117,6 +128,10 @@ def _apply(item: ItemHistory, entry: LedgerEntry, problems: list[str]) -> None:
         attempt.errors.append(payload)
 
 
+_ENDED_BY = {"dead_letter": ItemOutcome.DEAD_LETTER, "canceled": ItemOutcome.CANCELED}
+"""What an ``error`` entry's disposition says about its item, when it is the last entry."""
+
+
 def _outcome(item: ItemHistory) -> ItemOutcome:
     last = item.entries[-1] if item.entries else None
     if last is None:
@@ -124,10 +139,7 @@ def _outcome(item: ItemHistory) -> ItemOutcome:
     if any(a.mutation is not None for a in item.attempts.values()):
         return ItemOutcome.APPLIED
     if last.entry_type is EntryType.ERROR:
-        disposition = last.payload.get("disposition")
-        if disposition == "dead_letter":
-            return ItemOutcome.DEAD_LETTER
-        return ItemOutcome.RETRY_SCHEDULED
+        return _ENDED_BY.get(str(last.payload.get("disposition")), ItemOutcome.RETRY_SCHEDULED)
     if any(a.response_at is not None and a.parse_ok is not False for a in item.attempts.values()):
         return ItemOutcome.RESPONSE_RECORDED
     return ItemOutcome.IN_FLIGHT

@@ -36,7 +36,8 @@ ACTIVE_THREAD_STATUSES = frozenset({ThreadStatus.OPEN, ThreadStatus.RUNNING})
 
 class ItemStatus(StrEnum):
     """``failed`` = the last attempt failed transiently and a retry waits for ``not_before``;
-    the terminal states are ``applied`` and ``dead_letter``."""
+    ``parked`` = waiting for its org's budget (nothing paid, nothing failed; it resumes when
+    the budget allows); the terminal states are ``applied``, ``dead_letter`` and ``canceled``."""
 
     QUEUED = "queued"
     CLAIMED = "claimed"
@@ -44,13 +45,27 @@ class ItemStatus(StrEnum):
     APPLIED = "applied"
     FAILED = "failed"
     DEAD_LETTER = "dead_letter"
+    PARKED = "parked"
+    CANCELED = "canceled"
 
     @property
     def terminal(self) -> bool:
         return self in TERMINAL_ITEM_STATUSES
 
 
-TERMINAL_ITEM_STATUSES = frozenset({ItemStatus.APPLIED, ItemStatus.DEAD_LETTER})
+TERMINAL_ITEM_STATUSES = frozenset(
+    {ItemStatus.APPLIED, ItemStatus.DEAD_LETTER, ItemStatus.CANCELED}
+)
+WAITING_ITEM_STATUSES = frozenset({ItemStatus.QUEUED, ItemStatus.FAILED, ItemStatus.PARKED})
+"""Live items no worker holds: a cancellation ends them at once."""
+
+
+class Priority(StrEnum):
+    """The priority a command gives its items (a small fixed set; see priority.py)."""
+
+    HIGH = "high"
+    NORMAL = "normal"
+    LOW = "low"
 
 
 class EntryType(StrEnum):
@@ -83,6 +98,9 @@ class Thread:
     closed_at: datetime | None
     requested_by: str | None = None
     """The principal whose command created the thread (token:NAME, or db:LOGIN)."""
+    cancel_requested_at: datetime | None = None
+    cancel_requested_by: str | None = None
+    cancel_reason: str | None = None
 
 
 @dataclass(frozen=True)
@@ -103,6 +121,14 @@ class WorkItem:
     created_at: datetime
     started_at: datetime | None
     finished_at: datetime | None
+    priority: Priority = Priority.NORMAL
+    tenant: str | None = None
+    """What fair claims share capacity by: ``org:{org_id}``, else ``project:{project_id}``."""
+    org_id: str | None = None
+    cancel_requested_at: datetime | None = None
+    park_reason: str | None = None
+    route: str | None = None
+    """The model the current lease's call goes to (provider limits)."""
 
 
 @dataclass(frozen=True)

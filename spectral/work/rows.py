@@ -13,6 +13,7 @@ from spectral.work.model import (
     EntryType,
     ItemStatus,
     LedgerEntry,
+    Priority,
     Thread,
     ThreadKind,
     ThreadStatus,
@@ -40,6 +41,9 @@ def thread_from_row(row: asyncpg.Record | Mapping[str, Any]) -> Thread:
         updated_at=row["updated_at"],
         closed_at=row["closed_at"],
         requested_by=row.get("requested_by"),
+        cancel_requested_at=row.get("cancel_requested_at"),
+        cancel_requested_by=row.get("cancel_requested_by"),
+        cancel_reason=row.get("cancel_reason"),
     )
 
 
@@ -61,6 +65,12 @@ def item_from_row(row: asyncpg.Record | Mapping[str, Any]) -> WorkItem:
         created_at=row["created_at"],
         started_at=row["started_at"],
         finished_at=row["finished_at"],
+        priority=Priority(row.get("priority") or Priority.NORMAL),
+        tenant=row.get("tenant"),
+        org_id=row.get("org_id"),
+        cancel_requested_at=row.get("cancel_requested_at"),
+        park_reason=row.get("park_reason"),
+        route=row.get("route"),
     )
 
 

@@ -7,6 +7,7 @@ Behaviour is scripted by markers in the prompt (the executor's prompt carries th
 
 * ``[slow:S]``         — sleep S seconds before answering (a call in flight to kill the caller in);
 * ``[transient:N]``    — answer 503 to the first N calls of that work item (key prefix), then OK;
+* ``[ratelimited:N:S]`` — answer 429 with ``Retry-After: S`` to the first N calls of that item;
 * ``[permanent]``      — answer 400;
 * ``[invalid]``        — answer 200 with content that is not the promised JSON;
 * ``[script:NAME]``    — answer ``scripts[NAME]``: a status and the exact body bytes (hostile
@@ -31,6 +32,7 @@ from fastapi.responses import JSONResponse, Response
 
 _SLOW = re.compile(r"\[slow:(\d+(?:\.\d+)?)\]")
 _TRANSIENT = re.compile(r"\[transient:(\d+)\]")
+_RATE_LIMITED = re.compile(r"\[ratelimited:(\d+):(\d+)\]")
 _EPIC = re.compile(r"epic (\S+?):")
 _SCRIPT = re.compile(r"\[script:([A-Za-z0-9_-]+)\]")
 
@@ -99,6 +101,13 @@ class FakeModelServer:
             transient = _TRANSIENT.search(prompt)
             if transient and earlier < int(transient.group(1)):
                 return JSONResponse({"error": {"message": "overloaded"}}, status_code=503)
+            limited = _RATE_LIMITED.search(prompt)
+            if limited and earlier < int(limited.group(1)):
+                return JSONResponse(
+                    {"error": {"message": "rate limited"}},
+                    status_code=429,
+                    headers={"Retry-After": limited.group(2)},
+                )
             script = _SCRIPT.search(prompt)
             if script:
                 status, raw = self.scripts[script.group(1)]

@@ -3,10 +3,12 @@ gateway, for the executor's fault tests."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -60,6 +62,23 @@ def running_executor(env: dict[str, str], log: Path) -> Iterator[subprocess.Pope
         process.send_signal(signal.SIGTERM)
         code = process.wait(timeout=60)
     assert code == 0, tail(log)
+
+
+async def wait_until(
+    what: str, check: object, timeout: float, log: Path, interval: float = 0.1
+) -> None:
+    """Wait until ``check`` (a value, or a callable returning one or an awaitable) is true;
+    fail with the executor log's tail after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        result = check() if callable(check) else check
+        if asyncio.iscoroutine(result):
+            result = await result
+        if result:
+            return
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what} within {timeout}s\n{tail(log)}")
+        await asyncio.sleep(interval)
 
 
 def tail(log: Path, chars: int = 4000) -> str:

@@ -35,7 +35,7 @@ from producers.work.commands import GenerateAll
 from spectral.db.migrate import migrate
 from spectral.devstack.postgres import LocalPostgres
 from tests.fakes.openai_server import FakeModelServer
-from tests.faults.executor_support import executor_env, start_executor, tail
+from tests.faults.executor_support import executor_env, start_executor, tail, wait_until
 from tests.integration.work.kafka_support import create_work_topic
 from tests.integration.work.support import PROJECT, backlog, harness
 
@@ -46,19 +46,6 @@ CALL_SECONDS = 3.0
 LLM_TIMEOUT = 8.0
 LEASE_TIMEOUT = 18.0  # the shortest allowed: the model timeout + 10 s
 OUTAGE = 25.0  # longer than the lease timeout
-
-
-async def _wait(what: str, check: object, timeout: float, log: Path) -> None:
-    deadline = time.monotonic() + timeout
-    while True:
-        result = check() if callable(check) else check
-        if asyncio.iscoroutine(result):
-            result = await result
-        if result:
-            return
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what} within {timeout}s\n{tail(log)}")
-        await asyncio.sleep(0.1)
 
 
 def _journaled(journal: Path, items: set[str]) -> int:
@@ -125,15 +112,15 @@ class _Stack:
 async def _outage_longer_than_the_lease(s: _Stack) -> None:
     assert s.executor is not None
     items = await _submit(s.url, "doc-a")
-    await _wait("all calls in flight", lambda: len(s.server.snapshot()) == ITEMS, 60, s.log)
+    await wait_until("all calls in flight", lambda: len(s.server.snapshot()) == ITEMS, 60, s.log)
     s.database.stop()
     started = time.monotonic()
-    await _wait("all answers delivered", lambda: len(s.server.answered) == ITEMS, 30, s.log)
-    await _wait("answers journaled", lambda: _journaled(s.journal, items) == ITEMS, 10, s.log)
+    await wait_until("all answers delivered", lambda: len(s.server.answered) == ITEMS, 30, s.log)
+    await wait_until("answers journaled", lambda: _journaled(s.journal, items) == ITEMS, 10, s.log)
     await asyncio.sleep(max(OUTAGE - (time.monotonic() - started), 0))
     assert s.executor.poll() is None, tail(s.log)
     s.database.start()
-    await _wait("doc-a applied", lambda: _settled(s.url, "doc-a"), 90, s.log)
+    await wait_until("doc-a applied", lambda: _settled(s.url, "doc-a"), 90, s.log)
     paid = _calls(s.server, 0)
     assert len(paid) == ITEMS  # one paid call per item: nothing paid twice
     assert set(Counter(paid).values()) == {1}
@@ -143,15 +130,19 @@ async def _outage_longer_than_the_lease(s: _Stack) -> None:
 async def _sigkill_during_the_outage(s: _Stack) -> None:
     assert s.executor is not None
     items = await _submit(s.url, "doc-b")
-    await _wait("all calls in flight", lambda: len(s.server.snapshot()) == 2 * ITEMS, 60, s.log)
+    await wait_until(
+        "all calls in flight", lambda: len(s.server.snapshot()) == 2 * ITEMS, 60, s.log
+    )
     s.database.stop()
-    await _wait("all answers delivered", lambda: len(s.server.answered) == 2 * ITEMS, 30, s.log)
-    await _wait("answers journaled", lambda: _journaled(s.journal, items) == ITEMS, 10, s.log)
+    await wait_until(
+        "all answers delivered", lambda: len(s.server.answered) == 2 * ITEMS, 30, s.log
+    )
+    await wait_until("answers journaled", lambda: _journaled(s.journal, items) == ITEMS, 10, s.log)
     os.kill(s.executor.pid, signal.SIGKILL)
     s.executor.wait(timeout=10)
     s.database.start()
     s.executor = start_executor(s.env, s.log)
-    await _wait("doc-b applied", lambda: _settled(s.url, "doc-b"), LEASE_TIMEOUT + 90, s.log)
+    await wait_until("doc-b applied", lambda: _settled(s.url, "doc-b"), LEASE_TIMEOUT + 90, s.log)
     paid = _calls(s.server, ITEMS)
     assert len(paid) == ITEMS  # the journal's answers were reused, none paid again
     assert set(Counter(paid).values()) == {1}

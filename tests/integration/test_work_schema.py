@@ -155,6 +155,15 @@ async def test_roles_get_what_they_need_and_nothing_more(database_url: str) -> N
                 uuid.uuid4(),
                 thread,
             )
+        # Commands append cancellation entries through a function that takes nothing else.
+        with pytest.raises(asyncpg.InsufficientPrivilegeError, match="only cancellation"):
+            await producer.execute(
+                "SELECT work.append_cancellation_entries(ARRAY[$1::uuid], ARRAY[$2::uuid], "
+                'ARRAY[NULL::uuid], ARRAY[0], ARRAY[\'{"kind": "response"}\'], '
+                "ARRAY[repeat('d', 64)])",
+                uuid.uuid4(),
+                thread,
+            )
         assert await operator.fetchval("SELECT count(*) FROM work.ledger_entries") == 1
         with pytest.raises(asyncpg.InsufficientPrivilegeError):
             await operator.execute("UPDATE work.threads SET status = 'canceled'")

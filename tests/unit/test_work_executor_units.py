@@ -287,7 +287,13 @@ def test_metrics_have_the_adr_0008_names_and_fixed_label_sets() -> None:
     assert float(buckets[-2]) == pytest.approx(65.536)
     assert len(DURATION_BUCKETS) == 17
     depth = [s for m in registry.collect() for s in m.samples if s.name == "work_queue_depth"]
-    assert {s.labels["status"] for s in depth} == {"queued", "claimed", "running", "failed"}
+    assert {s.labels["status"] for s in depth} == {
+        "queued",
+        "claimed",
+        "running",
+        "failed",
+        "parked",
+    }
 
 
 # -- the worker pool ----------------------------------------------------------------------------

@@ -129,8 +129,8 @@ async def test_replaying_the_executor_pays_nothing_twice_and_a_dry_run_pays_noth
         await h.admin.execute("DELETE FROM core.event_handled WHERE consumer = $1", CONSUMER)
         rebuilt = await run_replay(current, _factory(current, model), ReplayRequest(Beginning()))
         assert rebuilt.counts[Outcome.STALE] == len(dedup)
-        assert rebuilt.facts.get("claimed", 0) == 0
-        await asyncio.sleep(0.5)  # a sweeper started by the replay would have claimed it by now
+        assert rebuilt.facts.get("waiting", 0) == 0
+        await asyncio.sleep(0.5)  # background claims started by the replay would have it by now
         assert model.total == paid
         assert await _state(h.admin) == state
         assert [r["status"] for r in await h.items()].count("queued") == 1
@@ -153,9 +153,9 @@ async def _dry_run_never_pays(
     database_url: str,
     model: ScriptedSynthesizer,
 ) -> None:
-    """New items whose events are on the topic while no executor runs: a dry run claims them
-    inside its transaction (so it reports the claims) but never calls the model, and afterwards
-    the items are still queued, unclaimed, with no ledger row."""
+    """New items whose events are on the topic while no executor runs: a dry run reports their
+    deliveries as wake-ups of waiting items but claims and calls nothing (its transaction only
+    reads them), and afterwards the items are still queued, unclaimed, with no ledger row."""
     paid = model.total
     await h.commands.put_document(PROJECT, "backlog-2", backlog("Delta", "Epsilon", "Zeta"))
     await h.commands.generate_epic(GenerateEpic(PROJECT, "backlog-2", "E1"))
@@ -171,15 +171,15 @@ async def _dry_run_never_pays(
         dry = await run_replay(
             current, _factory(current, model), ReplayRequest(Beginning(), mode=Mode.DRY_RUN)
         )
-    # No sweep ran (a replay starts no background work), so none was even attempted.
-    assert not any(e["event"] == "sweep failed" for e in logs)
+    # No sweep or claim ran (a replay starts no background work), so none was even attempted.
+    assert not any(e["event"] in ("sweep failed", "claim failed") for e in logs)
     assert dry.complete
     assert not dry.committed
-    # The deliveries of the new item and of step 2's (relayed meanwhile): claimed.
+    # The deliveries of the new item and of step 2's (relayed meanwhile): wake-ups.
     assert dry.counts[Outcome.APPLIED] == 2
-    assert dry.facts["claimed"] == 2
+    assert dry.facts["waiting"] == 2
     changes = {c.table: c for c in dry.changes}
-    assert changes["work.work_items"].updated == 2
+    assert "work.work_items" not in changes or changes["work.work_items"].updated == 0
     assert changes["core.event_handled"].inserted == 2
     await asyncio.sleep(0.5)  # anything the dry run might have started would show by now
     assert model.total == paid

@@ -14,6 +14,7 @@ import pytest
 from spectral.auth.scopes import Scope, effective
 from spectral.settings import Settings
 from tests.integration.surfaces.support import Surface, seed_clusters, surface
+from tests.integration.work.support import DOCUMENT, PROJECT, backlog
 
 pytestmark = pytest.mark.integration
 
@@ -44,6 +45,12 @@ async def console(
     (cluster,) = await seed_clusters(database_url, 1)
     topic = f"{settings.topic_prefix}platform.failure_cluster.detected"
     async with surface(settings, database_url, kafka_bootstrap) as s:
+        setup = await s.client(Scope.WORK_SUBMIT, name="setup")
+        async with setup:
+            put = await setup.put(f"/projects/{PROJECT}/documents/{DOCUMENT}", json=backlog("A"))
+            assert put.status_code == 201
+            cmd = {"project_id": PROJECT, "story_backlog_id": DOCUMENT, "epic_id": "E1"}
+            thread = (await setup.post("/commands/story-backlog/generate-epic", json=cmd)).json()
         pages = [
             Page("GET", "/console/clusters", Scope.TRIAGE_READ),
             Page("GET", f"/console/clusters/{cluster}", Scope.TRIAGE_READ),
@@ -62,6 +69,20 @@ async def console(
                 (("topic", topic), ("confirm", "1")),
             ),
             Page("GET", "/console/threads?project=p1", Scope.WORK_READ),
+            Page("GET", f"/console/threads/{thread['thread_id']}", Scope.WORK_READ),
+            Page(
+                "POST",
+                f"/console/threads/{thread['thread_id']}/cancel",
+                Scope.WORK_CANCEL,
+                (("reason", "not needed"),),
+            ),
+            Page("GET", "/console/budgets", Scope.WORK_READ),
+            Page(
+                "POST",
+                "/console/budgets",
+                Scope.WORK_BUDGET,
+                (("org_id", "acme"), ("period", "day"), ("tokens", "1000")),
+            ),
         ]
         yield Console(s, pages, topic)
 
@@ -159,3 +180,30 @@ async def test_another_site_cannot_log_a_browser_in(console: Console) -> None:
         own = await http.post("/console/login", data={"token": token}, headers=headers)
         assert own.status_code == 303, own.text
         assert "spectral_session=" in own.headers["set-cookie"]
+
+
+async def test_the_thread_page_offers_cancel_only_to_work_cancel_and_shows_the_outcome(
+    console: Console,
+) -> None:
+    http = console.s.http
+    thread_page = next(p for p in console.pages if p.path.startswith("/console/threads/"))
+    reader = await console.s.token("reader", Scope.WORK_READ)
+    shown = await _send(http, thread_page, reader)
+    assert 'id="cancel-thread"' not in shown.text
+    canceler = await console.s.token("canceler", Scope.WORK_CANCEL)
+    shown = await _send(http, thread_page, canceler)
+    assert 'id="cancel-thread"' in shown.text
+    cancel = next(p for p in console.pages if p.path.endswith("/cancel"))
+    done = await _send(http, cancel, canceler, form={"reason": "<b>stop</b>"})
+    assert done.status_code == 303
+    shown = await _send(http, thread_page, canceler)
+    assert 'id="cancel-notice"' in shown.text
+    assert "&lt;b&gt;stop&lt;/b&gt;" in shown.text
+    assert 'class="badge s-canceled" id="thread-status">canceled' in shown.text
+    assert 'id="cancel-thread"' not in shown.text  # nothing left to cancel
+    budgeter = await console.s.token("budgeter", Scope.WORK_BUDGET)
+    budget_form = next(p for p in console.pages if p.path == "/console/budgets" and p.form)
+    assert (await _send(http, budget_form, budgeter)).status_code == 303
+    listing = await _send(http, Page("GET", "/console/budgets", Scope.WORK_READ), reader)
+    assert 'id="budget-acme"' in listing.text
+    assert 'id="set-budget"' not in listing.text  # reading is not setting

@@ -87,6 +87,21 @@ async def world(
                 Scope.WORK_SUBMIT,
                 backlog("A"),
             ),
+            Call(
+                "PUT",
+                "/orgs/acme/budget",
+                Scope.WORK_BUDGET,
+                {"period": "day", "token_limit": 1000, "cost_limit": "2.5"},
+            ),
+            Call("GET", "/orgs/acme/budget", Scope.WORK_READ),
+            Call("GET", "/budgets", Scope.WORK_READ),
+            Call("DELETE", "/orgs/acme/budget", Scope.WORK_BUDGET),
+            Call(
+                "POST",
+                f"/threads/{thread['thread_id']}/cancel",
+                Scope.WORK_CANCEL,
+                {"reason": "checked"},
+            ),
             Call("GET", "/clusters", Scope.TRIAGE_READ),
             Call("GET", f"/clusters/{cluster}", Scope.TRIAGE_READ),
             Call(
@@ -292,7 +307,17 @@ async def test_the_openapi_document_names_every_operation_status_and_scheme(worl
         "generate_epic",
         "list_project_threads",
         "redrive_dead_letters",
+        "cancel_work_thread",
+        "list_budgets",
+        "get_budget",
+        "put_budget",
+        "delete_budget",
     } <= set(ids)
+    cancel = spec["paths"]["/threads/{thread_id}/cancel"]["post"]["responses"]
+    assert {"200", "202", "404"} <= set(cancel)
+    schemas = spec["components"]["schemas"]
+    assert {"parked", "canceled"} <= set(schemas["ItemStatus"]["enum"])
+    assert "canceled" in schemas["ThreadStatus"]["enum"]
     patch = spec["paths"]["/clusters/{cluster_id}"]["patch"]["responses"]
     assert {"409", "412", "428"} <= set(patch)
     generate = spec["paths"]["/commands/story-backlog/generate-epic"]["post"]["responses"]

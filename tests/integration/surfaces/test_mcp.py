@@ -43,9 +43,17 @@ TOOLS = {
     "get_thread": Scope.WORK_READ,
     "get_thread_history": Scope.WORK_READ,
     "list_project_threads": Scope.WORK_READ,
+    "cancel_work_thread": Scope.WORK_CANCEL,
+    "get_org_budget": Scope.WORK_READ,
     "dead_letter_summary": Scope.OPS_READ,
     "list_dead_letters": Scope.OPS_READ,
     "consumer_lag": Scope.OPS_READ,
+}
+UNKNOWN_IDS = {
+    "get_thread": "no thread",
+    "get_thread_history": "no thread",
+    "cancel_work_thread": "no thread",
+    "get_org_budget": "has no budget",
 }
 
 
@@ -248,6 +256,8 @@ async def test_every_tool_under_every_scope(
         "get_thread": {"thread_id": str(uuid.uuid4())},
         "get_thread_history": {"thread_id": str(uuid.uuid4())},
         "list_project_threads": {"project_id": "p1"},
+        "cancel_work_thread": {"thread_id": str(uuid.uuid4()), "reason": "test"},
+        "get_org_budget": {"org_id": "acme"},
         "dead_letter_summary": {},
         "list_dead_letters": {"topic": topic},
         "consumer_lag": {},
@@ -264,9 +274,9 @@ async def test_every_tool_under_every_scope(
                     result = await client.call_tool(tool, arguments[tool])
                     lacks = "lacks the scope" in _text(result)
                     assert lacks == (needed not in effective([scope])), (tool, scope, _text(result))
-                    if not lacks and tool.startswith("get_thread"):
-                        assert result.is_error  # an unknown thread: a clear error, not a crash
-                        assert "no thread" in _text(result)
+                    if not lacks and tool in UNKNOWN_IDS:
+                        assert result.is_error  # an unknown id: a clear error, not a crash
+                        assert UNKNOWN_IDS[tool] in _text(result)
                     elif not lacks:
                         assert not result.is_error, (tool, _text(result))
     finally:

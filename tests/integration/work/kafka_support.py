@@ -73,7 +73,7 @@ async def settled(admin: asyncpg.Pool, timeout: float = 60.0) -> None:
     while True:
         live = await admin.fetchval(
             "SELECT (SELECT count(*) FROM work.work_items "
-            "        WHERE status NOT IN ('applied', 'dead_letter')) "
+            "        WHERE status NOT IN ('applied', 'dead_letter', 'canceled')) "
             "     + (SELECT count(*) FROM work.threads WHERE status IN ('open', 'running'))"
         )
         if live == 0:

@@ -12,17 +12,20 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
-from uuid import UUID
+from uuid import UUID, uuid4
 
 import asyncpg
 from prometheus_client import CollectorRegistry
 
+from consumers.work_executor.claims import ClaimRepository
 from consumers.work_executor.executor import ExecutorConfig
 from consumers.work_executor.handler import WorkExecutorHandler
 from consumers.work_executor.metrics import ExecutorMetrics
+from consumers.work_executor.schedule import Resolve
 from producers.work.commands import WorkCommands
 from spectral.db.connect import create_pool
 from spectral.errors import PermanentError, TransientError
+from spectral.llm.limits import ProviderLimits
 from spectral.llm.seam import SynthesisRequest, SynthesisResponse
 from spectral.llm.stub import StubSynthesizer
 from spectral.observability.logging import configure_logging
@@ -55,6 +58,8 @@ class ScriptedSynthesizer:
     def __init__(self) -> None:
         self.keys: Counter[str] = Counter()
         self.items: Counter[str] = Counter()
+        self.in_flight = 0
+        self.most_in_flight = 0
         self._stub = StubSynthesizer()
 
     @property
@@ -68,7 +73,12 @@ class ScriptedSynthesizer:
         prompt = request.prompt
         slow = _SLOW.search(prompt)
         if slow:
-            await asyncio.sleep(float(slow.group(1)))
+            self.in_flight += 1
+            self.most_in_flight = max(self.most_in_flight, self.in_flight)
+            try:
+                await asyncio.sleep(float(slow.group(1)))
+            finally:
+                self.in_flight -= 1
         if "[transient:always]" in prompt:
             raise TransientError("model overloaded (scripted)")
         transient = _TRANSIENT.search(prompt)
@@ -86,6 +96,7 @@ class Harness:
     commands: WorkCommands
     reader: WorkReader
     admin: asyncpg.Pool
+    producer: asyncpg.Pool
 
     async def items(self) -> list[asyncpg.Record]:
         return await self.admin.fetch(
@@ -123,10 +134,18 @@ async def harness(database_url: str) -> AsyncIterator[Harness]:
     operator = await create_pool(database_url, role="spectral_operator", max_size=2)
     admin = await create_pool(database_url, max_size=2)
     try:
-        yield Harness(WorkCommands(producer), WorkReader(operator), admin)
+        yield Harness(WorkCommands(producer), WorkReader(operator), admin, producer)
     finally:
         for pool in (producer, operator, admin):
             await pool.close()
+
+
+async def claim(pool: asyncpg.Pool, count: int, worker: str = "test") -> list[tuple[UUID, UUID]]:
+    """Lease ``count`` waiting items under one token, as the executor's claims do (fairly, with
+    their spend reserved; no provider limits, no router)."""
+    claims = ClaimRepository(pool, resolve=lambda _f, _o: None, limits=ProviderLimits())
+    claimed = await claims.claim(count, uuid4(), worker)
+    return claimed.jobs
 
 
 def executor_settings(settings: Settings, **overrides: Any) -> Settings:
@@ -149,6 +168,8 @@ async def executor(
     worker: str = "w1",
     lease_timeout: float = 30.0,
     registry: CollectorRegistry | None = None,
+    limits: ProviderLimits | None = None,
+    resolve: Resolve | None = None,
 ) -> AsyncIterator[WorkExecutorHandler]:
     handler = WorkExecutorHandler(
         settings,
@@ -158,8 +179,9 @@ async def executor(
         ExecutorConfig(
             worker_id=worker,
             lease_timeout_seconds=lease_timeout,
-            claim_grace_seconds=0.0,
+            limits=limits or ProviderLimits(),
         ),
+        resolve=resolve,
     )
     try:
         yield handler
@@ -168,19 +190,25 @@ async def executor(
 
 
 async def run_until_settled(
-    handler: WorkExecutorHandler, admin: asyncpg.Pool, timeout: float = 30.0
+    handler: WorkExecutorHandler,
+    admin: asyncpg.Pool,
+    timeout: float = 30.0,
+    *,
+    parked_ok: bool = False,
 ) -> None:
-    """Sweep and drain until no item is queued, claimed, running or waiting for a retry."""
+    """Sweep and drain until no item is queued, claimed, running or waiting for a retry — nor
+    parked, unless ``parked_ok`` (parked items wait for their budget)."""
+    live = ["queued", "claimed", "running", "failed", *([] if parked_ok else ["parked"])]
     deadline = time.monotonic() + timeout
     while True:
         await handler.sweep_once()
         await handler.drain()
-        live = await admin.fetchval(
-            "SELECT count(*) FROM work.work_items WHERE status NOT IN ('applied', 'dead_letter')"
+        left = await admin.fetchval(
+            "SELECT count(*) FROM work.work_items WHERE status = ANY($1::text[])", live
         )
-        if live == 0:
+        if left == 0:
             await handler.sweep_once()  # settles parents left open, refreshes gauges
             return
         if time.monotonic() > deadline:
-            raise AssertionError(f"{live} items still live after {timeout}s")
+            raise AssertionError(f"{left} items still live after {timeout}s")
         await asyncio.sleep(0.05)

@@ -151,3 +151,115 @@ def test_spectral_api_serves_the_openapi_document(spectral_env: dict[str, str]) 
     finally:
         server.terminate()
         server.wait(timeout=15)
+
+
+async def test_priority_cancel_and_budgets_from_the_command_line(
+    database_url: str, settings: Settings, spectral_env: dict[str, str], tmp_path: Path
+) -> None:
+    document = tmp_path / "backlog.json"
+    document.write_text(json.dumps(backlog("Checkout", "Search")))
+    _spectral(
+        spectral_env,
+        "work",
+        "put-document",
+        str(document),
+        "--project",
+        PROJECT,
+        "--document",
+        DOCUMENT,
+    )
+    submitted = json.loads(
+        _spectral(
+            spectral_env,
+            "work",
+            "submit",
+            "--project",
+            PROJECT,
+            "--backlog",
+            DOCUMENT,
+            "--all",
+            "--org",
+            "acme",
+            "--priority",
+            "low",
+            "--json",
+        ).stdout
+    )
+    wrong = _spectral(
+        spectral_env,
+        "work",
+        "submit",
+        "--project",
+        PROJECT,
+        "--backlog",
+        DOCUMENT,
+        "--epic",
+        "E1",
+        "--priority",
+        "urgent",
+        check=False,
+    )
+    assert wrong.returncode == 2
+    assert "urgent" in wrong.stderr
+    set_budget = json.loads(
+        _spectral(
+            spectral_env,
+            "work",
+            "budget",
+            "set",
+            "acme",
+            "--period",
+            "day",
+            "--tokens",
+            "5000",
+            "--cost",
+            "1.5",
+            "--json",
+        ).stdout
+    )
+    assert set_budget["budget"]["token_limit"] == 5000
+    assert set_budget["budget"]["cost_limit"] == "1.500000000"
+    bad = _spectral(
+        spectral_env,
+        "work",
+        "budget",
+        "set",
+        "acme",
+        "--period",
+        "day",
+        "--cost",
+        "lots",
+        check=False,
+    )
+    assert bad.returncode != 0
+    assert "not a number" in bad.stderr
+    shown = _spectral(spectral_env, "work", "budget", "show", "acme")
+    assert "5,000 tokens" in shown.stdout
+    canceled = json.loads(
+        _spectral(
+            spectral_env,
+            "work",
+            "cancel",
+            submitted["thread_id"],
+            "--reason",
+            "later",
+            "--json",
+        ).stdout
+    )
+    assert (canceled["status"], canceled["disposition"], canceled["canceled_items"]) == (
+        "canceled",
+        "canceled",
+        2,
+    )
+    again = _spectral(spectral_env, "work", "cancel", submitted["thread_id"])
+    assert "already_closed" in again.stdout
+    show = _spectral(spectral_env, "threads", "show", submitted["thread_id"])
+    assert "cancel     requested" in show.stdout
+    assert "later" in show.stdout
+    removed = _spectral(spectral_env, "work", "budget", "remove", "acme")
+    assert "no budget" in removed.stdout
+    missing = _spectral(
+        spectral_env, "work", "cancel", "00000000-0000-0000-0000-000000000000", check=False
+    )
+    assert missing.returncode == 1
+    assert "no thread" in missing.stderr

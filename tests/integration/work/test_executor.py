@@ -8,7 +8,6 @@ import asyncio
 import json
 from datetime import datetime
 from typing import Any
-from uuid import uuid4
 
 import pytest
 from prometheus_client import CollectorRegistry
@@ -24,6 +23,7 @@ from tests.integration.work.support import (
     PROJECT,
     ScriptedSynthesizer,
     backlog,
+    claim,
     executor,
     executor_settings,
     harness,
@@ -235,8 +235,8 @@ async def test_stop_on_error_cancels_siblings_that_have_not_started(
         }
         assert statuses == {
             "E1": ("dead_letter", "failed"),
-            "E2": ("dead_letter", "canceled"),
-            "E3": ("dead_letter", "canceled"),
+            "E2": ("canceled", "canceled"),
+            "E3": ("canceled", "canceled"),
         }
         assert model.total == 1
         assert await h.thread_status(parent.thread_id) == "failed"
@@ -326,10 +326,8 @@ async def _crash_after(database_url: str, item_id: Any, *, respond: bool, attemp
     pool = await create_pool(database_url, role="spectral_executor")
     try:
         repo = ExecutorRepository(pool)
-        token = uuid4()
-        async with pool.acquire() as conn, conn.transaction():
-            claimed = await repo.claim_delivered(conn, [item_id], token, "dead-worker")
-        assert claimed == [item_id]
+        ((claimed, token),) = await claim(pool, 1, "dead-worker")
+        assert claimed == item_id
         loaded = await repo.load(item_id)
         assert loaded is not None
         await repo.start_attempt(loaded, token, attempt, {"prompt": "p", "idempotency_key": "k"})

@@ -37,6 +37,7 @@ from tests.integration.work.support import (
     PROJECT,
     ScriptedSynthesizer,
     backlog,
+    claim,
     executor_settings,
     harness,
 )
@@ -65,10 +66,9 @@ async def _claimed(database_url: str, count: int) -> AsyncIterator[list[Job]]:
     """Claim ``count`` due items under one lease token, as a delivery batch would."""
     pool = await create_pool(database_url, role="spectral_executor")
     try:
-        token = uuid4()
-        items = await ExecutorRepository(pool).claim_due(count, token, "test", 0.0)
-        assert len(items) == count
-        yield [(item, token) for item in items]
+        jobs = await claim(pool, count)
+        assert len(jobs) == count
+        yield jobs
     finally:
         await pool.close()
 

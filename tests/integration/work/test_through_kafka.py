@@ -4,7 +4,10 @@
 from __future__ import annotations
 
 import asyncio
+import time
+from typing import Any
 
+import asyncpg
 import pytest
 from prometheus_client import CollectorRegistry
 
@@ -66,14 +69,11 @@ async def test_commands_reach_the_executor_through_the_outbox_and_kafka(
         assert model.total == 4
         assert set(model.keys.values()) == {1}  # never two calls under one attempt key
         assert await h.thread_status(parent.thread_id) == "failed"  # E3 failed; E1, E2 did not
-        # The items were claimed from Kafka deliveries (the sweep leaves fresh items to events),
-        # including the retry, delivered by its delayed outbox row when it came due.
-        handled = await h.admin.fetch(
-            "SELECT idempotency_key, outcome FROM core.event_handled "
-            "WHERE consumer = 'work-executor' ORDER BY handled_at"
-        )
-        assert len(handled) == 4
-        assert {r["outcome"] for r in handled} == {"applied"}
+        # Every delivery was a wake-up (applied: its item was still waiting) or came after the
+        # claims had taken its item (stale) — including the retry's, delivered by its delayed
+        # outbox row when it came due.
+        handled = await _handled(h.admin, 4)
+        assert {r["outcome"] for r in handled} <= {"applied", "stale"}
         retry = await h.admin.fetchrow(
             "SELECT available_at, published_at, created_at FROM core.outbox "
             "WHERE event_type = 'work.item.enqueued' AND idempotency_key LIKE '%:2'"
@@ -93,6 +93,20 @@ async def test_commands_reach_the_executor_through_the_outbox_and_kafka(
         assert samples[("synthesis_failures_total", (("reason", "synthesizer"),))] == 2
         assert samples[("work_dead_letters_total", (("reason", "permanent_failure"),))] == 1
         assert samples[("synthesis_duration_seconds_count", ())] == 4
+
+
+async def _handled(admin: asyncpg.Pool, count: int, timeout: float = 30.0) -> list[Any]:
+    """The executor's dedup rows, once there are ``count`` of them."""
+    deadline = time.monotonic() + timeout
+    while True:
+        rows = await admin.fetch(
+            "SELECT idempotency_key, outcome FROM core.event_handled "
+            "WHERE consumer = 'work-executor' ORDER BY handled_at"
+        )
+        if len(rows) >= count or time.monotonic() > deadline:
+            assert len(rows) == count, rows
+            return list(rows)
+        await asyncio.sleep(0.1)
 
 
 async def test_two_replicas_and_their_sweeps_racing_pay_once_per_item(
@@ -120,11 +134,8 @@ async def test_two_replicas_and_their_sweeps_racing_pay_once_per_item(
         assert {r["status"] for r in await h.items()} == {"applied"}
         assert model.total == 8
         assert set(model.items.values()) == {1}
-        outcomes = await h.admin.fetch(
-            "SELECT outcome, count(*) AS n FROM core.event_handled GROUP BY outcome"
-        )
-        counts = {r["outcome"]: r["n"] for r in outcomes}
-        assert counts.get("applied", 0) + counts.get("stale", 0) == 8  # each event once
+        handled = await _handled(h.admin, 8)  # each event once, applied (a wake-up) or stale
+        assert {r["outcome"] for r in handled} <= {"applied", "stale"}
         history = await h.history()
         assert history.consistent
         assert all(item.paid_calls == 1 for item in history.items.values())

@@ -1,0 +1,221 @@
+"""The claim transaction: which waiting items this executor leases now (ADR-0023, ADR-0008's
+SKIP LOCKED pool), fairly, within the provider limits and the org budgets (schedule.py decides;
+this module reads and writes).
+
+One transaction, under the scheduler's advisory lock (every executor's claims are serialised,
+so the counts decided on are exact across replicas — a claim takes a few milliseconds):
+
+1. resume parked items whose org's budget changed or whose period rolled over;
+2. read the candidates (each tenant's first items due, in rank order), the leased items (in
+   flight per tenant and per route), the routes' rate-limiter state and the candidates' orgs'
+   budgets with their spend in the period;
+3. ``schedule.plan_claim`` picks;
+4. lease the picked items (still waiting: a cancellation may have ended one meanwhile), start
+   their threads, reserve each one's next attempt's spend, save the rate limiters, park the
+   waiting items of orgs whose budget is used up.
+
+Nothing is paid here: a claimed item's attempt starts later, in the executor's batch, and only
+against the reservation made here (executor.py refuses to start an attempt without one).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Final
+from uuid import UUID
+
+import asyncpg
+
+from consumers.work_executor.prompts import prompt_bytes_bound
+from consumers.work_executor.schedule import (
+    Blocked,
+    BudgetState,
+    Candidate,
+    ClaimPlan,
+    Resolve,
+    RouteState,
+    Situation,
+    plan_claim,
+)
+from spectral.db.queries import load_queries
+from spectral.llm.limits import ProviderLimits
+from spectral.work.budgets import budgets
+from spectral.work.types import Conn
+
+_SQL = load_queries(Path(__file__).with_name("claims.sql"))
+
+TENANTS_PER_ITEM: Final = 4
+"""A claim of n items reads the candidates of the 4n tenants next in line at most (tenants
+blocked by a route, a budget or their cap make room for the next ones)."""
+
+SCHEDULER_LOCK: Final = 0x574B0003
+"""The advisory lock kind of claims ("WK" 3; spectral/work/locks.py has kinds 1 and 2)."""
+
+
+@dataclass(frozen=True)
+class Claimed:
+    """What one claim did."""
+
+    jobs: list[tuple[UUID, UUID]] = field(default_factory=list)
+    """(work_item_id, lease_token) of the items leased."""
+    wanted: int = 0
+    parked: int = 0
+    resumed: int = 0
+    blocked: dict[str, Blocked] = field(default_factory=dict)
+    retry_in: float | None = None
+    """Seconds until a route that blocked this claim has room again (rates, pauses)."""
+
+    @property
+    def exhausted(self) -> bool:
+        """Fewer items were claimable than wanted: nothing more can be claimed right now."""
+        return len(self.jobs) < self.wanted
+
+
+class ClaimRepository:
+    def __init__(
+        self,
+        pool: asyncpg.Pool,
+        *,
+        resolve: Resolve,
+        limits: ProviderLimits,
+        tenant_cap: int | None = None,
+    ) -> None:
+        self._pool = pool
+        self._resolve = resolve
+        self._limits = limits
+        self._tenant_cap = tenant_cap
+
+    async def claim(
+        self, want: int, token: UUID, worker: str, *, only: Sequence[UUID] | None = None
+    ) -> Claimed:
+        """Lease at most ``want`` items under ``token`` (one transaction, see the module doc);
+        ``only``: of these items and no other (a replay claims the items its records name)."""
+        if want < 1:
+            return Claimed()
+        async with self._pool.acquire() as conn, conn.transaction():
+            await conn.execute(_SQL["scheduler_lock"], SCHEDULER_LOCK)
+            resumed = len(await conn.fetch(_SQL["resume_parked"]))
+            situation = await self._situation(conn, want, only)
+            plan = plan_claim(situation)
+            jobs = await self._lease(conn, plan, token, worker)
+            await self._save_routes(conn, plan)
+            parked = 0
+            if plan.park:
+                orgs = sorted(plan.park)
+                parked = len(await conn.fetch(_SQL["park"], orgs, [plan.park[org] for org in orgs]))
+        return Claimed(jobs, want, parked, resumed, plan.blocked, plan.retry_in)
+
+    async def _situation(self, conn: Conn, want: int, only: Sequence[UUID] | None) -> Situation:
+        if only is None:
+            rows = await conn.fetch(_SQL["candidates"], want, want * TENANTS_PER_ITEM)
+        else:
+            rows = await conn.fetch(_SQL["candidates_of"], list(only))
+        candidates = [
+            Candidate(
+                work_item_id=row["work_item_id"],
+                tenant=row["tenant"],
+                org_id=row["org_id"],
+                function_key=row["function_key"],
+                rank_at=row["rank_at"],
+                attempt=row["attempt"],
+                prompt_bytes=prompt_bytes_bound(
+                    epic_id_bytes=row["epic_id_bytes"],
+                    title_bytes=row["title_bytes"],
+                    backlog_title_bytes=row["backlog_title_bytes"],
+                    description_bytes=row["description_bytes"],
+                ),
+            )
+            for row in rows
+        ]
+        now: datetime = await conn.fetchval(_SQL["now"])
+        if not candidates:
+            return Situation(now, want, [], {}, self._resolve, self._limits)
+        tenants: Counter[str] = Counter()
+        calling: Counter[str] = Counter()
+        for row in await conn.fetch(_SQL["leased"]):
+            tenants[row["tenant"]] += 1
+            if row["route"] is not None and row["calling"]:
+                calling[row["route"]] += 1
+        models = sorted(
+            {m for c in candidates if (m := self._resolve(c.function_key, c.org_id)) is not None}
+        )
+        routes = {
+            row["model"]: RouteState(
+                in_flight=calling[row["model"]],
+                request_tat=_finite(row["request_tat"]),
+                token_tat=_finite(row["token_tat"]),
+                paused_until=_finite(row["paused_until"]),
+            )
+            for row in await conn.fetch(_SQL["route_states"], models)
+        }
+        for model in models:
+            routes.setdefault(model, RouteState(in_flight=calling[model]))
+        orgs = sorted({c.org_id for c in candidates if c.org_id is not None})
+        budget_states = (
+            {
+                org: BudgetState(
+                    view.token_limit, view.cost_limit, view.tokens, view.cost, view.outstanding
+                )
+                for org, view in (await budgets(conn, orgs)).items()
+            }
+            if orgs
+            else {}
+        )
+        return Situation(
+            now=now,
+            want=want,
+            candidates=candidates,
+            tenant_in_flight=dict(tenants),
+            resolve=self._resolve,
+            limits=self._limits,
+            routes=routes,
+            budgets=budget_states,
+            tenant_cap=self._tenant_cap,
+        )
+
+    @staticmethod
+    async def _lease(
+        conn: Conn, plan: ClaimPlan, token: UUID, worker: str
+    ) -> list[tuple[UUID, UUID]]:
+        if not plan.picks:
+            return []
+        picks = plan.picks
+        rows = await conn.fetch(
+            _SQL["claim"],
+            [p.candidate.work_item_id for p in picks],
+            [p.model for p in picks],
+            [p.tokens for p in picks],
+            [p.cost for p in picks],
+            [p.limits.prompt_price for p in picks],
+            [p.limits.completion_price for p in picks],
+            token,
+            worker,
+        )
+        claimed = {row["work_item_id"] for row in rows}
+        # In the order the plan chose them (fair order), which is the order they run in.
+        return [
+            (p.candidate.work_item_id, token) for p in picks if p.candidate.work_item_id in claimed
+        ]
+
+    @staticmethod
+    async def _save_routes(conn: Conn, plan: ClaimPlan) -> None:
+        if not plan.routes:
+            return
+        models = sorted(plan.routes)
+        await conn.execute(
+            _SQL["save_routes"],
+            models,
+            [plan.routes[m][0] for m in models],
+            [plan.routes[m][1] for m in models],
+        )
+
+
+def _finite(value: datetime | None) -> datetime | None:
+    """asyncpg reads ``-infinity`` as ``datetime.min``-like sentinels; treat them as never."""
+    if value is None or value.year <= 1:
+        return None
+    return value
