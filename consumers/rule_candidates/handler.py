@@ -37,13 +37,14 @@ from consumers.rule_candidates.churn import baseline as trailing_baseline
 from consumers.rule_candidates.churn import reading as churn_reading
 from consumers.rule_candidates.collapse import OrderKey, collapse, ordered_at
 from consumers.rule_candidates.metrics import RuleCandidateMetrics
-from consumers.rule_candidates.repository import Conn, RuleCandidatesRepository, SnapshotRows
+from consumers.rule_candidates.repository import RuleCandidatesRepository, SnapshotRows
 from contracts.failure_cluster import (
     FAILURE_CLUSTER_DETECTED,
     FailureClusterDetectedPayload,
     Severity,
 )
 from spectral.consumer.handler import Delivery, Handler, HandlerResult
+from spectral.db.connect import Conn
 from spectral.observability.logging import get_logger
 
 log = get_logger(__name__)

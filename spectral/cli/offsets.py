@@ -4,32 +4,22 @@ offsets.py); refused while the group has active members."""
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
 from typing import Annotated
 
 import typer
-from prometheus_client import CollectorRegistry
 from rich.console import Console
 from rich.table import Table
 
 from spectral.cli._common import fail, run, settings
-from spectral.cli.deployments import factory
+from spectral.cli.deployments import reads_of
 from spectral.consumer.offsets import GroupBusyError, ResetReport, reset_offsets
 from spectral.consumer.replay_range import start_of
 from spectral.devstack import resolve_endpoints
 from spectral.kafka.topics import group_for
-from spectral.settings import Settings
 
 app = typer.Typer(help="Consumer group offsets.", no_args_is_help=True)
 
 EXIT_BUSY = 1
-
-
-async def event_types_of(name: str, current: Settings, database_url: str) -> Sequence[str]:
-    """The event types deployment ``name`` consumes (its handler is built, never run)."""
-    handler = factory(name)(current, database_url, CollectorRegistry())
-    await handler.close()
-    return tuple(handler.event_types)
 
 
 @app.command()
@@ -94,7 +84,7 @@ def reset(
         return await reset_offsets(
             current,
             endpoints.kafka_bootstrap,
-            event_types=await event_types_of(consumer, current, endpoints.database_url),
+            event_types=(await reads_of(consumer, current, endpoints.database_url)).event_types,
             group=group or group_for(consumer, current.topic_prefix),
             target=target,
             dry_run=dry_run,

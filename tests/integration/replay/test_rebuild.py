@@ -17,12 +17,12 @@ from prometheus_client import CollectorRegistry
 from consumers.rule_candidates.handler import RuleCandidatesHandler
 from consumers.rule_candidates.metrics import RuleCandidateMetrics
 from consumers.rule_candidates.rebuild import RebuildHooks, rebuild
-from consumers.rule_candidates.repository import Conn
 from contracts import FAILURE_CLUSTER_DETECTED
 from spectral.consumer.handler import Delivery, HandlerResult, Outcome
 from spectral.consumer.offsets import GroupBusyError
 from spectral.consumer.replay import Mode, ReplayRequest, replay
 from spectral.consumer.replay_range import Beginning
+from spectral.db.connect import Conn
 from spectral.kafka.topics import topic_for
 from spectral.settings import Settings
 from tests.integration.replay.support import (
