@@ -1,4 +1,4 @@
-"""`spectral offsets reset`: move a live consumer group's committed offsets (spectral/consumer/
+"""`spectral offsets reset NAME`: move a live consumer group's committed offsets (spectral/consumer/
 offsets.py); refused while the group has active members."""
 
 from __future__ import annotations
@@ -10,7 +10,16 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from spectral.cli._common import fail, run, settings
+from spectral.cli._common import (
+    DEPLOYMENT_HELP,
+    deployment_name,
+    deprecated_consumer_option,
+    fail,
+    offsets_option,
+    run,
+    settings,
+    timestamp_option,
+)
 from spectral.cli.deployments import reads_of
 from spectral.consumer.offsets import GroupBusyError, ResetReport, reset_offsets
 from spectral.consumer.replay_range import start_of
@@ -24,10 +33,9 @@ EXIT_BUSY = 1
 
 @app.command()
 def reset(
+    name: Annotated[str | None, typer.Argument(help=DEPLOYMENT_HELP, show_default=False)] = None,
     *,
-    consumer: Annotated[
-        str, typer.Option("--consumer", help="Deployment: rule-candidates | work-executor.")
-    ],
+    consumer: Annotated[str | None, deprecated_consumer_option()] = None,
     group: Annotated[
         str | None,
         typer.Option(
@@ -42,17 +50,11 @@ def reset(
     ] = False,
     to_timestamp: Annotated[
         str | None,
-        typer.Option(
-            "--to-timestamp", metavar="RFC3339", help="The first record at or after this time."
-        ),
+        timestamp_option("--to-timestamp", "The first record at or after this time."),
     ] = None,
     to_offset: Annotated[
         str | None,
-        typer.Option(
-            "--to-offset",
-            metavar="[TOPIC:]P:O[,...]",
-            help="These offsets; only the partitions named are reset.",
-        ),
+        offsets_option("--to-offset", "These offsets; only the partitions named are reset."),
     ] = None,
     dry_run: Annotated[
         bool, typer.Option("--dry-run", help="Show the change, commit nothing.")
@@ -77,6 +79,7 @@ def reset(
         )
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from exc
+    deployment = deployment_name(name, consumer, "offsets reset")
     current = settings()
     endpoints = resolve_endpoints(current)
 
@@ -84,8 +87,8 @@ def reset(
         return await reset_offsets(
             current,
             endpoints.kafka_bootstrap,
-            event_types=(await reads_of(consumer, current, endpoints.database_url)).event_types,
-            group=group or group_for(consumer, current.topic_prefix),
+            event_types=(await reads_of(deployment, current, endpoints.database_url)).event_types,
+            group=group or group_for(deployment, current.topic_prefix),
             target=target,
             dry_run=dry_run,
         )

@@ -130,7 +130,7 @@ async def test_the_hostile_corpus_through_the_live_executor_and_a_replay(
             await _submit(database_url, "doc-replay")
             await asyncio.sleep(2.0)  # the relay publishes the new items' events
             replayed = subprocess.run(
-                [SPECTRAL, "replay", "--consumer", "work-executor", "--from-beginning", "--json"],
+                [SPECTRAL, "replay", "work-executor", "--from-beginning", "--json"],
                 cwd=ROOT,
                 env=env,
                 capture_output=True,

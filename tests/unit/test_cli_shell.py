@@ -78,7 +78,7 @@ def test_every_command_loads_with_readable_help(name: str) -> None:
 
 
 def test_consume_refuses_a_batch_of_zero_like_replay() -> None:
-    for args in (["consume", "rule-candidates"], ["replay", "--consumer", "rule-candidates"]):
+    for args in (["consume", "rule-candidates"], ["replay", "rule-candidates"]):
         result = _spectral(*args, "--max-batch", "0")
         assert result.returncode == 2, result.stdout + result.stderr
         assert "--max-batch" in result.stderr
@@ -101,8 +101,8 @@ SERVER_COMMANDS: list[list[str]] = [
     ["triage", "list"],
     ["threads", "list", "--project", "p"],
     ["dlq", "list", "--topic", "some.topic"],
-    ["offsets", "reset", "--consumer", "rule-candidates", "--to-earliest"],
-    ["replay", "--consumer", "rule-candidates", "--from-beginning"],
+    ["offsets", "reset", "rule-candidates", "--to-earliest"],
+    ["replay", "rule-candidates", "--from-beginning"],
     ["tokens", "list"],
     ["mcp"],
 ]
@@ -161,3 +161,23 @@ def _packages_loaded_by(code: str, packages: set[str]) -> set[str]:
         check=True,
     )
     return set(probe.stdout.split()) & packages
+
+
+def test_every_deployment_command_takes_the_name_as_its_argument() -> None:
+    """One naming rule: `consume NAME`, `replay NAME`, `rebuild NAME`, `offsets reset NAME`."""
+    for args in (["consume"], ["replay"], ["rebuild"], ["offsets", "reset"]):
+        shown = _spectral(*args, "--help")
+        assert shown.returncode == 0, shown.stderr
+        assert "NAME" in shown.stdout, args
+        assert "--consumer" not in shown.stdout  # the old spelling works, hidden
+
+
+def test_the_deprecated_spelling_must_agree_with_the_name() -> None:
+    result = _spectral(
+        "replay", "rule-candidates", "--consumer", "work-executor", "--from-beginning"
+    )
+    assert result.returncode == 2
+    assert "NAME is 'rule-candidates' but --consumer is 'work-executor'" in result.stderr
+    missing = _spectral("offsets", "reset", "--to-earliest")
+    assert missing.returncode == 2
+    assert "spectral offsets reset NAME" in missing.stderr
