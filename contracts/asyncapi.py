@@ -60,6 +60,7 @@ OTHER_RECORD_KEY: Final = ("what its EventSpec.record_key derives from the paylo
 def _record_key(event_type: str) -> tuple[str, str]:
     return RECORD_KEYS.get(event_type, OTHER_RECORD_KEY)
 
+
 DLQ_HEADERS: Final = {
     "dlq.reason": "Why the record was refused (one of the reasons listed in the enum).",
     "dlq.detail": "Human-readable detail, at most 1,000 characters.",

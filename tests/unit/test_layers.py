@@ -28,7 +28,13 @@ LAYERS: Final[tuple[tuple[str, ...], ...]] = (
         "spectral.plugins",
     ),
     ("spectral.kafka", "spectral.db", "spectral.devstack"),  # adapters
-    ("spectral.consumer", "spectral.outbox", "spectral.dlq", "spectral.maintenance"),  # engine
+    (  # the engine, and the extension API that re-exports it
+        "spectral.consumer",
+        "spectral.outbox",
+        "spectral.dlq",
+        "spectral.maintenance",
+        "spectral.extend",
+    ),
     (  # services the handlers and surfaces build on
         "spectral.llm",
         "spectral.work",

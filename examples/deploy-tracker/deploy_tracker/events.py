@@ -7,7 +7,7 @@ from typing import Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from contracts import EventSpec
+from spectral.extend import EventSpec
 
 
 class DeployFinished(BaseModel):

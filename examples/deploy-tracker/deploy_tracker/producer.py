@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncpg
 
 from deploy_tracker.events import DEPLOY_FINISHED, DeployFinished
-from spectral.outbox import OutboxItem, enqueue
+from spectral.extend import OutboxItem, enqueue
 
 
 async def announce(conn: asyncpg.Connection, deploys: list[DeployFinished]) -> list[int]:

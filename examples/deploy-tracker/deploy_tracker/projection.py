@@ -17,9 +17,15 @@ import asyncpg
 from prometheus_client import CollectorRegistry
 
 from deploy_tracker.events import DEPLOY_FINISHED, DeployFinished
-from spectral.consumer.handler import Delivery, Handler, HandlerResult, Rebuild, Rejection
-from spectral.db.queries import load_queries
-from spectral.settings import Settings
+from spectral.extend import (
+    Delivery,
+    Handler,
+    HandlerResult,
+    Rebuild,
+    Rejection,
+    Settings,
+    load_queries,
+)
 
 CONSUMER: Final = "deploy-tracker"
 ROLE: Final = "deploys_projector"

@@ -9,7 +9,7 @@ import asyncpg
 from deploy_tracker.events import DEPLOY_FINISHED, DeployFinished
 from deploy_tracker.producer import announce
 
-from spectral.consumer.handler import Outcome
+from spectral.extend import Outcome
 from spectral.testing import Harness
 
 T0 = datetime(2026, 1, 5, 9, 0, tzinfo=UTC)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -52,8 +53,10 @@ asyncio.run(main())
 def plugin_path(tmp_path_factory: pytest.TempPathFactory) -> str:
     """The example installed (pip, no dependencies: spectral is already there) into a folder."""
     target = tmp_path_factory.mktemp("deploy-tracker-site")
+    source = tmp_path_factory.mktemp("deploy-tracker-src") / "deploy-tracker"
+    shutil.copytree(EXAMPLE, source)  # the build writes beside the sources: not in the checkout
     subprocess.run(
-        [BIN / "pip", "install", "--quiet", "--no-deps", "--target", target, EXAMPLE],
+        [BIN / "pip", "install", "--quiet", "--no-deps", "--target", target, source],
         check=True,
         capture_output=True,
         timeout=300,
