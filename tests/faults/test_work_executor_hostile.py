@@ -1,6 +1,6 @@
 """The hostile corpus of model answers (tests/hostile_answers.py: every class of answer once, as
 raw HTTP bodies of an OpenAI-compatible gateway) through the real processes: the live
-`spectral consume work-executor` and a `spectral replay --consumer work-executor` that acts as
+`spectral consume work-executor` and a `spectral replay work-executor` that acts as
 one more executor. Whatever the gateway answers:
 
 * both processes keep running (or exit 0 when asked to);

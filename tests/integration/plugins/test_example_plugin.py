@@ -18,6 +18,7 @@ from typing import Any, Final
 import pytest
 
 from tests.integration.replay.support import fetchval
+from tests.unit.contracts.test_asyncapi import official_parser
 
 pytestmark = pytest.mark.integration
 
@@ -131,6 +132,8 @@ async def test_every_ops_command_runs_the_plugin_deployment(
         f"{EVENT_TYPE}.v1.json",
     ]
     assert "deploy-tracker" in (out / "asyncapi.json").read_text()
+    parsed = await asyncio.to_thread(official_parser, out / "asyncapi.json")
+    assert parsed.returncode == 0, parsed.stdout + parsed.stderr
 
 
 @pytest.mark.example
