@@ -32,6 +32,7 @@ from tests.integration.replay.support import (
     live_member,
     rule_candidates,
     run_live,
+    spectral_cli,
     spectral_json,
 )
 from tests.kafka_support import create_topics, publish_envelopes
@@ -149,6 +150,10 @@ async def test_a_rebuild_restores_snapshots_and_keeps_every_operator_column(
     dry = await asyncio.to_thread(
         spectral_json, spectral_env, "rebuild", "rule-candidates", "--dry-run", "--json"
     )
+    # A deployment whose handler gives no Rebuild is refused as configuration, naming why.
+    refused = await asyncio.to_thread(spectral_cli, spectral_env, "rebuild", "work-executor")
+    assert refused.returncode == 2
+    assert "'work-executor' cannot be rebuilt: its handler gives no Rebuild" in refused.stderr
     assert dry["committed"] is False
     assert dry["complete"] is True
     assert dry["rebuild"] == {
