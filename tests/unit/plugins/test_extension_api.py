@@ -7,7 +7,10 @@ import ast
 from pathlib import Path
 from typing import Final
 
+from typer.testing import CliRunner
+
 import spectral.extend
+from spectral.cli import app
 
 ROOT: Final = Path(__file__).resolve().parents[3]
 EXAMPLE: Final = ROOT / "examples" / "deploy-tracker"
@@ -67,3 +70,16 @@ def test_the_example_plugin_imports_only_the_public_api() -> None:
                 and m not in {"spectral.extend", "spectral.testing"}
             ]
     assert internal == []
+
+
+def test_exporting_a_plugin_needs_its_folder_and_an_installed_plugin(tmp_path: Path) -> None:
+    runner = CliRunner()
+    no_dir = runner.invoke(app, ["contracts", "export", "--plugin", "deploy-tracker"])
+    assert no_dir.exit_code == 2
+    assert "--plugin NAME needs --dir DIR" in no_dir.output
+    unknown = runner.invoke(
+        app, ["contracts", "export", "--plugin", "nope", "--dir", str(tmp_path)]
+    )
+    assert unknown.exit_code == 2
+    assert "no plugin named 'nope' registers events" in unknown.output
+    assert list(tmp_path.iterdir()) == []
