@@ -19,7 +19,7 @@ ASYNCAPI_STAMP := $(ASYNCAPI_DIR)/node_modules/.installed-stamp
 BROKERS ?=
 DEV_UP := $(SPECTRAL) dev up $(if $(BROKERS),--brokers $(BROKERS))
 
-.PHONY: all install tooling postgres-binaries promtool chromium up down status migrate topics demo test test-cluster test-slow unit lint bench soak clean
+.PHONY: all install tooling postgres-binaries promtool chromium up down status migrate topics demo test test-cluster test-slow test-example unit lint bench soak clean
 
 all: test
 
@@ -98,9 +98,11 @@ unit: install tooling
 # The whole suite against the real broker and database; the stack is stopped afterwards even
 # when tests fail, so no process is left behind.
 # The two slowest cluster fault tests (marker cluster_slow: a broker frozen for 45 s, a rolling
-# restart) are left to `make test-cluster`, and the other slow fault tests (marker slow: a
-# sibling in `make test` holds the same guarantee) to `make test-slow`, which keeps `make test`
-# within its 15 minutes.
+# restart) are left to `make test-cluster`, the other slow fault tests (marker slow: a sibling
+# in `make test` holds the same guarantee) to `make test-slow`, and the example plugin's own suite
+# (marker example: a second pytest run through spectral.testing) to `make test-example`, which
+# keeps `make test` within its 15 minutes. `make test` still installs the example plugin and
+# drives it through every ops command (tests/integration/plugins/test_example_plugin.py).
 # Tests run in TEST_WORKERS processes (pytest-xdist): most of a test's time is spent waiting on
 # the broker, the database or a subprocess, so four share two cores well. Tests that share a
 # private cluster, broker or build directory stay in one worker (xdist_group, tests/conftest.py).
@@ -109,7 +111,7 @@ TEST_WORKERS ?= 4
 test: install tooling postgres-binaries promtool chromium lint
 	$(DEV_UP)
 	@status=0; $(BIN)/pytest -q -p no:cacheprovider --durations=15 \
-		-m "not cluster_slow and not slow" -n $(TEST_WORKERS) --dist loadgroup \
+		-m "not cluster_slow and not slow and not example" -n $(TEST_WORKERS) --dist loadgroup \
 		$(PYTEST_ARGS) || status=$$?; $(SPECTRAL) dev down; exit $$status
 
 # Every test on a private 3-broker cluster (tests/cluster: producer acks, the dev and topics
@@ -124,6 +126,14 @@ test-slow: install postgres-binaries
 	$(DEV_UP)
 	@status=0; $(BIN)/pytest -q -p no:cacheprovider -m slow --durations=10 $(PYTEST_ARGS) \
 		|| status=$$?; $(SPECTRAL) dev down; exit $$status
+
+# The example plugin (examples/deploy-tracker) installed beside spectral and its own tests run
+# through spectral's pytest plugin, as the team that owns it would run them.
+test-example: install
+	$(DEV_UP)
+	@status=0; $(BIN)/pytest -q -p no:cacheprovider -m example --durations=5 \
+		tests/integration/plugins/test_example_plugin.py $(PYTEST_ARGS) || status=$$?; \
+		$(SPECTRAL) dev down; exit $$status
 
 bench: migrate
 	$(BIN)/python -m benchmarks

@@ -53,6 +53,14 @@ RECORD_KEYS: Final = {
 }
 """Each event type's record key: the payload field it repeats, and its spelling."""
 
+OTHER_RECORD_KEY: Final = ("what its EventSpec.record_key derives from the payload", NO_NUL_PATTERN)
+"""The record key of an event type not listed above (a plugin's)."""
+
+
+def _record_key(event_type: str) -> tuple[str, str]:
+    return RECORD_KEYS.get(event_type, OTHER_RECORD_KEY)
+
+
 DLQ_HEADERS: Final = {
     "dlq.reason": "Why the record was refused (one of the reasons listed in the enum).",
     "dlq.detail": "Human-readable detail, at most 1,000 characters.",
@@ -213,7 +221,7 @@ def _channel(event_type: str, message: str, settings: TopicSettings) -> dict[str
         "address": f"{{prefix}}{event_type}",
         "title": event_type,
         "description": (
-            f"Every {event_type} event, keyed by {RECORD_KEYS[event_type][0]} so one entity's "
+            f"Every {event_type} event, keyed by {_record_key(event_type)[0]} so one entity's "
             "events stay in order on one partition. `spectral topics apply` creates it with "
             "these settings (partitions: SPECTRAL_TOPIC_PARTITIONS; replicas: up to 3)."
         ),
@@ -238,7 +246,7 @@ def _dlq_channel(event_type: str, settings: TopicSettings) -> dict[str, Any]:
 
 
 def _message(spec: EventSpec[Any], name: str) -> dict[str, Any]:
-    field, pattern = RECORD_KEYS[spec.event_type]
+    field, pattern = _record_key(spec.event_type)
     return {
         "name": name,
         "title": f"{spec.event_type} (schema_version {spec.schema_version})",

@@ -20,18 +20,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any, TypeAlias
+from typing import Any
 
-import asyncpg
-from asyncpg.pool import PoolConnectionProxy
-
-from contracts import EventEnvelope, encode
+from contracts import EventEnvelope, EventRegistry
+from spectral.db.connect import Conn
 from spectral.db.queries import load_queries
+from spectral.plugins import installed_registry
 
 _SQL = load_queries(Path(__file__).with_name("outbox.sql"))
-
-Conn: TypeAlias = "asyncpg.Connection | PoolConnectionProxy[asyncpg.Record]"
-"""A connection, or one borrowed from a pool (the caller's transaction either way)."""
 
 
 @dataclass(frozen=True)
@@ -44,11 +40,17 @@ class OutboxItem:
     available_at: datetime | None = None
 
 
-async def enqueue(conn: Conn, items: Sequence[OutboxItem]) -> list[int]:
+async def enqueue(
+    conn: Conn, items: Sequence[OutboxItem], *, events: EventRegistry | None = None
+) -> list[int]:
     """Insert ``items`` into core.outbox in the caller's transaction; return their ids in input
-    order. One set-based statement whatever the number of items; nothing happens for none."""
+    order. One set-based statement whatever the number of items; nothing happens for none.
+
+    Each envelope is encoded (and checked) with ``events``: spectral's event types and those of
+    every installed plugin unless given, so a plugin's producer enqueues its own events."""
     if not items:
         return []
+    encode = (events or installed_registry()).encode
     for item in items:
         if item.available_at is not None and item.available_at.tzinfo is None:
             raise ValueError("OutboxItem.available_at must be timezone-aware")

@@ -37,13 +37,15 @@ from consumers.rule_candidates.churn import baseline as trailing_baseline
 from consumers.rule_candidates.churn import reading as churn_reading
 from consumers.rule_candidates.collapse import OrderKey, collapse, ordered_at
 from consumers.rule_candidates.metrics import RuleCandidateMetrics
-from consumers.rule_candidates.repository import Conn, RuleCandidatesRepository, SnapshotRows
+from consumers.rule_candidates.rebuild import RebuildHooks
+from consumers.rule_candidates.repository import RuleCandidatesRepository, SnapshotRows
 from contracts.failure_cluster import (
     FAILURE_CLUSTER_DETECTED,
     FailureClusterDetectedPayload,
     Severity,
 )
-from spectral.consumer.handler import Delivery, Handler, HandlerResult
+from spectral.consumer.handler import Delivery, Handler, HandlerResult, Rebuild
+from spectral.db.connect import Conn
 from spectral.observability.logging import get_logger
 
 log = get_logger(__name__)
@@ -158,6 +160,10 @@ class RuleCandidatesHandler(Handler[None]):
         self.metrics.count_snapshots(_STALE, by_kind.get(_STALE, {}))
         self.metrics.count_new_clusters(by_kind.get(INSERTED, {}))
         self.metrics.count_resurfaced(by_kind.get(RESURFACED, {}))
+
+    def rebuild(self) -> Rebuild:
+        """The inbox rebuilt from the topic, operator columns kept (rebuild.py)."""
+        return RebuildHooks()
 
     # -- the churn gauge -------------------------------------------------------------------
 

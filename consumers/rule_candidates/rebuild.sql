@@ -16,10 +16,6 @@ FROM platform.rule_candidates_pending;
 CREATE TEMP TABLE rebuild_signal_hour ON COMMIT DROP AS
 SELECT cluster_id FROM platform.cluster_signal_hours WHERE hour = date_trunc('hour', now());
 
--- name: forget_handled
--- Every record of the topic is applied again (the replay records them anew).
-DELETE FROM core.event_handled WHERE consumer = $1;
-
 -- name: reset_order
 -- Any snapshot from the topic is newer than this: the stale guard lets the topic's snapshots
 -- rewrite every row, oldest first, and keeps the newest.

@@ -10,21 +10,17 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Final, TypeAlias
+from typing import Final
 from uuid import UUID
 
 import asyncpg
-from asyncpg.pool import PoolConnectionProxy
 
 from consumers.rule_candidates.churn import RETENTION_HOURS, WindowCount
 from consumers.rule_candidates.collapse import OrderKey
-from spectral.db.connect import guarded
+from spectral.db.connect import Conn, guarded
 from spectral.db.queries import load_queries
 
 QUERIES: Final = Path(__file__).with_name("queries.sql")
-
-Conn: TypeAlias = "asyncpg.Connection | PoolConnectionProxy[asyncpg.Record]"
-"""A connection, or one lent by a pool."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -26,9 +26,8 @@ from uuid import UUID
 
 import asyncpg
 
-from consumers.rule_candidates.repository import Conn
 from consumers.rule_candidates.transitions import Status, TransitionError, check
-from spectral.db.connect import connect, guarded
+from spectral.db.connect import Conn, connect, guarded
 from spectral.db.queries import load_queries
 from spectral.errors import PermanentError
 

@@ -24,11 +24,11 @@ from producers.clusters.evidence import EvidenceCandidate
 from producers.clusters.model import ClusterFacts, FailureObservation
 from producers.clusters.severity import Criticality
 from producers.clusters.snapshot import Snapshot
-from spectral.db.connect import create_pool, guarded, translate
+from spectral.db.connect import Conn, create_pool, guarded, translate
 from spectral.db.queries import load_queries
 from spectral.db.storable import escape_text, storable_json
 from spectral.llm.answers import usage_counts
-from spectral.outbox import Conn, OutboxItem, enqueue
+from spectral.outbox import OutboxItem, enqueue
 
 _SQL = load_queries(Path(__file__).with_name("queries.sql"))
 PRODUCER_ROLE = "spectral_producer"

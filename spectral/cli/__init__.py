@@ -60,7 +60,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "spectral.cli.dlq:app",
         "Dead letters: list, show, and redrive them to their source topic.",
     ),
-    "rebuild": ("spectral.cli.rebuild:app", "Rebuild a projection from its topic."),
+    "rebuild": (
+        "spectral.cli.rebuild:rebuild",
+        "Rebuild a deployment's projection from its topics.",
+    ),
     "maintenance": (
         "spectral.cli.maintenance:maintenance",
         "Prune published outbox rows and forget dedup keys behind the horizon.",

@@ -23,6 +23,43 @@ EXIT_CONFIGURATION = 2
 EXIT_UNAVAILABLE = 3
 
 
+DEPLOYMENT_HELP = "The deployment: rule-candidates, work-executor, or one an installed plugin adds."
+OFFSETS_METAVAR = "[TOPIC:]P:O[,...]"
+TIMESTAMP_METAVAR = "RFC3339"
+
+
+def offsets_option(flag: str, help_text: str) -> Any:
+    """A ``--…-offset`` option: partition offsets, optionally per topic (replay_range.py)."""
+    return typer.Option(flag, metavar=OFFSETS_METAVAR, help=help_text)
+
+
+def timestamp_option(flag: str, help_text: str) -> Any:
+    """A ``--…-timestamp`` option: an RFC 3339 time (replay_range.py)."""
+    return typer.Option(flag, metavar=TIMESTAMP_METAVAR, help=help_text)
+
+
+def deprecated_consumer_option() -> Any:
+    """``--consumer NAME``: the spelling of the deployment before ``COMMAND NAME`` (hidden)."""
+    return typer.Option("--consumer", hidden=True, help="Deprecated: give NAME instead.")
+
+
+def deployment_name(name: str | None, consumer: str | None, command: str) -> str:
+    """The deployment a command runs: its argument NAME, or the deprecated ``--consumer NAME``
+    (with a warning on stderr; removed in the next minor release)."""
+    if consumer is not None:
+        if name is not None and name != consumer:
+            raise typer.BadParameter(f"NAME is {name!r} but --consumer is {consumer!r}")
+        typer.echo(
+            f"warning: --consumer is deprecated and goes in the next release; write "
+            f"`spectral {command} {consumer}`",
+            err=True,
+        )
+        return consumer
+    if name is None:
+        raise typer.BadParameter(f"missing the deployment: spectral {command} NAME")
+    return name
+
+
 def settings() -> Settings:
     """The process settings, with logging configured from them (once per command)."""
     try:

@@ -35,14 +35,14 @@ from spectral.cli._common import (
     serve_health,
     settings,
 )
-from spectral.cli.deployments import deployments, factory
+from spectral.cli.deployments import deployments, factory, what_each_reads
 from spectral.console.site import Console
 from spectral.consumer.replay import Mode, ReplayReport, ReplayRequest
 from spectral.consumer.replay import replay as run_replay
 from spectral.consumer.replay_range import Start, Stop
 from spectral.db.connect import ping
 from spectral.devstack import Endpoints, resolve_endpoints
-from spectral.kafka.topics import group_for, topic_for
+from spectral.kafka.topics import group_for
 from spectral.observability.health import HealthASGI
 from spectral.ops import api as ops_api
 from spectral.ops import console as ops_console
@@ -76,13 +76,11 @@ call in flight finish (its answer is recorded, not applied).
 
 
 async def deployment_topics(current: Settings, database_url: str) -> dict[str, tuple[str, ...]]:
-    """Each consumer deployment's topics (its handler is built to ask, never run)."""
-    out: dict[str, tuple[str, ...]] = {}
-    for name in deployments().names():
-        handler = factory(name)(current, database_url, CollectorRegistry())
-        await handler.close()
-        out[name] = tuple(topic_for(t, current.topic_prefix) for t in handler.event_types)
-    return out
+    """Each consumer deployment's topics, by deployment name."""
+    return {
+        reads.deployment: reads.topics(current.topic_prefix)
+        for reads in await what_each_reads(current, database_url)
+    }
 
 
 def _replay_dry_run(name: str, current: Settings, endpoints: Endpoints) -> ReplayDryRun:

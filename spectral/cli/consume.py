@@ -6,6 +6,7 @@ import typer
 from prometheus_client import REGISTRY
 
 from spectral.cli._common import (
+    DEPLOYMENT_HELP,
     MAX_PORT,
     METRICS_HOST_HELP,
     METRICS_PORT_HELP,
@@ -23,7 +24,7 @@ from spectral.observability.progress import ProgressMonitor
 
 
 def consume(  # noqa: PLR0917 - typer maps each parameter to an option
-    name: str = typer.Argument(..., help="Deployment: rule-candidates | work-executor."),
+    name: str = typer.Argument(..., help=DEPLOYMENT_HELP, show_default=False),
     group: str | None = typer.Option(
         None, help="Consumer group (default: the topic prefix + the deployment name)."
     ),

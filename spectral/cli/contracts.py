@@ -9,21 +9,25 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from prometheus_client import CollectorRegistry
 
 from consumers.rule_candidates.handler import RuleCandidatesHandler
 from contracts import (
     DEFAULT_REGISTRY,
     WORK_ITEM_ENQUEUED,
     DecodeError,
-    decode,
+    EventRegistry,
     render_event_schemas,
     schema_violations,
     snapshot_hash_of_json,
 )
 from contracts.asyncapi import ASYNCAPI_FILE_NAME, TopicSettings, document_text
 from spectral import resources
+from spectral.cli.deployments import BUILT_IN, deployments
 from spectral.consumer.metrics import DEAD_LETTER_REASONS
 from spectral.kafka.topology import TopicPolicy, declared_topics
+from spectral.plugins import installed_event_sources, installed_registry
+from spectral.settings import load_settings
 
 app = typer.Typer(
     help="Wire contracts: JSON Schemas, AsyncAPI, the snapshot hash, checking records.",
@@ -46,24 +50,48 @@ DOCUMENTED_BROKERS = 3
 """The cluster size the AsyncAPI bindings show (replication is min(3, brokers))."""
 
 
-def declared_topic_settings() -> dict[str, TopicSettings]:
+def declared_topic_settings(events: EventRegistry = DEFAULT_REGISTRY) -> dict[str, TopicSettings]:
     """The settings ``spectral topics apply`` declares, by topic name without prefix."""
-    declared = declared_topics(
-        DEFAULT_REGISTRY.event_types(), "", TopicPolicy(), DOCUMENTED_BROKERS
-    )
+    declared = declared_topics(events.event_types(), "", TopicPolicy(), DOCUMENTED_BROKERS)
     return {t.name: TopicSettings(t.partitions, t.replication_factor, t.config) for t in declared}
 
 
 def published_files() -> dict[str, str]:
     """File name -> text of everything ``export`` writes: the JSON Schemas and AsyncAPI."""
-    files = render_event_schemas(DEFAULT_REGISTRY)
+    return _files(DEFAULT_REGISTRY, RECEIVERS)
+
+
+def _files(events: EventRegistry, receivers: dict[str, tuple[str, ...]]) -> dict[str, str]:
+    files = render_event_schemas(events)
     files[ASYNCAPI_FILE_NAME] = document_text(
-        DEFAULT_REGISTRY,
-        receivers=RECEIVERS,
+        events,
+        receivers=receivers,
         dead_letter_reasons=sorted(DEAD_LETTER_REASONS),
-        topics=declared_topic_settings(),
+        topics=declared_topic_settings(events),
     )
     return files
+
+
+def plugin_files(plugin: str) -> dict[str, str]:
+    """What ``export --plugin NAME`` writes: the JSON Schemas of the plugin's event types and
+    the AsyncAPI document of their topics, received by the installed deployments that read
+    them (each handler is built to ask, never run)."""
+    sources = {source.plugin: source for source in installed_event_sources()}
+    if plugin not in sources:
+        known = ", ".join(sorted(sources)) or "none is installed"
+        typer.echo(f"error: no plugin named {plugin!r} registers events; known: {known}", err=True)
+        raise typer.Exit(2)
+    events = EventRegistry(sources[plugin].specs)
+    current = load_settings()
+    receivers: dict[str, list[str]] = {}
+    for name in deployments().names():
+        if name in BUILT_IN:  # spectral's own read only spectral's event types
+            continue
+        handler = deployments().factory(name)(current, "", CollectorRegistry())
+        for event_type in handler.event_types:
+            if event_type in events.event_types():
+                receivers.setdefault(event_type, []).append(name)
+    return _files(events, {t: tuple(names) for t, names in receivers.items()})
 
 
 @app.command()
@@ -80,13 +108,25 @@ def export(
             show_default=False,
         ),
     ] = None,
+    plugin: Annotated[
+        str | None,
+        typer.Option(
+            "--plugin",
+            help="An installed plugin's event types instead of spectral's (needs --dir).",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
     """Write schemas/events/<event_type>.v<schema_version>.json for every registered type and
     the AsyncAPI 3 document of every topic (asyncapi.json), all from the registry.
 
     Refuses (exit 1) a model change that is not additive against the checked-in schemas.
     Writes only into a source checkout or --dir, never into an installed package (exit 2).
+    With --plugin NAME: the same for that plugin's event types, into (or checked against) --dir.
     """
+    if plugin is not None and directory is None:
+        typer.echo("error: --plugin NAME needs --dir DIR (the plugin's schema folder)", err=True)
+        raise typer.Exit(2)
     if directory is None:
         if SOURCE_SCHEMA_DIR is None and not check:
             typer.echo(
@@ -96,7 +136,7 @@ def export(
             )
             raise typer.Exit(2)
         directory = DEFAULT_SCHEMA_DIR
-    rendered = published_files()
+    rendered = published_files() if plugin is None else plugin_files(plugin)
     checked_in = {path.name: path.read_text("utf-8") for path in sorted(directory.glob("*.json"))}
     schemas = {name: text for name, text in checked_in.items() if name != ASYNCAPI_FILE_NAME}
     current = {name: text for name, text in rendered.items() if name != ASYNCAPI_FILE_NAME}
@@ -191,11 +231,12 @@ def check(
 
 
 def _verdict(value: bytes, key: bytes | None) -> dict[str, Any]:
+    events = installed_registry()  # spectral's event types and the installed plugins'
     try:
-        envelope = decode(value)
+        envelope = events.decode(value)
     except DecodeError as exc:
         return {"verdict": "refused", "reason": exc.reason.value, "detail": exc.detail}
-    record_key = DEFAULT_REGISTRY.record_key(envelope)
+    record_key = events.record_key(envelope)
     out: dict[str, Any] = {
         "event_type": envelope.event_type,
         "idempotency_key": envelope.idempotency_key,
@@ -204,7 +245,7 @@ def _verdict(value: bytes, key: bytes | None) -> dict[str, Any]:
     }
     if key is not None:
         try:
-            DEFAULT_REGISTRY.check_record_key(envelope, key)
+            events.check_record_key(envelope, key)
         except DecodeError as exc:
             return {"verdict": "refused", "reason": exc.reason.value, "detail": exc.detail, **out}
     return {"verdict": "ok", "key_checked": key is not None, **out}

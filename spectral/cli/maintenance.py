@@ -15,7 +15,7 @@ from datetime import timedelta
 from typing import Annotated
 
 import typer
-from prometheus_client import REGISTRY, CollectorRegistry
+from prometheus_client import REGISTRY
 
 from spectral.cli._common import (
     EXIT_FAILURE,
@@ -25,12 +25,11 @@ from spectral.cli._common import (
     serve_health,
     settings,
 )
-from spectral.cli.deployments import deployments, factory
+from spectral.cli.deployments import what_each_reads
 from spectral.db.connect import ping
 from spectral.devstack import resolve_endpoints
 from spectral.errors import SpectralError
 from spectral.kafka.retention import BrokerRetention, describe_retention
-from spectral.kafka.topics import topic_for
 from spectral.maintenance.metrics import MaintenanceMetrics, RunOutcome
 from spectral.maintenance.repository import MaintenanceRepository
 from spectral.maintenance.run import MaintenanceOptions, MaintenanceReport, maintain
@@ -102,11 +101,10 @@ def maintenance(
 
 def deployment_topics(current: Settings, database_url: str) -> Mapping[str, Sequence[str]]:
     """Each deployment's consumer name and the topics it reads."""
-    out: dict[str, list[str]] = {}
-    for name in deployments().names():
-        handler = factory(name)(current, database_url, CollectorRegistry())
-        out[handler.name] = [topic_for(t, current.topic_prefix) for t in handler.event_types]
-    return out
+    return {
+        reads.consumer: list(reads.topics(current.topic_prefix))
+        for reads in run(what_each_reads(current, database_url))
+    }
 
 
 async def _every(

@@ -1,43 +1,41 @@
-"""`spectral offsets reset`: move a live consumer group's committed offsets (spectral/consumer/
+"""`spectral offsets reset NAME`: move a live consumer group's committed offsets (spectral/consumer/
 offsets.py); refused while the group has active members."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
 from typing import Annotated
 
 import typer
-from prometheus_client import CollectorRegistry
 from rich.console import Console
 from rich.table import Table
 
-from spectral.cli._common import fail, run, settings
-from spectral.cli.deployments import factory
+from spectral.cli._common import (
+    DEPLOYMENT_HELP,
+    deployment_name,
+    deprecated_consumer_option,
+    fail,
+    offsets_option,
+    run,
+    settings,
+    timestamp_option,
+)
+from spectral.cli.deployments import reads_of
 from spectral.consumer.offsets import GroupBusyError, ResetReport, reset_offsets
 from spectral.consumer.replay_range import start_of
 from spectral.devstack import resolve_endpoints
 from spectral.kafka.topics import group_for
-from spectral.settings import Settings
 
 app = typer.Typer(help="Consumer group offsets.", no_args_is_help=True)
 
 EXIT_BUSY = 1
 
 
-async def event_types_of(name: str, current: Settings, database_url: str) -> Sequence[str]:
-    """The event types deployment ``name`` consumes (its handler is built, never run)."""
-    handler = factory(name)(current, database_url, CollectorRegistry())
-    await handler.close()
-    return tuple(handler.event_types)
-
-
 @app.command()
 def reset(
+    name: Annotated[str | None, typer.Argument(help=DEPLOYMENT_HELP, show_default=False)] = None,
     *,
-    consumer: Annotated[
-        str, typer.Option("--consumer", help="Deployment: rule-candidates | work-executor.")
-    ],
+    consumer: Annotated[str | None, deprecated_consumer_option()] = None,
     group: Annotated[
         str | None,
         typer.Option(
@@ -52,17 +50,11 @@ def reset(
     ] = False,
     to_timestamp: Annotated[
         str | None,
-        typer.Option(
-            "--to-timestamp", metavar="RFC3339", help="The first record at or after this time."
-        ),
+        timestamp_option("--to-timestamp", "The first record at or after this time."),
     ] = None,
     to_offset: Annotated[
         str | None,
-        typer.Option(
-            "--to-offset",
-            metavar="[TOPIC:]P:O[,...]",
-            help="These offsets; only the partitions named are reset.",
-        ),
+        offsets_option("--to-offset", "These offsets; only the partitions named are reset."),
     ] = None,
     dry_run: Annotated[
         bool, typer.Option("--dry-run", help="Show the change, commit nothing.")
@@ -87,6 +79,7 @@ def reset(
         )
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from exc
+    deployment = deployment_name(name, consumer, "offsets reset")
     current = settings()
     endpoints = resolve_endpoints(current)
 
@@ -94,8 +87,8 @@ def reset(
         return await reset_offsets(
             current,
             endpoints.kafka_bootstrap,
-            event_types=await event_types_of(consumer, current, endpoints.database_url),
-            group=group or group_for(consumer, current.topic_prefix),
+            event_types=(await reads_of(deployment, current, endpoints.database_url)).event_types,
+            group=group or group_for(deployment, current.topic_prefix),
             target=target,
             dry_run=dry_run,
         )

@@ -7,7 +7,6 @@ import os
 import typer
 from prometheus_client import REGISTRY
 
-from contracts import DEFAULT_REGISTRY
 from producers.relay import OutboxRelay, RelayMetrics, RelayOptions
 from producers.relay.repository import RelayRepository
 from spectral.cli._common import (
@@ -21,6 +20,7 @@ from spectral.cli._common import (
 )
 from spectral.devstack import resolve_database_url, resolve_endpoints
 from spectral.observability.health import run_with_health
+from spectral.plugins import installed_registry
 
 app = typer.Typer(help="The transactional outbox: relay its rows to Kafka.", no_args_is_help=True)
 
@@ -47,7 +47,7 @@ def relay(
     current = settings()
     endpoints = resolve_endpoints(current)
     health = serve_health(current, metrics_port, metrics_host)
-    warn_missing_topics(current, endpoints.kafka_bootstrap, DEFAULT_REGISTRY.event_types())
+    warn_missing_topics(current, endpoints.kafka_bootstrap, installed_registry().event_types())
     relay_ = OutboxRelay(
         current,
         kafka_bootstrap=endpoints.kafka_bootstrap,

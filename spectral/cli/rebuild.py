@@ -1,30 +1,32 @@
-"""`spectral rebuild rule-candidates`: the triage inbox rebuilt from its topic in one
-transaction, operator columns kept (procedure: consumers/rule_candidates/rebuild.py)."""
+"""`spectral rebuild NAME`: a deployment's projection rebuilt from its topics in one
+transaction (procedure: spectral/consumer/rebuild.py; rule-candidates keeps its operator
+columns: consumers/rule_candidates/rebuild.py)."""
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
+from prometheus_client import CollectorRegistry
 
-from consumers.rule_candidates.rebuild import rebuild
-from spectral.cli._common import fail, run, settings
+from spectral.cli._common import DEPLOYMENT_HELP, fail, run, settings
+from spectral.cli.deployments import factory
 from spectral.cli.replay import EXIT_INCOMPLETE, print_report, progress_bar
+from spectral.consumer.handler import Handler
 from spectral.consumer.offsets import GroupBusyError
+from spectral.consumer.rebuild import rebuild as run_rebuild
 from spectral.devstack import resolve_endpoints
 
-app = typer.Typer(help="Rebuild a projection from its topic.", no_args_is_help=True)
 
-
-@app.command("rule-candidates")
-def rule_candidates(
+def rebuild(
+    name: Annotated[str, typer.Argument(help=DEPLOYMENT_HELP, show_default=False)],
     *,
     group: Annotated[
         str | None,
         typer.Option(
             "--group",
             help="The live consumer group, which must have no members (default: the topic "
-            "prefix + rule-candidates).",
+            "prefix + the deployment name).",
         ),
     ] = None,
     dry_run: Annotated[
@@ -32,16 +34,23 @@ def rule_candidates(
     ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="A JSON summary on stdout.")] = False,
 ) -> None:
-    """Rebuild the triage inbox from its topic, operator columns kept.
+    """Rebuild a deployment's projection from its topics (rule-candidates: the triage inbox,
+    operator columns kept).
 
-    Status, assignee, notes and deleted_at are never written. One transaction, committed only
-    if the whole topic was read; refused while the live group has members."""
+    One transaction, committed only if every topic was read to its end; refused while the live
+    group has members, and for a deployment whose handler gives no rebuild."""
     current = settings()
     endpoints = resolve_endpoints(current)
-    with progress_bar("rebuild rule-candidates") as progress:
+    build = factory(name)
+
+    def make_handler(database_url: str) -> Handler[Any]:
+        return build(current, database_url, CollectorRegistry())
+
+    with progress_bar(f"rebuild {name}") as progress:
         try:
             report = run(
-                rebuild(
+                run_rebuild(
+                    make_handler,
                     current,
                     kafka_bootstrap=endpoints.kafka_bootstrap,
                     database_url=endpoints.database_url,

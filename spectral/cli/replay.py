@@ -1,4 +1,4 @@
-"""`spectral replay --consumer NAME ...`: a deployment's handler over a range of its topics.
+"""`spectral replay NAME ...`: a deployment's handler over a range of its topics.
 
 The logic is spectral/consumer/replay.py (no consumer group, no offsets committed, the engine's
 idempotent path); this module parses the options, draws the progress bar and the summary.
@@ -25,7 +25,16 @@ from rich.progress import (
 )
 from rich.table import Table
 
-from spectral.cli._common import fail, run, settings
+from spectral.cli._common import (
+    DEPLOYMENT_HELP,
+    deployment_name,
+    deprecated_consumer_option,
+    fail,
+    offsets_option,
+    run,
+    settings,
+    timestamp_option,
+)
 from spectral.cli.deployments import factory
 from spectral.consumer.handler import Handler, Outcome
 from spectral.consumer.replay import Mode, ReplayReport, ReplayRequest
@@ -38,40 +47,30 @@ EXIT_INCOMPLETE = 1
 
 
 def replay(
+    name: Annotated[str | None, typer.Argument(help=DEPLOYMENT_HELP, show_default=False)] = None,
     *,
-    consumer: Annotated[
-        str, typer.Option("--consumer", help="Deployment: rule-candidates | work-executor.")
-    ],
+    consumer: Annotated[str | None, deprecated_consumer_option()] = None,
     from_beginning: Annotated[
         bool, typer.Option("--from-beginning", help="From the first offset of every partition.")
     ] = False,
     from_offset: Annotated[
         str | None,
-        typer.Option(
-            "--from-offset",
-            metavar="[TOPIC:]P:O[,...]",
-            help="From these offsets; only the partitions named are replayed.",
+        offsets_option(
+            "--from-offset", "From these offsets; only the partitions named are replayed."
         ),
     ] = None,
     from_timestamp: Annotated[
-        str | None,
-        typer.Option(
-            "--from-timestamp", metavar="RFC3339", help="From the first record at or after it."
-        ),
+        str | None, timestamp_option("--from-timestamp", "From the first record at or after it.")
     ] = None,
     to_offset: Annotated[
         str | None,
-        typer.Option(
-            "--to-offset",
-            metavar="[TOPIC:]P:O[,...]",
-            help="Stop before these offsets (exclusive, like Kafka end offsets).",
+        offsets_option(
+            "--to-offset", "Stop before these offsets (exclusive, like Kafka end offsets)."
         ),
     ] = None,
     to_timestamp: Annotated[
         str | None,
-        typer.Option(
-            "--to-timestamp", metavar="RFC3339", help="Stop before the first record at or after it."
-        ),
+        timestamp_option("--to-timestamp", "Stop before the first record at or after it."),
     ] = None,
     dry_run: Annotated[
         bool,
@@ -103,9 +102,10 @@ def replay(
         check_order(start, stop)
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from exc
+    deployment = deployment_name(name, consumer, "replay")
     current = settings()
     endpoints = resolve_endpoints(current)
-    build = factory(consumer)
+    build = factory(deployment)
 
     def make_handler(database_url: str) -> Handler[Any]:
         return build(current, database_url, CollectorRegistry())
@@ -117,7 +117,7 @@ def replay(
         max_batch=max_batch,
         beyond_horizon=beyond_horizon,
     )
-    with progress_bar(f"replay {consumer}") as progress:
+    with progress_bar(f"replay {deployment}") as progress:
         try:
             report = run(
                 run_replay(

@@ -8,7 +8,6 @@ from typing import Annotated
 
 import typer
 
-from contracts import DEFAULT_REGISTRY
 from spectral.cli._common import run, settings
 from spectral.devstack import resolve_kafka_bootstrap
 from spectral.kafka import topic_admin
@@ -20,6 +19,7 @@ from spectral.kafka.topology import (
     declared_topics,
     plan,
 )
+from spectral.plugins import installed_registry
 from spectral.settings import Settings
 
 app = typer.Typer(help="Declare spectral's topics: plan, then apply.", no_args_is_help=True)
@@ -54,12 +54,11 @@ async def _plan(
     current: Settings, bootstrap: str, *, allow_shrink: bool, allow_repartition: bool
 ) -> tuple[list[TopicSpec], list[Change], dict[str, ExistingTopic]]:
     policy = _policy(current)
-    names = [spec.name for spec in declared_topics(DEFAULT_REGISTRY.event_types(), "", policy, 1)]
+    event_types = installed_registry().event_types()  # spectral's and the installed plugins'
+    names = [spec.name for spec in declared_topics(event_types, "", policy, 1)]
     prefixed = [f"{current.topic_prefix}{name}" for name in names]
     brokers, existing = await topic_admin.describe(current, bootstrap, prefixed)
-    declared = declared_topics(
-        DEFAULT_REGISTRY.event_types(), current.topic_prefix, policy, brokers, existing
-    )
+    declared = declared_topics(event_types, current.topic_prefix, policy, brokers, existing)
     changes = plan(
         declared, existing, allow_shrink=allow_shrink, allow_repartition=allow_repartition
     )

@@ -5,30 +5,30 @@ not. Every check a record must pass before it reaches a transaction belongs in
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from contracts import DecodeError, EventEnvelope, check_record_key
+from contracts import DecodeError, EventRegistry
 from spectral.consumer.handler import Delivery
 from spectral.kafka.dlq import DeadLetter
 
-Decoder = Callable[[bytes], EventEnvelope[Any]]
-
 
 class RecordDecoder:
-    """Decodes the records of a consumer's topics (``topics``: topic -> its event type)."""
+    """Decodes the records of a consumer's topics (``topics``: topic -> its event type) with
+    the event types of ``events`` (spectral's and the installed plugins')."""
 
-    def __init__(self, consumer: str, topics: Mapping[str, str], decoder: Decoder) -> None:
+    def __init__(self, consumer: str, topics: Mapping[str, str], events: EventRegistry) -> None:
         self._consumer = consumer
         self._topics = topics
-        self._decode = decoder
+        self._decode = events.decode
+        self._check_key = events.check_record_key
 
     def decode(self, record: Any) -> Delivery | DeadLetter:
         """One record: its delivery, or its dead letter (the decode reason and detail)."""
         value: bytes = record.value if record.value is not None else b""
         try:
             envelope = self._decode(value)
-            check_record_key(envelope, record.key)
+            self._check_key(envelope, record.key)
         except DecodeError as exc:
             return self._dead(record, exc.reason.value, exc.detail)
         except Exception as exc:  # noqa: BLE001 - no record's bytes may stop the partition

@@ -49,9 +49,9 @@ import structlog
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from prometheus_client import REGISTRY, CollectorRegistry
 
-from contracts import decode
+from contracts import EventRegistry
 from spectral.consumer.dead_letters import DeadLetterSink, KafkaDeadLetters
-from spectral.consumer.decode import Decoder, RecordDecoder
+from spectral.consumer.decode import RecordDecoder
 from spectral.consumer.handler import BatchReport, Delivery, Handler, Outcome
 from spectral.consumer.metrics import ConsumerMetrics
 from spectral.consumer.retrying import Retrying
@@ -64,6 +64,7 @@ from spectral.kafka.dlq import MAX_REQUEST_BYTES, DeadLetter
 from spectral.kafka.topics import group_for, topic_for
 from spectral.observability.logging import get_logger
 from spectral.observability.progress import EngineHook
+from spectral.plugins import installed_registry
 from spectral.retry import Backoff
 from spectral.settings import Settings
 
@@ -141,7 +142,7 @@ class ConsumerEngine:
         database_url: str,
         options: EngineOptions | None = None,
         registry: CollectorRegistry = REGISTRY,
-        decoder: Decoder = decode,
+        events: EventRegistry | None = None,
         source: RecordSource | None = None,
         connections: Connections | None = None,
         dead_letter_sink: DeadLetterSink | None = None,
@@ -150,7 +151,9 @@ class ConsumerEngine:
         """``source``: a live member of ``options.group`` unless given (a RangeSource for a
         replay); ``connections``: the engine's pool unless given (a held transaction);
         ``dead_letter_sink``: Kafka with its fallbacks unless given (a report); ``hook``: where
-        the engine reports its start, partitions, commits and stop (a progress monitor)."""
+        the engine reports its start, partitions, commits and stop (a progress monitor);
+        ``events``: the event types records are decoded with (spectral's and the installed
+        plugins' unless given)."""
         self.handler = handler
         self.hook = hook or EngineHook()
         self.settings = settings
@@ -167,7 +170,7 @@ class ConsumerEngine:
         self._stop = asyncio.Event()
         self._retrying = Retrying(self.options.backoff, self.metrics, self._stop)
         self._topics = {topic_for(t, settings.topic_prefix): t for t in handler.event_types}
-        self._decoder = RecordDecoder(handler.name, self._topics, decoder)
+        self._decoder = RecordDecoder(handler.name, self._topics, events or installed_registry())
         self._connections = connections
         self._sink = dead_letter_sink
         self._pool: asyncpg.Pool | None = None

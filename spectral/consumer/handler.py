@@ -22,6 +22,9 @@ step               ``spectral consume`` (live)   replay (applying)        dry ru
 ``close``          once, at the end              once, at the end         once, at the end
 =================  ============================  =======================  ======================
 
+``rebuild`` is not a step of a run: it says how ``spectral rebuild NAME`` resets the projection
+(:class:`Rebuild`); a handler without one cannot be rebuilt.
+
 So background work (the executor's sweeper) starts only in ``start``: a replay does only what
 its records ask for.
 
@@ -126,6 +129,28 @@ class HandlerResult(Generic[C]):
         )
 
 
+class Rebuild(ABC):
+    """How a projection is rebuilt from its topics (``spectral rebuild NAME``,
+    spectral/consumer/rebuild.py).
+
+    A rebuild is one transaction, acting as the handler's ``database_role``: spectral forgets
+    the consumer's dedup keys, :meth:`prepare` resets the projection, every record of the
+    handler's topics is applied again through ``apply`` (each batch a savepoint), then
+    :meth:`finish` runs; the transaction commits only if every partition was read to its end
+    (``--dry-run``: it never commits). Readers see the old projection until that one commit.
+    """
+
+    @abstractmethod
+    async def prepare(self, conn: asyncpg.Connection) -> None:
+        """Reset the projection before the first record (e.g. empty its tables, or keep what
+        the topics cannot give back in temporary tables for :meth:`finish`)."""
+
+    async def finish(self, conn: asyncpg.Connection) -> Mapping[str, int]:  # noqa: ARG002
+        """After the last record (only when every partition was read): restore what the topics
+        could not rebuild; return facts for the report (e.g. rows changed)."""
+        return {}
+
+
 class Handler(ABC, Generic[C]):
     """A projection run by the engine.
 
@@ -172,6 +197,12 @@ class Handler(ABC, Generic[C]):
     async def close(self) -> None:
         """Stop background work, finish what is in flight within the handler's own bound and
         release resources. Called at the end of every run; must be safe to call again."""
+
+    def rebuild(self) -> Rebuild | None:
+        """How ``spectral rebuild`` resets this projection (None: it cannot be rebuilt). The
+        object is used apart from the handler's run: it only runs statements on the rebuild's
+        connection."""
+        return None
 
 
 @dataclass(frozen=True)

@@ -42,3 +42,8 @@ WHERE h.tableoid = target.tableoid AND h.ctid = target.ctid;
 DELETE FROM core.event_handled AS h
 USING core.dedup_rows_of($1, $2::text[]) AS target
 WHERE h.tableoid = target.tableoid AND h.ctid = target.ctid;
+
+-- name: forget_consumer
+-- A rebuild applies every record of the consumer's topics again: its dedup keys go first (in
+-- the rebuild's transaction: they come back with the replayed records, or not at all).
+DELETE FROM core.event_handled WHERE consumer = $1;

@@ -5,7 +5,11 @@ queries.sql: ``claim_keys``, then the handler, then ``mark_stale`` / ``forget``)
 handler fails for a data reason it falls back to one transaction per delivery, so only the bad
 delivery fails (it is dead-lettered as ``handler_error``) and the results of the others are
 merged — their ``carry`` included. Faults of the infrastructure are retried, never
-dead-lettered.
+dead-lettered. A privilege the database refuses (the deployment's role lacks a grant, or its
+consumer name is not registered in ``core.consumer_roles``, so row-level security refuses its
+dedup rows) is the deployment's configuration, never a record's: the batch rolls back, nothing
+is dead-lettered and the engine stops with a :class:`~spectral.errors.ConfigurationError`
+saying what to grant.
 
 Connections come from a :class:`Connections` lender: the engine's pool (each batch commits) or
 a :class:`~spectral.consumer.held_transaction.HeldTransaction` (each batch a savepoint of one
@@ -26,7 +30,7 @@ from spectral.consumer.handler import Delivery, Handler, HandlerResult
 from spectral.consumer.retrying import Retrying
 from spectral.db.connect import is_transient
 from spectral.db.queries import load_queries
-from spectral.errors import PermanentError, SpectralError, TransientError
+from spectral.errors import ConfigurationError, PermanentError, SpectralError, TransientError
 from spectral.kafka.dlq import DeadLetter
 from spectral.observability.logging import get_logger
 
@@ -86,6 +90,8 @@ class BatchTransaction:
         failed: list[DeadLetter] = []
         try:
             result, fresh = await self._retrying("database", lambda: self._run(batch))
+        except ConfigurationError:
+            raise
         except PermanentError as exc:
             log.warning("batch failed for a data reason; applying one by one", error=str(exc))
             result, fresh, failed = await self._one_by_one(batch)
@@ -132,8 +138,20 @@ class BatchTransaction:
         except Exception as exc:
             if is_transient(exc):
                 raise TransientError(f"{type(exc).__name__}: {exc}") from exc
+            if isinstance(exc, asyncpg.InsufficientPrivilegeError):
+                raise self._refused_privilege(exc) from exc
             raise PermanentError(f"{type(exc).__name__}: {exc}") from exc
         return result, len(fresh)
+
+    def _refused_privilege(self, exc: asyncpg.InsufficientPrivilegeError) -> ConfigurationError:
+        role = self._handler.database_role or "the login's own role"
+        return ConfigurationError(
+            f"consumer {self._handler.name}: the database refused a privilege to {role} ({exc}). "
+            f"Grant the deployment's role what its statements need (GRANT spectral_consumer TO "
+            f"{role}; its own tables) and register its consumer name (INSERT INTO "
+            f"core.consumer_roles VALUES ('{self._handler.name}', '{role}')); nothing was "
+            "applied or dead-lettered"
+        )
 
     async def _one_by_one(
         self, batch: list[Delivery]
@@ -148,6 +166,8 @@ class BatchTransaction:
                     "database",
                     lambda d=delivery: self._run([d]),  # type: ignore[misc]
                 )
+            except ConfigurationError:
+                raise
             except PermanentError as exc:
                 failed.append(
                     DeadLetter.of(

@@ -5,13 +5,20 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
-from typing import TypeVar
+from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar
 
 import asyncpg
 
 from spectral.errors import ConfigurationError, PermanentError, SpectralError, TransientError
 
+if TYPE_CHECKING:
+    from asyncpg.pool import PoolConnectionProxy
+
 T = TypeVar("T")
+
+Conn: TypeAlias = "asyncpg.Connection[Any] | PoolConnectionProxy[Any]"
+"""A connection, or one a pool lends (the caller's transaction either way): what repositories,
+the outbox writer and handlers take."""
 
 # SQLSTATE classes/codes that mean "the database, not the data": try again later.
 _TRANSIENT_SQLSTATES = frozenset({"40001", "40P01", "55P03", "53300", "53400", "25P03"})

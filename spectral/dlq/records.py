@@ -15,11 +15,12 @@ from typing import Any
 from aiokafka import TopicPartition
 from aiokafka.errors import KafkaError
 
-from contracts import DecodeError, decode
+from contracts import DecodeError
 from spectral.errors import TransientError
 from spectral.kafka.dlq import REFERENCE_MARK, history_of, parse_headers, text
 from spectral.kafka.partitions import standalone_consumer, topic_partitions
 from spectral.kafka.topics import DLQ_SUFFIX, dlq_topic, is_dlq
+from spectral.plugins import installed_registry
 from spectral.settings import Settings
 
 READ_TIMEOUT_SECONDS = 60.0
@@ -84,9 +85,10 @@ class DeadLetterRecord:
         return history_of(self.headers)
 
     def decoded(self) -> tuple[dict[str, Any] | None, str | None]:
-        """(the envelope as JSON, None) when the original decodes, else (None, why not)."""
+        """(the envelope as JSON, None) when the original decodes (with the event types of
+        spectral and the installed plugins), else (None, why not)."""
         try:
-            envelope = decode(self.value)
+            envelope = installed_registry().decode(self.value)
             view: dict[str, Any] = envelope.model_dump(mode="json")
         except DecodeError as exc:
             return None, f"{exc.reason.value}: {exc.detail}"

@@ -1,11 +1,7 @@
-"""Typing helpers: a connection is either a plain one or a pool's proxy of one."""
+"""Typing helpers of the work domain: :data:`Conn` is spectral/db/connect.py's."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, TypeAlias
+from spectral.db.connect import Conn
 
-if TYPE_CHECKING:
-    import asyncpg
-    from asyncpg.pool import PoolConnectionProxy
-
-Conn: TypeAlias = "asyncpg.Connection[Any] | PoolConnectionProxy[Any]"
+__all__ = ["Conn"]

@@ -107,7 +107,7 @@ async def test_a_hostile_corpus_through_consume_replay_rebuild_and_redrive(
     # replay (applying): the same path; what was applied is deduplicated, poison dead-lettered
     # again.
     replayed = await asyncio.to_thread(
-        spectral_json, spectral_env, "replay", "--consumer", CONSUMER, "--from-beginning", "--json"
+        spectral_json, spectral_env, "replay", CONSUMER, "--from-beginning", "--json"
     )
     assert replayed["complete"] is True
     assert replayed["applied"] == 0

@@ -1,6 +1,6 @@
 """The hostile corpus of model answers (tests/hostile_answers.py: every class of answer once, as
 raw HTTP bodies of an OpenAI-compatible gateway) through the real processes: the live
-`spectral consume work-executor` and a `spectral replay --consumer work-executor` that acts as
+`spectral consume work-executor` and a `spectral replay work-executor` that acts as
 one more executor. Whatever the gateway answers:
 
 * both processes keep running (or exit 0 when asked to);
@@ -131,7 +131,7 @@ async def test_the_hostile_corpus_through_the_live_executor_and_a_replay(
             await _submit(database_url, "doc-replay")
             await asyncio.sleep(2.0)  # the relay publishes the new items' events
             replayed = subprocess.run(
-                [SPECTRAL, "replay", "--consumer", "work-executor", "--from-beginning", "--json"],
+                [SPECTRAL, "replay", "work-executor", "--from-beginning", "--json"],
                 cwd=ROOT,
                 env=env,
                 capture_output=True,

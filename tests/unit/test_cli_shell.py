@@ -12,8 +12,10 @@ from importlib import metadata
 from pathlib import Path
 
 import pytest
+from typer.core import TyperGroup
+from typer.testing import CliRunner
 
-from spectral.cli import COMMANDS, load_command
+from spectral.cli import COMMANDS, app, load_command
 
 SPECTRAL = str(Path(sys.executable).with_name("spectral"))
 ROOT = Path(__file__).resolve().parents[2]
@@ -72,7 +74,7 @@ def test_every_command_loads_with_readable_help(name: str) -> None:
 
 
 def test_consume_refuses_a_batch_of_zero_like_replay() -> None:
-    for args in (["consume", "rule-candidates"], ["replay", "--consumer", "rule-candidates"]):
+    for args in (["consume", "rule-candidates"], ["replay", "rule-candidates"]):
         result = _spectral(*args, "--max-batch", "0")
         assert result.returncode == 2, result.stdout + result.stderr
         assert "--max-batch" in result.stderr
@@ -95,8 +97,8 @@ SERVER_COMMANDS: list[list[str]] = [
     ["triage", "list"],
     ["threads", "list", "--project", "p"],
     ["dlq", "list", "--topic", "some.topic"],
-    ["offsets", "reset", "--consumer", "rule-candidates", "--to-earliest"],
-    ["replay", "--consumer", "rule-candidates", "--from-beginning"],
+    ["offsets", "reset", "rule-candidates", "--to-earliest"],
+    ["replay", "rule-candidates", "--from-beginning"],
     ["tokens", "list"],
     ["mcp"],
 ]
@@ -155,3 +157,32 @@ def _packages_loaded_by(code: str, packages: set[str]) -> set[str]:
         check=True,
     )
     return set(probe.stdout.split()) & packages
+
+
+def test_every_deployment_command_takes_the_name_as_its_argument() -> None:
+    """One naming rule: `consume NAME`, `replay NAME`, `rebuild NAME`, `offsets reset NAME`."""
+    offsets = load_command("offsets")
+    assert isinstance(offsets, TyperGroup)
+    commands = {
+        "consume": load_command("consume"),
+        "replay": load_command("replay"),
+        "rebuild": load_command("rebuild"),
+        "offsets reset": offsets.commands["reset"],
+    }
+    for label, command in commands.items():
+        first = command.params[0]
+        assert (first.param_type_name, first.name) == ("argument", "name"), label
+        # The old spelling (--consumer NAME) still works where it existed, hidden from help.
+        assert all(getattr(p, "hidden", False) for p in command.params if p.name == "consumer")
+
+
+def test_the_deprecated_spelling_must_agree_with_the_name() -> None:
+    runner = CliRunner()
+    both = runner.invoke(
+        app, ["replay", "rule-candidates", "--consumer", "work-executor", "--from-beginning"]
+    )
+    assert both.exit_code == 2
+    assert "NAME is 'rule-candidates' but --consumer is 'work-executor'" in both.output
+    missing = runner.invoke(app, ["offsets", "reset", "--to-earliest"])
+    assert missing.exit_code == 2
+    assert "spectral offsets reset NAME" in missing.output

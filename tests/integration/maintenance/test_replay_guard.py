@@ -81,9 +81,7 @@ async def test_a_replay_reaching_behind_the_horizon_is_refused_unless_told_other
     assert forced.complete
     assert forced.records == len(events)
 
-    refused = spectral_cli(
-        spectral_env, "replay", "--consumer", "rule-candidates", "--from-beginning"
-    )
+    refused = spectral_cli(spectral_env, "replay", "rule-candidates", "--from-beginning")
     assert refused.returncode == 1
     assert "behind the dedup horizon" in refused.stderr
     assert "--beyond-horizon" in refused.stderr

@@ -112,7 +112,6 @@ async def test_reset_is_refused_while_members_are_active_and_exact_when_none_are
         spectral_env,
         "offsets",
         "reset",
-        "--consumer",
         CONSUMER,
         "--to-earliest",
         "--json",
@@ -150,11 +149,9 @@ async def test_reset_is_refused_while_members_are_active_and_exact_when_none_are
 
 
 def test_reset_options_are_checked(spectral_env: dict[str, str]) -> None:
-    both = spectral_cli(
-        spectral_env, "offsets", "reset", "--consumer", CONSUMER, "--to-earliest", "--to-latest"
-    )
+    both = spectral_cli(spectral_env, "offsets", "reset", CONSUMER, "--to-earliest", "--to-latest")
     assert both.returncode == 2
     assert "exactly one of" in both.stderr
-    bad = spectral_cli(spectral_env, "offsets", "reset", "--consumer", CONSUMER, "--to-offset", "x")
+    bad = spectral_cli(spectral_env, "offsets", "reset", CONSUMER, "--to-offset", "x")
     assert bad.returncode == 2
     assert "PARTITION:OFFSET" in bad.stderr

@@ -16,13 +16,11 @@ from prometheus_client import CollectorRegistry
 
 from consumers.rule_candidates.handler import RuleCandidatesHandler
 from consumers.rule_candidates.metrics import RuleCandidateMetrics
-from consumers.rule_candidates.rebuild import RebuildHooks, rebuild
-from consumers.rule_candidates.repository import Conn
 from contracts import FAILURE_CLUSTER_DETECTED
 from spectral.consumer.handler import Delivery, HandlerResult, Outcome
 from spectral.consumer.offsets import GroupBusyError
-from spectral.consumer.replay import Mode, ReplayRequest, replay
-from spectral.consumer.replay_range import Beginning
+from spectral.consumer.rebuild import rebuild
+from spectral.db.connect import Conn
 from spectral.kafka.topics import topic_for
 from spectral.settings import Settings
 from tests.integration.replay.support import (
@@ -34,6 +32,7 @@ from tests.integration.replay.support import (
     live_member,
     rule_candidates,
     run_live,
+    spectral_cli,
     spectral_json,
 )
 from tests.kafka_support import create_topics, publish_envelopes
@@ -143,12 +142,18 @@ async def test_a_rebuild_restores_snapshots_and_keeps_every_operator_column(
     # Refused while the live consumer is in its group.
     async with live_member(settings):
         with pytest.raises(GroupBusyError, match="active member"):
-            await rebuild(settings, kafka_bootstrap=bootstrap, database_url=url)
+            await rebuild(
+                rule_candidates(settings), settings, kafka_bootstrap=bootstrap, database_url=url
+            )
 
     # A dry run (through the CLI) reports the diff and changes nothing.
     dry = await asyncio.to_thread(
         spectral_json, spectral_env, "rebuild", "rule-candidates", "--dry-run", "--json"
     )
+    # A deployment whose handler gives no Rebuild is refused as configuration, naming why.
+    refused = await asyncio.to_thread(spectral_cli, spectral_env, "rebuild", "work-executor")
+    assert refused.returncode == 2
+    assert "'work-executor' cannot be rebuilt: its handler gives no Rebuild" in refused.stderr
     assert dry["committed"] is False
     assert dry["complete"] is True
     assert dry["rebuild"] == {
@@ -161,7 +166,9 @@ async def test_a_rebuild_restores_snapshots_and_keeps_every_operator_column(
     assert await _rows(database_url, SNAPSHOT) == before_snapshots
     assert await _rows(database_url, KEPT) == kept
 
-    report = await rebuild(settings, kafka_bootstrap=bootstrap, database_url=url)
+    report = await rebuild(
+        rule_candidates(settings), settings, kafka_bootstrap=bootstrap, database_url=url
+    )
 
     assert report.complete
     assert report.committed
@@ -215,13 +222,8 @@ async def test_an_interrupted_rebuild_changes_nothing(
     bootstrap, url = endpoints(settings)
     handler = _InterruptedHandler()
 
-    report = await replay(
-        lambda _url: handler,
-        settings,
-        kafka_bootstrap=bootstrap,
-        database_url=url,
-        request=ReplayRequest(Beginning(), mode=Mode.ATOMIC, max_batch=10),
-        hooks=RebuildHooks(),
+    report = await rebuild(
+        lambda _url: handler, settings, kafka_bootstrap=bootstrap, database_url=url, max_batch=10
     )
 
     assert handler.batches >= 2

@@ -234,8 +234,13 @@ async def test_the_cli_reports_in_json_and_in_tables(
     async def run(*args: str) -> subprocess.CompletedProcess[str]:
         return await asyncio.to_thread(spectral_cli, spectral_env, "replay", *args)
 
+    # The spelling of the deployment before `replay NAME` still works, with a warning.
     dry = await run("--consumer", CONSUMER, "--from-beginning", "--dry-run", "--json")
     assert dry.returncode == 0, dry.stderr
+    assert (
+        f"--consumer is deprecated and goes in the next release; write `spectral replay {CONSUMER}`"
+        in dry.stderr
+    )
     summary = json.loads(dry.stdout)
     assert summary["mode"] == "dry_run"
     assert summary["complete"] is True
@@ -244,7 +249,7 @@ async def test_the_cli_reports_in_json_and_in_tables(
     assert summary["changes"] == []
     assert sum(r["end"] - r["start"] for r in summary["ranges"]) == total
 
-    partial = await run("--consumer", CONSUMER, "--from-offset", "0:0", "--to-offset", "0:3")
+    partial = await run(CONSUMER, "--from-offset", "0:0", "--to-offset", "0:3")
     assert partial.returncode == 0, partial.stderr
     assert "replayed: 3 of at most 3 records, complete" in partial.stdout
     assert "deduplicated" in partial.stdout
@@ -259,9 +264,9 @@ async def test_the_cli_reports_in_json_and_in_tables(
             "later than",
         ),
     ):
-        refused = await run("--consumer", CONSUMER, *bad)
+        refused = await run(CONSUMER, *bad)
         assert refused.returncode == 2, refused.stderr
         assert message in refused.stderr
-    unknown = await run("--consumer", "nope", "--from-beginning")
+    unknown = await run("nope", "--from-beginning")
     assert unknown.returncode == 2
     assert "no consumer deployment named 'nope'" in unknown.stderr

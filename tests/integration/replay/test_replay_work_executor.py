@@ -1,4 +1,4 @@
-"""`spectral replay --consumer work-executor`: a replay never pays twice, a dry run never pays.
+"""`spectral replay work-executor`: a replay never pays twice, a dry run never pays.
 
 The whole path runs first (command -> outbox -> relay -> Kafka -> executor -> ledger) with a
 scripted model that counts its calls; then the work-item topic is replayed in every mode and

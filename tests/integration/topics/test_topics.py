@@ -55,7 +55,7 @@ async def test_read_only_commands_create_no_topic(
     for args in (
         ["dlq", "list", "--topic", f"{topic_prefix}nope"],
         ["dlq", "show", "--topic", f"{topic_prefix}nope", "--offset", "0"],
-        ["replay", "--consumer", "rule-candidates", "--from-beginning", "--dry-run"],
+        ["replay", "rule-candidates", "--from-beginning", "--dry-run"],
         ["topics", "plan"],
     ):
         result = _spectral(spectral_env, *args)

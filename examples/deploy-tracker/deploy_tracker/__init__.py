@@ -1,0 +1,1 @@
+"""deploy-tracker: an example spectral plugin (see README.md)."""

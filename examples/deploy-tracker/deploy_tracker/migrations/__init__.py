@@ -1,0 +1,1 @@
+"""The plugin's migration track (``spectral.migrations``), numbered apart from spectral's."""
