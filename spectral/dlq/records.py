@@ -17,10 +17,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import Counter
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, TypeAlias
+from typing import Any, TypeAlias, TypeVar
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import KafkaError
@@ -39,6 +39,7 @@ from spectral.kafka.topics import DLQ_SUFFIX, dlq_topic, is_dlq
 from spectral.settings import Settings
 
 READ_TIMEOUT_SECONDS = 60.0
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -339,19 +340,13 @@ class _Scan:
                 yield record
 
 
-async def scan_dead_letters(
-    settings: Settings,
-    bootstrap: str,
-    topic: str,
-    *,
-    after: Position | None = None,
-) -> AsyncGenerator[list[DeadLetterRecord], None]:
-    """Every dead letter of ``topic`` up to its end as of now, whole (values included), in
-    (partition, offset) order, in batches of at most :data:`SCAN_BATCH_RECORDS` and (but for
-    one larger record) :data:`SCAN_BATCH_BYTES` — for a redrive, which must read them all."""
-    batch: list[DeadLetterRecord] = []
+async def _batched(
+    records: AsyncGenerator[Any, None], convert: Callable[[Any], T]
+) -> AsyncGenerator[list[T], None]:
+    """``records`` converted, in batches of at most :data:`SCAN_BATCH_RECORDS` and (but for one
+    larger record) :data:`SCAN_BATCH_BYTES` of records as read."""
+    batch: list[T] = []
     size = 0
-    records = _Scan(settings, bootstrap, topic).records(after=after)
     async with contextlib.aclosing(records):
         async for record in records:
             record_size = _size(record)
@@ -360,10 +355,27 @@ async def scan_dead_letters(
             ):
                 yield batch
                 batch, size = [], 0
-            batch.append(_record(record))
+            batch.append(convert(record))
             size += record_size
     if batch:
         yield batch
+
+
+def scan_dead_letters(
+    settings: Settings, bootstrap: str, topic: str
+) -> AsyncGenerator[list[DeadLetterRecord], None]:
+    """Every dead letter of ``topic`` up to its end as of now, whole (values included), in
+    (partition, offset) order, in batches bounded in count and bytes — for a redrive, which
+    must read them all."""
+    return _batched(_Scan(settings, bootstrap, topic).records(), _record)
+
+
+def scan_summaries(
+    settings: Settings, bootstrap: str, topic: str
+) -> AsyncGenerator[list[DeadLetterSummary], None]:
+    """The same as summaries (a redrive's dry run): nothing of a record is kept but its
+    summary."""
+    return _batched(_Scan(settings, bootstrap, topic).records(), _summary)
 
 
 async def list_dead_letters(

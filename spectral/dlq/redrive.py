@@ -38,8 +38,8 @@ import asyncpg
 from aiokafka import AIOKafkaProducer
 from aiokafka.errors import KafkaError
 
-from spectral.dlq.policy import Skipped, select
-from spectral.dlq.records import DeadLetterRecord, Topics, scan_dead_letters
+from spectral.dlq.policy import L, Skipped, select
+from spectral.dlq.records import DeadLetterRecord, Topics, scan_dead_letters, scan_summaries
 from spectral.dlq.repository import RedriveRepository
 from spectral.errors import TransientError
 from spectral.kafka.config import refusable_producer_kwargs
@@ -159,8 +159,8 @@ async def redrive(
     what is in memory at once is one batch (:func:`scan_dead_letters`), however large the
     dead-letter topic; the report lists the first :data:`REPORT_LIMIT` and counts them all."""
     topics = Topics.of(topic)
-    repository = RedriveRepository(conn)
     progress = _Progress()
+    run = _Pass(settings, bootstrap, RedriveRepository(conn), topics, reason, progress)
     producer = None
     if not dry_run:
         producer = AIOKafkaProducer(
@@ -168,33 +168,11 @@ async def redrive(
             max_request_size=MAX_REQUEST_BYTES,
         )
     try:
-        if producer is not None:
+        if producer is None:
+            await run.plan()
+        else:
             await producer.start()
-        batches = scan_dead_letters(settings, bootstrap, topics.dlq)
-        async with contextlib.aclosing(batches):
-            async for records in batches:
-                progress.examined += len(records)
-                selection = select(
-                    records,
-                    source_topic=topics.source,
-                    reason=reason,
-                    redriven=await repository.redriven(topics.dlq, [r.position for r in records]),
-                )
-                progress.skipped.update(selection.skipped)
-                if producer is None:
-                    chosen = selection.chosen
-                    progress.add(
-                        [Redriven(r.partition, r.offset, r.reason, None, None) for r in chosen]
-                    )
-                    continue
-                if not selection.chosen:
-                    continue
-                # One transaction per batch read: the batch bounds what is in memory.
-                done, raced, refused = await _batch(repository, producer, topics, selection.chosen)
-                progress.add(done)
-                progress.refusals.extend(refused[: max(0, REPORT_LIMIT - len(progress.refusals))])
-                progress.skipped[Skipped.ALREADY_REDRIVEN] += raced
-                progress.skipped[Skipped.REFUSED] += len(refused)
+            await run.send(producer)
     except KafkaError as exc:
         raise TransientError(
             f"Kafka unavailable during redrive ({exc}); the dead letters not yet recorded as "
@@ -221,6 +199,52 @@ async def redrive(
             why=refusal.why,
         )
     return report
+
+
+@dataclass(frozen=True)
+class _Pass:
+    """One redrive's reading of ``T.dlq``, batch by batch."""
+
+    settings: Settings
+    bootstrap: str
+    repository: RedriveRepository
+    topics: Topics
+    reason: str | None
+    progress: _Progress
+
+    async def _select(self, batch: Sequence[L]) -> list[L]:
+        self.progress.examined += len(batch)
+        done = await self.repository.redriven(self.topics.dlq, [r.position for r in batch])
+        selection = select(
+            batch, source_topic=self.topics.source, reason=self.reason, redriven=done
+        )
+        self.progress.skipped.update(selection.skipped)
+        return selection.chosen
+
+    async def plan(self) -> None:
+        """A dry run: what would be redriven, from the records' summaries (no value kept)."""
+        batches = scan_summaries(self.settings, self.bootstrap, self.topics.dlq)
+        async with contextlib.aclosing(batches):
+            async for summaries in batches:
+                chosen = await self._select(summaries)
+                self.progress.add(
+                    [Redriven(s.partition, s.offset, s.reason, None, None) for s in chosen]
+                )
+
+    async def send(self, producer: AIOKafkaProducer) -> None:
+        """Redrive every dead letter chosen, one transaction per batch read."""
+        progress = self.progress
+        batches = scan_dead_letters(self.settings, self.bootstrap, self.topics.dlq)
+        async with contextlib.aclosing(batches):
+            async for records in batches:
+                chosen = await self._select(records)
+                if not chosen:
+                    continue
+                sent, raced, refused = await _batch(self.repository, producer, self.topics, chosen)
+                progress.add(sent)
+                progress.refusals.extend(refused[: max(0, REPORT_LIMIT - len(progress.refusals))])
+                progress.skipped[Skipped.ALREADY_REDRIVEN] += raced
+                progress.skipped[Skipped.REFUSED] += len(refused)
 
 
 def _message(record: DeadLetterRecord, source: str, *, with_history: bool = True) -> Message:
