@@ -101,7 +101,7 @@ async def test_listings_page_through_large_dead_letters_without_loading_them(
     assert not first.truncated
 
     # Following next_after visits every dead letter once, in (partition, offset) order.
-    seen = []
+    seen: list[tuple[int, int]] = []
     after = None
     while True:
         page = await list_dead_letters(settings, kafka_bootstrap, dlq, limit=7, after=after)
