@@ -115,7 +115,14 @@ class ThreadBrief(_Model):
     created_at: datetime
     closed_at: datetime | None
     requested_by: str | None = Field(
-        default=None, description="Who submitted the command: token:NAME, or db:LOGIN."
+        default=None,
+        description="Who submitted the command: token:NAME, or db:LOGIN (as the submitting "
+        "session declared it).",
+    )
+    requested_by_login: str | None = Field(
+        default=None,
+        description="The database login that created the thread: the API's own for commands "
+        "through it. A requested_by another login wrote gives a forged name away.",
     )
 
     @classmethod
@@ -129,6 +136,7 @@ class ThreadBrief(_Model):
             created_at=thread.created_at,
             closed_at=thread.closed_at,
             requested_by=thread.requested_by,
+            requested_by_login=thread.requested_by_login,
         )
 
 

@@ -70,6 +70,9 @@ class TokenInfo:
     scopes: tuple[str, ...]
     created_at: datetime
     created_by: str
+    """Who the creating session declared itself (cli:USER, from the environment)."""
+    created_by_login: str | None
+    """The database login that created it (cannot be declared; None before it was recorded)."""
     expires_at: datetime | None
     revoked_at: datetime | None
     last_used_at: datetime | None
@@ -82,6 +85,7 @@ class TokenInfo:
             "scopes": list(self.scopes),
             "created_at": self.created_at.isoformat(),
             "created_by": self.created_by,
+            "created_by_login": self.created_by_login,
             "expires_at": self.expires_at.isoformat() if self.expires_at else None,
             "revoked_at": self.revoked_at.isoformat() if self.revoked_at else None,
             "last_used_at": self.last_used_at.isoformat() if self.last_used_at else None,
@@ -200,6 +204,7 @@ def _info(row: asyncpg.Record) -> TokenInfo:
         scopes=tuple(row["scopes"]),
         created_at=row["created_at"],
         created_by=row["created_by"],
+        created_by_login=row["created_by_login"],
         expires_at=row["expires_at"],
         revoked_at=row["revoked_at"],
         last_used_at=row["last_used_at"],

@@ -82,7 +82,10 @@ class Thread:
     updated_at: datetime
     closed_at: datetime | None
     requested_by: str | None = None
-    """The principal whose command created the thread (token:NAME, or db:LOGIN)."""
+    """The principal whose command created the thread (token:NAME, or db:LOGIN), as the
+    creating session declared it."""
+    requested_by_login: str | None = None
+    """The database login that created the thread (cannot be declared)."""
 
 
 @dataclass(frozen=True)

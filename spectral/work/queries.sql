@@ -13,7 +13,7 @@ FROM unnest($1::int[], $2::int[]) AS l (kind, objid)
 -- name: get_thread
 SELECT thread_id, kind, space_type, space_id, target_ref::text AS target_ref, status,
        parent_thread_id, idempotency_key, continue_on_error, outcome::text AS outcome,
-       created_at, updated_at, closed_at, requested_by
+       created_at, updated_at, closed_at, requested_by, requested_by_login
 FROM work.threads
 WHERE thread_id = $1
 
@@ -38,7 +38,7 @@ ORDER BY sequence
 -- $4, $5 = the (created_at, thread_id) to continue after (a page's last row; NULL = the start).
 SELECT thread_id, kind, space_type, space_id, target_ref::text AS target_ref, status,
        parent_thread_id, idempotency_key, continue_on_error, outcome::text AS outcome,
-       created_at, updated_at, closed_at, requested_by
+       created_at, updated_at, closed_at, requested_by, requested_by_login
 FROM work.threads
 WHERE space_type = 'project' AND space_id = $1
   AND (NOT $2::boolean OR status IN ('open', 'running'))

@@ -40,6 +40,7 @@ def thread_from_row(row: asyncpg.Record | Mapping[str, Any]) -> Thread:
         updated_at=row["updated_at"],
         closed_at=row["closed_at"],
         requested_by=row.get("requested_by"),
+        requested_by_login=row.get("requested_by_login"),
     )
 
 

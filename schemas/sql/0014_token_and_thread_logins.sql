@@ -1,0 +1,43 @@
+-- 0014 the database login beside every declared creator: core.api_tokens.created_by and
+-- work.threads.requested_by, as 0013 did for the triage audit.
+--
+-- created_by and requested_by default to core.current_actor(), the setting spectral.actor that
+-- the surface running the transaction declares ('token:NAME' from the API, 'cli:USER' from
+-- `spectral tokens`, where USER is whatever the environment says) and that any session may set
+-- to anything. The login (session_user: who opened the connection; SET ROLE and SECURITY
+-- DEFINER do not change it) cannot be chosen that way. A trigger writes it, so a role allowed to
+-- INSERT the row cannot supply another value, and keeps it on UPDATE. Rows written before this
+-- migration have none (NULL).
+ALTER TABLE core.api_tokens ADD COLUMN created_by_login text NULL;
+ALTER TABLE work.threads ADD COLUMN requested_by_login text NULL;
+
+CREATE FUNCTION core.stamp_created_by_login() RETURNS trigger
+LANGUAGE plpgsql AS $fn$
+BEGIN
+    IF TG_OP = 'INSERT' THEN
+        NEW.created_by_login := session_user;
+    ELSE
+        NEW.created_by_login := OLD.created_by_login;
+    END IF;
+    RETURN NEW;
+END
+$fn$;
+
+CREATE FUNCTION work.stamp_requested_by_login() RETURNS trigger
+LANGUAGE plpgsql AS $fn$
+BEGIN
+    IF TG_OP = 'INSERT' THEN
+        NEW.requested_by_login := session_user;
+    ELSE
+        NEW.requested_by_login := OLD.requested_by_login;
+    END IF;
+    RETURN NEW;
+END
+$fn$;
+
+CREATE TRIGGER api_tokens_created_by_login
+    BEFORE INSERT OR UPDATE ON core.api_tokens
+    FOR EACH ROW EXECUTE FUNCTION core.stamp_created_by_login();
+CREATE TRIGGER threads_requested_by_login
+    BEFORE INSERT OR UPDATE ON work.threads
+    FOR EACH ROW EXECUTE FUNCTION work.stamp_requested_by_login();
