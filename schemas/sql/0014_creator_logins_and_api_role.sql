@@ -12,36 +12,26 @@
 ALTER TABLE core.api_tokens ADD COLUMN created_by_login text NULL;
 ALTER TABLE work.threads ADD COLUMN requested_by_login text NULL;
 
-CREATE FUNCTION core.stamp_created_by_login() RETURNS trigger
+-- The trigger's argument names the column: the login on INSERT, the old value on UPDATE.
+CREATE FUNCTION core.stamp_login() RETURNS trigger
 LANGUAGE plpgsql AS $fn$
+DECLARE
+    login jsonb := CASE TG_OP
+        WHEN 'INSERT' THEN to_jsonb(session_user::text)
+        ELSE to_jsonb(OLD) -> TG_ARGV[0]
+    END;
 BEGIN
-    IF TG_OP = 'INSERT' THEN
-        NEW.created_by_login := session_user;
-    ELSE
-        NEW.created_by_login := OLD.created_by_login;
-    END IF;
-    RETURN NEW;
-END
-$fn$;
-
-CREATE FUNCTION work.stamp_requested_by_login() RETURNS trigger
-LANGUAGE plpgsql AS $fn$
-BEGIN
-    IF TG_OP = 'INSERT' THEN
-        NEW.requested_by_login := session_user;
-    ELSE
-        NEW.requested_by_login := OLD.requested_by_login;
-    END IF;
+    NEW := jsonb_populate_record(NEW, jsonb_build_object(TG_ARGV[0], login));
     RETURN NEW;
 END
 $fn$;
 
 CREATE TRIGGER api_tokens_created_by_login
     BEFORE INSERT OR UPDATE ON core.api_tokens
-    FOR EACH ROW EXECUTE FUNCTION core.stamp_created_by_login();
+    FOR EACH ROW EXECUTE FUNCTION core.stamp_login('created_by_login');
 CREATE TRIGGER threads_requested_by_login
     BEFORE INSERT OR UPDATE ON work.threads
-    FOR EACH ROW EXECUTE FUNCTION work.stamp_requested_by_login();
+    FOR EACH ROW EXECUTE FUNCTION core.stamp_login('requested_by_login');
 
 -- spectral_api: what the HTTP API (and console) needs, and nothing else — it checks tokens as
 -- spectral_authenticator, triages and reads as spectral_operator and submits work as
