@@ -336,8 +336,10 @@ class _Scan:
             for record in fetched.pop(tp, []):
                 if record.offset >= end:
                     return
-                deadline = loop.time() + READ_TIMEOUT_SECONDS
                 yield record
+                # Counted from here: the time the caller spent with the record (a redrive
+                # waiting for its producer through a broker restart) is not the topic's.
+                deadline = loop.time() + READ_TIMEOUT_SECONDS
 
 
 async def _batched(
