@@ -43,15 +43,19 @@ def as_login(url: str, login: str, password: str) -> str:
 
 
 @asynccontextmanager
-async def database_login(database_url: str, *roles: str) -> AsyncIterator[tuple[str, str]]:
+async def database_login(
+    database_url: str, *roles: str, inherit: bool = True
+) -> AsyncIterator[tuple[str, str]]:
     """A new database login granted ``roles`` (none: no grant at all), as (name, URL); dropped
-    afterwards with whatever it owns. Roles are server-wide, so the name is unique."""
+    afterwards with whatever it owns. Roles are server-wide, so the name is unique. Without
+    ``inherit`` the login holds no privilege of its roles until it assumes one."""
     name = unique_name("spectral_login_")
     password = f"pw-{name}"
     owner = await asyncpg.connect(database_url)
     try:
         grant = f" IN ROLE {', '.join(roles)}" if roles else ""
-        await owner.execute(f"CREATE ROLE {name} LOGIN PASSWORD '{password}'{grant}")
+        inherits = "" if inherit else " NOINHERIT"
+        await owner.execute(f"CREATE ROLE {name} LOGIN{inherits} PASSWORD '{password}'{grant}")
         yield name, as_login(database_url, name, password)
     finally:
         await owner.execute(f"DROP OWNED BY {name}")

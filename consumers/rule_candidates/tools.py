@@ -4,7 +4,7 @@ as the operator role, with the same scopes; changes are audited under the token'
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
@@ -84,17 +84,18 @@ def register(server: MCPServer, caller: Caller) -> None:
         description="Triage a failure cluster: set its status (pending -> in_review "
         "| dismissed | resolved; in_review -> pending | dismissed | resolved; "
         "dismissed or resolved -> pending | in_review), replace its notes ('' clears "
-        "them) and/or its assignee (a user id; '' clears it). Pass expected_version "
-        "(the triage_version you read) to refuse the change if someone else changed "
-        "the cluster meanwhile. Recorded in the audit trail. Needs triage:write."
+        "them) and/or its assignee (a user id; '' clears it). expected_version is "
+        "required: the triage_version you read (the change is refused if someone else "
+        "changed the cluster meanwhile), or '*' to overwrite whatever it is now. "
+        "Recorded in the audit trail. Needs triage:write."
     )
     @tool_errors
     async def triage_cluster(
         cluster_id: str,
+        expected_version: int | Literal["*"],
         status: str | None = None,
         notes: str | None = None,
         assigned_to: str | None = None,
-        expected_version: int | None = None,
     ) -> dict[str, Any]:
         principal = await caller.require(Scope.TRIAGE_WRITE)
         if notes is not None and len(notes) > NOTES_MAX_CHARS:
@@ -116,7 +117,7 @@ def register(server: MCPServer, caller: Caller) -> None:
                 resources,
                 parse_uuid(cluster_id, "cluster_id"),
                 change,
-                expected_version=expected_version,
+                expected_version=None if expected_version == "*" else expected_version,
                 actor=principal.actor,
             )
         except (ClusterNotFoundError, VersionConflictError, TransitionError) as exc:

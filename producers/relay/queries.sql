@@ -19,6 +19,18 @@ WHERE locktype = 'advisory'
   AND objsubid = 2
   AND granted
 
+-- name: count_held_shards
+-- How many of the shards 0..$2-1 some relay session holds (a relay holding none is a standby
+-- when this is all of them).
+SELECT count(DISTINCT objid)::int
+FROM pg_locks
+WHERE locktype = 'advisory'
+  AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
+  AND classid = $1::int::oid
+  AND objid < $2::int::oid
+  AND objsubid = 2
+  AND granted
+
 -- name: try_lock_shards
 -- Try the candidate shards in the given order; stop after $3 successes (the Limit pulls rows
 -- one at a time, so no lock beyond the wanted number is taken).

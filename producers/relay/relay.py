@@ -225,7 +225,19 @@ class OutboxRelay:
             held.update(won)
             log.info("acquired shards", shards=sorted(won), members=members, held=len(held))
         self.metrics.shards_held.set(len(held))
-        self._ready("shards", ok=bool(held), detail=f"{len(held)} of {SHARD_COUNT} held")
+        if held:
+            self._ready("shards", ok=True, detail=f"{len(held)} of {SHARD_COUNT} held")
+            return
+        # More relays than shards: one that holds none while the others hold every shard is
+        # a ready standby (it takes shards over when a holder goes away), not a failing one.
+        others = await repo.count_held_shards()
+        self._ready(
+            "shards",
+            ok=others == SHARD_COUNT,
+            detail=f"standby: all {SHARD_COUNT} shards held by other relays"
+            if others == SHARD_COUNT
+            else f"0 of {SHARD_COUNT} held; {SHARD_COUNT - others} held by nobody",
+        )
 
     def _ready(self, check: str, *, ok: bool, detail: str) -> None:
         if self._health is not None:

@@ -62,6 +62,14 @@ class RelayRepository:
         )
         return int(value)
 
+    async def count_held_shards(self) -> int:
+        """How many shards some relay (this one included) holds."""
+        value = await guarded(
+            "count held shards",
+            lambda: self._conn.fetchval(_SQL["count_held_shards"], LOCK_CLASS, SHARD_COUNT),
+        )
+        return int(value)
+
     async def try_lock(self, candidates: Sequence[int], want: int) -> list[int]:
         if want <= 0 or not candidates:
             return []

@@ -244,7 +244,14 @@ class ThreadBrief(_Model):
     created_at: datetime
     closed_at: datetime | None
     requested_by: str | None = Field(
-        default=None, description="Who submitted the command: token:NAME, or db:LOGIN."
+        default=None,
+        description="Who submitted the command: token:NAME, or db:LOGIN (as the submitting "
+        "session declared it).",
+    )
+    requested_by_login: str | None = Field(
+        default=None,
+        description="The database login that created the thread: the API's own for commands "
+        "through it. A requested_by another login wrote gives a forged name away.",
     )
     cancel_requested_at: datetime | None = None
     cancel_requested_by: str | None = None
@@ -264,6 +271,7 @@ class ThreadBrief(_Model):
             cancel_requested_at=thread.cancel_requested_at,
             cancel_requested_by=thread.cancel_requested_by,
             cancel_reason=thread.cancel_reason,
+            requested_by_login=thread.requested_by_login,
         )
 
 

@@ -10,17 +10,22 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Final
 
 import asyncpg
 
 from spectral.auth.tokens import AUTHENTICATOR_ROLE, TokenVerifier
-from spectral.db.connect import create_pool
+from spectral.db.connect import connect, create_pool, guarded
+from spectral.db.queries import load_queries
 from spectral.errors import TransientError
 from spectral.settings import Settings
 
 OPERATOR_ROLE: Final = "spectral_operator"
 PRODUCER_ROLE: Final = "spectral_producer"
+API_ROLE: Final = "spectral_api"
+"""The role to grant the API's own login (every role above, nothing of the owner's)."""
+_SQL: Final = load_queries(Path(__file__).with_name("resources.sql"))
 
 
 @dataclass
@@ -55,6 +60,22 @@ class Resources:
         for pool in pools.values():
             with contextlib.suppress(Exception):
                 await pool.close()
+
+    async def overprivileged(self) -> str | None:
+        """Why the API's login can do more than the API needs (a superuser, or a member of
+        the role that owns the schemas: it could alter or drop anything); None otherwise."""
+        conn = await connect(self.database_url)
+        try:
+            row = await guarded("check the API's login", lambda: conn.fetchrow(_SQL["login"]))
+        finally:
+            await conn.close()
+        if row is None:
+            return None
+        if row["superuser"]:
+            return f"its login {row['login']!r} is a superuser"
+        if row["owner"]:
+            return f"its login {row['login']!r} owns the schemas (or is a member of their owner)"
+        return None
 
     def _pool(self, name: str) -> asyncpg.Pool:
         pool = self._pools.get(name)

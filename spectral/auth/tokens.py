@@ -40,6 +40,11 @@ class TokenNameTakenError(PermanentError):
     """A live token already has this name."""
 
 
+class AmbiguousTokenError(PermanentError):
+    """What names the token to revoke matches several live tokens (a name that reads like
+    another token's id): nothing is revoked."""
+
+
 @dataclass(frozen=True, slots=True)
 class Principal:
     """Who is calling: the token's name and id and what it may do."""
@@ -65,6 +70,9 @@ class TokenInfo:
     scopes: tuple[str, ...]
     created_at: datetime
     created_by: str
+    """Who the creating session declared itself (cli:USER, from the environment)."""
+    created_by_login: str | None
+    """The database login that created it (cannot be declared; None before it was recorded)."""
     expires_at: datetime | None
     revoked_at: datetime | None
     last_used_at: datetime | None
@@ -77,6 +85,7 @@ class TokenInfo:
             "scopes": list(self.scopes),
             "created_at": self.created_at.isoformat(),
             "created_by": self.created_by,
+            "created_by_login": self.created_by_login,
             "expires_at": self.expires_at.isoformat() if self.expires_at else None,
             "revoked_at": self.revoked_at.isoformat() if self.revoked_at else None,
             "last_used_at": self.last_used_at.isoformat() if self.last_used_at else None,
@@ -161,10 +170,29 @@ class TokenAdmin:
         return [_info(r) for r in rows]
 
     async def revoke(self, name_or_id: str) -> TokenInfo | None:
-        """Revoke the live token of this name (or id); None when there is none."""
-        row = await guarded(
-            "revoke token", lambda: self._conn.fetchrow(_SQL["revoke_token"], name_or_id)
-        )
+        """Revoke the one live token of this name or id; None when there is none, and
+        AmbiguousTokenError (nothing revoked) when several match."""
+
+        async def run() -> asyncpg.Record | None:
+            async with self._conn.transaction():
+                matches = await self._conn.fetch(_SQL["live_tokens_matching"], name_or_id)
+                if len(matches) > 1:
+                    listed = ", ".join(
+                        f"{m['name']} (token_id {m['token_id']}, {m['display_prefix']}…)"
+                        for m in matches
+                    )
+                    raise AmbiguousTokenError(
+                        f"{name_or_id!r} matches {len(matches)} live tokens: {listed}; nothing "
+                        "was revoked. Revoke one by its token_id (spectral tokens list)"
+                    )
+                if not matches:
+                    return None
+                row: asyncpg.Record | None = await self._conn.fetchrow(
+                    _SQL["revoke_token"], matches[0]["token_id"]
+                )
+                return row
+
+        row = await guarded("revoke token", run)
         return _info(row) if row is not None else None
 
 
@@ -176,6 +204,7 @@ def _info(row: asyncpg.Record) -> TokenInfo:
         scopes=tuple(row["scopes"]),
         created_at=row["created_at"],
         created_by=row["created_by"],
+        created_by_login=row["created_by_login"],
         expires_at=row["expires_at"],
         revoked_at=row["revoked_at"],
         last_used_at=row["last_used_at"],

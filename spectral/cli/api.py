@@ -23,7 +23,7 @@ from producers.work import api as work_api
 from producers.work import console as work_console
 from spectral.api.app import build_app
 from spectral.api.guard import DEFAULT_MAX_BODY_BYTES
-from spectral.api.resources import Resources
+from spectral.api.resources import API_ROLE, Resources
 from spectral.cli._common import (
     EXIT_UNAVAILABLE,
     MAX_PORT,
@@ -44,10 +44,13 @@ from spectral.db.connect import ping
 from spectral.devstack import Endpoints, resolve_endpoints
 from spectral.kafka.topics import group_for
 from spectral.observability.health import HealthASGI
+from spectral.observability.logging import get_logger
 from spectral.ops import api as ops_api
 from spectral.ops import console as ops_console
 from spectral.ops.views import Deployment, ReplayDryRun
 from spectral.settings import Settings
+
+log = get_logger(__name__)
 
 DESCRIPTION = """\
 The operator and service surface of spectral: durable LLM work (ADR-035 §12), the failure
@@ -100,11 +103,19 @@ def _replay_dry_run(name: str, current: Settings, endpoints: Endpoints) -> Repla
 
 async def check_logins(resources: Resources) -> None:
     """Open and close the pools the surfaces act through (ConfigurationError for a refused
-    login or a role the login cannot assume, TransientError when the server is down)."""
+    login or a role the login cannot assume, TransientError when the server is down); warn
+    when the login can do more than the surfaces need."""
     try:
         await resources.open()
     finally:
         await resources.close()
+    why = await resources.overprivileged()
+    if why is not None:
+        log.warning(
+            "the API's database login can do more than the API needs",
+            reason=why,
+            fix=f"run it as a login granted {API_ROLE} (README, 'Operator and agent surfaces')",
+        )
 
 
 def resources_for(

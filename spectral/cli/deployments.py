@@ -43,6 +43,8 @@ class Reads:
     consumer: str
     """The handler's name: its dedup records, dead letters and default group carry it."""
     event_types: tuple[str, ...]
+    database_role: str | None = None
+    """The role its transactions take (SET ROLE), if any."""
 
     def topics(self, prefix: str) -> tuple[str, ...]:
         return tuple(topic_for(t, prefix) for t in self.event_types)
@@ -52,7 +54,7 @@ async def reads_of(name: str, current: Settings, database_url: str) -> Reads:
     """What deployment ``name`` reads (its handler is built to ask, never run)."""
     handler = factory(name)(current, database_url, CollectorRegistry())
     await handler.close()
-    return Reads(name, handler.name, tuple(handler.event_types))
+    return Reads(name, handler.name, tuple(handler.event_types), handler.database_role)
 
 
 async def what_each_reads(

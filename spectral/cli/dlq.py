@@ -23,10 +23,18 @@ from rich.text import Text
 
 from spectral.cli._common import fail, run, settings
 from spectral.devstack import resolve_endpoints
-from spectral.dlq.records import DeadLetterRecord, Topics, read_dead_letter, read_dead_letters
+from spectral.dlq.records import (
+    DeadLetterPage,
+    DeadLetterRecord,
+    Topics,
+    format_position,
+    list_dead_letters,
+    parse_position,
+    read_dead_letter,
+)
 from spectral.dlq.redrive import RedriveReport, redrive
 from spectral.dlq.repository import RedriveRepository, connect_operator
-from spectral.dlq.store import StoredDeadLetter, stored
+from spectral.dlq.store import StoredDeadLetter, stored, stored_one
 from spectral.settings import Settings
 
 app = typer.Typer(
@@ -120,44 +128,77 @@ def list_(
     *,
     topic: TopicOption,
     reason: Annotated[str | None, typer.Option(help="Only dead letters of this reason.")] = None,
+    limit: Annotated[
+        int, typer.Option(min=1, max=100_000, help="Dead letters shown at most.")
+    ] = 1000,
+    after: Annotated[
+        str | None,
+        typer.Option(
+            metavar="P:O", help="Start after this dead letter (the next page of a listing)."
+        ),
+    ] = None,
     as_json: JsonOption = False,
 ) -> None:
-    """The dead letters of a topic, oldest first per partition, then those of the table."""
+    """The dead letters of a topic, oldest first per partition, then those of the table.
+
+    At most --limit of them (values are never loaded); when more follow, a line on stderr
+    says how to go on (--after P:O)."""
     topics = Topics.of(topic)
+    try:
+        position = None if after is None else parse_position(after)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from exc
 
     async def load(
         current: Settings, bootstrap: str, conn: asyncpg.Connection
-    ) -> tuple[list[DeadLetterRecord], set[tuple[int, int]], list[StoredDeadLetter]]:
-        records = await read_dead_letters(current, bootstrap, topics.dlq)
-        redriven = await RedriveRepository(conn).redriven(topics.dlq)
-        return records, redriven, await stored(conn, topics.source)
+    ) -> tuple[DeadLetterPage, set[tuple[int, int]], list[StoredDeadLetter]]:
+        page = await list_dead_letters(
+            current, bootstrap, topics.dlq, reason=reason, limit=limit, after=position
+        )
+        positions = [s.position for s in page.summaries]
+        redriven = await RedriveRepository(conn).redriven(topics.dlq, positions)
+        return page, redriven, await stored(conn, topics.source, reason=reason, limit=limit)
 
-    records, redriven, rows = _with_connection(load)
-    if reason is not None:
-        records = [r for r in records if r.reason == reason]
-        rows = [r for r in rows if r.reason == reason]
+    page, redriven, rows = _with_connection(load)
+    records = page.summaries
     if as_json:
         _echo_json(
-            [r.summary_json(redriven=r.position in redriven) for r in records]
+            [r.to_json(redriven=r.position in redriven) for r in records]
             + [_stored_summary(r) for r in rows]
         )
-        return
-    table = Table(title=f"{topics.dlq} ({len(records)})", title_justify="left")
+    else:
+        _print_list(topics, page, redriven, rows)
+    if page.next_after is not None:
+        typer.echo(
+            f"{len(records)} shown of {page.total} on {topics.dlq}; more may follow: "
+            f"--after {format_position(page.next_after)}",
+            err=True,
+        )
+
+
+def _print_list(
+    topics: Topics,
+    page: DeadLetterPage,
+    redriven: set[tuple[int, int]],
+    rows: list[StoredDeadLetter],
+) -> None:
+    table = Table(
+        title=f"{topics.dlq} ({len(page.summaries)} of {page.total})", title_justify="left"
+    )
     for column in ("partition:offset", "failed at", "reason", "consumer", "source", "tries"):
         table.add_column(column, no_wrap=True)
     table.add_column("redriven")
     table.add_column("detail")
-    for r in records:
-        d = r.dlq
+    for r in page.summaries:
         table.add_row(
             f"{r.partition}:{r.offset}",
-            _plain(d.get("dlq.failed_at", "")[:19].replace("T", " ")),
+            _plain(r.failed_at[:19].replace("T", " ")),
             _plain(r.reason),
-            _plain(d.get("dlq.consumer", "")),
+            _plain(r.consumer),
             _plain(r.source),
-            str(len(r.history())),
+            str(r.failures),
             "yes" if r.position in redriven else "",
-            _plain(d.get("dlq.detail", "")[:120]),
+            _plain(r.detail[:120]),
         )
     console = _console()
     console.print(table)
@@ -205,13 +246,13 @@ def show(
         current: Settings, bootstrap: str, conn: asyncpg.Connection
     ) -> dict[str, Any] | None:
         if stored_id is not None:
-            found = [r for r in await stored(conn, topics.source) if r.id == stored_id]
-            return _stored_full(found[0]) if found else None
+            found = await stored_one(conn, topics.source, stored_id)
+            return None if found is None else _stored_full(found)
         assert offset is not None  # noqa: S101 - checked above
         record = await read_dead_letter(current, bootstrap, topics.dlq, partition, offset)
         if record is None:
             return None
-        redriven = await RedriveRepository(conn).redriven(topics.dlq)
+        redriven = await RedriveRepository(conn).redriven(topics.dlq, [(partition, offset)])
         return record.full_json(redriven=(partition, offset) in redriven)
 
     view = _with_connection(load)
@@ -289,9 +330,11 @@ def redrive_(
     verb = "would redrive" if report.dry_run else "redrove"
     skipped = ", ".join(f"{k}={n}" for k, n in report.skipped.items()) or "none"
     typer.echo(
-        f"{report.dlq_topic}: {verb} {len(report.redriven)} of {report.examined} dead letters "
+        f"{report.dlq_topic}: {verb} {report.total} of {report.examined} dead letters "
         f"to {report.topic}; skipped: {skipped}"
     )
+    if report.truncated:
+        typer.echo(f"  (the first {len(report.redriven)} listed)")
     for r in report.redriven:
         target = "" if r.partition is None else f" -> {report.topic}:{r.partition}:{r.offset}"
         typer.echo(f"  {r.dlq_partition}:{r.dlq_offset} {r.reason}{target}")

@@ -25,6 +25,7 @@ from spectral.consumer.offsets import GroupBusyError, ResetReport, reset_offsets
 from spectral.consumer.replay_range import start_of
 from spectral.devstack import resolve_endpoints
 from spectral.kafka.topics import group_for
+from spectral.maintenance.guard import BeyondHorizonError
 
 app = typer.Typer(help="Consumer group offsets.", no_args_is_help=True)
 
@@ -56,6 +57,14 @@ def reset(
         str | None,
         offsets_option("--to-offset", "These offsets; only the partitions named are reset."),
     ] = None,
+    beyond_horizon: Annotated[
+        bool,
+        typer.Option(
+            "--beyond-horizon",
+            help="Reset even when the records read again reach behind the dedup horizon "
+            "(their keys may have been forgotten: they could apply twice).",
+        ),
+    ] = False,
     dry_run: Annotated[
         bool, typer.Option("--dry-run", help="Show the change, commit nothing.")
     ] = False,
@@ -63,7 +72,8 @@ def reset(
 ) -> None:
     """Set a stopped consumer group's committed offsets.
 
-    Refused (exit 1) while the group has active members. Re-read events are deduplicated;
+    Refused (exit 1) while the group has active members, and when the events read again reach
+    behind the dedup horizon (unless --beyond-horizon). Re-read events are deduplicated;
     skipped events are never applied."""
     given = sum((to_earliest, to_latest, to_timestamp is not None, to_offset is not None))
     if given != 1:
@@ -84,18 +94,22 @@ def reset(
     endpoints = resolve_endpoints(current)
 
     async def go() -> ResetReport:
+        reads = await reads_of(deployment, current, endpoints.database_url)
         return await reset_offsets(
             current,
             endpoints.kafka_bootstrap,
-            event_types=(await reads_of(deployment, current, endpoints.database_url)).event_types,
+            event_types=reads.event_types,
             group=group or group_for(deployment, current.topic_prefix),
             target=target,
+            database_url=endpoints.database_url,
+            role=reads.database_role,
+            beyond_horizon=beyond_horizon,
             dry_run=dry_run,
         )
 
     try:
         report = run(go())
-    except GroupBusyError as exc:
+    except (GroupBusyError, BeyondHorizonError) as exc:
         fail(str(exc), EXIT_BUSY)
     except ValueError as exc:
         fail(str(exc), 2)
@@ -115,3 +129,5 @@ def _print(report: ResetReport, *, as_json: bool) -> None:
             c.topic, str(c.partition), "-" if c.before is None else str(c.before), str(c.after)
         )
     Console().print(table)
+    if report.beyond_horizon is not None:
+        typer.echo(f"warning: {report.beyond_horizon}", err=True)

@@ -40,13 +40,13 @@ import contextlib
 import signal
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import asyncpg
 import structlog
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from prometheus_client import REGISTRY, CollectorRegistry
 
 from contracts import EventRegistry
@@ -81,6 +81,9 @@ PARTITION_FETCH_BYTES = 1024 * 1024
 """Per partition and fetch (Kafka's default). The fetcher prefetches every assigned partition,
 so this bounds what waits in memory: 8 MiB here kept ~70 MiB more resident on a 6-partition
 topic for no throughput. A record batch larger than this is still returned whole."""
+IDLE_PROBE_SECONDS = 5.0
+"""How long ``stop_when_idle`` waits for the broker and the database to answer before the
+idle time is judged an outage instead (and counted again from zero)."""
 
 
 @dataclass(frozen=True)
@@ -163,7 +166,7 @@ class ConsumerEngine:
         self.summary = RunSummary()
         group = self.options.group or group_for(handler.name, settings.topic_prefix)
         self.source = source or GroupSource(
-            group, self.batch_lock, revoked=self.hook.revoked, assigned=self.hook.assigned
+            group, self.batch_lock, revoked=self._revoked, assigned=self._assigned
         )
         self._bootstrap = kafka_bootstrap
         self._database_url = database_url
@@ -178,6 +181,17 @@ class ConsumerEngine:
         self._producer: AIOKafkaProducer | None = None
         self._transaction: BatchTransaction | None = None
         self._in_flight: collections.deque[asyncio.Task[BatchReport]] = collections.deque()
+        self._busy_at = time.monotonic()
+        """The last moment the engine had work or was not healthy: a batch settled (after its
+        retries through an outage), partitions moved. ``stop_when_idle`` counts from here."""
+
+    def _revoked(self, partitions: list[TopicPartition]) -> None:
+        self._busy_at = time.monotonic()
+        self.hook.revoked(partitions)
+
+    def _assigned(self, partitions: list[TopicPartition]) -> None:
+        self._busy_at = time.monotonic()
+        self.hook.assigned(partitions)
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -319,9 +333,8 @@ class ConsumerEngine:
                 consumer, self.options.poll_timeout_ms, self.options.max_batch
             )
             if not records:
-                idle = self.options.stop_when_idle
-                if idle is not None and time.monotonic() - last_record >= idle:
-                    log.info("idle; stopping", idle_seconds=idle)
+                if await self._idle(last_record):
+                    log.info("idle; stopping", idle_seconds=self.options.stop_when_idle)
                     return
                 continue
             last_record = time.monotonic()
@@ -332,11 +345,47 @@ class ConsumerEngine:
             previous = self._in_flight[-1] if self._in_flight else None
             self._in_flight.append(asyncio.create_task(self._finish(decoded, previous)))
 
+    async def _idle(self, last_record: float) -> bool:
+        """``stop_when_idle`` has passed with nothing fetched while healthy: no batch in flight
+        (one retrying through a database outage is not idle time), none settled, no partition
+        moved, no record fetched; and the broker and the database both answer now (while
+        either is away nothing arrives or nothing could be applied: an outage, not idleness,
+        so the count starts again)."""
+        idle = self.options.stop_when_idle
+        if idle is None or self._in_flight:
+            return False
+        if time.monotonic() - max(last_record, self._busy_at) < idle:
+            return False
+        unreachable = await self._unreachable()
+        if unreachable is None:
+            return True
+        log.warning("idle time not counted: unreachable", component=unreachable)
+        self._busy_at = time.monotonic()
+        return False
+
+    async def _unreachable(self) -> str | None:
+        """The component ("kafka", "database") that does not answer within IDLE_PROBE_SECONDS,
+        or None when both do."""
+        consumer, pool = self._consumer, self._pool
+        assert consumer is not None  # noqa: S101 - started in _start
+        assert pool is not None  # noqa: S101 - started in _start
+        probes: list[tuple[str, Callable[[], Awaitable[object]]]] = [
+            ("kafka", consumer.topics),
+            ("database", lambda: pool.fetchval("SELECT 1")),
+        ]
+        for component, probe in probes:
+            try:
+                await asyncio.wait_for(probe(), timeout=IDLE_PROBE_SECONDS)
+            except Exception:  # noqa: BLE001 - whatever stops the probe: not answering
+                return component
+        return None
+
     async def _settle(self) -> None:
         """Wait for the oldest batch in flight (if any) and count it; its failure propagates."""
         if self._in_flight:
             self.summary.add(await self._in_flight[0])
             self._in_flight.popleft()
+            self._busy_at = time.monotonic()
 
     async def _settle_all(self) -> None:
         while self._in_flight:

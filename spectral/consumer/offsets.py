@@ -8,6 +8,11 @@ target names (see replay_range.py): the first offset (``earliest``), the end off
 named are reset). When the group starts again, it resumes from there; what it re-reads is
 deduplicated by ``core.event_handled`` and what it skips is not applied — so moving forward
 skips events for good: prefer a replay to a reset when in doubt.
+
+Moving offsets back is a replay by other means, so it gets the replay's guard (guard.py): when
+the records the group would read again reach behind the dedup horizon (their keys may have been
+forgotten, so they could apply twice), the reset is refused unless told ``beyond_horizon``; a
+dry run reports them (``ResetReport.beyond_horizon``) and commits nothing anyway.
 """
 
 from __future__ import annotations
@@ -17,9 +22,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from spectral.consumer.ranges import plan_ranges
-from spectral.consumer.replay_range import Start
+from spectral.consumer.replay_range import PartitionRange, Start
 from spectral.errors import PermanentError
 from spectral.kafka.groups import GroupState, commit_for_group, committed_offsets, describe_group
+from spectral.maintenance.guard import BeyondHorizonError, check_replay_horizon
 from spectral.settings import Settings
 
 
@@ -64,6 +70,8 @@ class ResetReport:
     state: str
     changes: tuple[OffsetChange, ...]
     committed: bool
+    beyond_horizon: str | None = None
+    """Why re-reading reaches behind the dedup horizon (None: it does not)."""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -71,7 +79,15 @@ class ResetReport:
             "state": self.state,
             "committed": self.committed,
             "changes": [c.to_json() for c in self.changes],
+            "beyond_horizon": self.beyond_horizon,
         }
+
+
+def reread(change: OffsetChange, end: int) -> PartitionRange:
+    """The records the group reads again after ``change``: from the new offset to the one it
+    had committed (to the end when it had none: it may have applied them under another name)."""
+    upto = end if change.before is None else min(change.before, end)
+    return PartitionRange(change.topic, change.partition, change.after, max(upto, change.after))
 
 
 async def reset_offsets(
@@ -81,10 +97,14 @@ async def reset_offsets(
     event_types: Sequence[str],
     group: str,
     target: Start,
+    database_url: str,
+    role: str | None = None,
+    beyond_horizon: bool = False,
     dry_run: bool = False,
 ) -> ResetReport:
     """Commit ``target`` for ``group`` on the topics of ``event_types``; raises GroupBusyError
-    while the group has members."""
+    while the group has members, BeyondHorizonError when what it would read again reaches
+    behind the dedup horizon (unless ``beyond_horizon``; checked as ``role``)."""
     ranges = await plan_ranges(settings, bootstrap, event_types, target, None)
     state = await require_idle(
         settings,
@@ -95,7 +115,17 @@ async def reset_offsets(
     )
     before = await committed_offsets(settings, bootstrap, group, [r.key for r in ranges])
     changes = tuple(OffsetChange(r.topic, r.partition, before[r.key], r.start) for r in ranges)
+    horizon = await check_replay_horizon(
+        settings,
+        bootstrap,
+        database_url,
+        [reread(c, r.end) for c, r in zip(changes, ranges, strict=True)],
+        role=role,
+    )
+    why = horizon.message() if horizon.reaches else None
+    if why is not None and not dry_run and not beyond_horizon:
+        raise BeyondHorizonError(f"refusing the reset: {why}")
     if not dry_run:
         # Checked again by Kafka: a member that joined since the check makes this commit fail.
         await commit_for_group(settings, bootstrap, group, {r.key: r.start for r in ranges})
-    return ResetReport(group, state.state, changes, committed=not dry_run)
+    return ResetReport(group, state.state, changes, committed=not dry_run, beyond_horizon=why)

@@ -23,6 +23,19 @@ ATTEMPTS_WHILE_STOPPING = 3
 """Retries still made once the engine was asked to stop, before it gives up on a fault."""
 
 
+LOCK_NOT_AVAILABLE = "55P03"
+"""SQLSTATE of a statement that waited on a lock past ``lock_timeout``."""
+
+
+def fault_component(component: str, exc: BaseException) -> str:
+    """The ``component`` label of a retried fault: a database lock wait that timed out is
+    ``database_lock`` (a transaction holds rows or a table: a frozen member, a maintenance
+    rotation, a manual session), apart from an unreachable database."""
+    if component == "database" and getattr(exc, "sqlstate", None) == LOCK_NOT_AVAILABLE:
+        return "database_lock"
+    return component
+
+
 def transient(exc: BaseException) -> bool:
     """A fault of the database or the broker, not of the data."""
     if isinstance(exc, KafkaError):
@@ -54,10 +67,10 @@ class Retrying:
                 if self._stopping.is_set() and attempt > ATTEMPTS_WHILE_STOPPING:
                     raise TransientError(f"{component} unavailable while stopping: {exc}") from exc
                 delay = self._backoff.delay(attempt)
-                self._metrics.retried(component)
+                self._metrics.retried(fault_component(component, exc))
                 log.warning(
                     "infrastructure fault; pausing before retry",
-                    component=component,
+                    component=fault_component(component, exc),
                     attempt=attempt,
                     delay=delay,
                     error=f"{type(exc).__name__}: {exc}",

@@ -7,8 +7,23 @@ from collections.abc import Iterable
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import Generic, Protocol, TypeVar
 
-from spectral.dlq.records import DeadLetterRecord
+
+class DeadLetterFacts(Protocol):
+    """What the choice looks at: a whole record or its summary."""
+
+    @property
+    def reason(self) -> str: ...
+    @property
+    def position(self) -> tuple[int, int]: ...
+    @property
+    def source_topic(self) -> str: ...
+    @property
+    def is_reference(self) -> bool: ...
+
+
+L = TypeVar("L", bound=DeadLetterFacts)
 
 
 class Skipped(StrEnum):
@@ -20,20 +35,20 @@ class Skipped(StrEnum):
 
 
 @dataclass
-class Selection:
-    chosen: list[DeadLetterRecord] = field(default_factory=list)
+class Selection(Generic[L]):
+    chosen: list[L] = field(default_factory=list)
     skipped: Counter[Skipped] = field(default_factory=Counter)
 
 
 def select(
-    records: Iterable[DeadLetterRecord],
+    records: Iterable[L],
     *,
     source_topic: str,
     reason: str | None,
     redriven: AbstractSet[tuple[int, int]],
-) -> Selection:
+) -> Selection[L]:
     """The dead letters to redrive, in DLQ order, and why the others are left."""
-    selection = Selection()
+    selection: Selection[L] = Selection()
     for record in records:
         if reason is not None and record.reason != reason:
             selection.skipped[Skipped.OTHER_REASON] += 1

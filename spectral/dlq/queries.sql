@@ -1,7 +1,19 @@
 -- The redrive record (core.dlq_redrives, migration 0007), as the operator role.
 
--- name: redriven_positions
-SELECT dlq_partition, dlq_offset FROM core.dlq_redrives WHERE dlq_topic = $1;
+-- name: redriven_among
+-- Which of these dead letters (partition, offset) were redriven.
+SELECT d.dlq_partition, d.dlq_offset
+FROM core.dlq_redrives AS d
+JOIN unnest($2::int[], $3::bigint[]) AS t(p, o) ON d.dlq_partition = t.p AND d.dlq_offset = t.o
+WHERE d.dlq_topic = $1;
+
+-- name: redriven_present
+-- How many dead letters still on the topic (at or after each partition's first offset) were
+-- redriven.
+SELECT count(*)
+FROM core.dlq_redrives AS d
+JOIN unnest($2::int[], $3::bigint[]) AS t(p, first) ON d.dlq_partition = t.p
+WHERE d.dlq_topic = $1 AND d.dlq_offset >= t.first;
 
 -- name: claim_redrives
 -- The dead letters of this batch nobody redrove before; a concurrent redrive of the same ones

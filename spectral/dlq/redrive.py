@@ -7,12 +7,14 @@ with its original headers plus ``dlq.history`` (every failure so far) and ``dlq.
 event was applied meanwhile it is deduplicated; if it fails again the engine dead-letters it
 again, its history carried over and grown by one.
 
-Progress is the table ``core.dlq_redrives`` (migration 0007), one row per dead letter, written in
-batches: BEGIN; insert the batch's rows (ON CONFLICT DO NOTHING: the ones returned are ours —
-a concurrent redrive waits and then finds them taken); produce those records and wait for the
-broker's acknowledgements; record where they landed; COMMIT. A failure before the commit
-rolls the rows back, so those dead letters are redriven by the next run; if some of them had
-been acknowledged already they reach the topic twice, and the consumer deduplicates the second.
+Progress is the table ``core.dlq_redrives`` (migration 0007), one row per dead letter, written
+one batch at a time as ``T.dlq`` is read (at most 500 dead letters or 16 MiB in memory at once,
+however large the topic): BEGIN; insert the batch's rows (ON CONFLICT DO NOTHING: the ones
+returned are ours — a concurrent redrive waits and then finds them taken); produce those records
+and wait for the broker's acknowledgements; record where they landed; COMMIT. A failure before
+the commit rolls the rows back, so those dead letters are redriven by the next run; if some of
+them had been acknowledged already they reach the topic twice, and the consumer deduplicates
+the second.
 A per-record table rather than a committed consumer-group offset on ``T.dlq``: a run filtered
 by ``--reason`` leaves other dead letters behind, which an offset would skip for good.
 
@@ -36,8 +38,8 @@ import asyncpg
 from aiokafka import AIOKafkaProducer
 from aiokafka.errors import KafkaError
 
-from spectral.dlq.policy import Skipped, select
-from spectral.dlq.records import DeadLetterRecord, Topics, read_dead_letters
+from spectral.dlq.policy import L, Skipped, select
+from spectral.dlq.records import DeadLetterRecord, Topics, scan_dead_letters, scan_summaries
 from spectral.dlq.repository import RedriveRepository
 from spectral.errors import TransientError
 from spectral.kafka.config import refusable_producer_kwargs
@@ -48,7 +50,8 @@ from spectral.settings import Settings
 
 log = get_logger(__name__)
 
-BATCH = 500
+REPORT_LIMIT = 1000
+"""Dead letters a report lists one by one (it counts them all)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,8 +92,20 @@ class RedriveReport:
     dry_run: bool
     examined: int
     redriven: tuple[Redriven, ...]
+    """The first :data:`REPORT_LIMIT` dead letters redriven (or that would be)."""
     skipped: dict[str, int] = field(default_factory=dict)
     refused: tuple[Refusal, ...] = ()
+    count: int | None = None
+    """How many were redriven (or would be), all of them (default: ``len(redriven)``)."""
+
+    @property
+    def total(self) -> int:
+        return len(self.redriven) if self.count is None else self.count
+
+    @property
+    def truncated(self) -> bool:
+        """``redriven`` lists only the first of them."""
+        return self.total > len(self.redriven)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -98,11 +113,37 @@ class RedriveReport:
             "dlq_topic": self.dlq_topic,
             "dry_run": self.dry_run,
             "examined": self.examined,
-            "redriven": len(self.redriven),
+            "redriven": self.total,
             "skipped": self.skipped,
             "records": [r.to_json() for r in self.redriven],
+            "records_truncated": self.truncated,
             "refused": [r.to_json() for r in self.refused],
         }
+
+
+@dataclass
+class _Progress:
+    examined: int = 0
+    count: int = 0
+    listed: list[Redriven] = field(default_factory=list)
+    skipped: Counter[Skipped] = field(default_factory=Counter)
+    refusals: list[Refusal] = field(default_factory=list)
+
+    def add(self, redriven: Sequence[Redriven]) -> None:
+        self.count += len(redriven)
+        self.listed.extend(redriven[: max(0, REPORT_LIMIT - len(self.listed))])
+
+    def report(self, topics: Topics, *, dry_run: bool) -> RedriveReport:
+        return RedriveReport(
+            topics.source,
+            topics.dlq,
+            dry_run=dry_run,
+            examined=self.examined,
+            redriven=tuple(self.listed),
+            skipped=_named(self.skipped),
+            refused=tuple(self.refusals),
+            count=self.count,
+        )
 
 
 async def redrive(
@@ -114,74 +155,96 @@ async def redrive(
     reason: str | None = None,
     dry_run: bool = False,
 ) -> RedriveReport:
-    """Redrive the dead letters of ``topic`` (or of ``topic`` minus ``.dlq``)."""
+    """Redrive the dead letters of ``topic`` (or of ``topic`` minus ``.dlq``), batch by batch:
+    what is in memory at once is one batch (:func:`scan_dead_letters`), however large the
+    dead-letter topic; the report lists the first :data:`REPORT_LIMIT` and counts them all."""
     topics = Topics.of(topic)
-    repository = RedriveRepository(conn)
-    records = await read_dead_letters(settings, bootstrap, topics.dlq)
-    selection = select(
-        records,
-        source_topic=topics.source,
-        reason=reason,
-        redriven=await repository.redriven(topics.dlq),
-    )
-    if dry_run:
-        planned = tuple(
-            Redriven(r.partition, r.offset, r.reason, None, None) for r in selection.chosen
+    progress = _Progress()
+    run = _Pass(settings, bootstrap, RedriveRepository(conn), topics, reason, progress)
+    producer = None
+    if not dry_run:
+        producer = AIOKafkaProducer(
+            **refusable_producer_kwargs(settings, bootstrap),
+            max_request_size=MAX_REQUEST_BYTES,
         )
-        return RedriveReport(
-            topics.source,
-            topics.dlq,
-            dry_run=True,
-            examined=len(records),
-            redriven=planned,
-            skipped=_named(selection.skipped),
-        )
-    producer = AIOKafkaProducer(
-        **refusable_producer_kwargs(settings, bootstrap),
-        max_request_size=MAX_REQUEST_BYTES,
-    )
-    landed: list[Redriven] = []
-    skipped = selection.skipped
-    refusals: list[Refusal] = []
     try:
-        await producer.start()
-        for start in range(0, len(selection.chosen), BATCH):
-            batch = selection.chosen[start : start + BATCH]
-            done, raced, refused = await _batch(repository, producer, topics, batch)
-            landed.extend(done)
-            refusals.extend(refused)
-            skipped[Skipped.ALREADY_REDRIVEN] += raced
-            skipped[Skipped.REFUSED] += len(refused)
+        if producer is None:
+            await run.plan()
+        else:
+            await producer.start()
+            await run.send(producer)
     except KafkaError as exc:
         raise TransientError(
             f"Kafka unavailable during redrive ({exc}); the dead letters not yet recorded as "
             "redriven will be redriven by the next run"
         ) from exc
     finally:
-        with contextlib.suppress(Exception):
-            await producer.stop()
+        if producer is not None:
+            with contextlib.suppress(Exception):
+                await producer.stop()
+    report = progress.report(topics, dry_run=dry_run)
+    if dry_run:
+        return report
     log.info(
         "redrive",
         topic=topics.source,
-        redriven=len(landed),
-        **{k.value: n for k, n in skipped.items()},
+        redriven=report.total,
+        **{k.value: n for k, n in progress.skipped.items()},
     )
-    for refusal in refusals:
+    for refusal in progress.refusals:
         log.warning(
             "dead letter not redriven: the broker refused it",
             dlq_partition=refusal.dlq_partition,
             dlq_offset=refusal.dlq_offset,
             why=refusal.why,
         )
-    return RedriveReport(
-        topics.source,
-        topics.dlq,
-        dry_run=False,
-        examined=len(records),
-        redriven=tuple(landed),
-        skipped=_named(skipped),
-        refused=tuple(refusals),
-    )
+    return report
+
+
+@dataclass(frozen=True)
+class _Pass:
+    """One redrive's reading of ``T.dlq``, batch by batch."""
+
+    settings: Settings
+    bootstrap: str
+    repository: RedriveRepository
+    topics: Topics
+    reason: str | None
+    progress: _Progress
+
+    async def _select(self, batch: Sequence[L]) -> list[L]:
+        self.progress.examined += len(batch)
+        done = await self.repository.redriven(self.topics.dlq, [r.position for r in batch])
+        selection = select(
+            batch, source_topic=self.topics.source, reason=self.reason, redriven=done
+        )
+        self.progress.skipped.update(selection.skipped)
+        return selection.chosen
+
+    async def plan(self) -> None:
+        """A dry run: what would be redriven, from the records' summaries (no value kept)."""
+        batches = scan_summaries(self.settings, self.bootstrap, self.topics.dlq)
+        async with contextlib.aclosing(batches):
+            async for summaries in batches:
+                chosen = await self._select(summaries)
+                self.progress.add(
+                    [Redriven(s.partition, s.offset, s.reason, None, None) for s in chosen]
+                )
+
+    async def send(self, producer: AIOKafkaProducer) -> None:
+        """Redrive every dead letter chosen, one transaction per batch read."""
+        progress = self.progress
+        batches = scan_dead_letters(self.settings, self.bootstrap, self.topics.dlq)
+        async with contextlib.aclosing(batches):
+            async for records in batches:
+                chosen = await self._select(records)
+                if not chosen:
+                    continue
+                sent, raced, refused = await _batch(self.repository, producer, self.topics, chosen)
+                progress.add(sent)
+                progress.refusals.extend(refused[: max(0, REPORT_LIMIT - len(progress.refusals))])
+                progress.skipped[Skipped.ALREADY_REDRIVEN] += raced
+                progress.skipped[Skipped.REFUSED] += len(refused)
 
 
 def _message(record: DeadLetterRecord, source: str, *, with_history: bool = True) -> Message:

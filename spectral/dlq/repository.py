@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Final
 
@@ -30,13 +30,33 @@ class RedriveRepository:
     def __init__(self, conn: asyncpg.Connection) -> None:
         self.conn = conn
 
-    async def redriven(self, dlq_topic: str) -> set[tuple[int, int]]:
-        """(partition, offset) of every dead letter of ``dlq_topic`` already redriven."""
+    async def redriven(
+        self, dlq_topic: str, positions: Collection[tuple[int, int]]
+    ) -> set[tuple[int, int]]:
+        """Which of ``positions`` (partition, offset) of ``dlq_topic`` were redriven."""
+        if not positions:
+            return set()
         rows = await guarded(
             "read redriven dead letters",
-            lambda: self.conn.fetch(_SQL["redriven_positions"], dlq_topic),
+            lambda: self.conn.fetch(
+                _SQL["redriven_among"],
+                dlq_topic,
+                [p for p, _ in positions],
+                [o for _, o in positions],
+            ),
         )
         return {(r["dlq_partition"], r["dlq_offset"]) for r in rows}
+
+    async def redriven_present(self, dlq_topic: str, firsts: Mapping[int, int]) -> int:
+        """How many dead letters still on ``dlq_topic`` (``firsts``: each partition's first
+        offset) were redriven."""
+        count: int = await guarded(
+            "count redriven dead letters",
+            lambda: self.conn.fetchval(
+                _SQL["redriven_present"], dlq_topic, list(firsts), list(firsts.values())
+            ),
+        )
+        return count
 
     async def claim(
         self, dlq_topic: str, source_topic: str, records: Sequence[DeadLetterRecord]

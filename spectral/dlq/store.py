@@ -156,9 +156,24 @@ def _row(row: Any) -> StoredDeadLetter:
     )
 
 
-async def stored(conn: asyncpg.Connection, source_topic: str) -> list[StoredDeadLetter]:
-    """The rows of ``source_topic``, oldest first."""
+async def stored(
+    conn: asyncpg.Connection, source_topic: str, *, reason: str | None, limit: int
+) -> list[StoredDeadLetter]:
+    """The oldest ``limit`` rows of ``source_topic`` (of ``reason``), for a listing: without
+    their value and headers, with the first KiB of their key."""
     rows = await guarded(
-        "read core.dead_letters", lambda: conn.fetch(_SQL["dead_letters_of_topic"], source_topic)
+        "read core.dead_letters",
+        lambda: conn.fetch(_SQL["dead_letter_summaries_of_topic"], source_topic, reason, limit),
     )
     return [_row(r) for r in rows]
+
+
+async def stored_one(
+    conn: asyncpg.Connection, source_topic: str, row_id: int
+) -> StoredDeadLetter | None:
+    """Row ``row_id`` of ``source_topic``, whole (None: there is none)."""
+    row = await guarded(
+        "read core.dead_letters",
+        lambda: conn.fetchrow(_SQL["dead_letter_of_topic"], source_topic, row_id),
+    )
+    return None if row is None else _row(row)

@@ -11,6 +11,11 @@ matter to spectral's guarantees:
   with its original bytes;
 * ``retention.ms``: how long records can be replayed (dead letters are kept longer: operators
   need time to look at them); ``cleanup.policy=delete``;
+* ``segment.ms``: a seventh of the retention, between a minute and a day (:func:`segment_ms`).
+  Kafka deletes (and compacts) whole closed segments only, and a segment closes when a record
+  arrives after ``segment.ms`` (7 days by default) or the broker's roll check finds it too old:
+  on a quiet topic the default keeps records up to retention + 7 days, and the dedup horizon
+  (retention.py) must wait for that long too;
 * ``min.insync.replicas``: 2 when the replication factor is 3 or more (with ``acks=all`` an
   acknowledged record survives the loss of a broker), else 1.
 
@@ -39,6 +44,7 @@ RECORD_HEADROOM: Final = 64 * 1024
 DLQ_HEADROOM: Final = 256 * 1024
 """The ``dlq.*`` headers and the failure history a dead letter adds to its record."""
 DAY_MS: Final = 24 * 3600 * 1000
+MINUTE_MS: Final = 60 * 1000
 SHRINKABLE: Final = frozenset({"retention.ms", "max.message.bytes", "min.insync.replicas"})
 """Numeric settings where a lower value takes something away (-1 means unlimited)."""
 
@@ -104,6 +110,15 @@ class Change:
         return f"{text} ({self.note})" if self.note else text
 
 
+def segment_ms(retention_ms: int) -> int:
+    """How often a topic's active segment rolls: a seventh of ``retention_ms`` (a record then
+    lives at most ~8/7 of it), between a minute (tiny segments cost file handles) and a day;
+    a day for an unlimited retention."""
+    if retention_ms <= 0:
+        return DAY_MS
+    return min(DAY_MS, max(MINUTE_MS, retention_ms // 7))
+
+
 def replication_for(policy: TopicPolicy, brokers: int) -> int:
     return policy.replication_factor or max(1, min(3, brokers))
 
@@ -131,6 +146,7 @@ def declared_topics(
                 {
                     "cleanup.policy": "delete",
                     "retention.ms": str(policy.retention_ms),
+                    "segment.ms": str(segment_ms(policy.retention_ms)),
                     "max.message.bytes": str(record_limit),
                     "min.insync.replicas": min_isr,
                 },
@@ -148,6 +164,7 @@ def declared_topics(
                 {
                     "cleanup.policy": "delete",
                     "retention.ms": str(policy.dlq_retention_ms),
+                    "segment.ms": str(segment_ms(policy.dlq_retention_ms)),
                     "max.message.bytes": str(source_limit + DLQ_HEADROOM),
                     "min.insync.replicas": min_isr,
                 },

@@ -32,7 +32,7 @@ from spectral.api.resources import Resources
 from spectral.auth.scopes import Scope
 from spectral.auth.tokens import Principal
 from spectral.consumer.replay_range import check_order, start_of, stop_of
-from spectral.dlq.records import Topics
+from spectral.dlq.records import Position, Topics, format_position, parse_position
 from spectral.errors import ConfigurationError
 from spectral.observability.logging import get_logger
 from spectral.ops.views import (
@@ -87,8 +87,16 @@ class DeadLetterOut(BaseModel):
 class DeadLetterList(_Model):
     topic: str
     dlq_topic: str
-    total: int
+    total: int = Field(description="Dead letters on the topic (all reasons), from its offsets.")
     dead_letters: list[DeadLetterOut]
+    next_after: str | None = Field(
+        description="More may follow: pass it as `after` for the next page (null: the topic "
+        "was read to its end)."
+    )
+    truncated: bool = Field(
+        description="The listing stopped at its read limit before the page filled (a filter "
+        "matched little of what was read); `next_after` goes on from there."
+    )
 
 
 class RedriveIn(_Model):
@@ -123,7 +131,10 @@ class RedriveOut(_Model):
     examined: int
     redriven: int
     skipped: dict[str, int]
-    records: list[RedrivenOut]
+    records: list[RedrivenOut] = Field(description="The first 1,000 of them, one by one.")
+    records_truncated: bool = Field(
+        default=False, description="`records` lists only the first of them."
+    )
     refused: list[RefusedOut] = Field(default_factory=list)
 
 
@@ -142,6 +153,14 @@ class ReplayIn(_Model):
 
 
 log = get_logger(__name__)
+
+
+def _position(after: str | None) -> Position | None:
+    """The ``after`` of a listing (422 when it is no ``P:O``)."""
+    try:
+        return None if after is None else parse_position(after)
+    except ValueError as exc:
+        raise ProblemError(422, str(exc), slug="invalid-request", title="Invalid request") from None
 
 
 def router(  # noqa: C901 - one nested function per route
@@ -187,7 +206,8 @@ def router(  # noqa: C901 - one nested function per route
 
     @api.get(
         "/dead-letters/{topic}",
-        summary="The dead letters of one topic (T or T.dlq), oldest first per partition.",
+        summary="The dead letters of one topic (T or T.dlq), oldest first per partition, a page "
+        "at a time.",
         responses=responses(*COMMON, 404),
     )
     async def list_dead_letters(
@@ -196,17 +216,28 @@ def router(  # noqa: C901 - one nested function per route
         _: Principal = reader,
         reason: Annotated[str | None, Query(max_length=200)] = None,
         limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+        after: Annotated[
+            str | None,
+            Query(
+                max_length=40,
+                description="PARTITION:OFFSET: the page after this dead letter (`next_after`).",
+            ),
+        ] = None,
     ) -> DeadLetterList:
         topics = topics_of(topic)
-        chosen, done = await dead_letters(resources, topics, reason)
+        page, done = await dead_letters(
+            resources, topics, reason=reason, limit=limit, after=_position(after)
+        )
         return DeadLetterList(
             topic=topics.source,
             dlq_topic=topics.dlq,
-            total=len(chosen),
+            total=page.total,
             dead_letters=[
-                DeadLetterOut.model_validate(r.summary_json(redriven=r.position in done))
-                for r in chosen[:limit]
+                DeadLetterOut.model_validate(s.to_json(redriven=s.position in done))
+                for s in page.summaries
             ],
+            next_after=format_position(page.next_after),
+            truncated=page.truncated,
         )
 
     @api.post(

@@ -10,6 +10,7 @@ from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 
 from spectral.auth.scopes import Scope
+from spectral.dlq.records import format_position, parse_position
 from spectral.mcp.tools import Caller, tool_errors
 from spectral.ops.views import (
     Deployment,
@@ -35,25 +36,31 @@ def register(server: MCPServer, caller: Caller, deployments: Sequence[Deployment
         return {"topics": [t.model_dump(mode="json") for t in found]}
 
     @server.tool(
-        description="The dead letters of one deployment topic (T or T.dlq), oldest first: "
-        "reason, detail, consumer, source offset, earlier failures, redriven. Needs ops:read."
+        description="The dead letters of one deployment topic (T or T.dlq), oldest first, a "
+        "page at a time (limit: 1-1000): reason, detail, consumer, source offset, earlier "
+        "failures, redriven. `total` counts the topic's dead letters; when `next_after` is not "
+        "null, call again with after=next_after for the next page (`truncated`: the read limit "
+        "stopped the page before it filled). Needs ops:read."
     )
     @tool_errors
     async def list_dead_letters(
-        topic: str, reason: str | None = None, limit: int = 50
+        topic: str, reason: str | None = None, limit: int = 50, after: str | None = None
     ) -> dict[str, Any]:
         await caller.require(Scope.OPS_READ)
         try:
             topics = find_topics(deployments, topic)
-        except UnknownTopicError as exc:
+            position = None if after is None else parse_position(after)
+        except (UnknownTopicError, ValueError) as exc:
             raise ToolError(str(exc)) from None
-        chosen, done = await dead_letters(resources, topics, reason)
+        page, done = await dead_letters(
+            resources, topics, reason=reason, limit=min(max(1, limit), 1000), after=position
+        )
         return {
             "topic": topics.source,
-            "total": len(chosen),
-            "dead_letters": [
-                r.summary_json(redriven=r.position in done) for r in chosen[: max(1, limit)]
-            ],
+            "total": page.total,
+            "dead_letters": [s.to_json(redriven=s.position in done) for s in page.summaries],
+            "next_after": format_position(page.next_after),
+            "truncated": page.truncated,
         }
 
     @server.tool(

@@ -7,18 +7,26 @@ to read arbitrary topics.
 
 from __future__ import annotations
 
+import contextlib
 from collections import Counter
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import cast
 
 import asyncpg
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from spectral.api.resources import Resources
 from spectral.consumer.replay import ReplayReport
 from spectral.consumer.replay_range import Start, Stop
-from spectral.dlq.records import DeadLetterRecord, Topics, read_dead_letters
+from spectral.dlq.records import (
+    DeadLetterPage,
+    Position,
+    ReasonCounts,
+    Topics,
+    count_reasons,
+    list_dead_letters,
+)
 from spectral.dlq.redrive import RedriveReport, redrive
 from spectral.dlq.repository import RedriveRepository
 from spectral.errors import PermanentError
@@ -58,6 +66,11 @@ class DeadLetterTopicOut(_Model):
     total: int
     not_redriven: int
     reasons: list[ReasonCount]
+    scanned: int = Field(description="Dead letters read to count the reasons (the oldest).")
+    truncated: bool = Field(
+        description="The count stopped at its read limit: reasons cover the oldest "
+        "`scanned` dead letters only (total and not_redriven are exact)."
+    )
 
 
 def find_topics(deployments: Sequence[Deployment], name: str) -> Topics:
@@ -68,31 +81,48 @@ def find_topics(deployments: Sequence[Deployment], name: str) -> Topics:
     return topics
 
 
-async def redriven(resources: Resources, dlq_topic: str) -> set[tuple[int, int]]:
+@contextlib.asynccontextmanager
+async def _repository(resources: Resources) -> AsyncIterator[RedriveRepository]:
     async with resources.operator.acquire() as conn:
-        return await RedriveRepository(cast("asyncpg.Connection", conn)).redriven(dlq_topic)
+        yield RedriveRepository(cast("asyncpg.Connection", conn))
 
 
 async def dead_letters(
-    resources: Resources, topics: Topics, reason: str | None = None
-) -> tuple[list[DeadLetterRecord], set[tuple[int, int]]]:
-    """One topic's dead letters (of ``reason``), oldest first per partition, and which of them
-    were redriven (their positions)."""
-    records = await read_dead_letters(resources.settings, resources.kafka_bootstrap, topics.dlq)
-    chosen = [r for r in records if reason is None or r.reason == reason]
-    return chosen, await redriven(resources, topics.dlq)
+    resources: Resources,
+    topics: Topics,
+    *,
+    reason: str | None = None,
+    limit: int = 100,
+    after: Position | None = None,
+) -> tuple[DeadLetterPage, set[Position]]:
+    """A page of one topic's dead letters (of ``reason``) after ``after``, oldest first per
+    partition, and which of them were redriven (their positions)."""
+    page = await list_dead_letters(
+        resources.settings,
+        resources.kafka_bootstrap,
+        topics.dlq,
+        reason=reason,
+        limit=limit,
+        after=after,
+    )
+    async with _repository(resources) as repository:
+        done = await repository.redriven(topics.dlq, [s.position for s in page.summaries])
+    return page, done
 
 
 async def dead_letter_topics(
     resources: Resources, deployments: Sequence[Deployment]
 ) -> list[DeadLetterTopicOut]:
-    """Every deployment topic's dead letters, counted by reason."""
+    """Every deployment topic's dead letters, counted by reason (over a bounded read)."""
     out = []
     for d in deployments:
         for topic in d.topics:
             topics = Topics.of(topic)
-            records, done = await dead_letters(resources, topics)
-            out.append(summarize(d.name, topics, records, done))
+            counts = await count_reasons(resources.settings, resources.kafka_bootstrap, topics.dlq)
+            async with _repository(resources) as repository:
+                done = await repository.redriven(topics.dlq, list(counts.scanned))
+                present = await repository.redriven_present(topics.dlq, counts.firsts)
+            out.append(summarize(d.name, topics, counts, done, present))
     return out
 
 
@@ -126,23 +156,25 @@ async def redrive_topic(
 def summarize(
     deployment: str,
     topics: Topics,
-    records: Sequence[DeadLetterRecord],
-    done: set[tuple[int, int]],
+    counts: ReasonCounts,
+    done: set[Position],
+    redriven_present: int,
 ) -> DeadLetterTopicOut:
-    counts: Counter[str] = Counter()
-    redriven_counts: Counter[str] = Counter()
-    for r in records:
-        counts[r.reason] += 1
-        if r.position in done:
-            redriven_counts[r.reason] += 1
+    """``done``: the scanned dead letters that were redriven; ``redriven_present``: how many of
+    the topic's were."""
+    redriven_counts: Counter[str] = Counter(
+        reason for position, reason in counts.scanned.items() if position in done
+    )
     return DeadLetterTopicOut(
         deployment=deployment,
         topic=topics.source,
         dlq_topic=topics.dlq,
-        total=len(records),
-        not_redriven=len(records) - sum(redriven_counts.values()),
+        total=counts.total,
+        not_redriven=max(0, counts.total - redriven_present),
         reasons=[
             ReasonCount(reason=reason, count=n, redriven=redriven_counts[reason])
-            for reason, n in counts.most_common()
+            for reason, n in counts.by_reason.most_common()
         ],
+        scanned=len(counts.scanned),
+        truncated=counts.truncated,
     )

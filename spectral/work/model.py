@@ -97,7 +97,10 @@ class Thread:
     updated_at: datetime
     closed_at: datetime | None
     requested_by: str | None = None
-    """The principal whose command created the thread (token:NAME, or db:LOGIN)."""
+    """The principal whose command created the thread (token:NAME, or db:LOGIN), as the
+    creating session declared it."""
+    requested_by_login: str | None = None
+    """The database login that created the thread (cannot be declared)."""
     cancel_requested_at: datetime | None = None
     cancel_requested_by: str | None = None
     cancel_reason: str | None = None

@@ -14,7 +14,7 @@ FROM unnest($1::int[], $2::int[]) AS l (kind, objid)
 SELECT thread_id, kind, space_type, space_id, target_ref::text AS target_ref, status,
        parent_thread_id, idempotency_key, continue_on_error, outcome::text AS outcome,
        created_at, updated_at, closed_at, requested_by, cancel_requested_at,
-       cancel_requested_by, cancel_reason
+       cancel_requested_by, cancel_reason, requested_by_login
 FROM work.threads
 WHERE thread_id = $1
 
@@ -42,7 +42,7 @@ ORDER BY sequence
 SELECT thread_id, kind, space_type, space_id, target_ref::text AS target_ref, status,
        parent_thread_id, idempotency_key, continue_on_error, outcome::text AS outcome,
        created_at, updated_at, closed_at, requested_by, cancel_requested_at,
-       cancel_requested_by, cancel_reason
+       cancel_requested_by, cancel_reason, requested_by_login
 FROM work.threads
 WHERE space_type = 'project' AND space_id = $1
   AND (NOT $2::boolean OR status IN ('open', 'running'))

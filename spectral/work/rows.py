@@ -44,6 +44,7 @@ def thread_from_row(row: asyncpg.Record | Mapping[str, Any]) -> Thread:
         cancel_requested_at=row.get("cancel_requested_at"),
         cancel_requested_by=row.get("cancel_requested_by"),
         cancel_reason=row.get("cancel_reason"),
+        requested_by_login=row.get("requested_by_login"),
     )
 
 

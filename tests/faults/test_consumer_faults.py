@@ -19,16 +19,19 @@ from pathlib import Path
 
 import asyncpg
 import pytest
+from prometheus_client import CollectorRegistry
 
 from contracts import FAILURE_CLUSTER_DETECTED
+from spectral.consumer.engine import ConsumerEngine, EngineOptions
 from spectral.db.migrate import migrate
 from spectral.devstack.kafka import LocalKafka
 from spectral.devstack.kafka_jars import default_cache_dir
 from spectral.devstack.postgres import LocalPostgres
 from spectral.kafka.groups import describe_group
 from spectral.kafka.topics import dlq_topic, topic_for
-from spectral.settings import Settings
-from tests.faults.recording_consumer import CREATE_TABLE
+from spectral.retry import Backoff
+from spectral.settings import Settings, load_settings
+from tests.faults.recording_consumer import CREATE_TABLE, AppendingHandler
 from tests.kafka_support import (
     cluster_event,
     committed_offsets,
@@ -37,6 +40,7 @@ from tests.kafka_support import (
     publish_envelopes,
     read_all,
 )
+from tests.support import eventually
 
 pytestmark = [pytest.mark.integration, pytest.mark.faults]
 
@@ -138,8 +142,8 @@ class Outage:
     stop: Callable[[], object]
     start: Callable[[], object]
     seconds: float
-    # The consumer's --stop-when-idle: while the broker is away nothing arrives, so it must
-    # outlast the outage; a database outage holds the batch in retries instead.
+    # The consumer's --stop-when-idle, shorter than the outage: time while a server is away is
+    # not idle time.
     idle: float
 
 
@@ -179,7 +183,7 @@ async def test_postgres_stopped_mid_stream_loses_nothing_and_dead_letters_nothin
     try:
         await migrate(url)
         await _consume_through(
-            Outage("database", server.stop, server.start, seconds=20, idle=8),
+            Outage("database", server.stop, server.start, seconds=20, idle=3),
             bootstrap=kafka_bootstrap,
             database_url=url,
             env={**spectral_env, "SPECTRAL_DATABASE_URL": url},
@@ -198,7 +202,7 @@ async def test_broker_stopped_mid_stream_loses_nothing_and_dead_letters_nothing(
     bootstrap = broker.ensure_running()
     try:
         await _consume_through(
-            Outage("broker", broker.stop, broker.start, seconds=10, idle=15),
+            Outage("broker", broker.stop, broker.start, seconds=10, idle=3),
             bootstrap=bootstrap,
             database_url=database_url,
             env={**spectral_env, "SPECTRAL_KAFKA_BOOTSTRAP": bootstrap},
@@ -238,3 +242,62 @@ async def test_sigterm_commits_leaves_the_group_and_exits_zero(
     )
     group = await describe_group(settings, kafka_bootstrap, group_name)
     assert group.members == (), "the consumer left its group on SIGTERM"
+
+
+async def test_a_database_outage_is_not_idle_time(
+    kafka_bootstrap: str, topic_prefix: str, tmp_path: Path
+) -> None:
+    """--stop-when-idle counts only time with nothing fetched while healthy: a batch retrying
+    through an outage longer than the idle time is not idleness, and what arrived meanwhile is
+    applied once the database is back (the engine used to exit 0 with it unread)."""
+    server = LocalPostgres(tmp_path / "pg")
+    url = server.ensure_running()
+    try:
+        await migrate(url)
+        await _execute(url, CREATE_TABLE)
+        current = load_settings(
+            kafka_bootstrap=kafka_bootstrap, database_url=url, topic_prefix=topic_prefix
+        )
+        topic = topic_for(FAILURE_CLUSTER_DETECTED, current.topic_prefix)
+        await create_topics(kafka_bootstrap, [topic], partitions=1)
+        registry = CollectorRegistry()
+        engine = ConsumerEngine(
+            AppendingHandler(),
+            current,
+            kafka_bootstrap=kafka_bootstrap,
+            database_url=url,
+            options=EngineOptions(stop_when_idle=2, backoff=Backoff(base=0.2, cap=1.0)),
+            registry=registry,
+        )
+        run = asyncio.create_task(engine.run())
+        warm, during, late = cluster_event(), cluster_event(), cluster_event()
+        await publish_envelopes(kafka_bootstrap, topic, [warm])
+        await eventually(lambda: _applied(url, 1), timeout=60)
+
+        server.stop()
+        # Nothing in flight, nothing arrives, the database is away: more than the idle time.
+        await asyncio.sleep(3.5)
+        assert not run.done(), "an outage with nothing to apply is not idleness either"
+        await publish_envelopes(kafka_bootstrap, topic, [during])
+        # Its batch is in flight, retrying: then more than the idle time passes.
+        await eventually(lambda: _retried(registry), timeout=30)
+        await asyncio.sleep(2.5)
+        assert not run.done(), "the consumer must wait for the database, not stop as idle"
+        await publish_envelopes(kafka_bootstrap, topic, [late])
+        server.start()
+        await asyncio.wait_for(run, timeout=90)
+        await _assert_exactly_once(url, {e.idempotency_key for e in (warm, during, late)})
+    finally:
+        server.stop(wipe=True)
+
+
+async def _applied(url: str, n: int) -> bool:
+    return await _count(url, "SELECT count(*) FROM fault_effects") >= n
+
+
+async def _retried(registry: CollectorRegistry) -> bool:
+    value = registry.get_sample_value(
+        "spectral_consumer_infrastructure_retries_total",
+        {"consumer": "fault-recorder", "component": "database"},
+    )
+    return bool(value)

@@ -21,6 +21,7 @@ from ruamel.yaml import YAML
 
 from consumers.rule_candidates.metrics import RuleCandidateMetrics
 from consumers.work_executor.metrics import ExecutorMetrics
+from producers.clusters.metrics import ClusterMetrics
 from producers.relay.metrics import RelayMetrics
 from spectral.consumer.metrics import ConsumerMetrics
 from spectral.maintenance.metrics import MaintenanceMetrics
@@ -83,6 +84,7 @@ def _exported_series() -> set[str]:
     RuleCandidateMetrics(registry)
     ExecutorMetrics(registry)
     RelayMetrics(registry)
+    ClusterMetrics(registry)
     MaintenanceMetrics(registry)
     consumer = ConsumerMetrics(registry, "c")
     consumer.retried("database")

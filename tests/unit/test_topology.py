@@ -3,8 +3,18 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
-from spectral.kafka.topology import Action, ExistingTopic, TopicPolicy, declared_topics, plan
+from spectral.kafka.topology import (
+    DAY_MS,
+    Action,
+    ExistingTopic,
+    TopicPolicy,
+    declared_topics,
+    plan,
+    segment_ms,
+)
 
 
 def _existing(spec_config: dict[str, str], **overrides: str) -> ExistingTopic:
@@ -41,3 +51,37 @@ def test_a_longer_or_unlimited_retention_is_kept_without_the_flag() -> None:
         existing = {spec.name: _existing(dict(spec.config), **{"retention.ms": retention})}
         (change,) = plan([spec], existing)
         assert change.action is Action.REFUSED, retention
+
+
+@given(
+    retention=st.integers(min_value=-1, max_value=10 * 365 * DAY_MS),
+    dlq=st.integers(min_value=-1, max_value=10 * 365 * DAY_MS),
+)
+def test_every_topic_declares_a_segment_roll_that_lets_retention_act_on_a_quiet_topic(
+    retention: int, dlq: int
+) -> None:
+    """Kafka deletes closed segments only; the default roll (7 days) keeps a quiet topic's
+    records a week past their retention. Each declared topic rolls within a day, within a
+    seventh of its retention (when that is over a minute), and never under a minute."""
+    policy = TopicPolicy(retention_ms=retention, dlq_retention_ms=dlq)
+    for spec in declared_topics(["platform.failure_cluster.detected"], "t.", policy, 1):
+        kept = int(spec.config["retention.ms"])
+        roll = int(spec.config["segment.ms"])
+        assert roll == segment_ms(kept)
+        assert 60_000 <= roll <= DAY_MS
+        if kept >= 7 * 60_000:
+            assert roll <= kept // 7
+
+
+def test_a_lower_segment_roll_is_applied_without_the_flag() -> None:
+    """Rolling segments sooner takes nothing away: a cluster at Kafka's default is brought to
+    the declared roll by a plain apply."""
+    (spec,) = [
+        s
+        for s in declared_topics(["platform.failure_cluster.detected"], "t.", TopicPolicy(), 1)
+        if s.source is None
+    ]
+    existing = {spec.name: _existing(dict(spec.config), **{"segment.ms": str(7 * DAY_MS)})}
+    (change,) = plan([spec], existing)
+    assert change.setting == "segment.ms"
+    assert change.action is Action.SET_CONFIG

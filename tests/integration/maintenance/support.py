@@ -6,7 +6,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import asyncpg
@@ -128,3 +128,17 @@ async def run_maintenance(
 async def generations(database_url: str, table: str = "dedup") -> list[asyncpg.Record]:
     async with session(database_url) as conn:
         return list(await conn.fetch(f"SELECT * FROM core.{table}_generations ORDER BY generation"))
+
+
+async def forgotten_before(database_url: str, moment: datetime) -> None:
+    """A generation was forgotten: records appended before ``moment`` may carry its keys."""
+    async with session(database_url) as admin:
+        await admin.execute(
+            """
+            UPDATE core.dedup_generations SET ended_at = $1 WHERE generation = 1;
+            UPDATE core.dedup_generations
+               SET forgotten_at = $1, copies_before = $1, rows_forgotten = 0
+             WHERE generation = 1;
+            INSERT INTO core.dedup_generations (generation, slot, started_at) VALUES (2, 1, $1);
+            """.replace("$1", f"'{moment.isoformat()}'::timestamptz")
+        )

@@ -15,7 +15,7 @@ from spectral.consumer.replay_range import AtTime, Beginning, PartitionRange
 from spectral.kafka.topics import dlq_topic, topic_for
 from spectral.maintenance.guard import BeyondHorizonError, beyond
 from spectral.settings import Settings
-from tests.integration.maintenance.support import session
+from tests.integration.maintenance.support import forgotten_before
 from tests.integration.replay.support import (
     history_of_clusters,
     rule_candidates,
@@ -39,20 +39,6 @@ def test_a_range_reaches_behind_the_horizon_when_it_starts_before_the_first_newe
     assert [r.partition for r in beyond(ranges, firsts)] == [0, 3]
 
 
-async def _forgotten_before(database_url: str, moment: datetime) -> None:
-    """A generation was forgotten: records appended before ``moment`` may carry its keys."""
-    async with session(database_url) as admin:
-        await admin.execute(
-            """
-            UPDATE core.dedup_generations SET ended_at = $1 WHERE generation = 1;
-            UPDATE core.dedup_generations
-               SET forgotten_at = $1, copies_before = $1, rows_forgotten = 0
-             WHERE generation = 1;
-            INSERT INTO core.dedup_generations (generation, slot, started_at) VALUES (2, 1, $1);
-            """.replace("$1", f"'{moment.isoformat()}'::timestamptz")
-        )
-
-
 async def test_a_replay_reaching_behind_the_horizon_is_refused_unless_told_otherwise(
     settings: Settings, kafka_bootstrap: str, database_url: str, spectral_env: dict[str, str]
 ) -> None:
@@ -63,7 +49,7 @@ async def test_a_replay_reaching_behind_the_horizon_is_refused_unless_told_other
     live = await run_live(settings, rule_candidates(settings)(""))
     assert live.counts[Outcome.APPLIED] + live.counts[Outcome.STALE] == len(events)
     horizon = datetime.now(UTC) + timedelta(seconds=1)
-    await _forgotten_before(database_url, horizon)
+    await forgotten_before(database_url, horizon)
 
     with pytest.raises(BeyondHorizonError, match="behind the dedup horizon"):
         await run_replay(settings, rule_candidates(settings), ReplayRequest(Beginning()))

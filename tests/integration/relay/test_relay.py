@@ -12,7 +12,8 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from producers.relay import OutboxRelay, RelayMetrics, RelayOptions, RelayReport
-from producers.relay.shards import SHARD_COUNT, shard_of
+from producers.relay.shards import LOCK_CLASS, SHARD_COUNT, shard_of
+from spectral.observability.health import Health
 from spectral.settings import Settings
 from tests.integration.relay.support import (
     EVENT_TYPE,
@@ -161,3 +162,50 @@ async def test_two_relays_at_once_share_the_keys_and_keep_per_key_order(
     assert len(seqs) == keys
     for key, numbers in seqs.items():
         assert numbers == list(range(1, rounds + 1)), key  # no crash: no duplicate either
+
+
+async def test_a_relay_with_no_shard_left_is_a_ready_standby(
+    settings: Settings, database_url: str
+) -> None:
+    """More relays than shards: the ones left without a shard while the others hold all of
+    them are ready standbys (an orchestrator must not restart them in a loop); they take
+    shards over as soon as a holder lets go."""
+    others = await asyncpg.connect(database_url)  # stands for the relays holding every shard
+    health = Health()
+    relay = OutboxRelay(
+        settings,
+        kafka_bootstrap=settings.kafka_bootstrap or "",
+        database_url=database_url,
+        metrics=RelayMetrics(CollectorRegistry()),
+        options=RelayOptions(rebalance_interval=0.2, poll_interval=0.1),
+        health=health,
+    )
+    try:
+        for shard in range(SHARD_COUNT):
+            await others.execute("SELECT pg_advisory_lock($1::int, $2::int)", LOCK_CLASS, shard)
+        run = asyncio.create_task(relay.run())
+
+        def shards() -> dict[str, object]:
+            check: dict[str, object] = health.ready()[1]["checks"].get("shards", {})
+            return check
+
+        async def standby() -> bool:
+            return "standby" in str(shards().get("detail"))
+
+        await eventually(standby, timeout=30)
+        assert shards()["ok"] is True
+
+        await others.execute("SELECT pg_advisory_unlock_all()")
+
+        async def holding() -> bool:
+            return "held" in str(shards().get("detail")) and "standby" not in str(
+                shards().get("detail")
+            )
+
+        await eventually(holding, timeout=30)
+        assert shards()["ok"] is True
+        relay.stop()
+        await asyncio.wait_for(run, timeout=30)
+    finally:
+        relay.stop()
+        await others.close()

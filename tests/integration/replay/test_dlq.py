@@ -20,7 +20,7 @@ import pytest
 
 from contracts import FAILURE_CLUSTER_DETECTED, EventEnvelope
 from spectral.consumer.handler import Delivery, Handler, HandlerResult, Outcome
-from spectral.dlq.records import read_dead_letters
+from spectral.dlq.records import scan_dead_letters
 from spectral.dlq.redrive import redrive
 from spectral.dlq.repository import connect_operator
 from spectral.kafka.dlq import history_of
@@ -215,7 +215,11 @@ async def test_a_dead_letter_fails_again_with_its_history_then_applies_once_afte
     assert [r.dlq_offset for r in rest.redriven] == [1]
     assert rest.skipped == {"already_redriven": 2}
     await run_live(settings, WorkspaceProjection())
-    final = await read_dead_letters(settings, kafka_bootstrap, dlq)
+    final = [
+        r
+        for batch in [b async for b in scan_dead_letters(settings, kafka_bootstrap, dlq)]
+        for r in batch
+    ]
     assert [r.reason for r in final] == ["handler_error", "not_json", "handler_error", "not_json"]
     assert [h["reason"] for h in final[3].history()] == ["not_json", "not_json"]
 

@@ -4,22 +4,25 @@ from __future__ import annotations
 
 import asyncio
 import json
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
 from contracts import FAILURE_CLUSTER_DETECTED
 from spectral.consumer.handler import Outcome
-from spectral.consumer.offsets import GroupBusyError, reset_offsets
+from spectral.consumer.offsets import GroupBusyError, ResetReport, reset_offsets
 from spectral.consumer.replay_range import (
     AtOffsets,
     AtTime,
     Beginning,
     Latest,
     PartitionOffset,
+    Start,
 )
 from spectral.kafka.topics import topic_for
+from spectral.maintenance.guard import BeyondHorizonError
 from spectral.settings import Settings
+from tests.integration.maintenance.support import forgotten_before
 from tests.integration.replay.support import (
     T0,
     endpoints,
@@ -62,6 +65,7 @@ async def test_reset_is_refused_while_members_are_active_and_exact_when_none_are
                 event_types=EVENT_TYPES,
                 group=settings.topic_prefix + CONSUMER,
                 target=Beginning(),
+                database_url=database_url,
             )
         cli = await asyncio.to_thread(
             spectral_cli,
@@ -84,6 +88,7 @@ async def test_reset_is_refused_while_members_are_active_and_exact_when_none_are
         event_types=EVENT_TYPES,
         group=settings.topic_prefix + CONSUMER,
         target=AtOffsets((PartitionOffset(None, 0, 1),)),
+        database_url=database_url,
         dry_run=True,
     )
     assert [(c.partition, c.before, c.after) for c in shown.changes] == [(0, ends[0], 1)]
@@ -96,6 +101,7 @@ async def test_reset_is_refused_while_members_are_active_and_exact_when_none_are
         event_types=EVENT_TYPES,
         group=settings.topic_prefix + CONSUMER,
         target=AtOffsets((PartitionOffset(None, 0, 1),)),
+        database_url=database_url,
     )
     assert await committed_offsets(kafka_bootstrap, settings.topic_prefix + CONSUMER, topic) == {
         0: 1,
@@ -129,6 +135,7 @@ async def test_reset_is_refused_while_members_are_active_and_exact_when_none_are
         event_types=EVENT_TYPES,
         group=settings.topic_prefix + CONSUMER,
         target=future,
+        database_url=database_url,
     )
     assert await committed_offsets(kafka_bootstrap, settings.topic_prefix + CONSUMER, topic) == ends
     await reset_offsets(
@@ -137,6 +144,7 @@ async def test_reset_is_refused_while_members_are_active_and_exact_when_none_are
         event_types=EVENT_TYPES,
         group=settings.topic_prefix + CONSUMER,
         target=Beginning(),
+        database_url=database_url,
     )
     await reset_offsets(
         settings,
@@ -144,8 +152,55 @@ async def test_reset_is_refused_while_members_are_active_and_exact_when_none_are
         event_types=EVENT_TYPES,
         group=settings.topic_prefix + CONSUMER,
         target=Latest(),
+        database_url=database_url,
     )
     assert await committed_offsets(kafka_bootstrap, settings.topic_prefix + CONSUMER, topic) == ends
+
+
+async def test_a_reset_reading_again_behind_the_horizon_is_refused_unless_told_otherwise(
+    settings: Settings, kafka_bootstrap: str, database_url: str, spectral_env: dict[str, str]
+) -> None:
+    topic = topic_for(FAILURE_CLUSTER_DETECTED, settings.topic_prefix)
+    await create_topics(kafka_bootstrap, [topic], partitions=1)
+    await publish_envelopes(kafka_bootstrap, topic, [cluster_event() for _ in range(4)])
+    await run_live(settings, rule_candidates(settings)(""))
+    group = settings.topic_prefix + CONSUMER
+    ends = await committed_offsets(kafka_bootstrap, group, topic)
+    horizon = datetime.now(UTC) + timedelta(seconds=1)
+    await forgotten_before(database_url, horizon)
+    bootstrap, _ = endpoints(settings)
+
+    async def reset(
+        target: Start, *, dry_run: bool = False, beyond_horizon: bool = False
+    ) -> ResetReport:
+        return await reset_offsets(
+            settings,
+            bootstrap,
+            event_types=EVENT_TYPES,
+            group=group,
+            target=target,
+            database_url=database_url,
+            dry_run=dry_run,
+            beyond_horizon=beyond_horizon,
+        )
+
+    # Forward (nothing read again) and to the end are not guarded.
+    assert (await reset(Latest())).beyond_horizon is None
+    with pytest.raises(BeyondHorizonError, match="behind the dedup horizon"):
+        await reset(Beginning())
+    assert await committed_offsets(kafka_bootstrap, group, topic) == ends
+    dry = await reset(Beginning(), dry_run=True)
+    assert dry.beyond_horizon is not None
+    assert not dry.committed
+    refused = await asyncio.to_thread(
+        spectral_cli, spectral_env, "offsets", "reset", "--consumer", CONSUMER, "--to-earliest"
+    )
+    assert refused.returncode == 1, refused.stderr
+    assert "--beyond-horizon" in refused.stderr
+    assert await committed_offsets(kafka_bootstrap, group, topic) == ends
+    forced = await reset(Beginning(), beyond_horizon=True)
+    assert forced.committed
+    assert await committed_offsets(kafka_bootstrap, group, topic) == {0: 0}
 
 
 def test_reset_options_are_checked(spectral_env: dict[str, str]) -> None:

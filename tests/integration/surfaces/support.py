@@ -61,9 +61,16 @@ class Surface:
 
 @asynccontextmanager
 async def surface(
-    settings: Settings, database_url: str, kafka_bootstrap: str, **options: Any
+    settings: Settings,
+    database_url: str,
+    kafka_bootstrap: str,
+    *,
+    login_url: str | None = None,
+    **options: Any,
 ) -> AsyncIterator[Surface]:
-    endpoints = Endpoints(kafka_bootstrap, database_url)
+    """The composed app acting through ``login_url`` (default: ``database_url``, the owner's;
+    tokens are minted through ``database_url``)."""
+    endpoints = Endpoints(kafka_bootstrap, login_url or database_url)
     topics = await deployment_topics(settings, database_url)
     app = compose_app(settings, endpoints, topics, **options)
     async with (

@@ -17,12 +17,14 @@ import asyncpg
 import httpx
 import pytest
 
+from spectral.api.resources import API_ROLE, Resources
 from spectral.auth.scopes import Scope, effective
 from spectral.auth.tokens import TOKEN_ADMIN_ROLE, TokenAdmin
 from spectral.db.connect import connect
 from spectral.settings import Settings
 from tests.integration.surfaces.support import Surface, seed_clusters, surface
 from tests.integration.work.support import DOCUMENT, PROJECT, backlog
+from tests.support import database_login
 
 pytestmark = pytest.mark.integration
 
@@ -60,8 +62,19 @@ class World:
 async def world(
     settings: Settings, database_url: str, kafka_bootstrap: str
 ) -> AsyncIterator[World]:
+    """The app as deployed: through a login granted spectral_api (NOINHERIT: it holds no
+    privilege until a pool assumes its role) and, for the replay dry run, the rule-candidates
+    role; never the owner's."""
     (cluster,) = await seed_clusters(database_url, 1)
-    async with surface(settings, database_url, kafka_bootstrap, max_body_bytes=64 * 1024) as s:
+    async with (
+        database_login(database_url, API_ROLE, "spectral_projector", inherit=False) as (
+            _,
+            login_url,
+        ),
+        surface(
+            settings, database_url, kafka_bootstrap, login_url=login_url, max_body_bytes=64 * 1024
+        ) as s,
+    ):
         setup = await s.client(Scope.WORK_SUBMIT, name="setup")
         async with setup:
             put = await setup.put(f"/projects/{PROJECT}/documents/{DOCUMENT}", json=backlog("A"))
@@ -351,3 +364,28 @@ async def test_tokens_are_stored_only_as_hashes(world: World) -> None:
             )
     finally:
         await owner.close()
+
+
+async def test_the_api_login_is_least_privilege_and_the_owner_is_flagged(
+    settings: Settings, database_url: str, kafka_bootstrap: str
+) -> None:
+    """spectral_api's login can do nothing on its own and cannot become the token admin or the
+    maintainer; the owner's login is flagged (the API warns at start)."""
+    async with database_login(database_url, API_ROLE, inherit=False) as (_, login_url):
+        conn = await asyncpg.connect(login_url)
+        try:
+            for statement in (
+                "SELECT count(*) FROM core.api_tokens",
+                "SELECT count(*) FROM work.threads",
+                "SET ROLE spectral_token_admin",
+                "SET ROLE spectral_maintainer",
+                "CREATE TABLE core.intruder (x int)",
+            ):
+                with pytest.raises(asyncpg.PostgresError):
+                    await conn.execute(statement)
+        finally:
+            await conn.close()
+        assert await Resources(settings, login_url, kafka_bootstrap).overprivileged() is None
+    flagged = await Resources(settings, database_url, kafka_bootstrap).overprivileged()
+    assert flagged is not None
+    assert "owns the schemas" in flagged or "superuser" in flagged

@@ -109,8 +109,15 @@ async def test_an_agent_triages_over_stdio(
         )
         assert stale.is_error
         assert "reload it" in _text(stale)
+        # Like the HTTP API's If-Match, the version is required ('*' overwrites).
+        unversioned = await client.call_tool(
+            "triage_cluster", {"cluster_id": str(first), "notes": "blind write"}
+        )
+        assert unversioned.is_error
+        assert "expected_version" in _text(unversioned)
         refused = await client.call_tool(
-            "triage_cluster", {"cluster_id": str(first), "status": "resolved"}
+            "triage_cluster",
+            {"cluster_id": str(first), "status": "resolved", "expected_version": "*"},
         )
         assert refused.is_error
         assert "allowed from dismissed" in _text(refused)
@@ -120,7 +127,8 @@ async def test_an_agent_triages_over_stdio(
         bad_id = await client.call_tool("get_cluster_detail", {"cluster_id": "x\x00y"})
         assert bad_id.is_error
         nul = await client.call_tool(
-            "triage_cluster", {"cluster_id": str(second), "notes": "a\x00b"}
+            "triage_cluster",
+            {"cluster_id": str(second), "notes": "a\x00b", "expected_version": "*"},
         )
         assert nul.is_error
         no_scope = await client.call_tool("consumer_lag", {})
@@ -252,7 +260,7 @@ async def test_every_tool_under_every_scope(
     arguments: dict[str, dict[str, Any]] = {
         "list_failure_clusters": {},
         "get_cluster_detail": {"cluster_id": str(cluster)},
-        "triage_cluster": {"cluster_id": str(cluster), "notes": "seen"},
+        "triage_cluster": {"cluster_id": str(cluster), "notes": "seen", "expected_version": "*"},
         "get_thread": {"thread_id": str(uuid.uuid4())},
         "get_thread_history": {"thread_id": str(uuid.uuid4())},
         "list_project_threads": {"project_id": "p1"},

@@ -10,6 +10,9 @@ import json
 import asyncpg
 import pytest
 
+from spectral.auth.scopes import Scope
+from spectral.auth.tokens import TOKEN_ADMIN_ROLE, AmbiguousTokenError, TokenAdmin
+from spectral.db.connect import connect
 from spectral.settings import Settings
 from tests.integration.replay.support import spectral_cli
 from tests.integration.surfaces.support import surface
@@ -91,3 +94,27 @@ async def test_create_use_list_and_revoke_a_token(
     finally:
         await owner.close()
     assert token not in stored
+
+
+async def test_revoke_refuses_what_matches_several_live_tokens(database_url: str) -> None:
+    """A name may read like another token's id: revoking by that text must not revoke both
+    (nor an arbitrary one of them); the id of either still works, in any case."""
+    conn = await connect(database_url, role=TOKEN_ADMIN_ROLE)
+    try:
+        admin = TokenAdmin(conn)
+        first = await admin.create("first", [Scope.OPS_READ])
+        lookalike = await admin.create(str(first.info.token_id), [Scope.OPS_READ])
+        with pytest.raises(AmbiguousTokenError, match="matches 2 live tokens"):
+            await admin.revoke(str(first.info.token_id))
+        assert {t.name for t in await admin.list()} == {"first", lookalike.info.name}
+
+        revoked = await admin.revoke(str(lookalike.info.token_id).upper())
+        assert revoked is not None
+        assert revoked.token_id == lookalike.info.token_id
+        # Now the text matches one live token only: the first, by its id.
+        again = await admin.revoke(str(first.info.token_id))
+        assert again is not None
+        assert again.name == "first"
+        assert await admin.list() == []
+    finally:
+        await conn.close()

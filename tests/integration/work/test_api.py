@@ -59,6 +59,7 @@ async def test_commands_and_observation_over_http(database_url: str, settings: S
         shown = (await http.get(accepted.headers["location"])).json()
         assert shown["status"] == "open"
         assert shown["requested_by"] == "token:svc-planner"
+        assert shown["requested_by_login"]  # the API's own database login, not declared
         assert shown["target_ref"] == {"document_id": DOCUMENT, "epic_id": "E1"}
         assert {"thread_id", "status", "target_ref", "created_at", "closed_at"} <= set(shown)
         everything = await http.post(
