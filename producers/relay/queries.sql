@@ -21,7 +21,8 @@ WHERE locktype = 'advisory'
 
 -- name: try_lock_shards
 -- Try the candidate shards in the given order; stop after $3 successes (the Limit pulls rows
--- one at a time, so no lock beyond the wanted number is taken).
+-- one at a time, so no lock beyond the wanted number is taken). Also takes a doorbell slot
+-- (migration outbox_wakeup): the same lock class, objids above the shards'.
 SELECT s::int AS shard
 FROM unnest($2::int[]) AS s
 WHERE pg_try_advisory_lock($1::int, s::int)
@@ -32,10 +33,12 @@ SELECT pg_advisory_unlock($1::int, s::int) AS released
 FROM unnest($2::int[]) AS s
 
 -- name: fetch_batch
--- The next publishable rows of the held shards, in id order. A row waits while an earlier
+-- The next publishable rows of the held shards, in id order, each with the time it became
+-- publishable (its write, or its available_at when delayed). A row waits while an earlier
 -- unpublished row of its key is not yet available (available_at in the future): a key's rows
 -- leave strictly in id order even when some of them are delayed.
-SELECT o.id, o.slot, o.event_type, o.record_key, o.idempotency_key, o.envelope
+SELECT o.id, o.slot, o.event_type, o.record_key, o.idempotency_key, o.envelope,
+       greatest(o.created_at, o.available_at) AS ready_at
 FROM core.outbox AS o
 WHERE o.published_at IS NULL
   AND o.available_at <= now()

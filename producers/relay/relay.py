@@ -10,6 +10,15 @@ the topic that consumers deduplicate by idempotency_key, never a loss. A row is 
 it and every earlier row of its key in the batch were acknowledged, so a failed send never lets
 a later row of the same key be recorded as done before it.
 
+Idle: a relay that found nothing to publish sleeps on the outbox's doorbell (PostgreSQL
+LISTEN/NOTIFY, migration ``outbox_wakeup``): it takes a doorbell slot, reads once more, and
+sleeps until a writer rings or the poll interval runs out (the fallback: a lost notification
+delays a row by at most that). While a writer is between its outbox insert and its commit no slot
+can be taken; the relay then polls again after a short, growing retry (5 ms doubling up to the
+poll interval). Woken, it gives its slot back first, so writers stop ringing while it works. Each
+record carries the header ``outbox.ready_at`` (when its row became publishable, RFC 3339, the
+database's clock): consumers measure end-to-end freshness from it.
+
 Faults (database or broker unavailable) end the session — its locks are released with it — and
 the relay starts a new one after a capped exponential backoff. SIGTERM/SIGINT finish the batch in
 flight (publish and mark), release the locks and exit.
@@ -31,7 +40,8 @@ from itertools import zip_longest
 from aiokafka import AIOKafkaProducer
 from aiokafka.errors import KafkaError
 
-from producers.relay.metrics import Component, RelayMetrics
+from contracts import format_utc
+from producers.relay.metrics import Component, RelayMetrics, Wakeup
 from producers.relay.repository import RELAY_ROLE, OutboxRow, RelayRepository
 from producers.relay.shards import SHARD_COUNT, plan
 from spectral.errors import TransientError
@@ -45,6 +55,9 @@ from spectral.settings import Settings
 log = get_logger(__name__)
 
 CRASH_EXIT_CODE = 137
+READY_AT_HEADER = "outbox.ready_at"
+FIRST_RETRY_SECONDS = 0.005
+"""The first retry when no doorbell slot was free (a writer in flight); it doubles each time."""
 
 
 def safe_to_mark(
@@ -70,6 +83,35 @@ def safe_to_mark(
     return acked, fault
 
 
+def _headers(row: OutboxRow) -> list[tuple[str, bytes]]:
+    headers = [
+        ("event_type", row.event_type.encode()),
+        ("idempotency_key", row.idempotency_key.encode()),
+    ]
+    if row.ready_at is not None:
+        headers.append((READY_AT_HEADER, format_utc(row.ready_at).encode()))
+    return headers
+
+
+@dataclass
+class _Idle:
+    """The doorbell slot an idle relay holds (a lock objid), and how many times in a row it
+    found none free."""
+
+    slot: int | None = None
+    misses: int = 0
+
+    async def arm(self, repo: RelayRepository, offset: int) -> bool:
+        self.slot = await repo.arm_doorbell(offset)
+        self.misses = 0 if self.slot is not None else self.misses + 1
+        return self.slot is not None
+
+    async def disarm(self, repo: RelayRepository) -> None:
+        if self.slot is not None:
+            slot, self.slot = self.slot, None
+            await repo.disarm_doorbell(slot)
+
+
 class BrokerUnavailableError(TransientError):
     """Kafka did not acknowledge (part of) a batch."""
 
@@ -80,6 +122,8 @@ class RelayOptions:
     poll_interval: float = 0.2
     once: bool = False
     rebalance_interval: float = 1.0
+    listen: bool = True
+    """Sleep on the doorbell (LISTEN/NOTIFY) when idle; False: poll only."""
     stats_interval: float = 1.0
     linger_ms: int = 5
     max_batch_bytes: int = 512 * 1024
@@ -116,11 +160,14 @@ class OutboxRelay:
         self.metrics = metrics
         self.options = options or RelayOptions()
         self._stopping = asyncio.Event()
+        self._bell = asyncio.Event()
+        """Set by the doorbell's notifications, and by ``stop``."""
         self._offset = random.randrange(SHARD_COUNT)  # noqa: S311 - spreads first picks, not security
 
     def stop(self) -> None:
         """Finish the batch in flight, then exit (safe from a signal handler)."""
         self._stopping.set()
+        self._bell.set()
 
     async def run(self) -> RelayReport:
         report = RelayReport()
@@ -179,6 +226,9 @@ class OutboxRelay:
     ) -> None:
         next_rebalance = 0.0
         next_stats = 0.0
+        idle = _Idle()
+        if self.options.listen and not self.options.once:
+            await repo.listen(self._bell.set)
         while not self._stopping.is_set():
             now = time.monotonic()
             if now >= next_rebalance:
@@ -193,25 +243,61 @@ class OutboxRelay:
                 if self.options.once:
                     await self._refresh_stats(repo)
                     return
-                await self._sleep(self.options.poll_interval)
-                next_rebalance = 0.0  # idle: look for shards freed by a relay that went away
+                if not await self._idle(repo, idle):
+                    next_rebalance = 0.0  # slept it out: look for shards freed meanwhile
                 continue
-            acked, failure = await self._publish(producer, rows)
-            if self.options.crash_after_publish:
-                sys.stderr.write("relay: crash hook: exiting after publish, before mark\n")
-                sys.stderr.flush()
-                os._exit(CRASH_EXIT_CODE)
-            marked = set(acked)
-            await repo.mark_published([row for row in rows if row.id in marked])
-            self.metrics.published.inc(len(acked))
-            self.metrics.batch_duration.observe(time.perf_counter() - started)
-            report.published += len(acked)
-            report.batches += 1
-            if failure is not None:
-                raise BrokerUnavailableError(
-                    f"Kafka did not acknowledge a batch: {failure}"
-                ) from failure
-        await self._refresh_stats(repo)
+            await idle.disarm(repo)
+            await self._batch(repo, producer, rows, started, report)
+        await self._refresh_stats(repo)  # (the session's end gives a held doorbell slot back)
+
+    async def _idle(self, repo: RelayRepository, idle: _Idle) -> bool:
+        """Nothing to publish: sleep until the doorbell rings or the wait runs out; return
+        whether it rang (or the relay was asked to stop)."""
+        if not self.options.listen:
+            await self._sleep(self.options.poll_interval)
+            return self._stopping.is_set()
+        if idle.slot is None:
+            self._bell.clear()  # a ring from now on ends the next wait at once
+            if await idle.arm(repo, self._offset):
+                return True  # read once more: writers that committed before the arm did not ring
+            wait = min(self.options.poll_interval, FIRST_RETRY_SECONDS * 2 ** (idle.misses - 1))
+        else:
+            wait = self.options.poll_interval
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._bell.wait(), timeout=wait)
+        rang = self._bell.is_set()
+        if not self._stopping.is_set():
+            self.metrics.wakeups[Wakeup.NOTIFY if rang else Wakeup.POLL].inc()
+        await idle.disarm(repo)
+        return rang
+
+    async def _batch(
+        self,
+        repo: RelayRepository,
+        producer: AIOKafkaProducer,
+        rows: Sequence[OutboxRow],
+        started: float,
+        report: RelayReport,
+    ) -> None:
+        acked, failure = await self._publish(producer, rows)
+        if self.options.crash_after_publish:
+            sys.stderr.write("relay: crash hook: exiting after publish, before mark\n")
+            sys.stderr.flush()
+            os._exit(CRASH_EXIT_CODE)
+        marked = set(acked)
+        acked_at = time.time()
+        await repo.mark_published([row for row in rows if row.id in marked])
+        self.metrics.published.inc(len(acked))
+        self.metrics.batch_duration.observe(time.perf_counter() - started)
+        for row in rows:
+            if row.id in marked and row.ready_at is not None:
+                self.metrics.publish_delay.observe(max(0.0, acked_at - row.ready_at.timestamp()))
+        report.published += len(acked)
+        report.batches += 1
+        if failure is not None:
+            raise BrokerUnavailableError(
+                f"Kafka did not acknowledge a batch: {failure}"
+            ) from failure
 
     async def _rebalance(self, repo: RelayRepository, held: set[int]) -> None:
         members = await repo.count_relays()
@@ -267,10 +353,7 @@ class OutboxRelay:
                     topic_for(row.event_type, prefix),
                     value=row.envelope,
                     key=row.record_key.encode(),
-                    headers=[
-                        ("event_type", row.event_type.encode()),
-                        ("idempotency_key", row.idempotency_key.encode()),
-                    ],
+                    headers=_headers(row),
                 )
             except KafkaError as exc:
                 failure = exc

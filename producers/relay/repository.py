@@ -4,18 +4,21 @@ and the right to mark at the same time."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 
 import asyncpg
 
-from producers.relay.shards import LOCK_CLASS, MEMBER_LOCK, SHARD_COUNT
+from producers.relay.shards import LOCK_CLASS, MEMBER_LOCK, SHARD_COUNT, doorbell_slots
 from spectral.db.connect import close_session, connect, guarded
 from spectral.db.queries import load_queries
 
 _SQL = load_queries(Path(__file__).with_name("queries.sql"))
 RELAY_ROLE = "spectral_relay"
+WAKEUP_CHANNEL = "spectral_outbox"
+"""The channel the outbox's doorbell trigger notifies (migration ``outbox_wakeup``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,6 +31,9 @@ class OutboxRow:
     slot: int = 0
     """The outbox partition the row lives in (migration ``bounded_state``); marks name a row by
     (id, slot)."""
+    ready_at: datetime | None = None
+    """When the row became publishable: its write (``created_at``, the INSERT statement's
+    clock), or its ``available_at`` when that is later (a delayed event)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,9 +99,27 @@ class RelayRepository:
                 r["idempotency_key"],
                 bytes(r["envelope"]),
                 int(r["slot"]),
+                r["ready_at"],
             )
             for r in rows
         ]
+
+    async def listen(self, wake: Callable[[], None]) -> None:
+        """Call ``wake`` whenever a writer rings the doorbell (for this session's life)."""
+        await guarded(
+            "listen",
+            lambda: self._conn.add_listener(WAKEUP_CHANNEL, lambda *_: wake()),
+        )
+
+    async def arm_doorbell(self, offset: int) -> int | None:
+        """Take a free doorbell slot (without waiting); None when none is free — a writer is
+        between its outbox insert and its commit, or every slot has a sleeping relay. Returns
+        the slot's lock objid."""
+        won = await self.try_lock(doorbell_slots(offset), 1)
+        return won[0] if won else None
+
+    async def disarm_doorbell(self, slot: int) -> None:
+        await self.unlock([slot])
 
     async def mark_published(self, rows: Sequence[OutboxRow]) -> None:
         if rows:

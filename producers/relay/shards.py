@@ -26,6 +26,16 @@ from dataclasses import dataclass
 SHARD_COUNT = 16
 LOCK_CLASS = 0x53504F58  # "SPOX": classid of the relay's advisory locks
 MEMBER_LOCK = 1 << 16  # objid of the shared membership lock (shards are 0..SHARD_COUNT-1)
+DOORBELL_BASE = 1 << 17
+"""objids DOORBELL_BASE + 0..SHARD_COUNT-1: the doorbell slots a relay holds while it sleeps on
+LISTEN (migration ``outbox_wakeup``, whose trigger names the same numbers: one slot per shard, so
+every relay holding a shard can sleep at once)."""
+
+
+def doorbell_slots(offset: int, shard_count: int = SHARD_COUNT) -> tuple[int, ...]:
+    """The doorbell locks' objids in the order a relay tries them (from its own offset, so
+    relays going idle together do not all contend for the first slot)."""
+    return tuple(DOORBELL_BASE + (offset + i) % shard_count for i in range(shard_count))
 
 
 def shard_of(record_key: str, shard_count: int = SHARD_COUNT) -> int:
