@@ -95,6 +95,8 @@ class DatasetStats:
     clusters_touched: set[str] = field(default_factory=set)
     keys: set[str] = field(default_factory=set)
     """Distinct idempotency keys: what a consumer applies or judges stale, once each."""
+    newest: dict[str, str] = field(default_factory=dict)
+    """cluster_id -> the snapshot_hash of its newest snapshot: what the projection must hold."""
 
     def add(self, record: Record, cluster_id: str) -> None:
         self.records += 1
@@ -102,6 +104,8 @@ class DatasetStats:
         self.kinds[record.kind] = self.kinds.get(record.kind, 0) + 1
         self.clusters_touched.add(cluster_id)
         self.keys.add(record.idempotency_key)
+        if record.kind == "snapshot":  # each one grows its cluster: newer than any before it
+            self.newest[cluster_id] = record.idempotency_key.rpartition(":")[2]
 
     @property
     def mean_bytes(self) -> float:
