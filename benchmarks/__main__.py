@@ -17,6 +17,7 @@ from rich.console import Console
 
 from benchmarks.dedup import run_dedup
 from benchmarks.executor import run_executor
+from benchmarks.freshness import run_freshness
 from benchmarks.options import DEFAULT_STAGES, STAGES, Options
 from benchmarks.report import Report, machine
 from benchmarks.soak import run_soak
@@ -44,6 +45,8 @@ def _options(argv: list[str]) -> Options:
     parser.add_argument("--dedup-prefill", type=int, default=defaults.dedup_prefill)
     parser.add_argument("--soak-seconds", type=float, default=defaults.soak_seconds)
     parser.add_argument("--soak-rate", type=int, default=defaults.soak_rate)
+    parser.add_argument("--freshness-rate", type=int, default=defaults.freshness_rate)
+    parser.add_argument("--freshness-seconds", type=float, default=defaults.freshness_seconds)
     parser.add_argument("--stages", default=",".join(DEFAULT_STAGES), help=f"of {','.join(STAGES)}")
     parser.add_argument("--stage-timeout", type=float, default=defaults.stage_timeout)
     parser.add_argument(
@@ -72,6 +75,8 @@ def _options(argv: list[str]) -> Options:
         dedup_prefill=args.dedup_prefill,
         soak_seconds=args.soak_seconds,
         soak_rate=args.soak_rate,
+        freshness_rate=args.freshness_rate,
+        freshness_seconds=args.freshness_seconds,
         stages=stages,
         stage_timeout=args.stage_timeout,
         budget=args.budget,
@@ -88,6 +93,8 @@ async def _run(options: Options, report: Report) -> None:
     try:
         if "triage" in options.stages:
             await run_triage(stack, options, report)
+        if "freshness" in options.stages:
+            await run_freshness(stack, options, report)
         if "executor" in options.stages:
             await run_executor(stack, options, report)
         if "dedup" in options.stages:

@@ -180,15 +180,18 @@ class BenchStack:
             await admin.close()
         self.topics.append(name)
 
-    def env(self, database_url: str, pythonpath: str | None = None) -> dict[str, str]:
+    def env(
+        self, database_url: str, pythonpath: str | None = None, topic_prefix: str | None = None
+    ) -> dict[str, str]:
         """Environment of a ``spectral`` subprocess working in this run's slice; ``pythonpath``
-        runs it from another checkout's packages (A/B comparisons)."""
+        runs it from another checkout's packages (A/B comparisons); ``topic_prefix`` replaces
+        the run's prefix (a stage with topics of its own)."""
         env = {k: v for k, v in os.environ.items() if not k.startswith("SPECTRAL_")}
         env.update(
             {
                 "SPECTRAL_KAFKA_BOOTSTRAP": self.endpoints.kafka_bootstrap,
                 "SPECTRAL_DATABASE_URL": database_url,
-                "SPECTRAL_TOPIC_PREFIX": self.topic_prefix,
+                "SPECTRAL_TOPIC_PREFIX": topic_prefix or self.topic_prefix,
                 "SPECTRAL_LOG_FORMAT": "json",
                 "SPECTRAL_STATE_DIR": str(Path(".spectral").resolve()),
             }
