@@ -30,7 +30,7 @@ CRASH_HOOK_ENV = "SPECTRAL_RELAY_CRASH_AFTER_PUBLISH"
 
 
 @app.command()
-def relay(
+def relay(  # noqa: PLR0917 - typer maps each parameter to an option
     once: bool = typer.Option(default=False, help="Publish what is publishable now, then exit."),
     batch: int = typer.Option(500, "--batch", min=1, help="Most rows per batch."),
     poll_interval: float = typer.Option(
