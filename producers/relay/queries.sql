@@ -21,12 +21,16 @@ WHERE locktype = 'advisory'
 
 -- name: try_lock_shards
 -- Try the candidate shards in the given order; stop after $3 successes (the Limit pulls rows
--- one at a time, so no lock beyond the wanted number is taken). Also takes a doorbell slot
--- (migration outbox_wakeup): the same lock class, objids above the shards'.
+-- one at a time, so no lock beyond the wanted number is taken).
 SELECT s::int AS shard
 FROM unnest($2::int[]) AS s
 WHERE pg_try_advisory_lock($1::int, s::int)
 LIMIT $3
+
+-- name: await_doorbell
+-- Sleep preparation (migration outbox_wakeup): take doorbell slot $1 as a session lock, waiting
+-- at most $2 ms for the writers in flight. Released with unlock_shards (its objid).
+SELECT core.outbox_await_doorbell($1::int, $2::int)
 
 -- name: unlock_shards
 SELECT pg_advisory_unlock($1::int, s::int) AS released

@@ -11,11 +11,11 @@ it and every earlier row of its key in the batch were acknowledged, so a failed 
 a later row of the same key be recorded as done before it.
 
 Idle: a relay that found nothing to publish sleeps on the outbox's doorbell (PostgreSQL
-LISTEN/NOTIFY, migration ``outbox_wakeup``): it takes a doorbell slot, reads once more, and
-sleeps until a writer rings or the poll interval runs out (the fallback: a lost notification
-delays a row by at most that). While a writer is between its outbox insert and its commit no slot
-can be taken; the relay then polls again after a short, growing retry (5 ms doubling up to the
-poll interval). Woken, it gives its slot back first, so writers stop ringing while it works. Each
+LISTEN/NOTIFY, migration ``outbox_wakeup``): it takes its doorbell slot — waiting, at most the
+poll interval, for the writers between their outbox insert and their commit — reads once more,
+and sleeps until a writer rings or the poll interval runs out (the fallback: a lost notification
+delays a row by at most that). Woken, it gives its slot back first, so writers stop ringing
+while it works. Each
 record carries the header ``outbox.ready_at`` (when its row became publishable, RFC 3339, the
 database's clock): consumers measure end-to-end freshness from it.
 
@@ -43,7 +43,7 @@ from aiokafka.errors import KafkaError
 from contracts import format_utc
 from producers.relay.metrics import Component, RelayMetrics, Wakeup
 from producers.relay.repository import RELAY_ROLE, OutboxRow, RelayRepository
-from producers.relay.shards import SHARD_COUNT, plan
+from producers.relay.shards import SHARD_COUNT, doorbell_slot, plan
 from spectral.errors import TransientError
 from spectral.kafka.config import producer_kwargs
 from spectral.kafka.topics import topic_for
@@ -56,8 +56,6 @@ log = get_logger(__name__)
 
 CRASH_EXIT_CODE = 137
 READY_AT_HEADER = "outbox.ready_at"
-FIRST_RETRY_SECONDS = 0.005
-"""The first retry when no doorbell slot was free (a writer in flight); it doubles each time."""
 
 
 def safe_to_mark(
@@ -95,21 +93,14 @@ def _headers(row: OutboxRow) -> list[tuple[str, bytes]]:
 
 @dataclass
 class _Idle:
-    """The doorbell slot an idle relay holds (a lock objid), and how many times in a row it
-    found none free."""
+    """The doorbell slot an idle relay holds while it sleeps."""
 
     slot: int | None = None
-    misses: int = 0
-
-    async def arm(self, repo: RelayRepository, offset: int) -> bool:
-        self.slot = await repo.arm_doorbell(offset)
-        self.misses = 0 if self.slot is not None else self.misses + 1
-        return self.slot is not None
 
     async def disarm(self, repo: RelayRepository) -> None:
         if self.slot is not None:
             slot, self.slot = self.slot, None
-            await repo.disarm_doorbell(slot)
+            await repo.release_doorbell(slot)
 
 
 class BrokerUnavailableError(TransientError):
@@ -243,28 +234,29 @@ class OutboxRelay:
                 if self.options.once:
                     await self._refresh_stats(repo)
                     return
-                if not await self._idle(repo, idle):
+                if not await self._idle(repo, idle, held):
                     next_rebalance = 0.0  # slept it out: look for shards freed meanwhile
                 continue
             await idle.disarm(repo)
             await self._batch(repo, producer, rows, started, report)
         await self._refresh_stats(repo)  # (the session's end gives a held doorbell slot back)
 
-    async def _idle(self, repo: RelayRepository, idle: _Idle) -> bool:
+    async def _idle(self, repo: RelayRepository, idle: _Idle, held: set[int]) -> bool:
         """Nothing to publish: sleep until the doorbell rings or the wait runs out; return
         whether it rang (or the relay was asked to stop)."""
-        if not self.options.listen:
+        slot = doorbell_slot(held)
+        if not self.options.listen or slot is None:  # polling only, or nothing to publish
             await self._sleep(self.options.poll_interval)
             return self._stopping.is_set()
         if idle.slot is None:
             self._bell.clear()  # a ring from now on ends the next wait at once
-            if await idle.arm(repo, self._offset):
+            if await repo.await_doorbell(slot, self.options.poll_interval):
+                idle.slot = slot
                 return True  # read once more: writers that committed before the arm did not ring
-            wait = min(self.options.poll_interval, FIRST_RETRY_SECONDS * 2 ** (idle.misses - 1))
-        else:
-            wait = self.options.poll_interval
+            self.metrics.wakeups[Wakeup.POLL].inc()  # a writer held its transaction open
+            return False
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._bell.wait(), timeout=wait)
+            await asyncio.wait_for(self._bell.wait(), timeout=self.options.poll_interval)
         rang = self._bell.is_set()
         if not self._stopping.is_set():
             self.metrics.wakeups[Wakeup.NOTIFY if rang else Wakeup.POLL].inc()

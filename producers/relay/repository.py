@@ -11,7 +11,7 @@ from pathlib import Path
 
 import asyncpg
 
-from producers.relay.shards import LOCK_CLASS, MEMBER_LOCK, SHARD_COUNT, doorbell_slots
+from producers.relay.shards import DOORBELL_BASE, LOCK_CLASS, MEMBER_LOCK, SHARD_COUNT
 from spectral.db.connect import close_session, connect, guarded
 from spectral.db.queries import load_queries
 
@@ -111,15 +111,17 @@ class RelayRepository:
             lambda: self._conn.add_listener(WAKEUP_CHANNEL, lambda *_: wake()),
         )
 
-    async def arm_doorbell(self, offset: int) -> int | None:
-        """Take a free doorbell slot (without waiting); None when none is free — a writer is
-        between its outbox insert and its commit, or every slot has a sleeping relay. Returns
-        the slot's lock objid."""
-        won = await self.try_lock(doorbell_slots(offset), 1)
-        return won[0] if won else None
+    async def await_doorbell(self, slot: int, wait: float) -> bool:
+        """Take doorbell slot ``slot`` for this session, waiting at most ``wait`` seconds for
+        the writers in flight to commit; False when they did not in time."""
+        armed = await guarded(
+            "arm the doorbell",
+            lambda: self._conn.fetchval(_SQL["await_doorbell"], slot, max(1, round(wait * 1000))),
+        )
+        return bool(armed)
 
-    async def disarm_doorbell(self, slot: int) -> None:
-        await self.unlock([slot])
+    async def release_doorbell(self, slot: int) -> None:
+        await self.unlock([DOORBELL_BASE + slot])
 
     async def mark_published(self, rows: Sequence[OutboxRow]) -> None:
         if rows:

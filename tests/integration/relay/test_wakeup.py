@@ -48,6 +48,9 @@ WHERE locktype = 'advisory' AND database = (SELECT oid FROM pg_database
 """
 
 
+_WAITERS = _SLEEPERS.replace("AND granted", "AND NOT granted")
+
+
 def _relay(settings: Settings, registry: CollectorRegistry, **options: object) -> OutboxRelay:
     assert settings.kafka_bootstrap is not None
     assert settings.database_url is not None
@@ -68,6 +71,14 @@ async def running(relay: OutboxRelay) -> AsyncIterator[None]:
     finally:
         relay.stop()
         await asyncio.wait_for(task, 20)
+
+
+async def doorbell_waiters(database_url: str) -> int:
+    conn = await asyncpg.connect(database_url)
+    try:
+        return int(await conn.fetchval(_WAITERS, LOCK_CLASS, DOORBELL_BASE))
+    finally:
+        await conn.close()
 
 
 async def sleeping_relays(database_url: str) -> int:
@@ -138,24 +149,20 @@ async def test_a_writer_in_flight_keeps_relays_awake_until_it_commits(
     settings: Settings, database_url: str
 ) -> None:
     """The race the doorbell must survive: a writer inserts while no relay sleeps (so it does
-    not ring) and commits only after a relay read the outbox. The relay cannot take a slot while
-    the writer is in flight, so it does not sleep for the poll interval: it publishes the row
-    soon after the commit."""
+    not ring) and commits only after a relay read the outbox. The relay cannot take its slot
+    while the writer is in flight: it waits for the slot, so it is not asleep when the writer
+    commits, and it publishes the row at once (not a poll interval later)."""
     writer = await asyncpg.connect(database_url, server_settings={"role": "spectral_producer"})
-    registry = CollectorRegistry()
     try:
         transaction = writer.transaction()
         await transaction.start()
         await enqueue(writer, [OutboxItem(numbered(key_id(1), 1), str(key_id(1)))])
-        async with running(_relay(settings, registry)):
+        async with running(_relay(settings, CollectorRegistry())):
 
-            async def retried() -> bool:
-                value = registry.get_sample_value(
-                    "spectral_outbox_relay_wakeups_total", {"cause": "poll"}
-                )
-                return (value or 0) >= 3
+            async def waiting() -> bool:
+                return await doorbell_waiters(database_url) == 1
 
-            await eventually(retried, timeout=PROMPT, interval=0.05)
+            await eventually(waiting, timeout=PROMPT, interval=0.05)
             assert await sleeping_relays(database_url) == 0  # no slot while the writer is open
             await transaction.commit()
             await wait_published(database_url, 1)
