@@ -35,7 +35,11 @@ import orjson
 
 from contracts import FAILURE_CLUSTER_DETECTED, decode, format_utc, snapshot_hash
 
-_START: Final = datetime(2026, 11, 20, 8, 0, tzinfo=UTC)
+_START: Final = datetime(2025, 11, 20, 8, 0, tzinfo=UTC)
+"""Observation times start here and grow by up to 600 s a snapshot: a hot cluster's reach about
+two weeks later. They must stay in the past: the projection caps an observation time at its
+record's timestamp plus five minutes (a producer clock running ahead), and a stream from the
+future would be ordered by record timestamps instead."""
 _SEVERITIES: Final = ("low", "medium", "high")
 _SEVERITY_WEIGHTS: Final = (55, 35, 10)
 _SUMMARIES: Final = (
