@@ -46,6 +46,7 @@ from producers.relay.repository import RELAY_ROLE, OutboxRow, RelayRepository
 from producers.relay.shards import SHARD_COUNT, doorbell_slot, plan
 from spectral.errors import TransientError
 from spectral.kafka.config import producer_kwargs
+from spectral.kafka.freshness import READY_AT_HEADER
 from spectral.kafka.topics import topic_for
 from spectral.observability.health import Health
 from spectral.observability.logging import get_logger
@@ -55,7 +56,6 @@ from spectral.settings import Settings
 log = get_logger(__name__)
 
 CRASH_EXIT_CODE = 137
-READY_AT_HEADER = "outbox.ready_at"
 
 
 def safe_to_mark(

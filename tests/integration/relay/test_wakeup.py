@@ -19,9 +19,9 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from producers.relay import OutboxRelay, RelayMetrics, RelayOptions
-from producers.relay.relay import READY_AT_HEADER
 from producers.relay.repository import WAKEUP_CHANNEL
 from producers.relay.shards import DOORBELL_BASE, LOCK_CLASS, SHARD_COUNT
+from spectral.kafka.freshness import READY_AT_HEADER
 from spectral.outbox import OutboxItem, enqueue
 from spectral.settings import Settings
 from tests.integration.relay.support import (

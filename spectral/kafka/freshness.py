@@ -1,0 +1,35 @@
+"""The ``outbox.ready_at`` record header: when a record's outbox row became publishable.
+
+The outbox relay writes it on every record (RFC 3339 in the contract's written form, UTC, the
+producer database's clock: the row's write, or its ``available_at`` when delayed). A consumer
+reads it after the transaction that applied the record committed, and the difference is the
+record's end-to-end freshness (outbox write to projection commit). It is informational: records
+without it, or with a header no clock could have written, are simply not measured.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import datetime
+from typing import Final
+
+READY_AT_HEADER: Final = "outbox.ready_at"
+_MAX_CHARS: Final = 64
+
+
+def ready_at(headers: Iterable[tuple[str, bytes | None]]) -> float | None:
+    """The ``outbox.ready_at`` of a record's headers as a UNIX time, or None when it is absent
+    or not a timestamp with an offset (hostile bytes included: this never raises)."""
+    for key, value in headers:
+        if key != READY_AT_HEADER:
+            continue
+        if not value or len(value) > _MAX_CHARS:
+            return None
+        try:
+            moment = datetime.fromisoformat(value.decode("ascii"))
+            if moment.tzinfo is None:
+                return None
+            return moment.timestamp()
+        except (ValueError, OverflowError):
+            return None
+    return None
