@@ -10,7 +10,10 @@ end of the window, subtracted):
 * ``spectral_consumer_freshness_seconds`` (the consumer): from a row's write into the outbox
   (the ``outbox.ready_at`` header the relay adds, the database's clock) to the commit of the
   transaction that applied it — end-to-end freshness;
-* ``spectral_outbox_relay_delay_seconds`` (the relay): from the same write to Kafka's ack.
+* ``spectral_outbox_relay_delay_seconds`` (the relay): from the same write to Kafka's ack;
+* the floor: an idle aiokafka consumer in the benchmark (no database, no decoding) notes, for
+  every record it fetches in the window, the time since its ``outbox.ready_at`` — what the
+  relay, the broker and a fetch cost on this machine at this moment, before any consumer work.
 
 p50 and p99 are interpolated inside the histogram's buckets, as Prometheus' histogram_quantile
 does. The relay runs twice: sleeping on LISTEN/NOTIFY (the default) and polling only
@@ -31,6 +34,7 @@ from pathlib import Path
 
 import asyncpg
 import httpx
+from aiokafka import AIOKafkaConsumer
 from prometheus_client.parser import text_string_to_metric_families
 
 from benchmarks.dataset import DatasetSpec, Record, generate
@@ -41,6 +45,7 @@ from benchmarks.stack import BenchStack
 from contracts import FAILURE_CLUSTER_DETECTED
 from spectral import outbox
 from spectral.db.queries import load_queries
+from spectral.kafka.freshness import ready_at
 
 TICK = 0.01
 """One producer transaction every 10 ms."""
@@ -138,15 +143,15 @@ async def _spawn(
         stderr=log.open("wb"),
     )
     process = _Process(name, proc, port)
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        with contextlib.suppress(httpx.HTTPError):
-            await process.scrape("up")
-            return process
-        if proc.returncode is not None:
-            break
-        await asyncio.sleep(0.2)
-    raise RuntimeError(f"{name} did not serve its metrics (see {log})")
+    deadline = time.monotonic() + 60
+    async with httpx.AsyncClient(timeout=5) as client:
+        while time.monotonic() < deadline and proc.returncode is None:
+            with contextlib.suppress(httpx.HTTPError):
+                ready = await client.get(f"http://127.0.0.1:{port}/readyz")
+                if ready.status_code == 200:  # joined its group / holds its shards
+                    return process
+            await asyncio.sleep(0.2)
+    raise RuntimeError(f"{name} did not become ready (see {log})")
 
 
 @dataclass
@@ -189,10 +194,43 @@ async def _produce(
         await conn.close()
 
 
+async def _observe_floor(
+    bootstrap: str, topic: str, ages: list[tuple[float, float]], stop: asyncio.Event
+) -> None:
+    """Fetch ``topic`` from its end with no database work; note (when, age) for every record:
+    its age since its outbox.ready_at when fetched."""
+    consumer = AIOKafkaConsumer(
+        topic,
+        bootstrap_servers=bootstrap,
+        group_id=f"{topic}-floor",
+        auto_offset_reset="latest",
+        isolation_level="read_committed",
+        enable_auto_commit=False,
+    )
+    await consumer.start()
+    try:
+        while not stop.is_set():
+            fetched = await consumer.getmany(timeout_ms=100)
+            now, moment = time.time(), time.monotonic()
+            for records in fetched.values():
+                for record in records:
+                    ready = ready_at(record.headers)
+                    if ready is not None:
+                        ages.append((moment, max(0.0, now - ready)))
+    finally:
+        await consumer.stop()
+
+
+def _exact(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
+
+
 @dataclass(frozen=True)
 class _Window:
     consumer: Histogram
     relay: Histogram
+    floor: list[float]
     events: int
     seconds: float
     relay_cpu: float
@@ -225,6 +263,12 @@ async def _one_mode(
     relay = await _spawn(stack, url, prefix, logs / f"fresh-{mode}-relay.log", "relay", *relay_args)
     produced = _Produced()
     stop = asyncio.Event()
+    floor: list[tuple[float, float]] = []
+    observer = asyncio.create_task(
+        _observe_floor(
+            stack.endpoints.kafka_bootstrap, prefix + FAILURE_CLUSTER_DETECTED, floor, stop
+        )
+    )
     producer = asyncio.create_task(_produce(url, records, per_tick, stop, produced))
     try:
         await asyncio.sleep(WARM_UP)
@@ -247,7 +291,7 @@ async def _one_mode(
         )
     finally:
         stop.set()
-        await asyncio.gather(producer, return_exceptions=True)
+        await asyncio.gather(producer, observer, return_exceptions=True)
     await _drained(url, report, mode)
     codes = [await relay.stop(), await consumer.stop()]
     report.check(
@@ -257,6 +301,7 @@ async def _one_mode(
     return _Window(
         consumer=end[0].minus(start[0]),
         relay=end[1].minus(start[1]),
+        floor=[age for when, age in floor if start[3] <= when <= end[3]],
         events=events,
         seconds=end[3] - start[3],
         relay_cpu=end[4] - start[4],
@@ -323,6 +368,15 @@ async def run_freshness(stack: BenchStack, options: Options, report: Report) -> 
         else:
             report.notes.append(
                 f"freshness{suffix}: the consumer reported no {CONSUMER_HISTOGRAM} observations"
+            )
+        if window.floor:
+            report.add(
+                f"freshness{suffix}_floor_p99",
+                _exact(window.floor, 0.99) * 1000,
+                "ms",
+                f"outbox write -> an idle aiokafka consumer's fetch, no database (p50 "
+                f"{_exact(window.floor, 0.5) * 1000:.1f} ms, {len(window.floor):,} records): "
+                "the relay, the broker and one fetch on this machine at this moment",
             )
         if window.relay.count:
             report.add(
