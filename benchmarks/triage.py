@@ -25,7 +25,14 @@ import asyncpg
 
 from benchmarks import peers
 from benchmarks.baselines import Throughput, confluent_drain, durable_ceiling, naive, raw_drain
-from benchmarks.dataset import DatasetSpec, DatasetStats, generate, verify_sample
+from benchmarks.dataset import (
+    DatasetSpec,
+    DatasetStats,
+    DecodeCost,
+    decode_cost,
+    generate,
+    verify_sample,
+)
 from benchmarks.options import Options
 from benchmarks.processes import (
     GroupRun,
@@ -49,6 +56,7 @@ class Topic:
     name: str
     ends: dict[int, int]
     stats: DatasetStats
+    decode: DecodeCost
 
     @property
     def records(self) -> int:
@@ -64,6 +72,7 @@ async def fill(stack: BenchStack, options: Options, report: Report) -> Topic:
     records = list(generate(spec, stats))
     checked = verify_sample(records)
     generated = time.perf_counter() - started
+    cost = decode_cost(records)
     published = await publish(stack.endpoints.kafka_bootstrap, name, options.partitions, records)
     del records
     report.notes.append(
@@ -74,7 +83,7 @@ async def fill(stack: BenchStack, options: Options, report: Report) -> Topic:
         f"{stats.kinds.get('stale', 0):,} stale snapshots; generated in {generated:.1f} s "
         f"({checked} decoded with contracts.decode), published in {published.seconds:.1f} s"
     )
-    return Topic(name, published.end_offsets, stats)
+    return Topic(name, published.end_offsets, stats, cost)
 
 
 @dataclass(frozen=True)
@@ -125,12 +134,13 @@ async def run_triage(stack: BenchStack, options: Options, report: Report) -> Non
     topic = await fill(stack, options, report)
     servers = await stack.servers()
     stage = _Stage(stack, options, report, topic, options.log_dir / stack.run_id, servers)
-    drain_rate = await _raw_drains(stage)
+    drain_rate, drain_cpu = await _raw_drains(stage)
     ceiling_rate = await _durable_ceiling(stage)
 
     first_db = await stack.database("first")
     first = await stage.consumers("first pass", "first", 1, first_db, fresh=True)
     _first_pass_figures(report, first, servers)
+    _cpu_breakdown(report, first, topic.decode, drain_cpu)
     await _check_newest(stage, "first pass", first_db, "platform.rule_candidates_pending")
     second = await stage.consumers("second pass", "second", 1, first_db, fresh=False)
     report.add(
@@ -180,9 +190,10 @@ async def run_triage(stack: BenchStack, options: Options, report: Report) -> Non
     report.target("consumer RSS growth Q1->Q4 (MiB)", growth, "< 10 (no trend)", growth < 10)
 
 
-async def _raw_drains(stage: _Stage) -> float:
+async def _raw_drains(stage: _Stage) -> tuple[float, float]:
     """The ceiling without a database, with aiokafka and with confluent-kafka (librdkafka),
-    alternated; cheap to measure, so the median of three steadies each on a noisy box."""
+    alternated; cheap to measure, so the median of three steadies each on a noisy box.
+    Returns aiokafka's rate and CPU per event."""
     topic = stage.topic
     bootstrap = stage.stack.endpoints.kafka_bootstrap
     drains: dict[str, list[tuple[float, float, float]]] = {"aiokafka": [], "confluent": []}
@@ -204,6 +215,7 @@ async def _raw_drains(stage: _Stage) -> float:
             busy = busy_fraction(before, machine_sample())
             runs.append((drain.per_second, drain.cpu_us_per_event, busy))
     rates: dict[str, float] = {}
+    cpus: dict[str, float] = {}
     for client, runs in drains.items():
         rate, _, busy = statistics.median_high(runs)
         cpu = statistics.median(r[1] for r in runs)
@@ -222,7 +234,8 @@ async def _raw_drains(stage: _Stage) -> float:
             f"{client} drain: the benchmark process's CPU (every thread), median",
         )
         rates[client] = rate
-    return rates["aiokafka"]
+        cpus[client] = cpu
+    return rates["aiokafka"], cpus["aiokafka"]
 
 
 async def _durable_ceiling(stage: _Stage) -> float:
@@ -434,6 +447,29 @@ def _first_pass_figures(report: Report, first: GroupRun, servers: Servers) -> No
         "MiB",
         "median VmRSS of the last quarter minus the first quarter",
     )
+
+
+def _cpu_breakdown(report: Report, first: GroupRun, cost: DecodeCost, drain_cpu: float) -> None:
+    """The consumer's CPU per event in three parts: the Kafka client (the aiokafka raw drain's
+    CPU less its ``json.loads``), the decode step (measured in the benchmark process on the
+    same records) and the rest (the handler, asyncpg and the engine's bookkeeping)."""
+    total = first.cpu_us_per_event
+    kafka = max(0.0, drain_cpu - cost.loads_us)
+    rest = total - kafka - cost.decode_us
+    parts = (
+        ("consumer_cpu_kafka_client", kafka, "aiokafka fetch (raw drain CPU less json.loads)"),
+        (
+            "consumer_cpu_decode",
+            cost.decode_us,
+            (
+                "contracts.decode + the key check per record, in-process (json.loads alone "
+                f"{cost.loads_us:.1f} us)"
+            ),
+        ),
+        ("consumer_cpu_rest", rest, "the handler, asyncpg, the engine: the total less the two"),
+    )
+    for name, value, note in parts:
+        report.add(name, value, "us", f"{note}; of {total:.1f} us/event, first pass")
 
 
 async def _naive(stage: _Stage) -> Throughput:
