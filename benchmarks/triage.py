@@ -181,6 +181,15 @@ async def run_triage(stack: BenchStack, options: Options, report: Report) -> Non
             f"mean of spectral's single-process runs ({runs} events/s) / the peer's",
         )
         report.target(f"consumer / peer {name}", ratio, f">= {goal}x", ratio >= goal)
+        if first.cpu_us_per_event:
+            report.add(
+                f"consumer_vs_peer_{name}_cpu",
+                peer.cpu_us_per_event / first.cpu_us_per_event,
+                "x",
+                "the peer's CPU per event / spectral's (first pass): events per core-second, "
+                "spectral over the peer — steadier than the rates on a busy shared machine, "
+                "where a process with more threads (librdkafka's) takes a larger share of it",
+            )
     run = first.runs[0]
     report.target(
         "consumer CPU per event (us)", first.cpu_us_per_event, "<= 30", first.cpu_us_per_event <= 30
@@ -356,6 +365,12 @@ async def _peers(stage: _Stage) -> dict[str, GroupRun]:
             f"{run.records:,} events; {run.cpu_us_per_event:.0f} us CPU/event"
             + (f", PostgreSQL {postgres_us:.0f} us/event" if stage.servers.postmaster else "")
             + f"; machine {run.machine_busy:.0%} busy; {GIVES_UP[name]}",
+        )
+        stage.report.add(
+            f"peer_{name}_cpu_per_event",
+            run.cpu_us_per_event,
+            "us",
+            "the peer's process (every thread: librdkafka's too), inside its window",
         )
         stage.report.add(
             f"peer_{name}_stale_rows",
