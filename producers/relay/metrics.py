@@ -6,27 +6,9 @@ from enum import StrEnum
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from spectral.kafka.freshness import LATENCY_BUCKETS
+
 _DURATION_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
-_DELAY_BUCKETS = (
-    0.0025,
-    0.005,
-    0.01,
-    0.02,
-    0.03,
-    0.05,
-    0.075,
-    0.1,
-    0.15,
-    0.25,
-    0.5,
-    1,
-    2.5,
-    5,
-    10,
-    30,
-    60,
-    300,
-)
 
 
 class Component(StrEnum):
@@ -63,7 +45,7 @@ class RelayMetrics:
             "Per published row: from the time it became publishable (its write into core.outbox, "
             "or its available_at when delayed; the database's clock) to Kafka's acknowledgement "
             "(this host's clock).",
-            buckets=_DELAY_BUCKETS,
+            buckets=LATENCY_BUCKETS,
             registry=registry,
         )
         wakeups = Counter(

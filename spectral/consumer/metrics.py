@@ -20,6 +20,7 @@ from prometheus_client.utils import floatToGoString
 
 from contracts import DecodeReason
 from spectral.consumer.handler import Outcome
+from spectral.kafka.freshness import LATENCY_BUCKETS
 
 # The decode reasons of the contracts plus the engine's own: a fixed label set.
 ENGINE_REASONS = ("unexpected_event_type", "decode_error", "handler_rejected", "handler_error")
@@ -29,27 +30,6 @@ topic, or (refused too) the database table core.dead_letters."""
 DEAD_LETTER_REASONS = frozenset({reason.value for reason in DecodeReason} | set(ENGINE_REASONS))
 _BATCH_BUCKETS = (1, 10, 50, 100, 250, 500, 1000, 2500, 5000, 10000)
 _DURATION_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
-FRESHNESS_BUCKETS = (
-    0.005,
-    0.01,
-    0.02,
-    0.03,
-    0.04,
-    0.05,
-    0.075,
-    0.1,
-    0.15,
-    0.25,
-    0.5,
-    1,
-    2.5,
-    5,
-    10,
-    30,
-    60,
-    300,
-)
-"""Fine below 100 ms (the freshness target), coarse above it."""
 
 
 class BatchHistogram(Collector):
@@ -158,7 +138,7 @@ class ConsumerMetrics:
             "to the commit of the transaction that applied it (this host's clock). Records "
             "without the header (not from spectral's outbox relay) are not observed.",
             {"consumer": consumer},
-            FRESHNESS_BUCKETS,
+            LATENCY_BUCKETS,
             registry,
         )
 

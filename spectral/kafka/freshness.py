@@ -15,6 +15,29 @@ from typing import Final
 
 READY_AT_HEADER: Final = "outbox.ready_at"
 _MAX_CHARS: Final = 64
+LATENCY_BUCKETS: Final = (
+    0.0025,
+    0.005,
+    0.01,
+    0.02,
+    0.03,
+    0.04,
+    0.05,
+    0.075,
+    0.1,
+    0.15,
+    0.25,
+    0.5,
+    1,
+    2.5,
+    5,
+    10,
+    30,
+    60,
+    300,
+)
+"""Histogram buckets of the times measured from ``outbox.ready_at`` (the relay's delay, the
+consumer's freshness): fine below 100 ms (the freshness target), coarse above it."""
 
 
 def ready_at(headers: Iterable[tuple[str, bytes | None]]) -> float | None:

@@ -9,8 +9,8 @@ from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry, Histogram
 
 from contracts import format_utc
-from spectral.consumer.metrics import FRESHNESS_BUCKETS, BatchHistogram
-from spectral.kafka.freshness import READY_AT_HEADER, ready_at
+from spectral.consumer.metrics import BatchHistogram
+from spectral.kafka.freshness import LATENCY_BUCKETS, READY_AT_HEADER, ready_at
 
 
 def test_the_relays_stamp_reads_back_and_anything_else_is_not_measured() -> None:
@@ -32,15 +32,15 @@ def test_no_header_content_raises(headers: list[tuple[str, bytes | None]]) -> No
 @given(st.lists(st.floats(min_value=0, max_value=1000, allow_nan=False), max_size=50))
 def test_a_batch_histogram_counts_like_prometheus_own(values: list[float]) -> None:
     ours, theirs = CollectorRegistry(), CollectorRegistry()
-    BatchHistogram("h_seconds", "doc", {"consumer": "c"}, FRESHNESS_BUCKETS, ours).observe_many(
+    BatchHistogram("h_seconds", "doc", {"consumer": "c"}, LATENCY_BUCKETS, ours).observe_many(
         values
     )
     reference = Histogram(
-        "h_seconds", "doc", ["consumer"], buckets=FRESHNESS_BUCKETS, registry=theirs
+        "h_seconds", "doc", ["consumer"], buckets=LATENCY_BUCKETS, registry=theirs
     ).labels("c")
     for value in values:
         reference.observe(value)
-    for bound in [*FRESHNESS_BUCKETS, float("inf")]:
+    for bound in [*LATENCY_BUCKETS, float("inf")]:
         le = "+Inf" if bound == float("inf") else str(float(bound))
         labels = {"consumer": "c", "le": le}
         assert ours.get_sample_value("h_seconds_bucket", labels) == theirs.get_sample_value(
