@@ -272,23 +272,20 @@ async def _one_mode(
     producer = asyncio.create_task(_produce(url, records, per_tick, stop, produced))
     try:
         await asyncio.sleep(WARM_UP)
-        start = (
-            await consumer.scrape(CONSUMER_HISTOGRAM),
-            await relay.scrape(RELAY_HISTOGRAM),
-            produced.events,
-            time.monotonic(),
-            relay.cpu(),
-            consumer.cpu(),
-        )
+
+        async def sample() -> tuple[Histogram, Histogram, int, float, float, float]:
+            return (
+                await consumer.scrape(CONSUMER_HISTOGRAM),
+                await relay.scrape(RELAY_HISTOGRAM),
+                produced.events,
+                time.monotonic(),
+                relay.cpu(),
+                consumer.cpu(),
+            )
+
+        start = await sample()
         await asyncio.sleep(seconds)
-        end = (
-            await consumer.scrape(CONSUMER_HISTOGRAM),
-            await relay.scrape(RELAY_HISTOGRAM),
-            produced.events,
-            time.monotonic(),
-            relay.cpu(),
-            consumer.cpu(),
-        )
+        end = await sample()
     finally:
         stop.set()
         await asyncio.gather(producer, observer, return_exceptions=True)
