@@ -39,6 +39,8 @@ SLEEPY = 30.0
 """The relays' poll interval: far longer than any wait below."""
 PROMPT = 10.0
 """How long a woken relay may take to publish on a loaded machine (still a third of SLEEPY)."""
+SETTLE = 30.0
+"""How long relays may take to share their shards out and fall asleep (set-up, not a claim)."""
 
 _SLEEPERS = """
 SELECT count(*) FROM pg_locks
@@ -89,11 +91,11 @@ async def sleeping_relays(database_url: str) -> int:
         await conn.close()
 
 
-async def wait_asleep(database_url: str, relays: int = 1) -> None:
+async def wait_asleep(database_url: str, relays: int = 1, timeout: float = PROMPT) -> None:
     async def asleep() -> bool:
         return await sleeping_relays(database_url) == relays
 
-    await eventually(asleep, timeout=PROMPT, interval=0.05)
+    await eventually(asleep, timeout=timeout, interval=0.05)
 
 
 async def wait_published(database_url: str, rows: int) -> None:
@@ -183,8 +185,8 @@ async def test_two_sleeping_relays_are_both_woken(
             held = [r.get_sample_value("spectral_outbox_relay_shards_held") for r in registries]
             return held == [SHARD_COUNT // 2] * 2
 
-        await eventually(shared_out, timeout=PROMPT)
-        await wait_asleep(database_url, relays=2)
+        await eventually(shared_out, timeout=SETTLE)
+        await wait_asleep(database_url, relays=2, timeout=SETTLE)
         keys = [key_id(n) for n in range(SHARD_COUNT * 4)]  # both relays' shards, surely
         conn = await asyncpg.connect(database_url)
         try:
