@@ -8,6 +8,11 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
+BENCH_STAMP := $(VENV)/.bench-stamp
+# The quix-streams peer of `make bench` runs in a virtual environment of its own: it pins pydantic
+# and confluent-kafka below what spectral uses.
+PEERS_VENV  := .venv-peers
+PEERS_STAMP := $(PEERS_VENV)/.installed-stamp
 SPECTRAL := $(BIN)/spectral
 PYTEST_ARGS ?=
 # The official AsyncAPI parser (npm), pinned by tests/asyncapi/package-lock.json: the suite
@@ -19,7 +24,7 @@ ASYNCAPI_STAMP := $(ASYNCAPI_DIR)/node_modules/.installed-stamp
 BROKERS ?=
 DEV_UP := $(SPECTRAL) dev up $(if $(BROKERS),--brokers $(BROKERS))
 
-.PHONY: all install tooling postgres-binaries promtool chromium up down status migrate topics demo test test-cluster test-slow test-example unit lint bench soak clean
+.PHONY: all install bench-tools tooling postgres-binaries promtool chromium up down status migrate topics demo test test-cluster test-slow test-example unit lint bench soak clean
 
 all: test
 
@@ -37,6 +42,20 @@ $(STAMP): pyproject.toml setup.py
 	touch $(STAMP)
 
 install: $(STAMP)
+
+# Benchmark-only packages: the `bench` extra (the FastStream peer, confluent-kafka) and the
+# quix-streams peer's environment.
+$(BENCH_STAMP): $(STAMP)
+	$(BIN)/pip install --quiet -e '.[dev,bench]'
+	touch $(BENCH_STAMP)
+
+$(PEERS_STAMP): benchmarks/peers/quix-requirements.txt
+	$(PYTHON) -m venv $(PEERS_VENV)
+	$(PEERS_VENV)/bin/pip install --quiet --upgrade pip
+	$(PEERS_VENV)/bin/pip install --quiet -r benchmarks/peers/quix-requirements.txt
+	touch $(PEERS_STAMP)
+
+bench-tools: $(BENCH_STAMP) $(PEERS_STAMP)
 
 $(ASYNCAPI_STAMP): $(ASYNCAPI_DIR)/package.json $(ASYNCAPI_DIR)/package-lock.json
 	@command -v npm >/dev/null || { echo "npm is needed for the AsyncAPI check: apt-get install -y npm" >&2; exit 1; }
@@ -135,7 +154,7 @@ test-example: install
 		tests/integration/plugins/test_example_plugin.py $(PYTEST_ARGS) || status=$$?; \
 		$(SPECTRAL) dev down; exit $$status
 
-bench: migrate
+bench: migrate bench-tools
 	$(BIN)/python -m benchmarks
 
 # The whole pipeline for five minutes with pruning on: the dedup record and the outbox level off.
@@ -146,4 +165,4 @@ soak: migrate
 # checkout (under /var/lib/spectral) when run as root.
 clean:
 	@if [ -x $(SPECTRAL) ]; then $(SPECTRAL) dev down --wipe; fi
-	rm -rf .spectral $(VENV) $(ASYNCAPI_DIR)/node_modules build
+	rm -rf .spectral $(VENV) $(PEERS_VENV) $(ASYNCAPI_DIR)/node_modules build

@@ -17,6 +17,7 @@ from rich.console import Console
 
 from benchmarks.dedup import run_dedup
 from benchmarks.executor import run_executor
+from benchmarks.freshness import run_freshness
 from benchmarks.governance import run_governance
 from benchmarks.options import DEFAULT_STAGES, STAGES, Options
 from benchmarks.report import Report, machine
@@ -48,6 +49,8 @@ def _options(argv: list[str]) -> Options:
     parser.add_argument("--governance-big-items", type=int, default=defaults.governance_big_items)
     parser.add_argument("--governance-window", type=float, default=defaults.governance_window)
     parser.add_argument("--governance-latency", type=float, default=defaults.governance_latency)
+    parser.add_argument("--freshness-rate", type=int, default=defaults.freshness_rate)
+    parser.add_argument("--freshness-seconds", type=float, default=defaults.freshness_seconds)
     parser.add_argument("--stages", default=",".join(DEFAULT_STAGES), help=f"of {','.join(STAGES)}")
     parser.add_argument("--stage-timeout", type=float, default=defaults.stage_timeout)
     parser.add_argument(
@@ -79,6 +82,8 @@ def _options(argv: list[str]) -> Options:
         governance_big_items=args.governance_big_items,
         governance_window=args.governance_window,
         governance_latency=args.governance_latency,
+        freshness_rate=args.freshness_rate,
+        freshness_seconds=args.freshness_seconds,
         stages=stages,
         stage_timeout=args.stage_timeout,
         budget=args.budget,
@@ -95,6 +100,8 @@ async def _run(options: Options, report: Report) -> None:
     try:
         if "triage" in options.stages:
             await run_triage(stack, options, report)
+        if "freshness" in options.stages:
+            await run_freshness(stack, options, report)
         if "executor" in options.stages:
             await run_executor(stack, options, report)
         if "dedup" in options.stages:

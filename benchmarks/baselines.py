@@ -1,7 +1,11 @@
 """The ceiling and the baseline the consumer engine is measured against, on the same topic.
 
 * raw drain: aiokafka ``getmany`` with the engine's fetch settings + ``json.loads`` of every
-  value; no database, no validation, no commits — what the client library alone can do.
+  value; no database, no validation, no commits — what the client library alone can do. The
+  same with confluent-kafka (librdkafka) prices the transport.
+* durable ceiling: the raw drain plus, per fetched batch (at most the engine's 2,000 records),
+  one transaction that COPYs the records (partition, offset, key, value) into a plain table,
+  then the offset commit — the engine's commit cadence with the least durable work per event.
 * naive consumer: what a typical framework handler does — per event: decode with the contract,
   one transaction (the engine's own dedup INSERT and the projection's own upsert statement, each
   over one-element arrays), then one offset commit. Same SQL, same database role, same
@@ -12,22 +16,20 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from pathlib import Path
 
 import asyncpg
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
+from benchmarks.statements import ENGINE_SQL, PROJECTION_SQL
 from consumers.rule_candidates.collapse import ordered_at
 from consumers.rule_candidates.handler import CONSUMER_NAME, DATABASE_ROLE
-from consumers.rule_candidates.repository import QUERIES as PROJECTION_QUERIES
 from contracts import DecodeError, decode
 from spectral.consumer.engine import FETCH_MAX_BYTES, PARTITION_FETCH_BYTES
-from spectral.db.queries import load_queries
 
-_ENGINE_QUERIES = Path(__file__).resolve().parents[1] / "spectral" / "consumer" / "queries.sql"
+BATCH = 2000
+"""Records per fetch, as the engine's ``max_batch``."""
 _FETCH = {  # the engine's own fetch settings
     "fetch_max_bytes": FETCH_MAX_BYTES,
     "max_partition_fetch_bytes": PARTITION_FETCH_BYTES,
@@ -39,6 +41,12 @@ _FETCH = {  # the engine's own fetch settings
 class Throughput:
     events: int
     seconds: float
+    cpu_seconds: float = 0.0
+    """This process's CPU (every thread) in the window."""
+
+    @property
+    def cpu_us_per_event(self) -> float:
+        return self.cpu_seconds / self.events * 1e6 if self.events else 0.0
 
     @property
     def per_second(self) -> float:
@@ -50,7 +58,7 @@ async def raw_drain(
 ) -> Throughput:
     """Read ``topic`` to ``ends`` parsing every value; timed from the first non-empty fetch."""
     consumer = AIOKafkaConsumer(
-        bootstrap_servers=bootstrap, enable_auto_commit=False, max_poll_records=2000, **_FETCH
+        bootstrap_servers=bootstrap, enable_auto_commit=False, max_poll_records=BATCH, **_FETCH
     )
     await consumer.start()
     try:
@@ -59,22 +67,140 @@ async def raw_drain(
         await consumer.seek_to_beginning(*tps)
         target = sum(ends.values())
         count = 0
-        started: float | None = None
+        window = _Window()
         deadline = time.monotonic() + limit_seconds
         while count < target and time.monotonic() < deadline:
-            batches = await consumer.getmany(timeout_ms=500, max_records=2000)
+            batches = await consumer.getmany(timeout_ms=500, max_records=BATCH)
             if not batches:
                 continue
-            if started is None:
-                started = time.perf_counter()
+            window.start()
             for records in batches.values():
                 for record in records:
                     json.loads(record.value)
                 count += len(records)
-        assert started is not None
-        return Throughput(count, time.perf_counter() - started)
+        return window.end(count)
     finally:
         await consumer.stop()
+
+
+def confluent_drain(
+    bootstrap: str, topic: str, ends: dict[int, int], *, limit_seconds: float
+) -> Throughput:
+    """The raw drain with confluent-kafka (librdkafka): ``consume`` batches of up to 2,000 with
+    the engine's fetch sizes, ``json.loads`` of every value. Blocking: run it in a thread."""
+    from confluent_kafka import (  # noqa: PLC0415 - a benchmark-only dependency
+        OFFSET_BEGINNING,
+        Consumer,
+    )
+    from confluent_kafka import TopicPartition as ConfluentPartition  # noqa: PLC0415
+
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": "bench-drain-unused",
+            "enable.auto.commit": False,
+            "fetch.max.bytes": FETCH_MAX_BYTES,
+            "max.partition.fetch.bytes": PARTITION_FETCH_BYTES,
+            "isolation.level": "read_committed",
+        }
+    )
+    try:
+        consumer.assign([ConfluentPartition(topic, p, OFFSET_BEGINNING) for p in sorted(ends)])
+        target = sum(ends.values())
+        count = 0
+        window = _Window()
+        deadline = time.monotonic() + limit_seconds
+        while count < target and time.monotonic() < deadline:
+            messages = consumer.consume(num_messages=BATCH, timeout=0.5)
+            if not messages:
+                continue
+            window.start()
+            for message in messages:
+                value = message.value()
+                if message.error() is None and value is not None:
+                    json.loads(value)
+                    count += 1
+        return window.end(count)
+    finally:
+        consumer.close()
+
+
+CEILING_TABLE = "bench_durable_ceiling"
+
+
+async def durable_ceiling(
+    bootstrap: str,
+    topic: str,
+    ends: dict[int, int],
+    database_url: str,
+    *,
+    group: str,
+    limit_seconds: float,
+) -> Throughput:
+    """The raw drain + per batch one transaction COPYing its records into a plain table, then
+    the offset commit (what the engine's cadence costs with the least durable work)."""
+    conn = await asyncpg.connect(database_url)
+    await conn.execute(
+        f"CREATE TABLE IF NOT EXISTS {CEILING_TABLE} (source_partition integer NOT NULL, "
+        "source_offset bigint NOT NULL, record_key bytea, record_value bytea NOT NULL)"
+    )
+    await conn.execute(f"TRUNCATE {CEILING_TABLE}")
+    consumer = AIOKafkaConsumer(
+        topic,
+        bootstrap_servers=bootstrap,
+        group_id=group,
+        enable_auto_commit=False,
+        auto_offset_reset="earliest",
+        max_poll_records=BATCH,
+        **_FETCH,
+    )
+    await consumer.start()
+    try:
+        target = sum(ends.values())
+        count = 0
+        window = _Window()
+        deadline = time.monotonic() + limit_seconds
+        while count < target and time.monotonic() < deadline:
+            batches = await consumer.getmany(timeout_ms=500, max_records=BATCH)
+            if not batches:
+                continue
+            window.start()
+            rows = []
+            offsets = {}
+            for tp, records in batches.items():
+                for record in records:
+                    json.loads(record.value)
+                    rows.append((record.partition, record.offset, record.key, record.value))
+                offsets[tp] = records[-1].offset + 1
+            async with conn.transaction():
+                await conn.copy_records_to_table(
+                    CEILING_TABLE,
+                    records=rows,
+                    columns=("source_partition", "source_offset", "record_key", "record_value"),
+                )
+            await consumer.commit(offsets)
+            count += len(rows)
+        return window.end(count)
+    finally:
+        await consumer.stop()
+        await conn.close()
+
+
+class _Window:
+    """From the first non-empty fetch: wall time and this process's CPU."""
+
+    def __init__(self) -> None:
+        self.started: float | None = None
+        self.cpu = 0.0
+
+    def start(self) -> None:
+        if self.started is None:
+            self.started = time.perf_counter()
+            self.cpu = time.process_time()
+
+    def end(self, count: int) -> Throughput:
+        assert self.started is not None, "no record was fetched"
+        return Throughput(count, time.perf_counter() - self.started, time.process_time() - self.cpu)
 
 
 async def naive(
@@ -87,8 +213,6 @@ async def naive(
     limit_seconds: float,
 ) -> Throughput:
     """Consume the first ``limit`` records one transaction and one commit at a time."""
-    engine_sql = load_queries(_ENGINE_QUERIES)
-    projection_sql = load_queries(PROJECTION_QUERIES)
     conn = await asyncpg.connect(database_url, server_settings={"role": DATABASE_ROLE})
     consumer = AIOKafkaConsumer(
         topic,
@@ -112,7 +236,7 @@ async def naive(
                 for record in records:
                     if count >= limit:
                         break
-                    await _naive_one(conn, engine_sql, projection_sql, record)
+                    await _naive_one(conn, record)
                     await consumer.commit({tp: record.offset + 1})
                     count += 1
         assert started is not None
@@ -122,12 +246,7 @@ async def naive(
         await conn.close()
 
 
-async def _naive_one(
-    conn: asyncpg.Connection,
-    engine_sql: Mapping[str, str],
-    projection_sql: Mapping[str, str],
-    record: object,
-) -> None:
+async def _naive_one(conn: asyncpg.Connection, record: object) -> None:
     value: bytes = getattr(record, "value", b"")
     try:
         envelope = decode(value)
@@ -136,7 +255,7 @@ async def _naive_one(
     p = envelope.payload
     async with conn.transaction():
         fresh = await conn.fetch(
-            engine_sql["claim_keys"],
+            ENGINE_SQL["claim_keys"],
             CONSUMER_NAME,
             [envelope.idempotency_key],
             [envelope.event_id],
@@ -146,7 +265,7 @@ async def _naive_one(
         if not fresh:
             return
         written = await conn.fetch(
-            projection_sql["upsert_snapshots"],
+            PROJECTION_SQL["upsert_snapshots"],
             [p.cluster_id],
             [p.snapshot_hash],
             [p.rule_id],
@@ -164,4 +283,4 @@ async def _naive_one(
             ],
         )
         if not written:
-            await conn.execute(engine_sql["mark_stale"], CONSUMER_NAME, [envelope.idempotency_key])
+            await conn.execute(ENGINE_SQL["mark_stale"], CONSUMER_NAME, [envelope.idempotency_key])

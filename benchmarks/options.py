@@ -6,8 +6,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-STAGES = ("triage", "executor", "governance", "dedup", "soak")
-DEFAULT_STAGES = ("triage", "executor", "governance", "dedup")
+STAGES = ("triage", "freshness", "executor", "governance", "dedup", "soak")
+DEFAULT_STAGES = ("triage", "freshness", "executor", "governance", "dedup")
 """`make bench`; the soak runs for minutes on its own (`make soak`)."""
 
 
@@ -45,6 +45,11 @@ class Options:
     soak_rate: int = 1000
     """Events per second the soak's producer writes (plus 5 % re-sent)."""
     soak_clusters: int = 500
+    freshness_rate: int = 2000
+    """Events per second the freshness stage's producer writes into the outbox."""
+    freshness_seconds: float = 20.0
+    """The freshness stage's measured window with the relay on LISTEN/NOTIFY (half as long
+    polling), after a 5 s warm-up each."""
     stages: tuple[str, ...] = DEFAULT_STAGES
     stage_timeout: float = 240.0
     budget: float = 900.0

@@ -23,6 +23,7 @@ import signal
 import statistics
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -239,25 +240,52 @@ async def run_consumers(
     A process still running after ``limit_seconds`` gets SIGTERM (then SIGKILL 10 s later)
     and the run is reported as it stood.
     """
+    command = (
+        spectral_executable(),
+        "consume",
+        deployment,
+        "--group",
+        group,
+        "--stop-when-idle",
+        str(idle_seconds),
+        *extra_args,
+    )
+    run = await run_commands(
+        [command] * members,
+        name=group,
+        env=env,
+        log_dir=log_dir,
+        limit_seconds=limit_seconds,
+        servers=servers,
+        database_url=database_url,
+    )
+    for member in run.runs:
+        _read_log(member)
+    return run
+
+
+async def run_commands(
+    commands: Sequence[Sequence[str]],
+    *,
+    name: str,
+    env: dict[str, str],
+    log_dir: Path,
+    limit_seconds: float,
+    servers: Servers | None = None,
+    database_url: str | None = None,
+) -> GroupRun:
+    """Run ``commands`` at once (output to ``log_dir/NAME-i.log``), sampling each process's
+    memory and CPU, the machine and the servers until every one has exited; the runs' windows
+    and counts are left for the caller to read from the logs."""
     _mkdir(log_dir)
     procs: list[tuple[asyncio.subprocess.Process, ProcessRun]] = []
     handles = []
-    for index in range(members):
-        log = log_dir / f"{group}-{index}.log"
+    for index, command in enumerate(commands):
+        log = log_dir / f"{name}-{index}.log"
         handle = log.open("wb")
         handles.append(handle)
         proc = await asyncio.create_subprocess_exec(
-            spectral_executable(),
-            "consume",
-            deployment,
-            "--group",
-            group,
-            "--stop-when-idle",
-            str(idle_seconds),
-            *extra_args,
-            env=env,
-            stdout=handle,
-            stderr=asyncio.subprocess.STDOUT,
+            *command, env=env, stdout=handle, stderr=asyncio.subprocess.STDOUT
         )
         procs.append((proc, ProcessRun(pid=proc.pid, exit_code=None, log=log)))
     machine: list[MachineSample] = []
@@ -281,9 +309,7 @@ async def run_consumers(
                 await proc.wait()
         for handle in handles:
             handle.close()
-    for _, run in procs:
-        _read_log(run)
-    return GroupRun(group, tuple(run for _, run in procs), tuple(machine), tuple(server_samples))
+    return GroupRun(name, tuple(run for _, run in procs), tuple(machine), tuple(server_samples))
 
 
 async def _wait(proc: asyncio.subprocess.Process, run: ProcessRun, limit_seconds: float) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import socket
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,6 +24,71 @@ from spectral.devstack import Endpoints, resolve_endpoints
 from spectral.devstack.kafka import LocalKafka
 from spectral.devstack.postgres import LocalPostgres
 from spectral.settings import load_settings
+
+
+async def local_postmaster(database_url: str) -> int | None:
+    """The PostgreSQL server's postmaster pid if it runs on this machine: the backend serving a
+    connection is a local ``postgres`` process whose parent started when the server says it
+    did (so a remote server whose backend pid happens to exist here is not taken for it)."""
+    conn = await asyncpg.connect(database_url)
+    try:
+        row = await conn.fetchrow("SELECT pg_backend_pid(), pg_postmaster_start_time()")
+    finally:
+        await conn.close()
+    assert row is not None
+    backend, started = int(row[0]), row[1].timestamp()
+    status = _proc_status(backend)
+    if status.get("Name") != "postgres" or "PPid" not in status:
+        return None
+    postmaster = int(status["PPid"])
+    born = _started_at(postmaster)
+    return postmaster if born is not None and abs(born - started) < 2.0 else None
+
+
+def local_listener(bootstrap: str) -> int | None:
+    """The pid of the process on this machine listening on the first bootstrap address's port
+    (a loopback or local address), or None."""
+    host, _, port = bootstrap.split(",", maxsplit=1)[0].rpartition(":")
+    if host not in {"127.0.0.1", "localhost", "::1", socket.gethostname()}:
+        return None
+    inodes = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with contextlib.suppress(OSError):
+            for line in Path(table).read_text().splitlines()[1:]:
+                fields = line.split()
+                if fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == int(port):
+                    inodes.add(fields[9])  # state 0A: LISTEN
+    wanted = {f"socket:[{inode}]" for inode in inodes}
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        with contextlib.suppress(OSError):
+            for fd in (proc / "fd").iterdir():
+                if str(fd.readlink()) in wanted:
+                    return int(proc.name)
+    return None
+
+
+def _proc_status(pid: int) -> dict[str, str]:
+    try:
+        text = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return {}
+    return {k: v.strip() for k, _, v in (line.partition(":") for line in text.splitlines())}
+
+
+def _started_at(pid: int) -> float | None:
+    """A process's start as a UNIX time (field 22 of /proc/PID/stat, in ticks after boot)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        boot = next(
+            int(line.split()[1])
+            for line in Path("/proc/stat").read_text().splitlines()
+            if line.startswith("btime")
+        )
+    except (OSError, StopIteration):
+        return None
+    return boot + int(fields[19]) / os.sysconf("SC_CLK_TCK")
 
 
 def with_database(url: str, database: str) -> str:
@@ -44,15 +110,19 @@ class BenchStack:
     def resolve(cls) -> BenchStack:
         return cls(resolve_endpoints(load_settings()))
 
-    def servers(self) -> Servers:
-        """The local stack's server pids, for CPU accounting (None where settings name an
-        external server)."""
+    async def servers(self) -> Servers:
+        """The servers' pids, for CPU accounting: the local stack's, or — when the settings name
+        servers by URL — those processes when they run on this machine (None: not here, so
+        their CPU is not measured and reported as n/a)."""
         settings = load_settings()
-        postmaster = kafka = None
         if settings.database_url is None:
             postmaster = LocalPostgres(settings.state_dir).status().pid
+        else:
+            postmaster = await local_postmaster(self.admin_url)
         if settings.kafka_bootstrap is None:
             kafka = LocalKafka(settings.state_dir, settings.cache_dir).status().pid
+        else:
+            kafka = local_listener(self.endpoints.kafka_bootstrap)
         return Servers(postmaster, kafka)
 
     @property
@@ -110,15 +180,18 @@ class BenchStack:
             await admin.close()
         self.topics.append(name)
 
-    def env(self, database_url: str, pythonpath: str | None = None) -> dict[str, str]:
+    def env(
+        self, database_url: str, pythonpath: str | None = None, topic_prefix: str | None = None
+    ) -> dict[str, str]:
         """Environment of a ``spectral`` subprocess working in this run's slice; ``pythonpath``
-        runs it from another checkout's packages (A/B comparisons)."""
+        runs it from another checkout's packages (A/B comparisons); ``topic_prefix`` replaces
+        the run's prefix (a stage with topics of its own)."""
         env = {k: v for k, v in os.environ.items() if not k.startswith("SPECTRAL_")}
         env.update(
             {
                 "SPECTRAL_KAFKA_BOOTSTRAP": self.endpoints.kafka_bootstrap,
                 "SPECTRAL_DATABASE_URL": database_url,
-                "SPECTRAL_TOPIC_PREFIX": self.topic_prefix,
+                "SPECTRAL_TOPIC_PREFIX": topic_prefix or self.topic_prefix,
                 "SPECTRAL_LOG_FORMAT": "json",
                 "SPECTRAL_STATE_DIR": str(Path(".spectral").resolve()),
             }

@@ -260,6 +260,13 @@ def _message(spec: EventSpec[Any], name: str) -> dict[str, Any]:
             "properties": {
                 "event_type": {"type": "string", "const": spec.event_type},
                 "idempotency_key": {"type": "string", "minLength": 1},
+                "outbox.ready_at": {
+                    "type": "string",
+                    "format": "date-time",
+                    "description": "Optional, informational: when the record's outbox row became "
+                    "publishable (RFC 3339, the producer database's clock), added by spectral's "
+                    "outbox relay; consumers measure end-to-end freshness from it.",
+                },
             },
         },
         "bindings": {

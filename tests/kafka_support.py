@@ -75,9 +75,13 @@ async def create_topics(
 
 
 async def publish(
-    bootstrap: str, topic: str, records: Sequence[tuple[bytes | None, bytes]]
+    bootstrap: str,
+    topic: str,
+    records: Sequence[tuple[bytes | None, bytes]],
+    headers: Sequence[Sequence[tuple[str, bytes]]] | None = None,
 ) -> list[int]:
-    """Publish (key, value) pairs in order; returns their offsets."""
+    """Publish (key, value) pairs in order (``headers``: each record's); returns their
+    offsets."""
     producer = AIOKafkaProducer(
         bootstrap_servers=bootstrap,
         acks="all",
@@ -87,8 +91,9 @@ async def publish(
     await producer.start()
     try:
         offsets = []
-        for key, value in records:
-            meta = await producer.send_and_wait(topic, value=value, key=key)
+        for index, (key, value) in enumerate(records):
+            extra = list(headers[index]) if headers is not None else None
+            meta = await producer.send_and_wait(topic, value=value, key=key, headers=extra)
             offsets.append(meta.offset)
         return offsets
     finally:

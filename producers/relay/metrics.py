@@ -6,12 +6,21 @@ from enum import StrEnum
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from spectral.kafka.freshness import LATENCY_BUCKETS
+
 _DURATION_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
 
 
 class Component(StrEnum):
     DATABASE = "database"
     KAFKA = "kafka"
+
+
+class Wakeup(StrEnum):
+    NOTIFY = "notify"
+    """A writer rang the doorbell (LISTEN/NOTIFY)."""
+    POLL = "poll"
+    """The poll interval (or, while a writer was in flight, a shorter retry) ran out."""
 
 
 class RelayMetrics:
@@ -31,6 +40,21 @@ class RelayMetrics:
             "Outbox rows acknowledged by Kafka (acks=all) and marked published.",
             registry=registry,
         )
+        self.publish_delay = Histogram(
+            "spectral_outbox_relay_delay_seconds",
+            "Per published row: from the time it became publishable (its write into core.outbox, "
+            "or its available_at when delayed; the database's clock) to Kafka's acknowledgement "
+            "(this host's clock).",
+            buckets=LATENCY_BUCKETS,
+            registry=registry,
+        )
+        wakeups = Counter(
+            "spectral_outbox_relay_wakeups_total",
+            "Times an idle relay woke up to read the outbox again, by cause.",
+            ["cause"],
+            registry=registry,
+        )
+        self.wakeups = {cause: wakeups.labels(cause.value) for cause in Wakeup}
         self.batch_duration = Histogram(
             "spectral_outbox_relay_batch_duration_seconds",
             "Time from fetching a batch to marking it published.",

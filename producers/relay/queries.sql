@@ -39,15 +39,22 @@ FROM unnest($2::int[]) AS s
 WHERE pg_try_advisory_lock($1::int, s::int)
 LIMIT $3
 
+-- name: await_doorbell
+-- Sleep preparation (migration outbox_wakeup): take doorbell slot $1 as a session lock, waiting
+-- at most $2 ms for the writers in flight. Released with unlock_shards (its objid).
+SELECT core.outbox_await_doorbell($1::int, $2::int)
+
 -- name: unlock_shards
 SELECT pg_advisory_unlock($1::int, s::int) AS released
 FROM unnest($2::int[]) AS s
 
 -- name: fetch_batch
--- The next publishable rows of the held shards, in id order. A row waits while an earlier
+-- The next publishable rows of the held shards, in id order, each with the time it became
+-- publishable (its write, or its available_at when delayed). A row waits while an earlier
 -- unpublished row of its key is not yet available (available_at in the future): a key's rows
 -- leave strictly in id order even when some of them are delayed.
-SELECT o.id, o.slot, o.event_type, o.record_key, o.idempotency_key, o.envelope
+SELECT o.id, o.slot, o.event_type, o.record_key, o.idempotency_key, o.envelope,
+       greatest(o.created_at, o.available_at) AS ready_at
 FROM core.outbox AS o
 WHERE o.published_at IS NULL
   AND o.available_at <= now()

@@ -10,6 +10,15 @@ the topic that consumers deduplicate by idempotency_key, never a loss. A row is 
 it and every earlier row of its key in the batch were acknowledged, so a failed send never lets
 a later row of the same key be recorded as done before it.
 
+Idle: a relay that found nothing to publish sleeps on the outbox's doorbell (PostgreSQL
+LISTEN/NOTIFY, migration ``outbox_wakeup``): it takes its doorbell slot — waiting, at most the
+poll interval, for the writers between their outbox insert and their commit — reads once more,
+and sleeps until a writer rings or the poll interval runs out (the fallback: a lost notification
+delays a row by at most that). Woken, it gives its slot back first, so writers stop ringing
+while it works. Each
+record carries the header ``outbox.ready_at`` (when its row became publishable, RFC 3339, the
+database's clock): consumers measure end-to-end freshness from it.
+
 Faults (database or broker unavailable) end the session — its locks are released with it — and
 the relay starts a new one after a capped exponential backoff. SIGTERM/SIGINT finish the batch in
 flight (publish and mark), release the locks and exit.
@@ -31,11 +40,13 @@ from itertools import zip_longest
 from aiokafka import AIOKafkaProducer
 from aiokafka.errors import KafkaError
 
-from producers.relay.metrics import Component, RelayMetrics
+from contracts import format_utc
+from producers.relay.metrics import Component, RelayMetrics, Wakeup
 from producers.relay.repository import RELAY_ROLE, OutboxRow, RelayRepository
-from producers.relay.shards import SHARD_COUNT, plan
+from producers.relay.shards import SHARD_COUNT, doorbell_slot, plan
 from spectral.errors import TransientError
 from spectral.kafka.config import producer_kwargs
+from spectral.kafka.freshness import READY_AT_HEADER
 from spectral.kafka.topics import topic_for
 from spectral.observability.health import Health
 from spectral.observability.logging import get_logger
@@ -70,6 +81,28 @@ def safe_to_mark(
     return acked, fault
 
 
+def _headers(row: OutboxRow) -> list[tuple[str, bytes]]:
+    headers = [
+        ("event_type", row.event_type.encode()),
+        ("idempotency_key", row.idempotency_key.encode()),
+    ]
+    if row.ready_at is not None:
+        headers.append((READY_AT_HEADER, format_utc(row.ready_at).encode()))
+    return headers
+
+
+@dataclass
+class _Idle:
+    """The doorbell slot an idle relay holds while it sleeps."""
+
+    slot: int | None = None
+
+    async def disarm(self, repo: RelayRepository) -> None:
+        if self.slot is not None:
+            slot, self.slot = self.slot, None
+            await repo.release_doorbell(slot)
+
+
 class BrokerUnavailableError(TransientError):
     """Kafka did not acknowledge (part of) a batch."""
 
@@ -80,6 +113,8 @@ class RelayOptions:
     poll_interval: float = 0.2
     once: bool = False
     rebalance_interval: float = 1.0
+    listen: bool = True
+    """Sleep on the doorbell (LISTEN/NOTIFY) when idle; False: poll only."""
     stats_interval: float = 1.0
     linger_ms: int = 5
     max_batch_bytes: int = 512 * 1024
@@ -116,11 +151,14 @@ class OutboxRelay:
         self.metrics = metrics
         self.options = options or RelayOptions()
         self._stopping = asyncio.Event()
+        self._bell = asyncio.Event()
+        """Set by the doorbell's notifications, and by ``stop``."""
         self._offset = random.randrange(SHARD_COUNT)  # noqa: S311 - spreads first picks, not security
 
     def stop(self) -> None:
         """Finish the batch in flight, then exit (safe from a signal handler)."""
         self._stopping.set()
+        self._bell.set()
 
     async def run(self) -> RelayReport:
         report = RelayReport()
@@ -179,6 +217,9 @@ class OutboxRelay:
     ) -> None:
         next_rebalance = 0.0
         next_stats = 0.0
+        idle = _Idle()
+        if self.options.listen and not self.options.once:
+            await repo.listen(self._bell.set)
         while not self._stopping.is_set():
             now = time.monotonic()
             if now >= next_rebalance:
@@ -193,25 +234,62 @@ class OutboxRelay:
                 if self.options.once:
                     await self._refresh_stats(repo)
                     return
-                await self._sleep(self.options.poll_interval)
-                next_rebalance = 0.0  # idle: look for shards freed by a relay that went away
+                if not await self._idle(repo, idle, held):
+                    next_rebalance = 0.0  # slept it out: look for shards freed meanwhile
                 continue
-            acked, failure = await self._publish(producer, rows)
-            if self.options.crash_after_publish:
-                sys.stderr.write("relay: crash hook: exiting after publish, before mark\n")
-                sys.stderr.flush()
-                os._exit(CRASH_EXIT_CODE)
-            marked = set(acked)
-            await repo.mark_published([row for row in rows if row.id in marked])
-            self.metrics.published.inc(len(acked))
-            self.metrics.batch_duration.observe(time.perf_counter() - started)
-            report.published += len(acked)
-            report.batches += 1
-            if failure is not None:
-                raise BrokerUnavailableError(
-                    f"Kafka did not acknowledge a batch: {failure}"
-                ) from failure
-        await self._refresh_stats(repo)
+            await idle.disarm(repo)
+            await self._batch(repo, producer, rows, started, report)
+        await self._refresh_stats(repo)  # (the session's end gives a held doorbell slot back)
+
+    async def _idle(self, repo: RelayRepository, idle: _Idle, held: set[int]) -> bool:
+        """Nothing to publish: sleep until the doorbell rings or the wait runs out; return
+        whether it rang (or the relay was asked to stop)."""
+        slot = doorbell_slot(held)
+        if not self.options.listen or slot is None:  # polling only, or nothing to publish
+            await self._sleep(self.options.poll_interval)
+            return self._stopping.is_set()
+        if idle.slot is None:
+            self._bell.clear()  # a ring from now on ends the next wait at once
+            if await repo.await_doorbell(slot, self.options.poll_interval):
+                idle.slot = slot
+                return True  # read once more: writers that committed before the arm did not ring
+            self.metrics.wakeups[Wakeup.POLL].inc()  # a writer held its transaction open
+            return False
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._bell.wait(), timeout=self.options.poll_interval)
+        rang = self._bell.is_set()
+        if not self._stopping.is_set():
+            self.metrics.wakeups[Wakeup.NOTIFY if rang else Wakeup.POLL].inc()
+        await idle.disarm(repo)
+        return rang
+
+    async def _batch(
+        self,
+        repo: RelayRepository,
+        producer: AIOKafkaProducer,
+        rows: Sequence[OutboxRow],
+        started: float,
+        report: RelayReport,
+    ) -> None:
+        acked, failure = await self._publish(producer, rows)
+        if self.options.crash_after_publish:
+            sys.stderr.write("relay: crash hook: exiting after publish, before mark\n")
+            sys.stderr.flush()
+            os._exit(CRASH_EXIT_CODE)
+        marked = set(acked)
+        acked_at = time.time()
+        await repo.mark_published([row for row in rows if row.id in marked])
+        self.metrics.published.inc(len(acked))
+        self.metrics.batch_duration.observe(time.perf_counter() - started)
+        for row in rows:
+            if row.id in marked and row.ready_at is not None:
+                self.metrics.publish_delay.observe(max(0.0, acked_at - row.ready_at.timestamp()))
+        report.published += len(acked)
+        report.batches += 1
+        if failure is not None:
+            raise BrokerUnavailableError(
+                f"Kafka did not acknowledge a batch: {failure}"
+            ) from failure
 
     async def _rebalance(self, repo: RelayRepository, held: set[int]) -> None:
         members = await repo.count_relays()
@@ -279,10 +357,7 @@ class OutboxRelay:
                     topic_for(row.event_type, prefix),
                     value=row.envelope,
                     key=row.record_key.encode(),
-                    headers=[
-                        ("event_type", row.event_type.encode()),
-                        ("idempotency_key", row.idempotency_key.encode()),
-                    ],
+                    headers=_headers(row),
                 )
             except KafkaError as exc:
                 failure = exc

@@ -4,18 +4,21 @@ and the right to mark at the same time."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 
 import asyncpg
 
-from producers.relay.shards import LOCK_CLASS, MEMBER_LOCK, SHARD_COUNT
+from producers.relay.shards import DOORBELL_BASE, LOCK_CLASS, MEMBER_LOCK, SHARD_COUNT
 from spectral.db.connect import close_session, connect, guarded
 from spectral.db.queries import load_queries
 
 _SQL = load_queries(Path(__file__).with_name("queries.sql"))
 RELAY_ROLE = "spectral_relay"
+WAKEUP_CHANNEL = "spectral_outbox"
+"""The channel the outbox's doorbell trigger notifies (migration ``outbox_wakeup``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,6 +31,9 @@ class OutboxRow:
     slot: int = 0
     """The outbox partition the row lives in (migration ``bounded_state``); marks name a row by
     (id, slot)."""
+    ready_at: datetime | None = None
+    """When the row became publishable: its write (``created_at``, the INSERT statement's
+    clock), or its ``available_at`` when that is later (a delayed event)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,9 +107,29 @@ class RelayRepository:
                 r["idempotency_key"],
                 bytes(r["envelope"]),
                 int(r["slot"]),
+                r["ready_at"],
             )
             for r in rows
         ]
+
+    async def listen(self, wake: Callable[[], None]) -> None:
+        """Call ``wake`` whenever a writer rings the doorbell (for this session's life)."""
+        await guarded(
+            "listen",
+            lambda: self._conn.add_listener(WAKEUP_CHANNEL, lambda *_: wake()),
+        )
+
+    async def await_doorbell(self, slot: int, wait: float) -> bool:
+        """Take doorbell slot ``slot`` for this session, waiting at most ``wait`` seconds for
+        the writers in flight to commit; False when they did not in time."""
+        armed = await guarded(
+            "arm the doorbell",
+            lambda: self._conn.fetchval(_SQL["await_doorbell"], slot, max(1, round(wait * 1000))),
+        )
+        return bool(armed)
+
+    async def release_doorbell(self, slot: int) -> None:
+        await self.unlock([DOORBELL_BASE + slot])
 
     async def mark_published(self, rows: Sequence[OutboxRow]) -> None:
         if rows:

@@ -26,6 +26,15 @@ from dataclasses import dataclass
 SHARD_COUNT = 16
 LOCK_CLASS = 0x53504F58  # "SPOX": classid of the relay's advisory locks
 MEMBER_LOCK = 1 << 16  # objid of the shared membership lock (shards are 0..SHARD_COUNT-1)
+DOORBELL_BASE = 1 << 17
+"""objids DOORBELL_BASE + 0..SHARD_COUNT-1: the doorbell slots (migration ``outbox_wakeup``, whose
+trigger and ``core.outbox_await_doorbell`` name the same numbers). A relay sleeps on the slot of
+the lowest shard it holds: shards are held by one relay each, so no two relays share a slot."""
+
+
+def doorbell_slot(held: frozenset[int] | set[int]) -> int | None:
+    """The doorbell slot of a relay holding shards ``held`` (None: it holds none)."""
+    return min(held) if held else None
 
 
 def shard_of(record_key: str, shard_count: int = SHARD_COUNT) -> int:

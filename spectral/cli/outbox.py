@@ -30,11 +30,21 @@ CRASH_HOOK_ENV = "SPECTRAL_RELAY_CRASH_AFTER_PUBLISH"
 
 
 @app.command()
-def relay(
+def relay(  # noqa: PLR0917 - typer maps each parameter to an option
     once: bool = typer.Option(default=False, help="Publish what is publishable now, then exit."),
     batch: int = typer.Option(500, "--batch", min=1, help="Most rows per batch."),
     poll_interval: float = typer.Option(
-        0.2, "--poll-interval", min=0.01, help="Seconds between polls when idle."
+        0.2,
+        "--poll-interval",
+        min=0.01,
+        help="Seconds an idle relay waits before reading the outbox again when no writer "
+        "wakes it (the fallback; with --no-listen, the delay between polls).",
+    ),
+    listen: bool = typer.Option(
+        default=True,
+        help="Sleep on LISTEN/NOTIFY when idle (writers wake the relay at once). --no-listen "
+        "polls only: for a connection pooler that cannot hold a LISTEN (PgBouncer in "
+        "transaction mode).",
     ),
     metrics_port: int | None = typer.Option(None, help=METRICS_PORT_HELP, min=0, max=MAX_PORT),
     metrics_host: str | None = typer.Option(None, help=METRICS_HOST_HELP),
@@ -56,6 +66,7 @@ def relay(
         options=RelayOptions(
             batch=batch,
             poll_interval=poll_interval,
+            listen=listen,
             once=once,
             crash_after_publish=os.environ.get(CRASH_HOOK_ENV) == "1",
         ),

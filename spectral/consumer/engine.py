@@ -61,6 +61,7 @@ from spectral.db.connect import create_pool
 from spectral.kafka.codecs import require_codecs
 from spectral.kafka.config import client_kwargs, refusable_producer_kwargs
 from spectral.kafka.dlq import MAX_REQUEST_BYTES, DeadLetter
+from spectral.kafka.freshness import ready_at
 from spectral.kafka.topics import group_for, topic_for
 from spectral.observability.logging import get_logger
 from spectral.observability.progress import EngineHook
@@ -465,6 +466,8 @@ class ConsumerEngine:
         applied = None
         if deliveries:
             applied = await self._transaction.apply(deliveries)
+            if self.source.live and self._lender().commits:
+                self._observe_freshness(deliveries)
             result = applied.result
             dead.extend(applied.failed)
             counts[Outcome.DEDUPLICATED] = applied.duplicates
@@ -490,6 +493,14 @@ class ConsumerEngine:
             **facts,
         )
         return BatchReport(counts=counts, facts=facts, dead_letter_reasons=reasons)
+
+    def _observe_freshness(self, deliveries: Sequence[Delivery]) -> None:
+        """The batch committed: each delivery's age since its outbox row became publishable
+        (records the outbox relay published carry the time; others are not measured)."""
+        now = time.time()
+        ages = [now - ready for d in deliveries if (ready := ready_at(d.headers)) is not None]
+        if ages:
+            self.metrics.freshness.observe_many(age if age > 0 else 0.0 for age in ages)
 
     async def _dead_letter(self, dead: list[DeadLetter]) -> dict[str, int]:
         """Hand the batch's dead letters to the sink (durable before offsets commit)."""

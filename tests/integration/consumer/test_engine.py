@@ -5,14 +5,16 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta
 
 import asyncpg
 import pytest
 from prometheus_client import CollectorRegistry
 
-from contracts import FAILURE_CLUSTER_DETECTED, encode, record_key
+from contracts import FAILURE_CLUSTER_DETECTED, encode, format_utc, record_key
 from spectral.consumer.engine import ConsumerEngine, EngineOptions
 from spectral.consumer.handler import Delivery, Handler, HandlerResult, Outcome, Rejection
+from spectral.kafka.freshness import READY_AT_HEADER
 from spectral.kafka.topics import dlq_topic, topic_for
 from spectral.settings import Settings
 from tests.kafka_support import (
@@ -260,6 +262,46 @@ async def test_the_one_by_one_fallback_keeps_what_the_good_deliveries_carry(
     assert summary.counts[Outcome.APPLIED] == 4
     assert summary.counts[Outcome.DEAD_LETTERED] == 1
     assert summary.facts["seen"] == 4  # facts merged too
+
+
+@pytest.mark.usefixtures("effects_table")
+async def test_freshness_is_observed_after_the_commit_for_records_the_relay_stamped(
+    settings: Settings, kafka_bootstrap: str
+) -> None:
+    topic = topic_for(FAILURE_CLUSTER_DETECTED, settings.topic_prefix)
+    await create_topics(kafka_bootstrap, [topic])
+    events = [cluster_event() for _ in range(6)]
+    written = datetime.now(UTC) - timedelta(seconds=2)
+    stamped = [(READY_AT_HEADER, format_utc(written).encode())]
+    hostile: list[list[tuple[str, bytes]]] = [
+        [(READY_AT_HEADER, b"2026-11-24T08:00:00")],  # no offset: no clock said this
+        [(READY_AT_HEADER, b"\xff\xfe")],  # not text
+        [(READY_AT_HEADER, b"9" * 5000)],  # far too long
+        [],  # not from the relay
+    ]
+    await publish(
+        kafka_bootstrap,
+        topic,
+        [(record_key(e), encode(e)) for e in events],
+        [stamped, stamped, *hostile],
+    )
+    registry = CollectorRegistry()
+    engine = ConsumerEngine(
+        RecordingHandler(),
+        settings,
+        kafka_bootstrap=kafka_bootstrap,
+        database_url=settings.database_url.get_secret_value() if settings.database_url else "",
+        options=EngineOptions(stop_when_idle=2.0),
+        registry=registry,
+    )
+    summary = await engine.run()
+    assert summary.counts[Outcome.APPLIED] == len(events)
+    labels = {"consumer": "engine-test"}
+    count = registry.get_sample_value("spectral_consumer_freshness_seconds_count", labels)
+    total = registry.get_sample_value("spectral_consumer_freshness_seconds_sum", labels)
+    assert count == 2  # the two stamped records only
+    assert total is not None
+    assert 2 * 2 <= total < 2 * 120  # two seconds old at least, when written; not absurd
 
 
 def test_results_merge_every_field() -> None:

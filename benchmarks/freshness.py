@@ -1,0 +1,393 @@
+"""Freshness (stage ``freshness``): end-to-end latency at a steady offered load.
+
+A producer inside the benchmark writes failure-cluster snapshots into ``core.outbox`` at
+``freshness_rate`` events/s (default 2,000: a transaction of 20 every 10 ms, acting as
+``spectral_producer``, the records of the triage stage's generator); ``spectral outbox relay``
+and ``spectral consume rule-candidates`` run as processes with their metrics served. After a
+warm-up, the window's observations are read from the two processes' histograms (a scrape at each
+end of the window, subtracted):
+
+* ``spectral_consumer_freshness_seconds`` (the consumer): from a row's write into the outbox
+  (the ``outbox.ready_at`` header the relay adds, the database's clock) to the commit of the
+  transaction that applied it — end-to-end freshness;
+* ``spectral_outbox_relay_delay_seconds`` (the relay): from the same write to Kafka's ack;
+* the floor: an idle aiokafka consumer in the benchmark (no database, no decoding) notes, for
+  every record it fetches in the window, the time since its ``outbox.ready_at`` — what the
+  relay, the broker and a fetch cost on this machine at this moment, before any consumer work.
+
+p50 and p99 are interpolated inside the histogram's buckets, as Prometheus' histogram_quantile
+does. The relay runs twice: sleeping on LISTEN/NOTIFY (the default) and polling only
+(``--no-listen``), so the run shows what the wake-up buys. CPU of the relay and the consumer per
+event at this load comes from /proc.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+import socket
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import asyncpg
+import httpx
+from aiokafka import AIOKafkaConsumer
+from prometheus_client.parser import text_string_to_metric_families
+
+from benchmarks.dataset import DatasetSpec, Record, generate
+from benchmarks.options import Options
+from benchmarks.processes import _cpu_seconds, spectral_executable
+from benchmarks.report import Report
+from benchmarks.stack import BenchStack
+from contracts import FAILURE_CLUSTER_DETECTED
+from spectral import outbox
+from spectral.db.queries import load_queries
+from spectral.kafka.freshness import ready_at
+
+TICK = 0.01
+"""One producer transaction every 10 ms."""
+WARM_UP = 5.0
+CONSUMER_HISTOGRAM = "spectral_consumer_freshness_seconds"
+RELAY_HISTOGRAM = "spectral_outbox_relay_delay_seconds"
+_ENQUEUE = load_queries(Path(outbox.__file__).with_name("outbox.sql"))["enqueue"]
+"""The writers' own statement (spectral/outbox.py), fed records encoded in advance."""
+
+
+@dataclass(frozen=True)
+class Histogram:
+    """Cumulative bucket counts by upper bound (``inf`` last)."""
+
+    buckets: tuple[tuple[float, float], ...]
+
+    @property
+    def count(self) -> float:
+        return self.buckets[-1][1] if self.buckets else 0.0
+
+    def minus(self, earlier: Histogram) -> Histogram:
+        before = dict(earlier.buckets)
+        return Histogram(tuple((le, n - before.get(le, 0.0)) for le, n in self.buckets))
+
+    def quantile(self, q: float) -> float:
+        """histogram_quantile: linear inside the bucket holding rank q·count (seconds)."""
+        total = self.count
+        if total <= 0:
+            return float("nan")
+        rank = q * total
+        lower, below = 0.0, 0.0
+        for le, cumulative in self.buckets:
+            if cumulative >= rank:
+                if le == float("inf"):
+                    return lower  # beyond the largest bound: report that bound
+                inside = cumulative - below
+                return lower + (le - lower) * ((rank - below) / inside if inside else 1.0)
+            lower, below = le, cumulative
+        return lower
+
+
+def parse_histogram(text: str, name: str) -> Histogram:
+    for family in text_string_to_metric_families(text):
+        if family.name != name:
+            continue
+        buckets = sorted(
+            (float(s.labels["le"]), s.value) for s in family.samples if s.name == f"{name}_bucket"
+        )
+        return Histogram(tuple(buckets))
+    return Histogram(())
+
+
+@dataclass
+class _Process:
+    name: str
+    proc: asyncio.subprocess.Process
+    port: int
+
+    async def scrape(self, metric: str) -> Histogram:
+        async with httpx.AsyncClient(timeout=5) as client:
+            response = await client.get(f"http://127.0.0.1:{self.port}/metrics")
+        return parse_histogram(response.text, metric)
+
+    def cpu(self) -> float:
+        return _cpu_seconds(Path(f"/proc/{self.proc.pid}/stat")) or 0.0
+
+    async def stop(self) -> int:
+        if self.proc.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                self.proc.send_signal(signal.SIGTERM)
+        try:
+            return await asyncio.wait_for(self.proc.wait(), 20)
+        except TimeoutError:
+            self.proc.kill()
+            return await self.proc.wait()
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+async def _spawn(
+    stack: BenchStack, url: str, prefix: str, log: Path, name: str, *args: str
+) -> _Process:
+    port = _free_port()
+    proc = await asyncio.create_subprocess_exec(
+        spectral_executable(),
+        *args,
+        "--metrics-port",
+        str(port),
+        env=stack.env(url, topic_prefix=prefix),
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=log.open("wb"),
+    )
+    process = _Process(name, proc, port)
+    deadline = time.monotonic() + 60
+    async with httpx.AsyncClient(timeout=5) as client:
+        while time.monotonic() < deadline and proc.returncode is None:
+            with contextlib.suppress(httpx.HTTPError):
+                ready = await client.get(f"http://127.0.0.1:{port}/readyz")
+                if ready.status_code == 200:  # joined its group / holds its shards
+                    return process
+            await asyncio.sleep(0.2)
+    raise RuntimeError(f"{name} did not become ready (see {log})")
+
+
+@dataclass
+class _Produced:
+    events: int = 0
+    transactions: int = 0
+    late_ticks: int = 0
+
+
+async def _produce(
+    url: str, records: Sequence[Record], per_tick: int, stop: asyncio.Event, out: _Produced
+) -> None:
+    """Write ``per_tick`` records every TICK seconds on a fixed schedule (late ticks catch up,
+    they are not skipped: the offered load stays the rate)."""
+    conn = await asyncpg.connect(url, server_settings={"role": "spectral_producer"})
+    try:
+        position = 0
+        next_tick = time.monotonic()
+        while not stop.is_set() and position < len(records):
+            chunk = records[position : position + per_tick]
+            position += len(chunk)
+            async with conn.transaction():
+                await conn.fetch(
+                    _ENQUEUE,
+                    [FAILURE_CLUSTER_DETECTED] * len(chunk),
+                    [r.key.decode() for r in chunk],
+                    [r.idempotency_key for r in chunk],
+                    [r.value for r in chunk],
+                    [None] * len(chunk),
+                )
+            out.events += len(chunk)
+            out.transactions += 1
+            next_tick += TICK
+            delay = next_tick - time.monotonic()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            else:
+                out.late_ticks += 1
+    finally:
+        await conn.close()
+
+
+async def _observe_floor(
+    bootstrap: str, topic: str, ages: list[tuple[float, float]], stop: asyncio.Event
+) -> None:
+    """Fetch ``topic`` from its end with no database work; note (when, age) for every record:
+    its age since its outbox.ready_at when fetched."""
+    consumer = AIOKafkaConsumer(
+        topic,
+        bootstrap_servers=bootstrap,
+        group_id=f"{topic}-floor",
+        auto_offset_reset="latest",
+        isolation_level="read_committed",
+        enable_auto_commit=False,
+    )
+    await consumer.start()
+    try:
+        while not stop.is_set():
+            fetched = await consumer.getmany(timeout_ms=100)
+            now, moment = time.time(), time.monotonic()
+            for records in fetched.values():
+                for record in records:
+                    ready = ready_at(record.headers)
+                    if ready is not None:
+                        ages.append((moment, max(0.0, now - ready)))
+    finally:
+        await consumer.stop()
+
+
+def _exact(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
+
+
+@dataclass(frozen=True)
+class _Window:
+    consumer: Histogram
+    relay: Histogram
+    floor: list[float]
+    events: int
+    seconds: float
+    relay_cpu: float
+    consumer_cpu: float
+
+
+async def _one_mode(
+    stack: BenchStack, options: Options, report: Report, mode: str, seconds: float
+) -> _Window:
+    url = await stack.database(f"fresh_{mode}")
+    prefix = f"bench-{stack.run_id}-fresh-{mode}."
+    await stack.create_topic(prefix + FAILURE_CLUSTER_DETECTED, options.partitions)
+    logs = options.log_dir / stack.run_id
+    logs.mkdir(parents=True, exist_ok=True)
+    rate = options.freshness_rate
+    per_tick = max(1, round(rate * TICK))
+    records = list(
+        generate(DatasetSpec(events=int(rate * (WARM_UP + seconds + 2)), clusters=2_000, seed=11))
+    )
+    relay_args = ["outbox", "relay"] + ([] if mode == "listen" else ["--no-listen"])
+    consumer = await _spawn(
+        stack,
+        url,
+        prefix,
+        logs / f"fresh-{mode}-consumer.log",
+        "consumer",
+        "consume",
+        "rule-candidates",
+    )
+    relay = await _spawn(stack, url, prefix, logs / f"fresh-{mode}-relay.log", "relay", *relay_args)
+    produced = _Produced()
+    stop = asyncio.Event()
+    floor: list[tuple[float, float]] = []
+    observer = asyncio.create_task(
+        _observe_floor(
+            stack.endpoints.kafka_bootstrap, prefix + FAILURE_CLUSTER_DETECTED, floor, stop
+        )
+    )
+    producer = asyncio.create_task(_produce(url, records, per_tick, stop, produced))
+    try:
+        await asyncio.sleep(WARM_UP)
+
+        async def sample() -> tuple[Histogram, Histogram, int, float, float, float]:
+            return (
+                await consumer.scrape(CONSUMER_HISTOGRAM),
+                await relay.scrape(RELAY_HISTOGRAM),
+                produced.events,
+                time.monotonic(),
+                relay.cpu(),
+                consumer.cpu(),
+            )
+
+        start = await sample()
+        await asyncio.sleep(seconds)
+        end = await sample()
+    finally:
+        stop.set()
+        await asyncio.gather(producer, observer, return_exceptions=True)
+    await _drained(url, report, mode)
+    codes = [await relay.stop(), await consumer.stop()]
+    report.check(
+        f"freshness ({mode}): relay and consumer stopped cleanly", codes == [0, 0], f"{codes}"
+    )
+    events = end[2] - start[2]
+    return _Window(
+        consumer=end[0].minus(start[0]),
+        relay=end[1].minus(start[1]),
+        floor=[age for when, age in floor if start[3] <= when <= end[3]],
+        events=events,
+        seconds=end[3] - start[3],
+        relay_cpu=end[4] - start[4],
+        consumer_cpu=end[5] - start[5],
+    )
+
+
+async def _drained(url: str, report: Report, mode: str) -> None:
+    """Everything written was published and applied (or deduplicated) once."""
+    conn = await asyncpg.connect(url)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            row = await conn.fetchrow(
+                "SELECT (SELECT count(*) FROM core.outbox WHERE published_at IS NULL) AS waiting,"
+                " (SELECT count(DISTINCT idempotency_key) FROM core.outbox) AS keys,"
+                " (SELECT count(*) FROM core.event_handled) AS handled"
+            )
+            assert row is not None
+            if row["waiting"] == 0 and row["handled"] == row["keys"]:
+                break
+            if time.monotonic() > deadline:
+                break
+            await asyncio.sleep(0.5)
+    finally:
+        await conn.close()
+    report.check(
+        f"freshness ({mode}): every event written was published and applied once",
+        row["waiting"] == 0 and row["handled"] == row["keys"],
+        f"{row['waiting']} unpublished; {row['handled']:,} dedup rows for {row['keys']:,} keys",
+    )
+
+
+async def run_freshness(stack: BenchStack, options: Options, report: Report) -> None:
+    windows: dict[str, _Window] = {}
+    for mode, seconds in (
+        ("listen", options.freshness_seconds),
+        ("poll", options.freshness_seconds / 2),
+    ):
+        windows[mode] = await _one_mode(stack, options, report, mode, seconds)
+    for mode, window in windows.items():
+        suffix = "" if mode == "listen" else "_polling"
+        offered = window.events / window.seconds if window.seconds else 0.0
+        how = (
+            "relay sleeping on LISTEN/NOTIFY"
+            if mode == "listen"
+            else "relay polling every 200 ms (--no-listen)"
+        )
+        if window.consumer.count:
+            p50, p99 = window.consumer.quantile(0.5), window.consumer.quantile(0.99)
+            note = (
+                f"outbox write -> projection commit at {offered:,.0f} events/s offered, "
+                f"{window.consumer.count:,.0f} events over {window.seconds:.0f} s; {how}"
+            )
+            report.add(f"freshness{suffix}_p50", p50 * 1000, "ms", note)
+            report.add(f"freshness{suffix}_p99", p99 * 1000, "ms", note)
+            if mode == "listen":
+                report.target(
+                    f"freshness p99 at {options.freshness_rate:,} events/s (ms)",
+                    p99 * 1000,
+                    "< 100",
+                    p99 < 0.1,
+                )
+        else:
+            report.notes.append(
+                f"freshness{suffix}: the consumer reported no {CONSUMER_HISTOGRAM} observations"
+            )
+        if window.floor:
+            report.add(
+                f"freshness{suffix}_floor_p99",
+                _exact(window.floor, 0.99) * 1000,
+                "ms",
+                f"outbox write -> an idle aiokafka consumer's fetch, no database (p50 "
+                f"{_exact(window.floor, 0.5) * 1000:.1f} ms, {len(window.floor):,} records): "
+                "the relay, the broker and one fetch on this machine at this moment",
+            )
+        if window.relay.count:
+            report.add(
+                f"relay_delay{suffix}_p99",
+                window.relay.quantile(0.99) * 1000,
+                "ms",
+                f"outbox write -> Kafka ack (p50 {window.relay.quantile(0.5) * 1000:.1f} ms); "
+                f"{how}",
+            )
+        if window.events:
+            report.add(
+                f"relay_cpu_per_event{suffix}",
+                window.relay_cpu / window.events * 1e6,
+                "us",
+                f"the relay process at {offered:,.0f} events/s; the consumer "
+                f"{window.consumer_cpu / window.events * 1e6:.0f} us/event",
+            )
