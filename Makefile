@@ -43,7 +43,8 @@ $(STAMP): pyproject.toml setup.py
 
 install: $(STAMP)
 
-# Benchmark-only packages: the `bench` extra (the FastStream peer, confluent-kafka) and the
+# Benchmark-only packages: the `bench` extra (the FastStream peer, confluent-kafka; `make lint`
+# installs it too, as mypy checks the peers' code) and the
 # quix-streams peer's environment.
 $(BENCH_STAMP): $(STAMP)
 	$(BIN)/pip install --quiet -e '.[dev,bench]'
@@ -106,7 +107,7 @@ topics: up
 demo: migrate
 	$(SPECTRAL) demo
 
-lint: install
+lint: install $(BENCH_STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy

@@ -50,7 +50,7 @@ from spectral.consumer.rebuild import rebuild
 from spectral.consumer.replay import ReplayReport
 from spectral.db.migrate import migrate
 from spectral.devstack import Endpoints
-from spectral.dlq.records import DeadLetterRecord, read_dead_letters
+from spectral.dlq.records import DeadLetterRecord, scan_dead_letters
 from spectral.kafka.topics import dlq_topic, topic_for
 from spectral.outbox import OutboxItem, enqueue
 from spectral.plugins import installed_registry
@@ -230,4 +230,8 @@ class Harness:
         (``.reason``, ``.dlq['dlq.consumer']``, ``.decoded()``: what ``spectral dlq show``
         prints)."""
         topic = dlq_topic(self.topic(event_type))
-        return await read_dead_letters(self.settings, self.kafka_bootstrap, topic)
+        return [
+            record
+            async for batch in scan_dead_letters(self.settings, self.kafka_bootstrap, topic)
+            for record in batch
+        ]
