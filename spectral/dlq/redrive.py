@@ -51,6 +51,13 @@ from spectral.settings import Settings
 log = get_logger(__name__)
 
 REPORT_LIMIT = 1000
+
+PATIENCE_MS = 120_000
+"""How long a redriven record may wait for the cluster to take it (the producer's delivery
+window): a partition below ``min.insync.replicas`` (a broker restarting) answers
+``NotEnoughReplicas`` until its replicas are back, and an operator's redrive waits that out
+rather than stopping after the shorter request timeout the long-running processes use."""
+RETRY_BACKOFF_MS = 500
 """Dead letters a report lists one by one (it counts them all)."""
 
 
@@ -163,8 +170,13 @@ async def redrive(
     run = _Pass(settings, bootstrap, RedriveRepository(conn), topics, reason, progress)
     producer = None
     if not dry_run:
+        kwargs = refusable_producer_kwargs(settings, bootstrap)
         producer = AIOKafkaProducer(
-            **refusable_producer_kwargs(settings, bootstrap),
+            **{
+                **kwargs,
+                "request_timeout_ms": max(kwargs.get("request_timeout_ms", 0), PATIENCE_MS),
+                "retry_backoff_ms": RETRY_BACKOFF_MS,
+            },
             max_request_size=MAX_REQUEST_BYTES,
         )
     try:
