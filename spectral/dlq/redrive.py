@@ -57,7 +57,6 @@ PATIENCE_MS = 120_000
 window): a partition below ``min.insync.replicas`` (a broker restarting) answers
 ``NotEnoughReplicas`` until its replicas are back, and an operator's redrive waits that out
 rather than stopping after the shorter request timeout the long-running processes use."""
-RETRY_BACKOFF_MS = 500
 """Dead letters a report lists one by one (it counts them all)."""
 
 
@@ -170,13 +169,8 @@ async def redrive(
     run = _Pass(settings, bootstrap, RedriveRepository(conn), topics, reason, progress)
     producer = None
     if not dry_run:
-        kwargs = refusable_producer_kwargs(settings, bootstrap)
         producer = AIOKafkaProducer(
-            **{
-                **kwargs,
-                "request_timeout_ms": max(kwargs.get("request_timeout_ms", 0), PATIENCE_MS),
-                "retry_backoff_ms": RETRY_BACKOFF_MS,
-            },
+            **refusable_producer_kwargs(settings, bootstrap, delivery_timeout_ms=PATIENCE_MS),
             max_request_size=MAX_REQUEST_BYTES,
         )
     try:

@@ -61,7 +61,9 @@ def producer_kwargs(settings: Settings, bootstrap: str) -> dict[str, Any]:
     return {**client_kwargs(settings, bootstrap), "acks": "all", "enable_idempotence": True}
 
 
-def refusable_producer_kwargs(settings: Settings, bootstrap: str) -> dict[str, Any]:
+def refusable_producer_kwargs(
+    settings: Settings, bootstrap: str, *, delivery_timeout_ms: int | None = None
+) -> dict[str, Any]:
     """``producer_kwargs`` for producers of records the broker may refuse one by one — dead
     letters and redriven records, whose content is not spectral's to choose — minus idempotence:
     once the broker refuses one record for good (``MessageSizeTooLarge``), an idempotent aiokafka
@@ -69,4 +71,11 @@ def refusable_producer_kwargs(settings: Settings, bootstrap: str) -> dict[str, A
     ``acks="all"`` stays (acknowledged only with ``min.insync.replicas`` copies); a client retry
     may write a record twice, which costs one more dead letter of the same record, or a
     redriven record the consumer deduplicates."""
-    return {**producer_kwargs(settings, bootstrap), "enable_idempotence": False}
+    kwargs = {**producer_kwargs(settings, bootstrap), "enable_idempotence": False}
+    if delivery_timeout_ms is not None:
+        # aiokafka's delivery window is its request timeout (a batch expires after it): a
+        # longer one lets a command wait out a partition below min.insync.replicas, retrying
+        # every half second instead of every 100 ms.
+        kwargs["request_timeout_ms"] = max(kwargs["request_timeout_ms"], delivery_timeout_ms)
+        kwargs["retry_backoff_ms"] = 500
+    return kwargs

@@ -15,16 +15,27 @@ import pytest
 
 from spectral.devstack.kafka_cluster import LocalKafkaCluster
 from spectral.devstack.kafka_jars import default_cache_dir
+from spectral.errors import TransientError
 from tests.cluster.support import BROKERS, healed
 
 
 @pytest.fixture(scope="session")
 def kafka_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalKafkaCluster]:
-    cluster = LocalKafkaCluster(
-        tmp_path_factory.mktemp("kafka-cluster"), default_cache_dir(), brokers=BROKERS
-    )
+    # Its ports are picked free before the brokers bind them; with the suite's other workers
+    # starting servers at the same moment one may be taken in between, and that broker exits:
+    # a second start, in a new directory, picks new ports.
+    for attempt in (1, 2):
+        cluster = LocalKafkaCluster(
+            tmp_path_factory.mktemp("kafka-cluster"), default_cache_dir(), brokers=BROKERS
+        )
+        try:
+            cluster.ensure_running()
+            break
+        except TransientError:
+            cluster.stop(wipe=True)
+            if attempt == 2:
+                raise
     try:
-        cluster.ensure_running()
         yield cluster
     finally:
         cluster.stop(wipe=True)
