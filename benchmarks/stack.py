@@ -33,11 +33,11 @@ async def local_postmaster(database_url: str) -> int | None:
     conn = await asyncpg.connect(database_url)
     try:
         row = await conn.fetchrow("SELECT pg_backend_pid(), pg_postmaster_start_time()")
+        assert row is not None
+        backend, started = int(row[0]), row[1].timestamp()
+        status = _proc_status(backend)  # while the backend lives: it exits with the connection
     finally:
         await conn.close()
-    assert row is not None
-    backend, started = int(row[0]), row[1].timestamp()
-    status = _proc_status(backend)
     if status.get("Name") != "postgres" or "PPid" not in status:
         return None
     postmaster = int(status["PPid"])
