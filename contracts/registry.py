@@ -36,7 +36,7 @@ from pydantic import BaseModel, ValidationError
 from pydantic_core import PydanticSerializationError
 
 from contracts.envelope import EventEnvelope
-from contracts.errors import DecodeError, DecodeReason, location
+from contracts.errors import DecodeError, DecodeReason, location, validation_errors
 from contracts.failure_cluster import FAILURE_CLUSTER_SPEC
 from contracts.spec import EventSpec
 from contracts.wire import MAX_RECORD_BYTES, find_nul, parse_json_object
@@ -196,7 +196,7 @@ def envelope_headers(envelope: EventEnvelope[Any]) -> list[tuple[str, bytes]]:
 
 
 def _validation_failure(exc: ValidationError, event_type: str) -> DecodeError:
-    errors = exc.errors(include_url=False, include_input=False, include_context=False)
+    errors = validation_errors(exc)
     envelope_errors = [e for e in errors if not _is_payload_error(e["loc"], e["type"])]
     chosen = envelope_errors or errors
     reason = DecodeReason.INVALID_ENVELOPE if envelope_errors else DecodeReason.INVALID_PAYLOAD

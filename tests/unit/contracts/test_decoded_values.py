@@ -100,12 +100,11 @@ def test_an_accepted_record_decodes_to_its_wire_values_and_its_key_is_judged_by_
     _, obj = record
     text = json.dumps(obj, ensure_ascii=False).encode("utf-8", "surrogatepass")
     key = record_key(obj, key_kind)
+    refused: DecodeError | None = None
     try:
         envelope = decode(text)
     except DecodeError as exc:
         refused = exc
-    else:
-        refused = None
     if refused is not None:
         assert refused.detail, "a refusal says why"
         assert _reason(text, key) is refused.reason, "the record key is checked after the value"
