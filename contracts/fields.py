@@ -10,12 +10,16 @@ Timestamps (:data:`UtcDatetime`)
     truncation keeps order: a <= b implies trunc(a) <= trunc(b)). Refused: numbers (Unix
     times), naive times (no offset), date-only or minute-only text, leap seconds (``:60``),
     offsets beyond ``23:59``, years outside the bound. :data:`RFC3339_PATTERN` says exactly
-    the same (tests hold the two equal).
+    the same (tests hold the two equal). In a model, text in the written form is read inside
+    pydantic-core (no Python frame) and anything else by :func:`parse_utc`; a refusal is one
+    error type, :data:`TIMESTAMP_ERROR`, whose exact reason :func:`timestamp_refusal` gives.
 UUIDs (:data:`Uuid`)
     Exactly one spelling on the wire: lowercase hex, hyphenated ``8-4-4-4-12``. Other spellings
     (upper case, no hyphens, braces, ``urn:uuid:``) are refused, not normalised: the snapshot
     hash is taken over the wire text, so two spellings of one UUID would give one snapshot two
-    hashes, and keys built from UUIDs would differ from the text a producer wrote.
+    hashes, and keys built from UUIDs would differ from the text a producer wrote. The spelling
+    is checked by a Rust regular expression inside pydantic-core; ``uuid.UUID`` objects built
+    in Python are taken as they are; anything else (bytes, numbers) is refused.
 Integers
     JSON integers in the I-JSON range (magnitude at most 2**53 - 1), written without a
     fraction or an exponent: ``true``/``false``, ``5.0``, ``5e0`` and numeric strings are
@@ -83,12 +87,14 @@ _WRITTEN_SEPARATORS: Final = "--T::."  # characters 4, 7, 10, 13, 16 and 19 of t
 def parse_utc(value: object) -> datetime:
     """An aware UTC datetime from RFC 3339 text or an aware datetime; ValueError otherwise.
 
-    Hot path (up to 13 timestamps per failure-cluster record): the layout checks of
-    :func:`_rfc3339_layout` plus ``datetime.fromisoformat`` (which checks the digits and ranges)
-    accept exactly :data:`RFC3339_PATTERN`, at a third of the cost of the regular expression.
-    Text in the written form (``YYYY-MM-DDTHH:MM:SS.ffffffZ``) takes a shorter path: the same
-    checks specialised to that one layout. (A memo of recently read text was tried and dropped:
-    hashing fresh text and missing the cache on a large dict cost as much as the parse it saved.)
+    The layout checks of :func:`_rfc3339_layout` plus ``datetime.fromisoformat`` (which checks
+    the digits and ranges) accept exactly :data:`RFC3339_PATTERN`, at a third of the cost of the
+    regular expression. Text in the written form (``YYYY-MM-DDTHH:MM:SS.ffffffZ``) takes a
+    shorter path: the same checks specialised to that one layout. The :data:`UtcDatetime` field
+    reads the written form without calling this function (a Rust regular expression, then
+    ``fromisoformat``: the same value); everything else comes here. (A memo of recently read
+    text was tried and dropped: hashing fresh text and missing the cache on a large dict cost as
+    much as the parse it saved.)
     """
     if isinstance(value, str):
         if (  # the written form, a case of the layout below (fromisoformat checks the rest)

@@ -17,7 +17,8 @@
 
 ``check_record_key(envelope, key)`` is the last step, over the Kafka record key:
 9. ``record_key_mismatch``: the key is null, empty, or not the UTF-8 bytes of the key the type
-   derives from its payload. ``decode_record(value, key)`` runs all nine.
+   derives from its payload. ``decode_record(value, key)`` runs all nine (the consumer engine's
+   decode step), taking the expected key from the payload as written where the type says how.
 
 ``decode`` raises nothing but :class:`DecodeError` for any input (fuzz-tested), so a poison
 record can always be dead-lettered.
