@@ -37,8 +37,8 @@ import orjson
 
 from contracts import (
     FAILURE_CLUSTER_DETECTED,
-    check_record_key,
     decode,
+    decode_record,
     format_utc,
     snapshot_hash,
 )
@@ -283,8 +283,8 @@ def verify_sample(records: list[Record], every: int = 997) -> int:
 class DecodeCost:
     """CPU per record, in microseconds, of the consumer's decode step on this data, measured in
     this process (one core, no I/O): ``json.loads`` alone (the raw drains parse with it too),
-    and the whole step the engine runs per record (``contracts.decode`` — JSON, validation,
-    the snapshot hash — plus the record key's check)."""
+    and the whole step the engine runs per record (``contracts.decode_record``: JSON,
+    validation, the snapshot hash and the record key's check)."""
 
     loads_us: float
     decode_us: float
@@ -301,7 +301,7 @@ def decode_cost(records: list[Record], sample: int = 20_000) -> DecodeCost:
 
     def full() -> None:
         for record in chosen:
-            check_record_key(decode(record.value), record.key)
+            decode_record(record.value, record.key)
 
     def best(step: Callable[[], None]) -> float:
         times = []

@@ -9,8 +9,11 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import TYPE_CHECKING
 
+from contracts.fields import TIMESTAMP_ERROR, timestamp_refusal
+
 if TYPE_CHECKING:
     from pydantic import ValidationError
+    from pydantic_core import ErrorDetails
 
 
 class DecodeReason(StrEnum):
@@ -60,8 +63,17 @@ def _rebuild(reason: DecodeReason, detail: str, event_type: str | None) -> Decod
 def describe_validation_errors(exc: ValidationError, root: str = "") -> list[str]:
     """One ``location: message`` line per pydantic error, the location read as JSON paths
     (``payload.evidence_bundle[0].summary``) under ``root``."""
-    errors = exc.errors(include_url=False, include_input=False, include_context=False)
-    return [f"{location(error['loc'], root)}: {error['msg']}" for error in errors]
+    return [f"{location(error['loc'], root)}: {error['msg']}" for error in validation_errors(exc)]
+
+
+def validation_errors(exc: ValidationError) -> list[ErrorDetails]:
+    """The errors of ``exc``; a refused timestamp's message says exactly why (its field reports
+    one error type whatever the reason, see :data:`contracts.fields.TIMESTAMP_ERROR`)."""
+    errors = exc.errors(include_url=False, include_context=False)
+    for error in errors:
+        if error["type"] == TIMESTAMP_ERROR:
+            error["msg"] = timestamp_refusal(error["input"])
+    return errors
 
 
 def location(loc: tuple[int | str, ...], root: str = "") -> str:

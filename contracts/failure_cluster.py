@@ -33,7 +33,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from datetime import datetime
-from typing import Annotated, Any, Final, Literal, Self
+from typing import Annotated, Any, Final, Literal, Self, cast
 from uuid import UUID
 
 from pydantic import (
@@ -133,6 +133,12 @@ def _record_key(payload: FailureClusterDetectedPayload) -> str:
     return str(payload.cluster_id)
 
 
+def _wire_record_key(raw: Mapping[str, Any], payload: FailureClusterDetectedPayload) -> str:
+    """:func:`_record_key`, taking cluster_id as written (see :func:`_wire_idempotency_key`)."""
+    del payload  # the validated payload proved raw["cluster_id"] is str(payload.cluster_id)
+    return cast("str", raw["cluster_id"])
+
+
 def _verify_hash(raw: Mapping[str, Any], payload: FailureClusterDetectedPayload) -> None:
     """``raw`` (the wire payload) hashes to ``payload.snapshot_hash``.
 
@@ -168,6 +174,7 @@ FAILURE_CLUSTER_SPEC: Final = EventSpec(
     default_target="platform",
     verify_wire=_verify_hash,
     wire_idempotency_key=_wire_idempotency_key,
+    wire_record_key=_wire_record_key,
     hashed_payload=True,
 )
 

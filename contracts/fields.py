@@ -10,12 +10,16 @@ Timestamps (:data:`UtcDatetime`)
     truncation keeps order: a <= b implies trunc(a) <= trunc(b)). Refused: numbers (Unix
     times), naive times (no offset), date-only or minute-only text, leap seconds (``:60``),
     offsets beyond ``23:59``, years outside the bound. :data:`RFC3339_PATTERN` says exactly
-    the same (tests hold the two equal).
+    the same (tests hold the two equal). In a model, text in the written form is read inside
+    pydantic-core (no Python frame) and anything else by :func:`parse_utc`; a refusal is one
+    error type, :data:`TIMESTAMP_ERROR`, whose exact reason :func:`timestamp_refusal` gives.
 UUIDs (:data:`Uuid`)
     Exactly one spelling on the wire: lowercase hex, hyphenated ``8-4-4-4-12``. Other spellings
     (upper case, no hyphens, braces, ``urn:uuid:``) are refused, not normalised: the snapshot
     hash is taken over the wire text, so two spellings of one UUID would give one snapshot two
-    hashes, and keys built from UUIDs would differ from the text a producer wrote.
+    hashes, and keys built from UUIDs would differ from the text a producer wrote. The spelling
+    is checked by a Rust regular expression inside pydantic-core; ``uuid.UUID`` objects built
+    in Python are taken as they are; anything else (bytes, numbers) is refused.
 Integers
     JSON integers in the I-JSON range (magnitude at most 2**53 - 1), written without a
     fraction or an exponent: ``true``/``false``, ``5.0``, ``5e0`` and numeric strings are
@@ -29,19 +33,18 @@ Text
 
 from __future__ import annotations
 
-import re
 from datetime import UTC, datetime
 from typing import Annotated, Final
 from uuid import UUID
 
 from pydantic import (
-    BeforeValidator,
     Field,
+    GetPydanticSchema,
     PlainSerializer,
-    PlainValidator,
     StringConstraints,
     WithJsonSchema,
 )
+from pydantic_core import core_schema
 
 from contracts.canonical import MAX_SAFE_INTEGER
 
@@ -84,14 +87,16 @@ _WRITTEN_SEPARATORS: Final = "--T::."  # characters 4, 7, 10, 13, 16 and 19 of t
 def parse_utc(value: object) -> datetime:
     """An aware UTC datetime from RFC 3339 text or an aware datetime; ValueError otherwise.
 
-    Hot path (up to 13 timestamps per failure-cluster record): the layout checks of
-    :func:`_rfc3339_layout` plus ``datetime.fromisoformat`` (which checks the digits and ranges)
-    accept exactly :data:`RFC3339_PATTERN`, at a third of the cost of the regular expression.
-    Text in the written form (``YYYY-MM-DDTHH:MM:SS.ffffffZ``) takes a shorter path: the same
-    checks specialised to that one layout. (A memo of recently read text was tried and dropped:
-    hashing fresh text and missing the cache on a large dict cost as much as the parse it saved.)
+    The layout checks of :func:`_rfc3339_layout` plus ``datetime.fromisoformat`` (which checks
+    the digits and ranges) accept exactly :data:`RFC3339_PATTERN`, at a third of the cost of the
+    regular expression. Text in the written form (``YYYY-MM-DDTHH:MM:SS.ffffffZ``) takes a
+    shorter path: the same checks specialised to that one layout. The :data:`UtcDatetime` field
+    reads the written form without calling this function (a Rust regular expression, then
+    ``fromisoformat``: the same value); everything else comes here. (A memo of recently read
+    text was tried and dropped: hashing fresh text and missing the cache on a large dict cost as
+    much as the parse it saved.)
     """
-    if type(value) is str:
+    if isinstance(value, str):
         if (  # the written form, a case of the layout below (fromisoformat checks the rest)
             len(value) == _WRITTEN_CHARS
             and value[-1] == "Z"
@@ -120,6 +125,16 @@ EARLIEST: Final = datetime(MIN_YEAR, 1, 1, tzinfo=UTC)
 """The earliest instant a timestamp may denote (inclusive)."""
 END: Final = datetime(MAX_YEAR + 1, 1, 1, tzinfo=UTC)
 """The first instant a timestamp may no longer denote."""
+
+
+def timestamp_refusal(value: object) -> str:
+    """Why :func:`parse_utc` refuses ``value``, as pydantic words a validator's ValueError (the
+    timestamp field reports one error type, :data:`TIMESTAMP_ERROR`, whatever the reason)."""
+    try:
+        parse_utc(value)
+    except ValueError as exc:
+        return f"Value error, {exc}"
+    return _TIMESTAMP_MESSAGE  # pragma: no cover - only called for refused values
 
 
 def _bounded(moment: datetime) -> datetime:
@@ -185,9 +200,41 @@ TIMESTAMP_NOTE: Final = (
     "microsecond truncated."
 )
 
+_WRITTEN_PATTERN: Final = (
+    f"^{_YEAR}-[0-9]{{2}}-[0-9]{{2}}T([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9]\\.[0-9]{{6}}Z$"
+)
+"""The written form with a year in the bound, as a (Rust) regular expression: every text it
+matches takes :func:`parse_utc`'s first path, which returns ``datetime.fromisoformat(text)``."""
+
+TIMESTAMP_ERROR: Final = "rfc3339_timestamp"
+"""The pydantic error type of a refused timestamp (:func:`timestamp_refusal` says why exactly)."""
+_TIMESTAMP_MESSAGE: Final = (
+    f"expected an RFC 3339 date-time string such as {_EXAMPLE} (or an aware, not naive, "
+    f"datetime) with a year from {MIN_YEAR} to {MAX_YEAR}, also once converted to UTC"
+)
+
+_TIMESTAMP_SCHEMA: Final = core_schema.custom_error_schema(
+    core_schema.union_schema(
+        [
+            # The written form, checked and parsed without a Python frame (a Rust regular
+            # expression, then the C function fromisoformat): the same value parse_utc gives.
+            core_schema.chain_schema(
+                [
+                    core_schema.str_schema(pattern=_WRITTEN_PATTERN, strict=True),
+                    core_schema.no_info_plain_validator_function(datetime.fromisoformat),
+                ]
+            ),
+            core_schema.no_info_plain_validator_function(parse_utc),  # anything else
+        ],
+        mode="left_to_right",
+    ),
+    custom_error_type=TIMESTAMP_ERROR,
+    custom_error_message=_TIMESTAMP_MESSAGE,
+)
+
 UtcDatetime = Annotated[
     datetime,
-    PlainValidator(parse_utc),
+    GetPydanticSchema(lambda _source, _handler: _TIMESTAMP_SCHEMA),
     PlainSerializer(format_utc, return_type=str, when_used="json"),
     WithJsonSchema(
         {
@@ -201,19 +248,31 @@ UtcDatetime = Annotated[
 ]
 """An aware datetime, always UTC once validated; see the module docstring for the wire form."""
 
-_canonical_uuid: Final = re.compile(UUID_PATTERN.removeprefix("^").removesuffix("$")).fullmatch
+UUID_ERROR: Final = "uuid_spelling"
+"""The pydantic error type of a refused UUID."""
+_UUID_MESSAGE: Final = "a UUID is written in lowercase hex, hyphenated 8-4-4-4-12"
 
-
-def _uuid_spelling(value: object) -> object:
-    """Refuse a UUID string in any spelling but the wire's (pydantic parses what passes)."""
-    if type(value) is str and _canonical_uuid(value) is None:
-        raise ValueError("a UUID is written in lowercase hex, hyphenated 8-4-4-4-12")
-    return value
-
+_UUID_SCHEMA: Final = core_schema.custom_error_schema(
+    core_schema.union_schema(
+        [
+            # Text in the one spelling (a Rust regular expression), parsed by pydantic-core.
+            core_schema.chain_schema(
+                [
+                    core_schema.str_schema(pattern=UUID_PATTERN, strict=True),
+                    core_schema.uuid_schema(),
+                ]
+            ),
+            core_schema.is_instance_schema(UUID),  # built in Python
+        ],
+        mode="left_to_right",
+    ),
+    custom_error_type=UUID_ERROR,
+    custom_error_message=_UUID_MESSAGE,
+)
 
 Uuid = Annotated[
     UUID,
-    BeforeValidator(_uuid_spelling),
+    GetPydanticSchema(lambda _source, _handler: _UUID_SCHEMA),
     WithJsonSchema({"type": "string", "format": "uuid", "pattern": UUID_PATTERN}),
 ]
 """A UUID, read only from its canonical spelling (see the module docstring)."""

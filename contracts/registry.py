@@ -17,7 +17,8 @@
 
 ``check_record_key(envelope, key)`` is the last step, over the Kafka record key:
 9. ``record_key_mismatch``: the key is null, empty, or not the UTF-8 bytes of the key the type
-   derives from its payload. ``decode_record(value, key)`` runs all nine.
+   derives from its payload. ``decode_record(value, key)`` runs all nine (the consumer engine's
+   decode step), taking the expected key from the payload as written where the type says how.
 
 ``decode`` raises nothing but :class:`DecodeError` for any input (fuzz-tested), so a poison
 record can always be dead-lettered.
@@ -30,13 +31,13 @@ unknown fields kept) and by default decodes the result before returning it, rais
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any, Final, TypeVar, cast
+from typing import Any, Final, NoReturn, TypeVar, cast
 
 from pydantic import BaseModel, ValidationError
 from pydantic_core import PydanticSerializationError
 
 from contracts.envelope import EventEnvelope
-from contracts.errors import DecodeError, DecodeReason, location
+from contracts.errors import DecodeError, DecodeReason, location, validation_errors
 from contracts.failure_cluster import FAILURE_CLUSTER_SPEC
 from contracts.spec import EventSpec
 from contracts.wire import MAX_RECORD_BYTES, find_nul, parse_json_object
@@ -75,6 +76,10 @@ class EventRegistry:
 
     def decode(self, data: bytes) -> EventEnvelope[Any]:
         """Bytes of one record value -> a validated envelope, or DecodeError with the reason."""
+        return self._decode(data)[0]
+
+    def _decode(self, data: bytes) -> tuple[EventEnvelope[Any], EventSpec[Any], dict[str, Any]]:
+        """``decode``, also returning the spec and the raw payload object (for the record key)."""
         obj = parse_json_object(data)
         event_type = obj.get("event_type")
         if type(event_type) is not str:
@@ -98,10 +103,11 @@ class EventRegistry:
             if _in_payload(nul):
                 _refuse_nul_outside_payload(data, obj, event_type)  # an envelope error wins
             raise _nul_failure(nul, event_type)
+        raw = obj["payload"]
         if spec.verify_wire is not None:
-            spec.verify_wire(obj["payload"], envelope.payload)
+            spec.verify_wire(raw, envelope.payload)
         if spec.wire_idempotency_key is not None:
-            expected = spec.wire_idempotency_key(obj["payload"], envelope.payload)
+            expected = spec.wire_idempotency_key(raw, envelope.payload)
         else:
             expected = spec.idempotency_key(envelope.payload)
         if envelope.idempotency_key != expected:
@@ -111,29 +117,25 @@ class EventRegistry:
                 f"{event_type} derives {expected!r}",
                 event_type=event_type,
             )
-        return envelope
+        return envelope, spec, raw
 
     def check_record_key(self, envelope: EventEnvelope[Any], key: bytes | None) -> None:
         """DecodeError ``record_key_mismatch`` unless ``key`` is the record key of ``envelope``."""
         expected = self.record_key(envelope)
-        if key == expected:
-            return
-        if key is None:
-            problem = "the record has no key (null)"
-        elif not key:
-            problem = "the record key is empty"
-        else:
-            problem = f"the record key is {_echo_bytes(key)}"
-        raise DecodeError(
-            DecodeReason.RECORD_KEY_MISMATCH,
-            f"{problem}; {envelope.event_type} records are keyed {expected.decode()!r}",
-            event_type=envelope.event_type,
-        )
+        if key != expected:
+            _refuse_record_key(envelope, key, expected)
 
     def decode_record(self, value: bytes, key: bytes | None) -> EventEnvelope[Any]:
-        """A whole Kafka record as a consumer reads it: ``decode`` the value, then check the key."""
-        envelope = self.decode(value)
-        self.check_record_key(envelope, key)
+        """A whole Kafka record as a consumer reads it: ``decode`` the value, then check the key
+        (from the payload as written when the type says how: no UUID is turned back into text).
+        """
+        envelope, spec, raw = self._decode(value)
+        if spec.wire_record_key is not None:
+            expected = spec.wire_record_key(raw, envelope.payload).encode()
+        else:
+            expected = spec.record_key(envelope.payload).encode()
+        if key != expected:
+            _refuse_record_key(envelope, key, expected)
         return envelope
 
     def decode_as(self, data: bytes, payload_type: type[P]) -> EventEnvelope[P]:
@@ -195,8 +197,24 @@ def envelope_headers(envelope: EventEnvelope[Any]) -> list[tuple[str, bytes]]:
     ]
 
 
+def _refuse_record_key(
+    envelope: EventEnvelope[Any], key: bytes | None, expected: bytes
+) -> NoReturn:
+    if key is None:
+        problem = "the record has no key (null)"
+    elif not key:
+        problem = "the record key is empty"
+    else:
+        problem = f"the record key is {_echo_bytes(key)}"
+    raise DecodeError(
+        DecodeReason.RECORD_KEY_MISMATCH,
+        f"{problem}; {envelope.event_type} records are keyed {expected.decode()!r}",
+        event_type=envelope.event_type,
+    )
+
+
 def _validation_failure(exc: ValidationError, event_type: str) -> DecodeError:
-    errors = exc.errors(include_url=False, include_input=False, include_context=False)
+    errors = validation_errors(exc)
     envelope_errors = [e for e in errors if not _is_payload_error(e["loc"], e["type"])]
     chosen = envelope_errors or errors
     reason = DecodeReason.INVALID_ENVELOPE if envelope_errors else DecodeReason.INVALID_PAYLOAD

@@ -19,9 +19,10 @@ class EventSpec(Generic[PayloadT]):
     key from the payload, so both are functions of the event itself (decode checks the first).
     ``verify_wire`` runs extra checks against the payload as it was on the wire (the raw parsed
     object) and raises :class:`contracts.DecodeError`; failure clusters verify their hash there.
-    ``wire_idempotency_key``, when given, returns exactly what ``idempotency_key`` returns, from
-    the validated payload and the raw one (cheaper when the wire text already has the key's
-    spelling); decode checks the envelope's key against it.
+    ``wire_idempotency_key`` and ``wire_record_key``, when given, return exactly what
+    ``idempotency_key`` and ``record_key`` return, from the validated payload and the raw one
+    (cheaper when the wire text already has the key's spelling); decode checks the envelope's
+    key, and ``decode_record`` the record key, against them.
     ``hashed_payload`` says the payload is hashed as it is on the wire, so every number in it,
     unknown fields included, must be an integer in the I-JSON range (the JSON Schemas say so).
     """
@@ -35,6 +36,7 @@ class EventSpec(Generic[PayloadT]):
     default_target: str
     verify_wire: Callable[[Mapping[str, Any], PayloadT], None] | None = None
     wire_idempotency_key: Callable[[Mapping[str, Any], PayloadT], str] | None = None
+    wire_record_key: Callable[[Mapping[str, Any], PayloadT], str] | None = None
     hashed_payload: bool = False
     envelope_model: type[EventEnvelope[PayloadT]] = field(init=False, repr=False, compare=False)
 

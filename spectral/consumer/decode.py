@@ -20,15 +20,13 @@ class RecordDecoder:
     def __init__(self, consumer: str, topics: Mapping[str, str], events: EventRegistry) -> None:
         self._consumer = consumer
         self._topics = topics
-        self._decode = events.decode
-        self._check_key = events.check_record_key
+        self._decode_record = events.decode_record
 
     def decode(self, record: Any) -> Delivery | DeadLetter:
         """One record: its delivery, or its dead letter (the decode reason and detail)."""
         value: bytes = record.value if record.value is not None else b""
         try:
-            envelope = self._decode(value)
-            self._check_key(envelope, record.key)
+            envelope = self._decode_record(value, record.key)
         except DecodeError as exc:
             return self._dead(record, exc.reason.value, exc.detail)
         except Exception as exc:  # noqa: BLE001 - no record's bytes may stop the partition

@@ -5,13 +5,24 @@ from __future__ import annotations
 import itertools
 import re
 from datetime import UTC, datetime, timedelta, timezone
+from uuid import UUID
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from pydantic import TypeAdapter, ValidationError
 
 from contracts import format_utc, parse_utc
-from contracts.fields import EARLIEST, END, MIN_YEAR, RFC3339_PATTERN
+from contracts.errors import validation_errors
+from contracts.fields import (
+    EARLIEST,
+    END,
+    MIN_YEAR,
+    RFC3339_PATTERN,
+    UUID_PATTERN,
+    UtcDatetime,
+    Uuid,
+)
 from tests.unit.contracts import factories as f
 
 RFC3339 = re.compile(RFC3339_PATTERN.removeprefix("^").removesuffix("$"), re.ASCII)
@@ -307,3 +318,141 @@ def test_every_two_character_change_parses_as_the_reference() -> None:
                 except ValueError:
                     parsed = None
                 assert parsed == reference_parse(text), text
+
+
+# ---- the fields as pydantic validates them: the same verdicts and values as the functions ----
+
+
+class _Text(str):
+    """A str subclass (never from JSON; read as text)."""
+
+    __slots__ = ()
+
+
+_SOME_UUID = UUID("6f1c2b1e-4d0a-4c59-9a57-1f0e9f3b7a10")  # fixed: test ids equal on every worker
+_TIMESTAMP = TypeAdapter(UtcDatetime)
+_UUID = TypeAdapter(Uuid)
+_CANONICAL_UUID = re.compile(UUID_PATTERN.removeprefix("^").removesuffix("$"), re.ASCII)
+
+
+def assert_field_reads_as_parse_utc(value: object) -> None:
+    """The field (a Rust path for the written form, :func:`parse_utc` for the rest) accepts
+    what parse_utc accepts, with the same value and ``tzinfo``, and refuses the rest with
+    parse_utc's reason."""
+    try:
+        expected: datetime | None = parse_utc(value)
+    except ValueError as exc:
+        expected, reason = None, f"Value error, {exc}"
+    try:
+        parsed = _TIMESTAMP.validate_python(value)
+    except ValidationError as exc:
+        assert expected is None, (value, expected)
+        (error,) = validation_errors(exc)
+        assert error["msg"] == reason, value
+        return
+    assert parsed == expected, value
+    assert type(parsed) is datetime, value
+    assert parsed.tzinfo is UTC, value
+
+
+@given(
+    digit_soup
+    | st.lists(fragments, max_size=14).map("".join)
+    | f.utc_times.map(format_utc)
+    | st.text(max_size=30)
+    | st.sampled_from(_EDITS)
+    | st.builds(
+        lambda moment, index, char: (
+            format_utc(moment)[:index] + char + format_utc(moment)[index + 1 :]
+        ),
+        f.utc_times,
+        st.integers(0, 26),
+        st.sampled_from(_REPLACEMENTS),
+    )
+)
+def test_the_timestamp_field_reads_text_as_parse_utc(text: str) -> None:
+    assert_field_reads_as_parse_utc(text)
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        1763719200,
+        None,
+        b"2026-11-21T10:00:00.123456Z",
+        datetime(2026, 11, 21, 10),  # noqa: DTZ001 - naive on purpose
+        datetime(2026, 11, 21, 12, tzinfo=timezone(timedelta(hours=2))),
+        datetime(9998, 12, 31, 23, tzinfo=timezone(timedelta(hours=-2))),
+        "9998-12-31T23:59:59.999999Z",
+        "9999-01-01T00:00:00.000000Z",
+        "1969-12-31T23:59:59.999999Z",
+        "2026-02-29T10:00:00.000000Z",
+        "2024-02-29T10:00:00.000000Z",
+        "2026-11-21T10:00:00.123456\uff3a",
+        "\u0662026-11-21T10:00:00.123456Z",
+        "2026-11-21T10:00:00.123456Z\n",
+        _Text("2026-11-21T10:00:00.123456Z"),
+    ],
+)
+def test_the_timestamp_field_reads_other_values_as_parse_utc(value: object) -> None:
+    assert_field_reads_as_parse_utc(value)
+
+
+def test_a_naive_datetime_is_refused_with_a_message_that_says_so() -> None:
+    with pytest.raises(ValidationError, match="naive"):
+        _TIMESTAMP.validate_python(datetime(2026, 11, 21, 10))  # noqa: DTZ001
+
+
+@given(
+    st.uuids().flatmap(
+        lambda u: st.sampled_from(
+            [
+                str(u),
+                str(u).upper(),
+                str(u)[:9] + str(u)[9:].upper(),
+                u.hex,
+                f"{{{u}}}",
+                f"urn:uuid:{u}",
+                str(u)[:35],
+                str(u) + "0",
+                str(u) + "\n",
+                " " + str(u),
+                str(u).replace("-", "\u2010"),
+                str(u).replace("a", "\uff41"),
+            ]
+        )
+    )
+    | st.text(alphabet="0123456789abcdefABCDEF-{}:\x00", max_size=40)
+)
+def test_the_uuid_field_reads_only_the_one_spelling(text: str) -> None:
+    if not _CANONICAL_UUID.fullmatch(text):
+        with pytest.raises(ValidationError, match="lowercase hex, hyphenated"):
+            _UUID.validate_python(text)
+        return
+    parsed = _UUID.validate_python(text)
+    assert type(parsed) is UUID
+    assert str(parsed) == text
+    assert parsed == UUID(text)
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        _SOME_UUID,
+        None,
+        5,
+        5.0,
+        b"\x00" * 16,
+        str(_SOME_UUID).encode(),
+        _Text(str(_SOME_UUID).upper()),
+        [],
+        {},
+    ],
+)
+def test_the_uuid_field_takes_uuid_objects_and_refuses_other_types(value: object) -> None:
+    if isinstance(value, UUID):
+        assert _UUID.validate_python(value) is value
+        assert _UUID.validate_python(_Text(value)) == value  # text of a subclass: read as text
+        return
+    with pytest.raises(ValidationError, match="lowercase hex, hyphenated"):
+        _UUID.validate_python(value)
