@@ -107,7 +107,7 @@ class RuleCandidatesHandler(Handler[None]):
             if cap is None:
                 cap = caps[stamp] = latest_order(stamp, now)
             key = (
-                last if last <= cap else cap,  # ordered_at(last, stamp, now)
+                min(last, cap),  # ordered_at(last, stamp, now)
                 last,
                 payload.failure_count,
                 payload.snapshot_hash,
