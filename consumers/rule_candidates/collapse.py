@@ -57,11 +57,16 @@ OrderKey = tuple[datetime, datetime, int, str]
 def ordered_at(last_observed_at: datetime, record_timestamp_ms: int, now: datetime) -> datetime:
     """``last_observed_at`` capped at the record's timestamp (``now`` when it has none, i.e.
     a negative or zero timestamp) plus :data:`MAX_CLOCK_SKEW`."""
+    return min(last_observed_at, latest_order(record_timestamp_ms, now))
+
+
+def latest_order(record_timestamp_ms: int, now: datetime) -> datetime:
+    """The cap :func:`ordered_at` applies to a record with this timestamp (the same for every
+    snapshot of the record's timestamp: a batch computes it once per distinct timestamp)."""
     published = (
         _EPOCH + timedelta(milliseconds=record_timestamp_ms) if record_timestamp_ms > 0 else now
     )
-    limit = published + MAX_CLOCK_SKEW
-    return min(last_observed_at, limit)
+    return published + MAX_CLOCK_SKEW
 
 
 def order_key(

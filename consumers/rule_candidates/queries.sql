@@ -22,7 +22,11 @@
 -- cluster's superseded snapshots were themselves older than the stored one (stale). Against a
 -- concurrent writer of the same cluster (two members during a rebalance) it may be older than
 -- the version the conflict check compared with: only that outcome label can then be off.
--- The same statement records the signal hour of every applied cluster for the churn gauge.
+-- The same statement records the signal hour of every applied cluster for the churn gauge,
+-- except a cluster whose stored last_signaled_at already lies in this hour: last_signaled_at is
+-- written only by this statement (or restored by a rebuild together with the signal rows it
+-- had), always beside its hour's signal row, and the current hour is never pruned — so that row
+-- exists, and probing for it again for every batch (~1 us of database CPU per event) is skipped.
 WITH incoming AS (
     SELECT *
     FROM unnest($1::uuid[], $2::text[], $3::uuid[], $4::uuid[], $5::text[], $6::bigint[],
@@ -32,7 +36,8 @@ WITH incoming AS (
              first_observed_at, last_observed_at, envelope, suggested_rule_stub, ordered_at)
 ),
 prior AS (
-    SELECT p.cluster_id, p.ordered_at, p.last_observed_at, p.failure_count, p.snapshot_hash
+    SELECT p.cluster_id, p.ordered_at, p.last_observed_at, p.failure_count, p.snapshot_hash,
+           p.last_signaled_at
     FROM platform.rule_candidates_pending AS p
     WHERE p.cluster_id IN (SELECT cluster_id FROM incoming)
 ),
@@ -72,7 +77,11 @@ applied AS (
 ),
 signalled AS (
     INSERT INTO platform.cluster_signal_hours (hour, cluster_id)
-    SELECT date_trunc('hour', now()), cluster_id FROM applied
+    SELECT date_trunc('hour', now()), a.cluster_id
+    FROM applied AS a
+    LEFT JOIN prior AS p ON p.cluster_id = a.cluster_id
+    WHERE p.last_signaled_at IS NULL
+       OR date_trunc('hour', p.last_signaled_at) <> date_trunc('hour', now())
     ON CONFLICT DO NOTHING
 )
 SELECT a.cluster_id, a.inserted, a.resurfaced,

@@ -87,9 +87,10 @@ class BatchTransaction:
         for delivery in deliveries:
             unique.setdefault(delivery.idempotency_key, delivery)
         batch = list(unique.values())
+        keys = list(unique)  # batch's keys, in the same order
         failed: list[DeadLetter] = []
         try:
-            result, fresh = await self._retrying("database", lambda: self._run(batch))
+            result, fresh = await self._retrying("database", lambda: self._run(batch, keys))
         except ConfigurationError:
             raise
         except PermanentError as exc:
@@ -107,8 +108,9 @@ class BatchTransaction:
         )
         return Applied(result, fresh, duplicates, tuple(failed))
 
-    async def _run(self, batch: list[Delivery]) -> tuple[HandlerResult[Any], int]:
-        """One transaction: claim the keys, apply the fresh deliveries, record the outcomes."""
+    async def _run(self, batch: list[Delivery], keys: list[str]) -> tuple[HandlerResult[Any], int]:
+        """One transaction: claim the keys (``keys[i]`` is ``batch[i]``'s), apply the fresh
+        deliveries, record the outcomes."""
         name = self._handler.name
         try:
             async with self._connections.lend() as conn, conn.transaction():
@@ -117,13 +119,13 @@ class BatchTransaction:
                     for row in await conn.fetch(
                         _SQL["claim_keys"],
                         name,
-                        [d.idempotency_key for d in batch],
+                        keys,
                         [d.envelope.event_id for d in batch],
                         [d.partition for d in batch],
                         [d.offset for d in batch],
                     )
                 }
-                fresh = [d for d in batch if d.idempotency_key in fresh_keys]
+                fresh = [d for d, key in zip(batch, keys, strict=True) if key in fresh_keys]
                 result: HandlerResult[Any] = (
                     await self._handler.apply(conn, fresh) if fresh else HandlerResult()
                 )
@@ -164,7 +166,7 @@ class BatchTransaction:
             try:
                 result, fresh = await self._retrying(
                     "database",
-                    lambda d=delivery: self._run([d]),  # type: ignore[misc]
+                    lambda d=delivery: self._run([d], [d.idempotency_key]),  # type: ignore[misc]
                 )
             except ConfigurationError:
                 raise

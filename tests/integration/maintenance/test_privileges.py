@@ -4,13 +4,19 @@ relay only marks them published, maintenance only moves and empties slots."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import asyncpg
 import pytest
 
 from spectral.outbox import OutboxItem, enqueue
-from tests.integration.maintenance.support import claim, session
+from tests.integration.maintenance.support import (
+    EXECUTOR,
+    PROJECTOR,
+    claim,
+    first_rotation,
+    session,
+)
 from tests.integration.relay.support import key_id, numbered
 
 pytestmark = pytest.mark.integration
@@ -66,6 +72,39 @@ async def test_a_consumer_role_can_neither_see_nor_change_another_consumers_rows
         )
     assert row is not None
     assert row["outcome"] == "applied"
+
+
+async def test_keys_compare_byte_by_byte_and_stay_each_consumers_own(database_url: str) -> None:
+    """The dedup keys are compared bytewise (COLLATE "C", for the claim's cost): keys that only
+    a collation could order alike stay distinct, a replayed claim takes none of them again
+    (each once, in either slot), and the other consumer's role neither sees nor claims them."""
+    keys = ["k-é", "k-e\u0301", "K-É", "k-ß", "k-ss", "k-ǅ", "k-a\U0001f600", "k-a\ufffd"]
+    async with session(database_url) as admin:
+        collations = await admin.fetch(
+            "SELECT attname, collname FROM pg_attribute JOIN pg_collation c"
+            " ON c.oid = attcollation WHERE attrelid = 'core.event_handled'::regclass"
+            " AND attname IN ('consumer', 'idempotency_key')"
+        )
+    assert {r["attname"]: r["collname"] for r in collations} == {
+        "consumer": "C",
+        "idempotency_key": "C",
+    }
+    assert await claim(database_url, keys) == set(keys)
+    assert await claim(database_url, [*reversed(keys), keys[0]]) == set()
+    repo, rotation = await first_rotation(database_url)
+    try:
+        await repo.rotate_dedup(rotation, timedelta(seconds=30))
+    finally:
+        await repo.close()
+    assert await claim(database_url, keys) == set()  # in the previous slot now: still handled
+    with pytest.raises(asyncpg.InsufficientPrivilegeError, match="row-level security"):
+        await claim(database_url, keys, OTHER[EXECUTOR], EXECUTOR)
+    async with session(database_url, EXECUTOR) as conn:
+        assert await conn.fetchval("SELECT count(*) FROM core.event_handled") == 0
+    async with session(database_url, PROJECTOR) as conn:
+        assert await conn.fetchval(
+            "SELECT count(*) FROM core.event_handled WHERE idempotency_key = ANY($1)", keys
+        ) == len(keys)
 
 
 @pytest.mark.parametrize("role", sorted(OWN))

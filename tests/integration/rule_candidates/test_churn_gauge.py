@@ -10,7 +10,14 @@ from prometheus_client import CollectorRegistry
 from consumers.rule_candidates import RuleCandidatesHandler, build
 from consumers.rule_candidates.churn import RETENTION_HOURS, exceeds
 from spectral.settings import load_settings
-from tests.integration.rule_candidates.helpers import connected, sample
+from tests.integration.rule_candidates.helpers import (
+    apply,
+    connected,
+    delivery,
+    new_handler,
+    sample,
+    snapshot,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -101,3 +108,55 @@ async def test_periodic_refreshes_through_a_pool(database_url: str) -> None:
     finally:
         await pool.close()
     assert sample(registry, "spectral_cluster_churn_distinct_24h") == 6
+
+
+async def _hours(database_url: str, cluster: uuid.UUID) -> list[int]:
+    """Hours ago of the cluster's signal rows."""
+    async with connected(database_url, None) as conn:
+        rows = await conn.fetch(
+            "SELECT (extract(epoch FROM date_trunc('hour', now()) - hour) / 3600)::int AS ago"
+            " FROM platform.cluster_signal_hours WHERE cluster_id = $1 ORDER BY hour",
+            cluster,
+        )
+    return [r["ago"] for r in rows]
+
+
+async def test_every_applied_cluster_has_its_signal_hour_however_often_it_is_written(
+    database_url: str,
+) -> None:
+    """The upsert skips the signal row of a cluster already signalled this hour; a cluster last
+    signalled in an earlier hour (or whose row for this hour is its first) still gets one, and
+    a stale snapshot signals nothing."""
+    handler = new_handler()
+    again, earlier, stale = uuid.uuid4(), uuid.uuid4(), uuid.uuid4()
+    await apply(
+        database_url,
+        handler,
+        [delivery(snapshot(c, minutes=1), offset=i) for i, c in enumerate((again, earlier, stale))],
+    )
+    assert [await _hours(database_url, c) for c in (again, earlier, stale)] == [[0], [0], [0]]
+    async with connected(database_url, None) as conn:  # as if signalled two hours ago only
+        await conn.execute(
+            "UPDATE platform.rule_candidates_pending"
+            " SET last_signaled_at = last_signaled_at - interval '2 hours' WHERE cluster_id = $1",
+            earlier,
+        )
+        await conn.execute(
+            "UPDATE platform.cluster_signal_hours SET hour = hour - interval '2 hours'"
+            " WHERE cluster_id = $1",
+            earlier,
+        )
+    await apply(
+        database_url,
+        handler,
+        [
+            delivery(snapshot(again, minutes=2), offset=3),
+            delivery(snapshot(earlier, minutes=2), offset=4),
+            delivery(snapshot(stale, minutes=0), offset=5),
+        ],
+    )
+    assert await _hours(database_url, again) == [0]
+    assert await _hours(database_url, earlier) == [2, 0]
+    assert await _hours(database_url, stale) == [0]
+    reading = await _refresh(database_url, _handler(CollectorRegistry()))
+    assert reading.distinct_24h == 3
