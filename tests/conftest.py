@@ -148,11 +148,12 @@ def spectral_env(settings: Settings) -> dict[str, str]:
 
 # Tests that share a resource bigger than one test run in one parallel worker (`--dist loadgroup`):
 # the private 3-broker cluster (a session fixture), the private broker of test_local_kafka (a module
-# fixture) and the Go producer's build directory.
+# fixture), the Go producer's build directory and the compose logins (roles are server-wide).
 _GROUPS = {
     "tests/cluster/": "kafka-cluster",
     "tests/integration/test_local_kafka.py": "local-kafka",
     "tests/interop/": "go-build",
+    "tests/integration/test_compose_logins.py": "compose-logins",  # server-wide login names
 }
 
 
