@@ -304,6 +304,7 @@ class ConsumerEngine:
                 metadata_max_age_ms=refresh_ms,
             )
             await self._retrying("kafka", self._producer.start)
+            await self._retrying("kafka", self._track_known_topics)
             self._sink = KafkaDeadLetters(self._producer, self._pool.acquire, self.metrics)
         self._consumer = AIOKafkaConsumer(
             **kafka,
@@ -324,6 +325,15 @@ class ConsumerEngine:
         if self.source.live:
             await self.handler.start()
         log.info("consumer started", topics=sorted(self._topics))
+
+    async def _track_known_topics(self) -> None:
+        """Point the dead-letter producer's metadata at the handler's topics. A producer that
+        has sent nothing tracks no topic, and aiokafka then refreshes the metadata of every
+        topic of the cluster (each ``metadata_max_age_ms``): on a cluster of 5,600 topics that
+        was 84 ms of CPU every 5 s, a stall of the whole event loop. The source topics exist
+        (asking for them creates nothing); a dead letter's topic is added when it is sent."""
+        assert self._producer is not None  # noqa: S101 - started just before
+        await self._producer.client.set_topics(sorted(self._topics))
 
     def _lender(self) -> Connections:
         if self._connections is None:
