@@ -18,18 +18,17 @@ from typing import Any
 import asyncpg
 import pytest
 from aiokafka import TopicPartition
-from prometheus_client import CollectorRegistry
 
 from contracts import FAILURE_CLUSTER_DETECTED
-from spectral.consumer.engine import ConsumerEngine, EngineOptions
+from spectral.consumer.engine import ConsumerEngine
 from spectral.kafka.topics import topic_for
 from spectral.observability.progress import EngineHook
 from spectral.settings import Settings
 from tests.integration.consumer.test_engine import (  # the same handler and effects table
-    RecordingHandler,
     _effects,
     effects_table,  # noqa: F401 - a fixture, used by name
 )
+from tests.integration.consumer.test_engine import _engine as engine_with
 from tests.kafka_support import (
     cluster_event,
     committed_offsets,
@@ -107,17 +106,7 @@ class CheckedCommits(EngineHook):
 
 
 def _engine(settings: Settings, hook: EngineHook) -> ConsumerEngine:
-    assert settings.kafka_bootstrap is not None
-    assert settings.database_url is not None
-    return ConsumerEngine(
-        RecordingHandler(),
-        settings,
-        kafka_bootstrap=settings.kafka_bootstrap,
-        database_url=settings.database_url.get_secret_value(),
-        options=EngineOptions(stop_when_idle=2.0, max_batch=BATCH),
-        registry=CollectorRegistry(),
-        hook=hook,
-    )
+    return engine_with(settings, max_batch=BATCH, hook=hook)
 
 
 async def _topic(settings: Settings, kafka_bootstrap: str, events: int) -> tuple[str, set[str]]:
@@ -126,6 +115,17 @@ async def _topic(settings: Settings, kafka_bootstrap: str, events: int) -> tuple
     published = [cluster_event() for _ in range(events)]
     await publish_envelopes(kafka_bootstrap, topic, published)
     return topic, {e.idempotency_key for e in published}
+
+
+async def _all_once_and_committed(
+    settings: Settings, kafka_bootstrap: str, database_url: str, topic: str, keys: set[str]
+) -> None:
+    effects = await _effects(database_url)
+    assert set(effects) == keys
+    assert set(effects.values()) == {1}
+    group = settings.topic_prefix + "engine-test"
+    committed = await committed_offsets(kafka_bootstrap, group, topic)
+    assert committed == await end_offsets(kafka_bootstrap, topic)
 
 
 async def test_a_slow_offset_commit_does_not_hold_back_the_next_transaction(
@@ -143,13 +143,7 @@ async def test_a_slow_offset_commit_does_not_hold_back_the_next_transaction(
     assert engine._producer.client._topics == {topic}
     assert hook.overlapped is True, "the next transaction waited for the offset commit"
     assert hook.violations == []
-    effects = await _effects(database_url)
-    assert set(effects) == keys
-    assert set(effects.values()) == {1}
-    group = settings.topic_prefix + "engine-test"
-    assert await committed_offsets(kafka_bootstrap, group, topic) == await end_offsets(
-        kafka_bootstrap, topic
-    )
+    await _all_once_and_committed(settings, kafka_bootstrap, database_url, topic, keys)
 
 
 async def test_after_a_failed_offset_commit_nothing_later_is_committed(
@@ -173,9 +167,4 @@ async def test_after_a_failed_offset_commit_nothing_later_is_committed(
     again = CheckedCommits(database_url)
     await _engine(settings, again).run()
     assert again.violations == []
-    effects = await _effects(database_url)
-    assert set(effects) == keys
-    assert set(effects.values()) == {1}
-    assert await committed_offsets(kafka_bootstrap, group, topic) == await end_offsets(
-        kafka_bootstrap, topic
-    )
+    await _all_once_and_committed(settings, kafka_bootstrap, database_url, topic, keys)
