@@ -330,8 +330,8 @@ class ConsumerEngine:
         """Point the dead-letter producer's metadata at the handler's topics. A producer that
         has sent nothing tracks no topic, and aiokafka then refreshes the metadata of every
         topic of the cluster (each ``metadata_max_age_ms``): on a cluster of 5,600 topics that
-        was 84 ms of CPU every 5 s, a stall of the whole event loop. The source topics exist
-        (asking for them creates nothing); a dead letter's topic is added when it is sent."""
+        was 84 ms of CPU every 5 s, a stall of the whole event loop. The consumer asks for the
+        same topics anyway; a dead letter's topic is added when it is first sent."""
         assert self._producer is not None  # noqa: S101 - started just before
         await self._producer.client.set_topics(sorted(self._topics))
 
