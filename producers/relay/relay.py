@@ -116,7 +116,10 @@ class RelayOptions:
     listen: bool = True
     """Sleep on the doorbell (LISTEN/NOTIFY) when idle; False: poll only."""
     stats_interval: float = 1.0
-    linger_ms: int = 5
+    linger_ms: int = 0
+    """The producer's wait for more records before it sends a request. A batch sends every row
+    at once and then waits for every ack, so no more records come: any linger only delays the
+    whole batch (5 ms did, at every batch)."""
     max_batch_bytes: int = 512 * 1024
     backoff: Backoff = field(default_factory=lambda: Backoff(base=0.5, cap=10.0))
     # Test-only fault hook: exit abruptly right after Kafka acknowledged the first batch and

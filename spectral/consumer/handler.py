@@ -36,7 +36,8 @@ Flow of one batch (see engine.py and transaction.py):
   3. ``handler.apply(conn, fresh_deliveries)`` → HandlerResult;
   4. keys the handler marks stale get outcome 'stale'; rejected deliveries lose their
      event_handled row (they were not applied) and are dead-lettered;
-  5. COMMIT; dead letters are produced and acknowledged; offsets are committed;
+  5. COMMIT; then, behind the batch before it (while the next batch's transaction may already
+     run), dead letters are produced and acknowledged and offsets are committed;
   6. ``handler.after_commit(result)`` runs post-commit work (after the offsets, too: work it
      starts must tolerate the process dying right after, the transaction recorded what it
      needs).

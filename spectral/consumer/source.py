@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
@@ -96,8 +96,9 @@ class RecordSource(ABC):
 
 
 class _Revocations(ConsumerRebalanceListener):  # type: ignore[misc]
-    """Before partitions move, wait for the in-flight batch (which commits its own offsets),
-    then start a new epoch."""
+    """Before partitions move, wait for the batch whose transaction is running and for every
+    batch whose transaction committed to commit its offsets (while this member still owns the
+    partitions), then start a new epoch: the batches fetched before are dropped."""
 
     def __init__(self, source: GroupSource) -> None:
         self._source = source
@@ -106,6 +107,7 @@ class _Revocations(ConsumerRebalanceListener):  # type: ignore[misc]
         if not revoked:
             return
         async with self._source.batch_lock:
+            await self._source.acknowledged()
             self._source.epoch += 1
             self._source.revoked(revoked)
         log.info("partitions revoked", partitions=_names(revoked))
@@ -122,12 +124,21 @@ class GroupSource(RecordSource):
     live = True
 
     def __init__(
-        self, group: str, batch_lock: asyncio.Lock, *, revoked: Moved, assigned: Moved
+        self,
+        group: str,
+        batch_lock: asyncio.Lock,
+        *,
+        revoked: Moved,
+        assigned: Moved,
+        acknowledged: Callable[[], Awaitable[None]],
     ) -> None:
-        """``batch_lock`` is held while a batch is applied and committed; ``revoked`` is told
-        which partitions left (under that lock), ``assigned`` which arrived (possibly none)."""
+        """``batch_lock`` is held while a batch's transaction runs; ``acknowledged`` waits
+        (under that lock) until every batch whose transaction committed has committed its
+        offsets; ``revoked`` is told which partitions left (under that lock), ``assigned``
+        which arrived (possibly none)."""
         self.group = group
         self.batch_lock = batch_lock
+        self.acknowledged = acknowledged
         self.revoked = revoked
         self.assigned = assigned
 

@@ -134,6 +134,58 @@ async def test_sigkill_mid_stream_then_restart_gives_exactly_once(
     assert await read_all(kafka_bootstrap, dlq_topic(topic)) == []
 
 
+async def test_sigkill_between_a_database_commit_and_its_offsets_gives_exactly_once(
+    database_url: str,
+    kafka_bootstrap: str,
+    topic_prefix: str,
+    spectral_env: dict[str, str],
+    tmp_path: Path,
+) -> None:
+    """The window the overlap opens: batch N committed in the database, its offset commit
+    under way, batch N+1's transaction running (first kill) or committed too (second kill)."""
+    log, marker = tmp_path / "consumer.log", tmp_path / "held-offsets"
+    await _execute(database_url, CREATE_TABLE)
+    topic = topic_for(FAILURE_CLUSTER_DETECTED, topic_prefix)
+    await create_topics(kafka_bootstrap, [topic], partitions=1)
+    events = [cluster_event() for _ in range(1000)]
+    await publish_envelopes(kafka_bootstrap, topic, events)
+    group = topic_prefix + "fault-recorder"
+    handled = "SELECT count(*) FROM core.event_handled WHERE consumer = 'fault-recorder'"
+    in_transaction = (
+        "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+        " AND state = 'idle in transaction'"
+    )
+
+    for hold in ("30", "0"):  # N+1's transaction held open; then let it commit
+        marker.unlink(missing_ok=True)
+        env = {**spectral_env, "FAULT_HOLD_COMMIT": str(marker), "FAULT_HOLD_NEXT_SECONDS": hold}
+        proc = _start_consumer(env, idle=600, log=log)
+
+        async def in_the_window(hold: str = hold) -> bool:
+            if not marker.exists():
+                return False
+            if hold != "0":
+                return await _count(database_url, in_transaction) > 0
+            return await _count(database_url, handled) > int(marker.read_text())
+
+        try:
+            await eventually(in_the_window, timeout=60, interval=0.05)
+            committed = await committed_offsets(kafka_bootstrap, group, topic)
+            assert await _count(database_url, handled) > (committed[0] or 0)  # DB ahead
+        finally:
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=10)
+
+    final = _start_consumer(spectral_env, idle=3, log=log)
+    assert final.wait(timeout=120) == 0, _tail(log)
+    await _assert_exactly_once(database_url, {e.idempotency_key for e in events})
+    assert await _count(database_url, handled) == len(events)
+    assert await committed_offsets(kafka_bootstrap, group, topic) == await end_offsets(
+        kafka_bootstrap, topic
+    )
+    assert await read_all(kafka_bootstrap, dlq_topic(topic)) == []
+
+
 @dataclass(frozen=True)
 class Outage:
     """A server taken away under a running consumer for ``seconds``, then given back."""

@@ -16,6 +16,7 @@ from spectral.consumer.engine import ConsumerEngine, EngineOptions
 from spectral.consumer.handler import Delivery, Handler, HandlerResult, Outcome, Rejection
 from spectral.kafka.freshness import READY_AT_HEADER
 from spectral.kafka.topics import dlq_topic, topic_for
+from spectral.observability.progress import EngineHook
 from spectral.settings import Settings
 from tests.kafka_support import (
     cluster_event,
@@ -87,7 +88,14 @@ async def effects_table(database_url: str) -> None:
         await conn.close()
 
 
-def _engine(settings: Settings, group: str | None = None, idle: float = 2.0) -> ConsumerEngine:
+def _engine(
+    settings: Settings,
+    group: str | None = None,
+    idle: float = 2.0,
+    *,
+    max_batch: int = 500,
+    hook: EngineHook | None = None,
+) -> ConsumerEngine:
     assert settings.kafka_bootstrap is not None
     assert settings.database_url is not None
     return ConsumerEngine(
@@ -95,8 +103,9 @@ def _engine(settings: Settings, group: str | None = None, idle: float = 2.0) -> 
         settings,
         kafka_bootstrap=settings.kafka_bootstrap,
         database_url=settings.database_url.get_secret_value(),
-        options=EngineOptions(group=group, stop_when_idle=idle, max_batch=500),
+        options=EngineOptions(group=group, stop_when_idle=idle, max_batch=max_batch),
         registry=CollectorRegistry(),
+        hook=hook,
     )
 
 
