@@ -23,9 +23,11 @@ async def test_a_target_lock_serialises_and_is_released_by_commit(database_url: 
         holder = one.transaction()
         await holder.start()
         await TransactionLocks(one).target("epic:d/E1")
-        held = await three.fetch(
-            "SELECT objid FROM pg_locks WHERE locktype = 'advisory' AND classid = $1::int::oid",
+        held = await three.fetch(  # pg_locks is server-wide: only this test's holder counts
+            "SELECT objid FROM pg_locks WHERE locktype = 'advisory' AND classid = $1::int::oid "
+            "AND pid = $2",
             int(LockKind.TARGET),
+            one.get_server_pid(),
         )
         assert len(held) == 1
         async with two.transaction():
@@ -81,10 +83,11 @@ async def test_several_target_locks_are_taken_at_once_in_ascending_order(databas
             locks = TransactionLocks(one)
             await locks.targets(["epic:d/E3", "epic:d/E1", "epic:d/E2", "epic:d/E1"])
             assert [k.scope for k in locks.held] == ["epic:d/E1", "epic:d/E2", "epic:d/E3"]
-            held = await two.fetchval(
+            held = await two.fetchval(  # pg_locks is server-wide: only this test's holder counts
                 "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' "
-                "AND classid = $1::int::oid AND granted",
+                "AND classid = $1::int::oid AND granted AND pid = $2",
                 int(LockKind.TARGET),
+                one.get_server_pid(),
             )
             assert held == 3
             waiter = asyncio.create_task(_locked(two, "epic:d/E2"))
