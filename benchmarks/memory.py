@@ -19,17 +19,14 @@ import argparse
 import asyncio
 import tracemalloc
 
-from prometheus_client import CollectorRegistry
-
+from benchmarks.inprocess import rule_candidates_engine
 from benchmarks.options import Options
 from benchmarks.report import Report
 from benchmarks.stack import BenchStack
 from benchmarks.triage import fill
-from consumers.rule_candidates import build
 from spectral.consumer.collector import tune_for_batches
-from spectral.consumer.engine import ConsumerEngine, EngineOptions
+from spectral.consumer.engine import ConsumerEngine
 from spectral.observability.logging import configure_logging
-from spectral.settings import load_settings
 
 _MIB = 1024 * 1024
 _FRAMES = 6
@@ -60,16 +57,7 @@ async def _measure(options: Options) -> None:
         await fill(stack, options, report)
         print(report.notes[-1])
         database_url = await stack.database("memory")
-        settings = load_settings(topic_prefix=stack.topic_prefix)
-        registry = CollectorRegistry()
-        engine = ConsumerEngine(
-            build(settings, database_url, registry),
-            settings,
-            kafka_bootstrap=stack.endpoints.kafka_bootstrap,
-            database_url=database_url,
-            options=EngineOptions(group=f"memory-{stack.run_id}", stop_when_idle=2),
-            registry=registry,
-        )
+        engine = rule_candidates_engine(stack, database_url, f"memory-{stack.run_id}")
         first: list[tracemalloc.Snapshot] = []
         tracemalloc.start(_FRAMES)
         watch = asyncio.create_task(_watch(engine, options.events, first))

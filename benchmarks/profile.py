@@ -13,18 +13,15 @@ import sys
 import time
 from pathlib import Path
 
-from prometheus_client import CollectorRegistry
 from pyinstrument import Profiler
 
+from benchmarks.inprocess import rule_candidates_engine
 from benchmarks.options import Options
 from benchmarks.report import RESULTS_DIR, Report
 from benchmarks.stack import BenchStack
 from benchmarks.triage import fill
-from consumers.rule_candidates import build
 from spectral.consumer.collector import tune_for_batches
-from spectral.consumer.engine import ConsumerEngine, EngineOptions
 from spectral.observability.logging import configure_logging
-from spectral.settings import load_settings
 
 
 async def _profile(options: Options, duplicates: bool, out: Path) -> None:
@@ -34,18 +31,9 @@ async def _profile(options: Options, duplicates: bool, out: Path) -> None:
         await fill(stack, options, report)
         print(report.notes[-1])
         database_url = await stack.database("profile")
-        settings = load_settings(topic_prefix=stack.topic_prefix)
         passes = 2 if duplicates else 1
         for number in range(passes):
-            registry = CollectorRegistry()
-            engine = ConsumerEngine(
-                build(settings, database_url, registry),
-                settings,
-                kafka_bootstrap=stack.endpoints.kafka_bootstrap,
-                database_url=database_url,
-                options=EngineOptions(group=f"profile-{stack.run_id}-{number}", stop_when_idle=2),
-                registry=registry,
-            )
+            engine = rule_candidates_engine(stack, database_url, f"profile-{stack.run_id}-{number}")
             profiler = Profiler(interval=0.001, async_mode="disabled")
             started = time.perf_counter()
             if number == passes - 1:
