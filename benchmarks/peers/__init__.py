@@ -40,16 +40,13 @@ def faststream(
             sys.executable,
             "-m",
             "benchmarks.peers.faststream_peer",
-            "--bootstrap",
-            bootstrap,
-            "--topic",
-            topic,
-            "--group",
-            group,
-            "--database-url",
-            database_url,
-            "--records",
-            str(records),
+            *_options(
+                bootstrap=bootstrap,
+                topic=topic,
+                group=group,
+                database_url=database_url,
+                records=records,
+            ),
         ),
     )
 
@@ -65,19 +62,24 @@ def quix(
         (
             str(PEERS_PYTHON),
             str(HERE / "quix_peer.py"),
-            "--bootstrap",
-            bootstrap,
-            "--topic",
-            topic,
-            "--group",
-            group,
-            "--database-url",
-            database_url,
-            "--table",
-            table,
-            "--records",
-            str(records),
+            *_options(
+                bootstrap=bootstrap,
+                topic=topic,
+                group=group,
+                database_url=database_url,
+                table=table,
+                records=records,
+            ),
         ),
+    )
+
+
+def _options(**values: object) -> tuple[str, ...]:
+    """``--name value`` for each keyword (``database_url`` -> ``--database-url``)."""
+    return tuple(
+        part
+        for name, value in values.items()
+        for part in (f"--{name.replace('_', '-')}", str(value))
     )
 
 
