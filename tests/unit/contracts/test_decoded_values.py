@@ -38,16 +38,18 @@ RECORD_KEY_FIELD = {
 }
 """Section 3 of the spec: the payload field whose text is the Kafka record key."""
 
-_ABSENT = object()
-
 
 def assert_reads_as_wire(model: BaseModel, wire: dict[str, Any], path: str) -> None:
     """Every field of ``model`` holds what ``wire`` (its parsed JSON object) says, typed."""
     fields = type(model).model_fields
     extra = {name: value for name, value in wire.items() if name not in fields}
     assert (model.__pydantic_extra__ or {}) == extra, path
-    for name in fields:
-        assert_value(getattr(model, name), wire.get(name, _ABSENT), name, f"{path}.{name}")
+    for name, info in fields.items():
+        if name in wire:
+            assert_value(getattr(model, name), wire[name], name, f"{path}.{name}")
+        else:  # an absent field holds its default (a required one is refused before this)
+            default = info.get_default(call_default_factory=True)
+            assert getattr(model, name) == default, f"{path}.{name}: absent, not its default"
 
 
 def assert_value(value: object, text: Any, name: str, path: str) -> None:
@@ -66,7 +68,7 @@ def assert_value(value: object, text: Any, name: str, path: str) -> None:
         assert type(value) is UUID, path
         assert str(value) == text, path  # the one spelling, read back exactly
     elif value is None:
-        assert text is _ABSENT or text is None, path
+        assert text is None, path
     elif isinstance(value, Enum):
         assert value.value == text, path
     else:
