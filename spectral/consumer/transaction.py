@@ -86,16 +86,14 @@ class BatchTransaction:
         unique: dict[str, Delivery] = {}
         for delivery in deliveries:
             unique.setdefault(delivery.idempotency_key, delivery)
-        batch = list(unique.values())
-        keys = list(unique)  # batch's keys, in the same order
         failed: list[DeadLetter] = []
         try:
-            result, fresh = await self._retrying("database", lambda: self._run(batch, keys))
+            result, fresh = await self._retrying("database", lambda: self._run(unique))
         except ConfigurationError:
             raise
         except PermanentError as exc:
             log.warning("batch failed for a data reason; applying one by one", error=str(exc))
-            result, fresh, failed = await self._one_by_one(batch)
+            result, fresh, failed = await self._one_by_one(unique)
         duplicates = len(deliveries) - fresh - len(failed)
         failed.extend(
             DeadLetter.of(
@@ -108,10 +106,11 @@ class BatchTransaction:
         )
         return Applied(result, fresh, duplicates, tuple(failed))
 
-    async def _run(self, batch: list[Delivery], keys: list[str]) -> tuple[HandlerResult[Any], int]:
-        """One transaction: claim the keys (``keys[i]`` is ``batch[i]``'s), apply the fresh
-        deliveries, record the outcomes."""
+    async def _run(self, unique: dict[str, Delivery]) -> tuple[HandlerResult[Any], int]:
+        """One transaction: claim the keys (``unique``: each delivery by its idempotency key),
+        apply the fresh deliveries, record the outcomes."""
         name = self._handler.name
+        batch = list(unique.values())
         try:
             async with self._connections.lend() as conn, conn.transaction():
                 fresh_keys = {
@@ -119,13 +118,13 @@ class BatchTransaction:
                     for row in await conn.fetch(
                         _SQL["claim_keys"],
                         name,
-                        keys,
+                        list(unique),
                         [d.envelope.event_id for d in batch],
                         [d.partition for d in batch],
                         [d.offset for d in batch],
                     )
                 }
-                fresh = [d for d, key in zip(batch, keys, strict=True) if key in fresh_keys]
+                fresh = [d for key, d in unique.items() if key in fresh_keys]
                 result: HandlerResult[Any] = (
                     await self._handler.apply(conn, fresh) if fresh else HandlerResult()
                 )
@@ -156,17 +155,17 @@ class BatchTransaction:
         )
 
     async def _one_by_one(
-        self, batch: list[Delivery]
+        self, unique: dict[str, Delivery]
     ) -> tuple[HandlerResult[Any], int, list[DeadLetter]]:
         """Each delivery in its own transaction: (merged result, fresh, failed)."""
         merged: HandlerResult[Any] = HandlerResult()
         fresh_total = 0
         failed: list[DeadLetter] = []
-        for delivery in batch:
+        for key, delivery in unique.items():
             try:
                 result, fresh = await self._retrying(
                     "database",
-                    lambda d=delivery: self._run([d], [d.idempotency_key]),  # type: ignore[misc]
+                    lambda k=key, d=delivery: self._run({k: d}),  # type: ignore[misc]
                 )
             except ConfigurationError:
                 raise
