@@ -41,7 +41,8 @@ from tests.integration.work.support import (
     executor_settings,
     harness,
 )
-from tests.kafka_support import committed_offsets
+from tests.kafka_support import committed_offsets, read_all
+from tests.support import eventually
 
 pytestmark = pytest.mark.integration
 
@@ -77,6 +78,22 @@ async def _published(admin: asyncpg.Pool, timeout: float = 30.0) -> None:
         await asyncio.sleep(0.1)
 
 
+async def _caught_up(
+    admin: asyncpg.Pool, kafka_bootstrap: str, database_url: str, topic: str
+) -> None:
+    """Every event the live run wrote is on the topic and handled by the live group. Terminal
+    items are not enough: the event of a retry can still wait in the outbox when the last item
+    settles, and a relay of a later step then publishes it, one delivery more than the step
+    expects (seen in CI: the dry run's dedup inserts were 3, not 2)."""
+    await _published(admin)
+
+    async def all_handled() -> bool:
+        records = await read_all(kafka_bootstrap, topic)
+        return len(await handled(database_url, CONSUMER)) == len(records)
+
+    await eventually(all_handled, timeout=30)
+
+
 def _factory(settings: Settings, model: ScriptedSynthesizer) -> Callable[[str], Handler[Any]]:
     return lambda url: build(settings, url, CollectorRegistry(), synthesizer=model)
 
@@ -99,6 +116,7 @@ async def test_replaying_the_executor_pays_nothing_twice_and_a_dry_run_pays_noth
             engine_running(live, current, kafka_bootstrap, database_url, CONSUMER),
         ):
             await settled(h.admin)
+            await _caught_up(h.admin, kafka_bootstrap, database_url, topic)
         paid = model.total
         assert paid == 4  # E1 once, E2 twice (one transient failure), E3 once (refused)
         state = await _state(h.admin)
