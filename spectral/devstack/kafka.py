@@ -28,6 +28,7 @@ import shutil
 import signal
 import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar, NoReturn
@@ -60,7 +61,7 @@ from spectral.devstack.kafka_jars import (
 )
 from spectral.devstack.kafka_probe import probe
 from spectral.devstack.ports import free_port, port_answers, port_is_free
-from spectral.devstack.process import pid_alive, terminate
+from spectral.devstack.process import freeze, pid_alive, terminate, thaw
 from spectral.errors import ConfigurationError, TransientError
 
 __all__ = ["KAFKA_VERSION", "KafkaStatus", "LocalKafka", "default_cache_dir"]
@@ -173,12 +174,13 @@ class LocalKafka:
             self._stop_locked(timeout=0.0, signal_first=signal.SIGKILL)
 
     def pause(self) -> None:
-        """SIGSTOP the broker: connections stay open, nothing answers (fault tests)."""
-        self._signal_running(signal.SIGSTOP)
+        """SIGSTOP the broker and return once every thread of it stopped: connections stay
+        open, nothing answers (fault tests)."""
+        self._signal_running(freeze)
 
     def resume(self) -> None:
-        """SIGCONT a paused broker."""
-        self._signal_running(signal.SIGCONT)
+        """SIGCONT a paused broker and return once it runs again."""
+        self._signal_running(thaw)
 
     # -- start ----------------------------------------------------------------------------
 
@@ -473,14 +475,14 @@ class LocalKafka:
         for path in (self.layout.state_file, self.layout.properties, self.layout.console_file):
             path.unlink(missing_ok=True)
 
-    def _signal_running(self, sig: signal.Signals) -> None:
+    def _signal_running(self, send: Callable[[int], None]) -> None:
         with locked(self.layout.lock_file):
             pid = self._running_pid()
             if pid is None:
                 raise TransientError(
                     f"No local Kafka broker runs for {self.layout.root}; start it first."
                 )
-            os.kill(pid, sig)
+            send(pid)
 
     def _reap(self, pid: int) -> None:
         child = self._children.pop(pid, None)

@@ -6,6 +6,7 @@ import contextlib
 import os
 import signal
 import time
+from pathlib import Path
 
 
 def pid_alive(pid: int | None) -> bool:
@@ -38,6 +39,51 @@ def terminate(pid: int, timeout: float) -> None:
                 _reap(pid)
                 return
             time.sleep(0.1)
+
+
+def freeze(pid: int, timeout: float = 10.0) -> None:
+    """SIGSTOP ``pid`` and return once every thread of it is stopped.
+
+    ``kill`` only queues the signal: each thread stops when the kernel next schedules it, so a
+    thread of a busy process (a broker's network thread) can still answer a request after the
+    call returned. A fault test that then asserts "nothing answers" needs the stop itself."""
+    os.kill(pid, signal.SIGSTOP)
+    _await_states(pid, stopped=True, timeout=timeout)
+
+
+def thaw(pid: int, timeout: float = 10.0) -> None:
+    """SIGCONT ``pid`` and return once no thread of it is stopped any more."""
+    os.kill(pid, signal.SIGCONT)
+    _await_states(pid, stopped=False, timeout=timeout)
+
+
+def _await_states(pid: int, *, stopped: bool, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        states = _thread_states(pid)
+        if not states or all((state in "Tt") == stopped for state in states):
+            return
+        if time.monotonic() > deadline:
+            verb = "stop" if stopped else "continue"
+            raise TimeoutError(f"process {pid} did not {verb} within {timeout} s: {states}")
+        time.sleep(0.005)
+
+
+def _thread_states(pid: int) -> list[str]:
+    """The scheduler state letter of each live thread of ``pid`` (empty when it is gone)."""
+    try:
+        tasks = list(Path(f"/proc/{pid}/task").iterdir())
+    except OSError:
+        return []
+    states = []
+    for task in tasks:
+        try:
+            state = (task / "stat").read_text(encoding="ascii").rsplit(") ", 1)[1][:1]
+        except (OSError, IndexError):
+            continue  # the thread ended meanwhile
+        if state not in "ZX":
+            states.append(state)
+    return states
 
 
 def _reap(pid: int) -> None:

@@ -1,0 +1,67 @@
+"""freeze/thaw: a stop that has happened when the call returns, for every thread."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from spectral.devstack.process import freeze, thaw
+
+# Four threads spinning on the CPU and one blocked in a read: the busy ones are the ones a
+# plain kill(SIGSTOP) can leave running for a moment after it returned.
+_BUSY = """
+import sys, threading
+def spin():
+    while True:
+        pass
+for _ in range(4):
+    threading.Thread(target=spin, daemon=True).start()
+print("ready", flush=True)
+sys.stdin.read()
+"""
+
+
+@pytest.fixture
+def busy() -> Iterator[subprocess.Popen[str]]:
+    child = subprocess.Popen(
+        [sys.executable, "-c", _BUSY], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert child.stdout is not None
+        assert child.stdout.readline() == "ready\n"
+        yield child
+    finally:
+        child.kill()
+        child.wait(timeout=10)
+
+
+def _states(pid: int) -> list[str]:
+    return [
+        (task / "stat").read_text().rsplit(") ", 1)[1][:1]
+        for task in Path(f"/proc/{pid}/task").iterdir()
+    ]
+
+
+def test_freeze_returns_with_every_thread_stopped_and_thaw_with_none(
+    busy: subprocess.Popen[str],
+) -> None:
+    for _ in range(20):
+        freeze(busy.pid)
+        states = _states(busy.pid)
+        assert len(states) == 5
+        assert set(states) == {"T"}
+        thaw(busy.pid)
+        assert "T" not in _states(busy.pid)
+
+
+def test_freezing_a_process_that_is_gone_raises_and_thaw_of_a_gone_one_too() -> None:
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait(timeout=10)
+    with pytest.raises(ProcessLookupError):
+        freeze(child.pid)
+    with pytest.raises(ProcessLookupError):
+        thaw(child.pid)
