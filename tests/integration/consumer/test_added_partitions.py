@@ -27,6 +27,14 @@ async def _publish(bootstrap: str, topic: str, partition: int, count: int) -> li
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all")
     await producer.start()
     try:
+        # A partition just added reaches the broker's metadata a moment after the admin call
+        # returned; a send to it before then fails with "Unrecognized partition" (seen under
+        # load), a race of this test's producer, not of the consumer under test.
+        deadline = time.monotonic() + 30
+        while partition not in await producer.partitions_for(topic):
+            assert time.monotonic() < deadline, f"partition {partition} of {topic} never listed"
+            await asyncio.sleep(0.1)
+            await producer.client.force_metadata_update()
         for event in events:
             await producer.send_and_wait(
                 topic,
