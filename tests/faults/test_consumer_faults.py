@@ -265,6 +265,46 @@ async def test_broker_stopped_mid_stream_loses_nothing_and_dead_letters_nothing(
         broker.stop(wipe=True)
 
 
+async def test_a_broker_stopped_while_the_consumer_is_idle_is_an_outage_not_idleness(
+    database_url: str, topic_prefix: str, spectral_env: dict[str, str], tmp_path: Path
+) -> None:
+    """Caught up, nothing in flight, then the broker goes away for longer than
+    --stop-when-idle: only the idle probe (its partitions' end offsets) can tell an outage from
+    a quiet topic, so it must find the broker unreachable and keep the consumer waiting. The idle
+    count starts again once the broker answers, so the records published as soon as it is back
+    are applied before the consumer stops (it stopped a second after the broker returned when
+    the count ran from the last failed probe)."""
+    broker = LocalKafka(tmp_path / "kafka", default_cache_dir())
+    bootstrap = broker.ensure_running()
+    log = tmp_path / "consumer.log"
+    try:
+        await _execute(database_url, CREATE_TABLE)
+        topic = topic_for(FAILURE_CLUSTER_DETECTED, topic_prefix)
+        await create_topics(bootstrap, [topic], partitions=3)
+        before = [cluster_event() for _ in range(100)]
+        await publish_envelopes(bootstrap, topic, before)
+        proc = _start_consumer({**spectral_env, "SPECTRAL_KAFKA_BOOTSTRAP": bootstrap}, 4, log)
+        deadline = time.monotonic() + 60
+        while await _count(database_url, "SELECT count(*) FROM fault_effects") < len(before):
+            assert time.monotonic() < deadline, "consumer did not apply the events"
+            assert proc.poll() is None, _tail(log)
+            await asyncio.sleep(0.05)
+        await asyncio.sleep(1.0)  # its offsets committed: nothing in flight, only the probe
+        broker.stop()
+        await asyncio.sleep(14)  # longer than an idle period and a probe, twice
+        assert proc.poll() is None, f"the consumer took the outage for idleness: {_tail(log)}"
+        broker.start()
+        after = [cluster_event() for _ in range(100)]
+        await publish_envelopes(bootstrap, topic, after)
+        assert proc.wait(timeout=120) == 0, _tail(log)
+        await _assert_exactly_once(database_url, {e.idempotency_key for e in before + after})
+        text = log.read_text()
+        assert "idle time not counted: unreachable" in text
+        assert "idle time counted again: reachable" in text
+    finally:
+        broker.stop(wipe=True)
+
+
 async def test_sigterm_commits_leaves_the_group_and_exits_zero(
     settings: Settings,
     database_url: str,
