@@ -36,8 +36,9 @@ class Options:
     governance_big_items: int = 10_000
     governance_small_items: int = 10
     governance_capped_items: int = 300
-    governance_window: float = 60.0
-    """Seconds of the big tenant's steady state measured for throughput."""
+    governance_window: float = 120.0
+    """Seconds of the big tenant's steady state measured for throughput (and the executor's RSS,
+    whose first half is its warm-up)."""
     compare: Path | None = None
     """Another checkout: its consumer is run against this one's, alternating (A/B)."""
     compare_rounds: int = 2
