@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -14,6 +13,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from contracts import EventEnvelope, FailureRef, encode, failure_cluster_detected_event
+from spectral.kafka.partitions import stop_consumer
 
 
 async def partitions_of(bootstrap: str, topic: str) -> list[int]:
@@ -28,13 +28,6 @@ async def partitions_of(bootstrap: str, topic: str) -> list[int]:
         if entry.get("topic") == topic and entry.get("error_code", 0) == 0:
             return sorted(p["partition"] for p in entry.get("partitions", []))
     return []
-
-
-async def _stop(consumer: AIOKafkaConsumer) -> None:
-    # aiokafka's group-less coordinator may surface the cancellation of its own internal task
-    # when a consumer is stopped right after it started; that is not the test's concern.
-    with contextlib.suppress(asyncio.CancelledError):
-        await consumer.stop()
 
 
 @dataclass(frozen=True)
@@ -138,7 +131,7 @@ async def read_all(bootstrap: str, topic: str, timeout: float = 10.0) -> list[Re
                 )
         return out
     finally:
-        await _stop(consumer)
+        await stop_consumer(consumer)
 
 
 async def committed_offsets(bootstrap: str, group: str, topic: str) -> dict[int, int | None]:
@@ -150,7 +143,7 @@ async def committed_offsets(bootstrap: str, group: str, topic: str) -> dict[int,
         partitions = await partitions_of(bootstrap, topic)
         return {p: await consumer.committed(TopicPartition(topic, p)) for p in partitions}
     finally:
-        await _stop(consumer)
+        await stop_consumer(consumer)
 
 
 async def end_offsets(bootstrap: str, topic: str) -> dict[int, int]:
@@ -161,7 +154,7 @@ async def end_offsets(bootstrap: str, topic: str) -> dict[int, int]:
         ends = await consumer.end_offsets(tps)
         return {tp.partition: off for tp, off in ends.items()}
     finally:
-        await _stop(consumer)
+        await stop_consumer(consumer)
 
 
 def cluster_event(

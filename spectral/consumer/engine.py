@@ -74,6 +74,7 @@ from spectral.kafka.codecs import require_codecs
 from spectral.kafka.config import client_kwargs, refusable_producer_kwargs
 from spectral.kafka.dlq import MAX_REQUEST_BYTES, DeadLetter
 from spectral.kafka.freshness import ready_at
+from spectral.kafka.partitions import stop_consumer
 from spectral.kafka.topics import group_for, topic_for
 from spectral.observability.logging import get_logger
 from spectral.observability.progress import EngineHook
@@ -353,17 +354,8 @@ class ConsumerEngine:
         except Exception as exc:  # noqa: BLE001 - closing: report, then close the rest
             log.warning("handler close failed", error=str(exc))
         if self._consumer is not None:
-            try:
-                await self._consumer.stop()  # leaves the group
-            except asyncio.CancelledError:
-                # aiokafka's group-less coordinator (a range) may surface the cancellation of its
-                # own internal task when stopped soon after it started; a cancellation of this
-                # task itself still propagates.
-                task = asyncio.current_task()
-                if task is not None and task.cancelling():
-                    raise
-            except Exception:  # noqa: BLE001, S110 - closing: nothing left to do about it
-                pass
+            with contextlib.suppress(Exception):  # closing: nothing left to do about it
+                await stop_consumer(self._consumer)  # leaves the group
         if self._producer is not None:
             with contextlib.suppress(Exception):
                 await self._producer.stop()

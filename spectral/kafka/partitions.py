@@ -52,10 +52,28 @@ async def standalone_consumer(
     try:
         yield consumer
     finally:
-        # A group-less consumer stopped right after it started may surface the cancellation of
-        # its own internal task; that is not the caller's concern.
-        with contextlib.suppress(asyncio.CancelledError, KafkaError):
-            await consumer.stop()
+        with contextlib.suppress(KafkaError):
+            await stop_consumer(consumer)
+
+
+async def stop_consumer(consumer: AIOKafkaConsumer) -> None:
+    """Stop ``consumer`` whole: its fetcher, its connections and its metadata task with it.
+
+    aiokafka 0.14's group-less coordinator starts a task when the consumer starts and cancels
+    it on stop; a task cancelled before it first ran makes ``stop`` raise CancelledError before
+    it closes the fetcher and the client, which then go on fetching and refreshing metadata in
+    the caller's process. One turn of the loop lets that task begin (it has been queued since
+    the consumer started), and a task that has begun ends quietly when cancelled.
+
+    A CancelledError that is not the caller's own cancellation is not the caller's concern
+    (closing has nothing left to do about it); the caller's own still propagates."""
+    await asyncio.sleep(0)
+    try:
+        await consumer.stop()
+    except asyncio.CancelledError:
+        task = asyncio.current_task()
+        if task is not None and task.cancelling():
+            raise
 
 
 @asynccontextmanager

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import subprocess
 import uuid
@@ -39,6 +40,7 @@ from tests.kafka_support import (
     publish_envelopes,
     read_all,
 )
+from tests.support import eventually
 
 pytestmark = pytest.mark.integration
 
@@ -223,6 +225,35 @@ async def test_ranges_by_offset_and_timestamp_stop_where_asked(
     assert everything.records == 10
     assert everything.counts[Outcome.APPLIED] == 10
     assert await end_offsets(kafka_bootstrap, topic) == {0: 10}
+
+
+async def test_a_replay_that_finds_nothing_leaves_no_kafka_client_running(
+    settings: Settings, kafka_bootstrap: str, database_url: str
+) -> None:
+    # A range that starts after every record: the replay's consumer is stopped right after it
+    # started. It must stop whole (fetcher, connections, metadata task), not go on running in
+    # the process that asked for the replay.
+    topic = topic_for(FAILURE_CLUSTER_DETECTED, settings.topic_prefix)
+    await create_topics(kafka_bootstrap, [topic], partitions=1)
+    await publish_envelopes(kafka_bootstrap, topic, [cluster_event() for _ in range(2)])
+    before = set(asyncio.all_tasks())
+    report = await run_replay(
+        settings,
+        rule_candidates(settings),
+        ReplayRequest(AtTime(T0 + timedelta(days=3650)), mode=Mode.DRY_RUN),
+    )
+    assert report.records == 0
+
+    def left() -> list[object]:
+        return [t.get_coro() for t in asyncio.all_tasks() if t not in before and not t.done()]
+
+    async def all_ended() -> bool:
+        return not left()
+
+    # What the replay cancelled ends within a few turns of the loop; what it leaked never does.
+    with contextlib.suppress(AssertionError):
+        await eventually(all_ended, timeout=5, interval=0.05)
+    assert left() == []
 
 
 async def test_the_cli_reports_in_json_and_in_tables(
