@@ -141,9 +141,9 @@ async def test_redrive_sends_every_selected_dead_letter_holding_one_batch_at_a_t
 ) -> None:
     topic = topic_for(FAILURE_CLUSTER_DETECTED, settings.topic_prefix)
     await _fill(kafka_bootstrap, topic)
-    # Batches of ~2 MiB (the default is 16 MiB) and a report listing 5, so that the bound shows
-    # on a 24 MB topic.
-    monkeypatch.setattr(dlq_records, "SCAN_BATCH_BYTES", 2 * MiB, raising=False)
+    # Batches of ~1 MiB (the default is 16 MiB) and a report listing 5, so that the bound shows
+    # on a 24 MB topic: 24 batches' worth.
+    monkeypatch.setattr(dlq_records, "SCAN_BATCH_BYTES", 1 * MiB, raising=False)
     monkeypatch.setattr(dlq_redrive, "REPORT_LIMIT", 5, raising=False)
     base = await _baseline(settings)
     bootstrap, url = endpoints(settings)
@@ -154,9 +154,12 @@ async def test_redrive_sends_every_selected_dead_letter_holding_one_batch_at_a_t
         )
         assert peak - base < 8 * MiB, f"a dry run held {(peak - base) / MiB:.1f} MiB more"
         sent, peak = await _peak(redrive(settings, bootstrap, conn, topic=topic))
-        # A batch read, its copy in the producer's buffers and the client's fetch buffer: a few
-        # batches, never the 24 MB topic (measured 6-8.5 MiB).
-        assert peak - base < 12 * MiB, f"a redrive held {(peak - base) / MiB:.1f} MiB more"
+        # A batch read (and the record that ended it), its copy in the producer's buffers, two
+        # copies of the produce request while it is encoded, a slow broker's unsent part of it
+        # and the client's fetch read-ahead: a few batches, never the 24 MB topic (measured 5.3
+        # MiB; with 2 MiB batches 7.5-8.8, and ~11 with the broker reading slowly, too close to
+        # a bound of 12 that once failed under load).
+        assert peak - base < 10 * MiB, f"a redrive held {(peak - base) / MiB:.1f} MiB more"
         again = await redrive(settings, bootstrap, conn, topic=topic)
     finally:
         await conn.close()
