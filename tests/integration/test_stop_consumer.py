@@ -1,0 +1,49 @@
+"""stop_consumer against the suite's broker: a consumer stops whole, however its stop ends."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+
+import pytest
+from aiokafka import AIOKafkaConsumer
+
+from spectral.kafka.partitions import stop_consumer
+from tests.support import eventually
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.mark.parametrize("group_id", [None, "stop-whole"])
+async def test_a_stop_whose_caller_is_cancelled_still_stops_the_consumer_whole(
+    kafka_bootstrap: str, topic_prefix: str, group_id: str | None
+) -> None:
+    # The caller of a stop is cancelled while it stops (a timeout around it, a second signal):
+    # aiokafka's stop was interrupted after it marked the consumer closed, so its fetch loop,
+    # connections and metadata task went on running in this process, and a second stop did
+    # nothing. The cancellation still reaches the caller; the consumer still stops whole.
+    before = set(asyncio.all_tasks())
+    consumer = AIOKafkaConsumer(
+        f"{topic_prefix}stop-whole",
+        bootstrap_servers=kafka_bootstrap,
+        group_id=group_id and f"{topic_prefix}{group_id}",
+        enable_auto_commit=False,
+    )
+    await consumer.start()
+    stopping = asyncio.create_task(stop_consumer(consumer))
+    for _ in range(3):  # stop is under way: the coordinator closed, the fetcher not yet
+        await asyncio.sleep(0)
+    stopping.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await stopping
+
+    def left() -> list[object]:
+        return [t.get_coro() for t in asyncio.all_tasks() if t not in before and not t.done()]
+
+    async def all_ended() -> bool:
+        return not left()
+
+    # What the stop cancelled ends within a few turns of the loop; what it leaked never does.
+    with contextlib.suppress(AssertionError):
+        await eventually(all_ended, timeout=10, interval=0.05)
+    assert left() == []
