@@ -1,0 +1,61 @@
+"""``stop_when_idle`` without servers: partitions that move while the idle probe runs are not
+idle time. The outages themselves are covered against a real broker in tests/faults."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from aiokafka import TopicPartition
+from prometheus_client import CollectorRegistry
+
+from spectral.consumer.engine import ConsumerEngine, EngineOptions
+from spectral.consumer.handler import Delivery, Handler, HandlerResult
+from spectral.settings import Settings
+
+IDLE = 60.0
+
+
+class _Nothing(Handler[None]):
+    name = "idle-test"
+    event_types = ("platform.failure_cluster.detected",)
+
+    async def apply(self, conn: Any, deliveries: Sequence[Delivery]) -> HandlerResult[None]:  # noqa: ARG002
+        return HandlerResult()
+
+
+def _idle_engine() -> ConsumerEngine:
+    engine = ConsumerEngine(
+        _Nothing(),
+        Settings(),
+        kafka_bootstrap="127.0.0.1:9",
+        database_url="postgresql://unused@127.0.0.1:9/unused",
+        options=EngineOptions(stop_when_idle=IDLE),
+        registry=CollectorRegistry(),
+    )
+    engine._busy_at = time.monotonic() - 2 * IDLE
+    return engine
+
+
+async def test_partitions_assigned_while_the_idle_probe_runs_are_not_idle() -> None:
+    # A member left: its partitions (and their unread records) came to this member while the
+    # broker answered the probe. The run must read them, not stop a moment after they came.
+    engine = _idle_engine()
+
+    async def rebalanced_meanwhile() -> str | None:
+        engine._assigned([TopicPartition("t", 0)])
+        return None
+
+    engine._unreachable = rebalanced_meanwhile  # type: ignore[method-assign]
+    assert not await engine._idle(time.monotonic() - 2 * IDLE)
+
+
+async def test_an_idle_member_whose_servers_answer_stops() -> None:
+    engine = _idle_engine()
+
+    async def answering() -> str | None:
+        return None
+
+    engine._unreachable = answering  # type: ignore[method-assign]
+    assert await engine._idle(time.monotonic() - 2 * IDLE)
