@@ -86,10 +86,13 @@ async def _stop_whole(consumer: AIOKafkaConsumer) -> None:
     try:
         await consumer.stop()
     except asyncio.CancelledError:
-        # Not this task's own cancellation (nothing cancels it but the loop's shutdown): the
-        # coordinator's task. ``stop`` skipped the fetcher and the client; both close twice.
+        # The coordinator's task (nothing else cancels this one but the loop's shutdown):
+        # ``stop`` skipped the fetcher and the client. Each closes again harmlessly.
+        fetcher = consumer._fetcher  # noqa: SLF001 - what aiokafka's stop skipped
+        if fetcher is not None:
+            with contextlib.suppress(asyncio.CancelledError):
+                await fetcher.close()
         with contextlib.suppress(asyncio.CancelledError):
-            await consumer._fetcher.close()  # noqa: SLF001 - what aiokafka's stop skipped
             await consumer._client.close()  # noqa: SLF001 - what aiokafka's stop skipped
 
 
