@@ -417,7 +417,18 @@ class ConsumerEngine:
         if time.monotonic() - max(last_record, self._busy_at) < idle:
             return False
         probed_at = time.monotonic()
-        unreachable = await self._unreachable()
+        probe = asyncio.ensure_future(self._unreachable())
+        stopping = asyncio.ensure_future(self._stop.wait())
+        await asyncio.wait((probe, stopping), return_when=asyncio.FIRST_COMPLETED)
+        stopping.cancel()
+        if not probe.done():
+            # Stopped (SIGTERM) while a frozen server let the probe wait: the run ends now, not
+            # up to IDLE_PROBE_SECONDS per server later.
+            probe.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await probe
+            return False
+        unreachable = probe.result()
         if unreachable is None and not self._outage:
             # Partitions moved while the probe ran (up to IDLE_PROBE_SECONDS): the count started
             # again then, and the partitions just assigned may hold records unread.

@@ -3,6 +3,7 @@ idle time. The outages themselves are covered against a real broker in tests/fau
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -59,3 +60,21 @@ async def test_an_idle_member_whose_servers_answer_stops() -> None:
 
     engine._unreachable = answering  # type: ignore[method-assign]
     assert await engine._idle(time.monotonic() - 2 * IDLE)
+
+
+async def test_a_stop_during_the_idle_probe_ends_the_run_without_waiting_for_it() -> None:
+    # A frozen server answers nothing: each probe waits IDLE_PROBE_SECONDS before it counts as
+    # unreachable. SIGTERM meanwhile must not wait for it.
+    engine = _idle_engine()
+    asked = asyncio.Event()
+
+    async def frozen() -> str | None:
+        asked.set()
+        await asyncio.Event().wait()
+        return None
+
+    engine._unreachable = frozen  # type: ignore[method-assign]
+    idle = asyncio.create_task(engine._idle(time.monotonic() - 2 * IDLE))
+    await asked.wait()
+    engine.stop()
+    assert not await asyncio.wait_for(idle, timeout=5)
