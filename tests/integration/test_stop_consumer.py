@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
-from typing import Any
 
 import pytest
 from aiokafka import AIOKafkaConsumer
 
 from spectral.kafka.partitions import stop_consumer
-from tests.support import eventually
+from tests.support import no_task_left_since
 
 pytestmark = pytest.mark.integration
 
@@ -38,7 +36,7 @@ async def test_a_stop_whose_caller_is_cancelled_still_stops_the_consumer_whole(
     with pytest.raises(asyncio.CancelledError):
         await stopping
 
-    await _nothing_left_since(before)
+    await no_task_left_since(before)
 
 
 async def test_a_coordinator_whose_close_raises_cancelled_still_leaves_nothing_running(
@@ -59,17 +57,4 @@ async def test_a_coordinator_whose_close_raises_cancelled_still_leaves_nothing_r
 
     monkeypatch.setattr(coordinator, "close", close_then_raise)
     await stop_consumer(consumer)
-    await _nothing_left_since(before)
-
-
-async def _nothing_left_since(before: set[asyncio.Task[Any]]) -> None:
-    def left() -> list[object]:
-        return [t.get_coro() for t in asyncio.all_tasks() if t not in before and not t.done()]
-
-    async def all_ended() -> bool:
-        return not left()
-
-    # What the stop cancelled ends within a few turns of the loop; what it leaked never does.
-    with contextlib.suppress(AssertionError):
-        await eventually(all_ended, timeout=10, interval=0.05)
-    assert left() == []
+    await no_task_left_since(before)
