@@ -419,14 +419,16 @@ class ConsumerEngine:
         probed_at = time.monotonic()
         probe = asyncio.ensure_future(self._unreachable())
         stopping = asyncio.ensure_future(self._stop.wait())
-        await asyncio.wait((probe, stopping), return_when=asyncio.FIRST_COMPLETED)
-        stopping.cancel()
-        if not probe.done():
+        try:
+            await asyncio.wait((probe, stopping), return_when=asyncio.FIRST_COMPLETED)
+        finally:  # the run cancelled meanwhile leaves neither behind
+            stopping.cancel()
+            if not probe.done():
+                probe.cancel()
+        if not probe.done() or probe.cancelled():
             # Stopped (SIGTERM) while a frozen server let the probe wait: the run ends now, not
             # up to IDLE_PROBE_SECONDS per server later.
-            probe.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await probe
+            await asyncio.wait((probe,))  # its cancellation has ended it
             return False
         unreachable = probe.result()
         if unreachable is None and not self._outage:

@@ -8,12 +8,14 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+import pytest
 from aiokafka import TopicPartition
 from prometheus_client import CollectorRegistry
 
 from spectral.consumer.engine import ConsumerEngine, EngineOptions
 from spectral.consumer.handler import Delivery, Handler, HandlerResult
 from spectral.settings import Settings
+from tests.support import no_task_left_since
 
 IDLE = 60.0
 
@@ -78,3 +80,22 @@ async def test_a_stop_during_the_idle_probe_ends_the_run_without_waiting_for_it(
     await asked.wait()
     engine.stop()
     assert not await asyncio.wait_for(idle, timeout=5)
+
+
+async def test_a_run_cancelled_during_the_idle_probe_leaves_no_probe_behind() -> None:
+    engine = _idle_engine()
+    asked = asyncio.Event()
+
+    async def frozen() -> str | None:
+        asked.set()
+        await asyncio.Event().wait()
+        return None
+
+    engine._unreachable = frozen  # type: ignore[method-assign]
+    before = set(asyncio.all_tasks())
+    idle = asyncio.create_task(engine._idle(time.monotonic() - 2 * IDLE))
+    await asked.wait()
+    idle.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await idle
+    await no_task_left_since(before, timeout=5)
