@@ -64,10 +64,9 @@ async def test_an_idle_member_whose_servers_answer_stops() -> None:
     assert await engine._idle(time.monotonic() - 2 * IDLE)
 
 
-async def test_a_stop_during_the_idle_probe_ends_the_run_without_waiting_for_it() -> None:
-    # A frozen server answers nothing: each probe waits IDLE_PROBE_SECONDS before it counts as
-    # unreachable. SIGTERM meanwhile must not wait for it.
-    engine = _idle_engine()
+async def _probing_a_frozen_server(engine: ConsumerEngine) -> asyncio.Task[bool]:
+    """``engine._idle`` under way, its probe waiting on a server that answers nothing (each
+    probe waits IDLE_PROBE_SECONDS before it counts as unreachable)."""
     asked = asyncio.Event()
 
     async def frozen() -> str | None:
@@ -78,23 +77,21 @@ async def test_a_stop_during_the_idle_probe_ends_the_run_without_waiting_for_it(
     engine._unreachable = frozen  # type: ignore[method-assign]
     idle = asyncio.create_task(engine._idle(time.monotonic() - 2 * IDLE))
     await asked.wait()
+    return idle
+
+
+async def test_a_stop_during_the_idle_probe_ends_the_run_without_waiting_for_it() -> None:
+    # SIGTERM while the probe waits on a frozen server: the run must not wait for the probe.
+    engine = _idle_engine()
+    idle = await _probing_a_frozen_server(engine)
     engine.stop()
     assert not await asyncio.wait_for(idle, timeout=5)
 
 
 async def test_a_run_cancelled_during_the_idle_probe_leaves_no_probe_behind() -> None:
     engine = _idle_engine()
-    asked = asyncio.Event()
-
-    async def frozen() -> str | None:
-        asked.set()
-        await asyncio.Event().wait()
-        return None
-
-    engine._unreachable = frozen  # type: ignore[method-assign]
     before = set(asyncio.all_tasks())
-    idle = asyncio.create_task(engine._idle(time.monotonic() - 2 * IDLE))
-    await asked.wait()
+    idle = await _probing_a_frozen_server(engine)
     idle.cancel()
     with pytest.raises(asyncio.CancelledError):
         await idle
