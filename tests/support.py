@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
+from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
@@ -61,3 +63,18 @@ async def database_login(
         await owner.execute(f"DROP OWNED BY {name}")
         await owner.execute(f"DROP ROLE IF EXISTS {name}")
         await owner.close()
+
+
+async def no_task_left_since(before: set[asyncio.Task[Any]], timeout: float = 10.0) -> None:
+    """Fail unless every task started since ``before`` ends within ``timeout`` seconds: what a
+    stop cancelled ends within a few turns of the loop; what it leaked never does."""
+
+    def left() -> list[object]:
+        return [t.get_coro() for t in asyncio.all_tasks() if t not in before and not t.done()]
+
+    async def all_ended() -> bool:
+        return not left()
+
+    with contextlib.suppress(AssertionError):
+        await eventually(all_ended, timeout=timeout, interval=0.05)
+    assert left() == []

@@ -407,17 +407,34 @@ class ConsumerEngine:
     async def _idle(self, last_record: float) -> bool:
         """``stop_when_idle`` has passed with nothing fetched while healthy: no batch in flight
         (one retrying through a database outage is not idle time), none settled, no partition
-        moved, no record fetched; and the broker and the database both answer now and did at
-        the previous probe (while either is away nothing arrives or nothing could be applied:
-        an outage, not idleness, so the count starts again, and again once it is over)."""
+        moved (before or while the broker and the database were asked), no record fetched; and
+        both answer now and did at the previous probe (while either is away nothing arrives or
+        nothing could be applied: an outage, not idleness, so the count starts again, and again
+        once it is over)."""
         idle = self.options.stop_when_idle
         if idle is None or self._in_flight:
             return False
         if time.monotonic() - max(last_record, self._busy_at) < idle:
             return False
-        unreachable = await self._unreachable()
+        probed_at = time.monotonic()
+        probe = asyncio.ensure_future(self._unreachable())
+        stopping = asyncio.ensure_future(self._stop.wait())
+        try:
+            await asyncio.wait((probe, stopping), return_when=asyncio.FIRST_COMPLETED)
+        finally:  # the run cancelled meanwhile leaves neither behind
+            stopping.cancel()
+            if not probe.done():
+                probe.cancel()
+        if not probe.done() or probe.cancelled():
+            # Stopped (SIGTERM) while a frozen server let the probe wait: the run ends now, not
+            # up to IDLE_PROBE_SECONDS per server later.
+            await asyncio.wait((probe,))  # its cancellation has ended it
+            return False
+        unreachable = probe.result()
         if unreachable is None and not self._outage:
-            return True
+            # Partitions moved while the probe ran (up to IDLE_PROBE_SECONDS): the count started
+            # again then, and the partitions just assigned may hold records unread.
+            return self._busy_at < probed_at
         if unreachable is None:
             # Back after an outage: the idle count starts now, not at the last failed probe,
             # so records published once the server is back are read before the run ends.

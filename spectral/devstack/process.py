@@ -42,13 +42,22 @@ def terminate(pid: int, timeout: float) -> None:
 
 
 def freeze(pid: int, timeout: float = 10.0) -> None:
-    """SIGSTOP ``pid`` and return once every thread of it is stopped.
+    """SIGSTOP ``pid`` and return once every thread of it is stopped; when they do not all stop
+    within ``timeout``, SIGCONT it and raise TimeoutError.
 
     ``kill`` only queues the signal: each thread stops when the kernel next schedules it, so a
     thread of a busy process (a broker's network thread) can still answer a request after the
     call returned. A fault test that then asserts "nothing answers" needs the stop itself."""
     os.kill(pid, signal.SIGSTOP)
-    _await_states(pid, stopped=True, timeout=timeout)
+    try:
+        _await_states(pid, stopped=True, timeout=timeout)
+    except TimeoutError:
+        # A thread that does not stop (one in uninterruptible sleep) still stops once it wakes:
+        # a failed pause must not leave the process stopped behind its caller's back (a caller
+        # whose pause raised does not resume it).
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGCONT)
+        raise
 
 
 def thaw(pid: int, timeout: float = 10.0) -> None:

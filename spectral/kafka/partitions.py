@@ -56,24 +56,44 @@ async def standalone_consumer(
             await stop_consumer(consumer)
 
 
+_STOPPING: set[asyncio.Task[None]] = set()
+"""Stops under way whose callers were cancelled: referenced until they end."""
+
+
 async def stop_consumer(consumer: AIOKafkaConsumer) -> None:
     """Stop ``consumer`` whole: its fetcher, its connections and its metadata task with it.
 
-    aiokafka 0.14's group-less coordinator starts a task when the consumer starts and cancels
-    it on stop; a task cancelled before it first ran makes ``stop`` raise CancelledError before
-    it closes the fetcher and the client, which then go on fetching and refreshing metadata in
-    the caller's process. One turn of the loop lets that task begin (it has been queued since
-    the consumer started), and a task that has begun ends quietly when cancelled.
+    aiokafka's ``stop`` marks the consumer closed first, then closes the coordinator, the
+    fetcher and the client: interrupted anywhere, a second ``stop`` returns at once and what it
+    had not closed yet goes on fetching and refreshing metadata in the caller's process. So:
 
-    A CancelledError that is not the caller's own cancellation is not the caller's concern
-    (closing has nothing left to do about it); the caller's own still propagates."""
+    * the stop runs in a task of its own, shielded from the caller's cancellation (a task
+      cancelled while it stops a consumer, by a timeout or a second signal, raises
+      CancelledError at once as ever, and the consumer still stops whole);
+    * aiokafka 0.14's group-less coordinator starts a task when the consumer starts and cancels
+      it on stop; a task cancelled before it first ran makes ``stop`` raise CancelledError
+      before it closes the fetcher and the client. One turn of the loop lets that task begin
+      (it has been queued since the consumer started), and a task that has begun ends quietly
+      when cancelled; should one still raise, what ``stop`` skipped is closed here."""
+    stopping = asyncio.create_task(_stop_whole(consumer))
+    _STOPPING.add(stopping)
+    stopping.add_done_callback(_STOPPING.discard)
+    await asyncio.shield(stopping)
+
+
+async def _stop_whole(consumer: AIOKafkaConsumer) -> None:
     await asyncio.sleep(0)
     try:
         await consumer.stop()
     except asyncio.CancelledError:
-        task = asyncio.current_task()
-        if task is not None and task.cancelling():
-            raise
+        # The coordinator's task (nothing else cancels this one but the loop's shutdown):
+        # ``stop`` skipped the fetcher and the client. Each closes again harmlessly.
+        fetcher = consumer._fetcher  # noqa: SLF001 - what aiokafka's stop skipped
+        if fetcher is not None:
+            with contextlib.suppress(asyncio.CancelledError):
+                await fetcher.close()
+        with contextlib.suppress(asyncio.CancelledError):
+            await consumer._client.close()  # noqa: SLF001 - what aiokafka's stop skipped
 
 
 @asynccontextmanager

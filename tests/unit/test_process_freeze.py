@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from spectral.devstack import process
 from spectral.devstack.process import freeze, thaw
 
 # Four threads spinning on the CPU and one blocked in a read: the busy ones are the ones a
@@ -65,3 +67,20 @@ def test_freezing_a_process_that_is_gone_raises_and_thaw_of_a_gone_one_too() -> 
         freeze(child.pid)
     with pytest.raises(ProcessLookupError):
         thaw(child.pid)
+
+
+def test_a_freeze_that_times_out_leaves_the_process_running(
+    busy: subprocess.Popen[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A thread in uninterruptible sleep (D) does not stop until it wakes: freeze times out. Its
+    # caller (LocalKafka.pause, outside the test's try/finally) never resumes it, so freeze must
+    # not leave the process stopped once the sleeper wakes.
+    monkeypatch.setattr(process, "_thread_states", lambda _pid: ["D"])
+    with pytest.raises(TimeoutError):
+        freeze(busy.pid, timeout=0.05)
+    monkeypatch.undo()
+    # The SIGSTOP freeze sent stops the threads within moments unless it was undone.
+    deadline = time.monotonic() + 2.0
+    while "T" in (states := _states(busy.pid)) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert "T" not in states

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import subprocess
 import uuid
@@ -40,7 +39,7 @@ from tests.kafka_support import (
     publish_envelopes,
     read_all,
 )
-from tests.support import eventually
+from tests.support import no_task_left_since
 
 pytestmark = pytest.mark.integration
 
@@ -244,16 +243,7 @@ async def test_a_replay_that_finds_nothing_leaves_no_kafka_client_running(
     )
     assert report.records == 0
 
-    def left() -> list[object]:
-        return [t.get_coro() for t in asyncio.all_tasks() if t not in before and not t.done()]
-
-    async def all_ended() -> bool:
-        return not left()
-
-    # What the replay cancelled ends within a few turns of the loop; what it leaked never does.
-    with contextlib.suppress(AssertionError):
-        await eventually(all_ended, timeout=5, interval=0.05)
-    assert left() == []
+    await no_task_left_since(before, timeout=5)
 
 
 async def test_the_cli_reports_in_json_and_in_tables(
