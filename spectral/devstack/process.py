@@ -19,11 +19,7 @@ def pid_alive(pid: int | None) -> bool:
         return False
     except PermissionError:
         return True
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii") as stat:  # noqa: PTH123
-            return stat.read().split(") ", 1)[1][:1] != "Z"
-    except (OSError, IndexError):
-        return True
+    return _state(Path(f"/proc/{pid}/stat")) != "Z"
 
 
 def terminate(pid: int, timeout: float) -> None:
@@ -84,15 +80,18 @@ def _thread_states(pid: int) -> list[str]:
         tasks = list(Path(f"/proc/{pid}/task").iterdir())
     except OSError:
         return []
-    states = []
-    for task in tasks:
-        try:
-            state = (task / "stat").read_text(encoding="ascii").rsplit(") ", 1)[1][:1]
-        except (OSError, IndexError):
-            continue  # the thread ended meanwhile
-        if state not in "ZX":
-            states.append(state)
-    return states
+    states = (_state(task / "stat") for task in tasks)
+    return [state for state in states if state not in ("", "Z", "X")]  # "": ended meanwhile
+
+
+def _state(stat: Path) -> str:
+    """The scheduler state letter in a ``/proc/.../stat`` file, "" when it cannot be read (the
+    process or thread is gone). It follows the command name's closing parenthesis: the last one,
+    since the name itself may hold ") ", and as bytes, since it need not be ASCII."""
+    try:
+        return stat.read_bytes().rsplit(b") ", 1)[1][:1].decode("ascii")
+    except (OSError, IndexError, UnicodeDecodeError):
+        return ""
 
 
 def _reap(pid: int) -> None:

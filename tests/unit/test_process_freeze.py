@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from spectral.devstack import process
-from spectral.devstack.process import freeze, thaw
+from spectral.devstack.process import freeze, pid_alive, thaw
 
 # Four threads spinning on the CPU and one blocked in a read: the busy ones are the ones a
 # plain kill(SIGSTOP) can leave running for a moment after it returned.
@@ -84,3 +84,24 @@ def test_a_freeze_that_times_out_leaves_the_process_running(
     while "T" in (states := _states(busy.pid)) and time.monotonic() < deadline:
         time.sleep(0.01)
     assert "T" not in states
+
+
+def test_a_command_name_holding_a_parenthesis_and_non_ascii_is_read_right() -> None:
+    # /proc/PID/stat spells the name between parentheses as it is: ") Z" in it looked like a
+    # zombie's state to a reader that split at the first ") ", and its UTF-8 bytes failed an
+    # ASCII read.
+    named = "import sys; open('/proc/self/comm', 'w').write('a) Z \\u00e9'); sys.stdin.read()"
+    child = subprocess.Popen([sys.executable, "-c", named], stdin=subprocess.PIPE)
+    try:
+        comm = Path(f"/proc/{child.pid}/comm")
+        deadline = time.monotonic() + 10
+        while "a) Z" not in comm.read_text(errors="replace"):
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        assert pid_alive(child.pid)
+        freeze(child.pid)
+        assert set(_states(child.pid)) == {"T"}
+        thaw(child.pid)
+    finally:
+        child.kill()
+        child.wait(timeout=10)
