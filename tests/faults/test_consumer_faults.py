@@ -79,6 +79,17 @@ async def _count(url: str, sql: str) -> int:
         await conn.close()
 
 
+async def _until_applied(url: str, at_least: int, proc: subprocess.Popen[bytes], log: Path) -> None:
+    """Wait until the consumer process has applied ``at_least`` events; fail after 60 s, or at
+    once should it exit meanwhile."""
+
+    async def applied() -> bool:
+        assert proc.poll() is None, _tail(log)
+        return await _applied(url, at_least)
+
+    await eventually(applied, timeout=60, interval=0.05)
+
+
 async def _assert_exactly_once(url: str, expected_keys: set[str]) -> None:
     conn = await asyncpg.connect(url)
     try:
@@ -210,10 +221,7 @@ async def _consume_through(
     await publish_envelopes(bootstrap, topic, events)
 
     proc = _start_consumer(env, idle=outage.idle, log=log)
-    deadline = time.monotonic() + 60
-    while await _count(database_url, "SELECT count(*) FROM fault_effects") < 300:
-        assert time.monotonic() < deadline, "consumer made no progress"
-        await asyncio.sleep(0.05)
+    await _until_applied(database_url, 300, proc, log)
     outage.stop()
     await asyncio.sleep(outage.seconds)
     assert proc.poll() is None, f"the consumer must wait for the {outage.what}, not exit"
@@ -284,11 +292,7 @@ async def test_a_broker_stopped_while_the_consumer_is_idle_is_an_outage_not_idle
         before = [cluster_event() for _ in range(100)]
         await publish_envelopes(bootstrap, topic, before)
         proc = _start_consumer({**spectral_env, "SPECTRAL_KAFKA_BOOTSTRAP": bootstrap}, 4, log)
-        deadline = time.monotonic() + 60
-        while await _count(database_url, "SELECT count(*) FROM fault_effects") < len(before):
-            assert time.monotonic() < deadline, "consumer did not apply the events"
-            assert proc.poll() is None, _tail(log)
-            await asyncio.sleep(0.05)
+        await _until_applied(database_url, len(before), proc, log)
         await asyncio.sleep(1.0)  # its offsets committed: nothing in flight, only the probe
         broker.stop()
         await asyncio.sleep(14)  # longer than an idle period and a probe, twice
@@ -320,10 +324,7 @@ async def test_sigterm_commits_leaves_the_group_and_exits_zero(
     await publish_envelopes(kafka_bootstrap, topic, events)
 
     proc = _start_consumer(spectral_env, idle=600, log=log)
-    deadline = time.monotonic() + 60
-    while await _count(database_url, "SELECT count(*) FROM fault_effects") < len(events):
-        assert time.monotonic() < deadline, "consumer did not apply the events"
-        await asyncio.sleep(0.1)
+    await _until_applied(database_url, len(events), proc, log)
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=30) == 0, _tail(log)
 
