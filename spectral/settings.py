@@ -118,6 +118,13 @@ class Settings(BaseSettings):
         gt=0,
         description="/healthz fails once the event loop made no progress for this long.",
     )
+    not_ready_after_seconds: float = Field(
+        default=10.0,
+        gt=0,
+        description="A call to Kafka or PostgreSQL unanswered this long (a publish the producer "
+        "keeps retrying, a statement on a frozen server) makes the process not ready (/readyz "
+        "503, spectral_ready 0) until it returns.",
+    )
     lag_interval_seconds: float = Field(
         default=10.0, gt=0, description="How often a consumer measures its lag per partition."
     )

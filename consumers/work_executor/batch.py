@@ -22,7 +22,7 @@ from consumers.work_executor.repository import (
     SpendOutcome,
 )
 from consumers.work_executor.retry import DeadLetterReason, FailureKind
-from spectral.db.connect import is_transient
+from spectral.faults import is_transient
 from spectral.observability.logging import get_logger
 from spectral.work.payloads import error_payload
 

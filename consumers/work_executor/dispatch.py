@@ -13,7 +13,6 @@ own steps (and a tenant's items never queue up locally behind another tenant's).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import Sequence
 from typing import Final, Protocol
 from uuid import UUID
@@ -21,8 +20,10 @@ from uuid import UUID
 from consumers.work_executor.claims import Claimed
 from consumers.work_executor.metrics import ExecutorMetrics
 from consumers.work_executor.pool import WorkerPool
+from spectral.faults import Component
 from spectral.observability.logging import get_logger
 from spectral.retry import Backoff
+from spectral.service import Service
 
 log = get_logger(__name__)
 
@@ -36,7 +37,14 @@ class Claim(Protocol):
 _MIN_WAIT: Final = 0.005
 
 
-class Dispatcher:
+class Dispatcher(Service):
+    """The claim loop (a :class:`~spectral.service.Service`: a failed claim — an outage, or a
+    read-only dry run — is retried after a backoff, and an outage logged once, not per try)."""
+
+    name = "work-dispatcher"
+    component = Component.DATABASE
+    retries_any_failure = True
+
     def __init__(
         self,
         claim: Claim,
@@ -46,29 +54,16 @@ class Dispatcher:
         poll_seconds: float,
         failure_backoff: Backoff | None = None,
     ) -> None:
+        super().__init__(backoff=failure_backoff or Backoff(base=0.2, cap=5.0))
         self._claim = claim
         self._pool = pool
         self._metrics = metrics
         self._poll = poll_seconds
-        self._backoff = failure_backoff or Backoff(base=0.2, cap=5.0)
-        self._wake = asyncio.Event()
-        self._task: asyncio.Task[None] | None = None
         self._lock = asyncio.Lock()
 
-    def wake(self) -> None:
-        """Something may be claimable now: try at once."""
-        self._wake.set()
-
-    def start(self) -> None:
-        if self._task is None or self._task.done():
-            self._task = asyncio.create_task(self._run(), name="work-dispatcher")
-
-    async def stop(self) -> None:
-        task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+    async def stop(self, *, cancel: bool = True, patience: float | None = None) -> None:
+        """Stop claiming; a claim in flight is abandoned (its transaction rolls back)."""
+        await super().stop(cancel=cancel, patience=patience)
 
     async def claim_once(self, only: Sequence[UUID] | None = None) -> Claimed:
         """One claim filling the room the pool has (at most one batch), handed to the pool;
@@ -86,26 +81,11 @@ class Dispatcher:
                 await self._pool.submit(claimed.jobs)
             return claimed
 
-    async def _run(self) -> None:
-        failures = 0
-        while True:
-            self._wake.clear()
-            try:
-                claimed = await self.claim_once()
-            except Exception as exc:  # noqa: BLE001 - an outage (or a read-only dry run): retried
-                failures += 1
-                if failures == 1 or failures % 20 == 0:
-                    log.warning("claim failed", error=f"{type(exc).__name__}: {exc}"[:300])
-                await asyncio.sleep(self._backoff.delay(failures))
-                continue
-            failures = 0
-            if claimed.wanted and not claimed.exhausted and self._pool.free > 0:
-                continue  # took all it asked for and there is room: more may be waiting
-            wait = self._poll
-            if claimed.retry_in is not None:
-                wait = min(wait, max(claimed.retry_in, _MIN_WAIT))
-            await self._sleep(wait)
-
-    async def _sleep(self, seconds: float) -> None:
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._wake.wait(), timeout=seconds)
+    async def step(self) -> float:
+        claimed = await self.claim_once()
+        if claimed.wanted and not claimed.exhausted and self._pool.free > 0:
+            return 0.0  # took all it asked for and there is room: more may be waiting
+        wait = self._poll
+        if claimed.retry_in is not None:
+            wait = min(wait, max(claimed.retry_in, _MIN_WAIT))
+        return wait

@@ -43,8 +43,11 @@ from consumers.work_executor.schedule import Resolve
 from contracts import WORK_ITEM_ENQUEUED
 from spectral.consumer.handler import Delivery, Handler, HandlerResult
 from spectral.db.connect import create_pool
+from spectral.faults import Component
 from spectral.llm.seam import Synthesizer
 from spectral.observability.logging import get_logger
+from spectral.retry import Backoff
+from spectral.service import Periodic
 from spectral.settings import Settings
 from spectral.work.types import Conn
 
@@ -92,8 +95,7 @@ class WorkExecutorHandler(Handler[UUID]):
             on_room=self._wake,
         )
         self._starting = asyncio.Lock()
-        self._sweeper: asyncio.Task[None] | None = None
-        self._stopping = asyncio.Event()
+        self._sweeper: Periodic | None = None
         self._woken: set[UUID] = set()
         """Items a replay's records woke, not claimed yet (``drain`` claims them)."""
 
@@ -114,9 +116,18 @@ class WorkExecutorHandler(Handler[UUID]):
         await self._open()
         assert self._dispatcher is not None  # noqa: S101 - set by _open()
         if self._sweeper is None:
-            self._stopping.clear()
             self._dispatcher.start()
-            self._sweeper = asyncio.create_task(self._sweep_forever(), name="work-sweeper")
+            interval = self._settings.work_sweep_interval_seconds
+            # Sweeps now, then every interval, until ``aclose`` asks it to stop: it stops
+            # between sweeps, never between a sweep's claim and its hand-over to the pool.
+            self._sweeper = Periodic(
+                "work-sweeper",
+                self.sweep_once,
+                every=interval,
+                backoff=Backoff(base=1.0, cap=max(interval, 1.0)),
+                component=Component.DATABASE,
+            )
+            self._sweeper.start()
 
     async def _open(self) -> WorkExecutor:
         """Open the executor's own connection pool (idempotent); no background work."""
@@ -171,20 +182,6 @@ class WorkExecutorHandler(Handler[UUID]):
         await self._open()
         assert self._dispatcher is not None  # noqa: S101 - set by _open()
         return await self._dispatcher.claim_once(only)
-
-    async def _sweep_forever(self) -> None:
-        """Sweep now, then every interval, until ``aclose`` asks it to stop: it stops between
-        sweeps, never between a sweep's claim and its hand-over to the pool."""
-        interval = self._settings.work_sweep_interval_seconds
-        while True:
-            try:
-                await self.sweep_once()
-            except Exception as exc:  # noqa: BLE001 - a failed sweep is retried next interval
-                log.warning("sweep failed", error=f"{type(exc).__name__}: {exc}")
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._stopping.wait(), timeout=interval)
-            if self._stopping.is_set():
-                return
 
     async def _run(self, jobs: Sequence[Job], done: JobDone) -> None:
         executor = await self._open()
@@ -249,12 +246,7 @@ class WorkExecutorHandler(Handler[UUID]):
         if self._dispatcher is not None:
             await self._dispatcher.stop()
         if self._sweeper is not None:
-            self._stopping.set()
-            done, _ = await asyncio.wait({self._sweeper}, timeout=patience)
-            if not done:
-                self._sweeper.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await self._sweeper
+            await self._sweeper.stop(patience=patience)
             self._sweeper = None
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._pool.join(), timeout=max(deadline - time.monotonic(), 0.0))

@@ -40,7 +40,6 @@ fails only when the database does (``TransientError``), never because of one ans
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import socket
 import time
@@ -83,7 +82,8 @@ from producers.clusters.snapshot import (
     stub_request,
 )
 from spectral.db.storable import escape_text
-from spectral.errors import ConfigurationError, PermanentError, TransientError
+from spectral.errors import PermanentError, TransientError
+from spectral.faults import Component
 from spectral.llm.answers import response_payload, unreadable_response_payload, usage_counts
 from spectral.llm.router import RouteError
 from spectral.llm.seam import (
@@ -94,6 +94,7 @@ from spectral.llm.seam import (
 )
 from spectral.observability.logging import get_logger
 from spectral.retry import Backoff
+from spectral.service import Periodic
 
 log = get_logger(__name__)
 
@@ -266,32 +267,24 @@ class FailureClusterService:
                 return report
 
     async def run(self, every: float, stop: asyncio.Event) -> None:
-        """Tick every ``every`` seconds until ``stop`` is set. Infrastructure faults back off;
-        so does any other failure (logged and counted: one bad tick never stops the service);
-        only a configuration error ends it."""
-        backoff = Backoff(base=0.5, cap=max(every, 10.0))
-        faults = 0
-        while not stop.is_set():
-            wait = every
-            try:
-                report = await self.tick()
-            except ConfigurationError:
-                raise
-            except Exception as exc:  # noqa: BLE001 - logged; the next tick tries again
-                faults += 1
-                wait = backoff.delay(faults)
-                log.warning(
-                    "tick failed; backing off",
-                    error=f"{type(exc).__name__}: {exc}"[:500],
-                    transient=isinstance(exc, TransientError),
-                    retry_in=wait,
-                )
-            else:
-                faults = 0
-                if report.evaluated or report.leases_recovered or report.leases_given_up:
-                    log.info("tick", **vars(report))
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), timeout=wait)
+        """Tick every ``every`` seconds until ``stop`` is set: a supervised loop
+        (``spectral.service``) — an outage is waited out (logged when it starts and ends), any
+        other failure is logged and retried after a backoff (one bad tick never stops the
+        service); only a configuration error ends it."""
+
+        async def tick() -> None:
+            report = await self.tick()
+            if report.evaluated or report.leases_recovered or report.leases_given_up:
+                log.info("tick", **vars(report))
+
+        ticker = Periodic(
+            "clusters-tick",
+            tick,
+            every=every,
+            backoff=Backoff(base=0.5, cap=max(every, 10.0)),
+            component=Component.DATABASE,
+        )
+        await ticker.run_until(stop)
 
     async def _evaluate(self, unit: ClusterUnit, cluster_ids: Sequence[UUID]) -> list[_Evaluated]:
         policy = self.policy

@@ -6,14 +6,10 @@ from enum import StrEnum
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from spectral.faults import Component
 from spectral.kafka.freshness import LATENCY_BUCKETS
 
 _DURATION_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
-
-
-class Component(StrEnum):
-    DATABASE = "database"
-    KAFKA = "kafka"
 
 
 class Wakeup(StrEnum):

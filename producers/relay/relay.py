@@ -20,8 +20,19 @@ record carries the header ``outbox.ready_at`` (when its row became publishable, 
 database's clock): consumers measure end-to-end freshness from it.
 
 Faults (database or broker unavailable) end the session — its locks are released with it — and
-the relay starts a new one after a capped exponential backoff. SIGTERM/SIGINT finish the batch in
-flight (publish and mark), release the locks and exit.
+the relay starts a new one after a capped exponential backoff: a supervised loop
+(``spectral.service``), so an outage is logged when it starts, now and then while it lasts, and
+when it ends, never once per session tried. SIGTERM/SIGINT finish the batch in flight (publish
+and mark), release the locks and exit.
+
+Nothing the relay reports waits on a call that may block. Readiness: the ``database`` and
+``kafka`` checks are probes on clocks of their own (a ``SELECT 1`` on a connection of its own; a
+metadata request on a Kafka client of its own), and a publish or a statement of the session
+still unanswered after ``SPECTRAL_NOT_READY_AFTER_SECONDS`` fails its check (health.py,
+``Health.call``) — the idempotent producer retries a publish for as long as the broker is away.
+The backlog gauges (``spectral_outbox_depth``, ``spectral_outbox_oldest_age_seconds``) are read
+every ``stats_interval`` on a connection of their own, so they rise during a broker outage
+whatever the session is waiting for.
 """
 
 from __future__ import annotations
@@ -41,16 +52,25 @@ from aiokafka import AIOKafkaProducer
 from aiokafka.errors import KafkaError
 
 from contracts import format_utc
-from producers.relay.metrics import Component, RelayMetrics, Wakeup
-from producers.relay.repository import RELAY_ROLE, OutboxRow, RelayRepository
+from producers.relay.metrics import RelayMetrics, Wakeup
+from producers.relay.repository import (
+    RELAY_ROLE,
+    OutboxRow,
+    OutboxStatsReader,
+    RelayRepository,
+)
 from producers.relay.shards import SHARD_COUNT, doorbell_slot, plan
+from spectral.db.connect import ping
 from spectral.errors import TransientError
+from spectral.faults import Component, describe
 from spectral.kafka.config import producer_kwargs
 from spectral.kafka.freshness import READY_AT_HEADER
+from spectral.kafka.probe import KafkaProbe
 from spectral.kafka.topics import topic_for
 from spectral.observability.health import Health
 from spectral.observability.logging import get_logger
 from spectral.retry import Backoff
+from spectral.service import Periodic, Supervised
 from spectral.settings import Settings
 
 log = get_logger(__name__)
@@ -106,6 +126,8 @@ class _Idle:
 class BrokerUnavailableError(TransientError):
     """Kafka did not acknowledge (part of) a batch."""
 
+    component = Component.KAFKA
+
 
 @dataclass(frozen=True)
 class RelayOptions:
@@ -153,48 +175,75 @@ class OutboxRelay:
         self._role = role
         self.metrics = metrics
         self.options = options or RelayOptions()
-        self._stopping = asyncio.Event()
         self._bell = asyncio.Event()
         """Set by the doorbell's notifications, and by ``stop``."""
         self._offset = random.randrange(SHARD_COUNT)  # noqa: S311 - spreads first picks, not security
+        self._report = RelayReport()
+        self._sessions = Supervised(
+            "outbox-relay",
+            self._session_step,
+            backoff=self.options.backoff,
+            component=Component.DATABASE,
+            give_up_after=ONCE_GIVES_UP_AFTER if self.options.once else None,
+            on_fault=self._faulted,
+        )
 
     def stop(self) -> None:
         """Finish the batch in flight, then exit (safe from a signal handler)."""
-        self._stopping.set()
+        self._sessions.stop_soon()
         self._bell.set()
 
+    @property
+    def _stopping(self) -> bool:
+        return self._sessions.stopping
+
     async def run(self) -> RelayReport:
-        report = RelayReport()
+        """Run sessions until stopped (or, ``once``, until nothing is publishable)."""
+        self._report = report = RelayReport()
         loop = asyncio.get_running_loop()
         installed: list[signal.Signals] = []
         for sig in (signal.SIGTERM, signal.SIGINT):
             with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
                 loop.add_signal_handler(sig, self.stop)
                 installed.append(sig)
-        faults = 0
+        watch = self._watch()
         try:
-            while not self._stopping.is_set():
-                try:
-                    await self._session(report)
-                except TransientError as exc:
-                    faults += 1
-                    component = (
-                        Component.KAFKA
-                        if isinstance(exc, BrokerUnavailableError)
-                        else Component.DATABASE
-                    )
-                    self.metrics.errors[component].inc()
-                    delay = self.options.backoff.delay(faults)
-                    log.warning("relay session failed; backing off", error=str(exc), retry_in=delay)
-                    if self.options.once and faults > 5:  # noqa: PLR2004 - a one-shot run gives up
-                        raise
-                    await self._sleep(delay)
-                    continue
-                break
+            await self._sessions.run()
         finally:
+            await watch.aclose()
             for sig in installed:
                 loop.remove_signal_handler(sig)
         return report
+
+    def _watch(self) -> _Watch:
+        """The probes and the backlog gauges of a long-running relay, on clocks of their own."""
+        if self.options.once:
+            return _Watch()
+        kafka = KafkaProbe(self._settings, self._bootstrap, client_id="spectral-outbox-probe")
+        gauges = _Gauges(self._database_url, self._role, self.metrics)
+        if self._health is not None:
+            self._health.probe(Component.DATABASE, lambda: ping(self._database_url))
+            self._health.probe(Component.KAFKA, kafka)
+        refresh = Periodic(
+            "outbox-gauges",
+            gauges.refresh,
+            every=self.options.stats_interval,
+            backoff=Backoff(base=self.options.stats_interval, cap=10.0),
+            component=Component.DATABASE,
+        )
+        refresh.start()
+        return _Watch(refresh, kafka, gauges)
+
+    def _faulted(self, exc: BaseException, component: str | None) -> None:
+        self.metrics.errors[
+            Component.KAFKA if component == Component.KAFKA else Component.DATABASE
+        ].inc()
+        self._ready("session", ok=False, detail=f"backing off: {describe(exc)}")
+
+    async def _session_step(self) -> None:
+        """One session; it ends when the relay is asked to stop (or, ``once``, has published
+        everything): the relay is done. A fault ends it by raising."""
+        await self._session(self._report)
 
     async def _session(self, report: RelayReport) -> None:
         repo = await RelayRepository.open(self._database_url, role=self._role)
@@ -207,32 +256,33 @@ class OutboxRelay:
             self._ready("session", ok=True, detail="database and Kafka connected")
             await self._loop(repo, producer, held, report)
         finally:
-            self._ready("session", ok=False, detail="no session (backing off)")
             self._ready("shards", ok=False, detail="no session")
             self.metrics.shards_held.set(0)
             if producer is not None:
                 with contextlib.suppress(Exception):
                     await producer.stop()
             await repo.close()  # ends the session: its shard locks are released
+        # Ended cleanly (stopped, or a run with --once done): no readiness to report any more.
+        if self._health is not None:
+            for check in ("session", "shards"):
+                self._health.forget(check)
 
     async def _loop(
         self, repo: RelayRepository, producer: AIOKafkaProducer, held: set[int], report: RelayReport
     ) -> None:
         next_rebalance = 0.0
-        next_stats = 0.0
         idle = _Idle()
         if self.options.listen and not self.options.once:
             await repo.listen(self._bell.set)
-        while not self._stopping.is_set():
+        while not self._stopping:
             now = time.monotonic()
             if now >= next_rebalance:
-                await self._rebalance(repo, held)
+                with self._call(Component.DATABASE, "shard rebalance"):
+                    await self._rebalance(repo, held)
                 next_rebalance = now + self.options.rebalance_interval
-            if now >= next_stats:
-                await self._refresh_stats(repo)
-                next_stats = now + self.options.stats_interval
             started = time.perf_counter()
-            rows = await repo.fetch_batch(sorted(held), self.options.batch)
+            with self._call(Component.DATABASE, "fetch a batch"):
+                rows = await repo.fetch_batch(sorted(held), self.options.batch)
             if not rows:
                 if self.options.once:
                     await self._refresh_stats(repo)
@@ -242,7 +292,8 @@ class OutboxRelay:
                 continue
             await idle.disarm(repo)
             await self._batch(repo, producer, rows, started, report)
-        await self._refresh_stats(repo)  # (the session's end gives a held doorbell slot back)
+        if self.options.once:
+            await self._refresh_stats(repo)  # (the session's end gives a held doorbell slot back)
 
     async def _idle(self, repo: RelayRepository, idle: _Idle, held: set[int]) -> bool:
         """Nothing to publish: sleep until the doorbell rings or the wait runs out; return
@@ -250,7 +301,7 @@ class OutboxRelay:
         slot = doorbell_slot(held)
         if not self.options.listen or slot is None:  # polling only, or nothing to publish
             await self._sleep(self.options.poll_interval)
-            return self._stopping.is_set()
+            return self._stopping
         if idle.slot is None:
             self._bell.clear()  # a ring from now on ends the next wait at once
             if await repo.await_doorbell(slot, self.options.poll_interval):
@@ -261,7 +312,7 @@ class OutboxRelay:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._bell.wait(), timeout=self.options.poll_interval)
         rang = self._bell.is_set()
-        if not self._stopping.is_set():
+        if not self._stopping:
             self.metrics.wakeups[Wakeup.NOTIFY if rang else Wakeup.POLL].inc()
         await idle.disarm(repo)
         return rang
@@ -274,14 +325,16 @@ class OutboxRelay:
         started: float,
         report: RelayReport,
     ) -> None:
-        acked, failure = await self._publish(producer, rows)
+        with self._call(Component.KAFKA, "publish"):
+            acked, failure = await self._publish(producer, rows)
         if self.options.crash_after_publish:
             sys.stderr.write("relay: crash hook: exiting after publish, before mark\n")
             sys.stderr.flush()
             os._exit(CRASH_EXIT_CODE)
         marked = set(acked)
         acked_at = time.time()
-        await repo.mark_published([row for row in rows if row.id in marked])
+        with self._call(Component.DATABASE, "mark published"):
+            await repo.mark_published([row for row in rows if row.id in marked])
         self.metrics.published.inc(len(acked))
         self.metrics.batch_duration.observe(time.perf_counter() - started)
         for row in rows:
@@ -323,6 +376,12 @@ class OutboxRelay:
     def _ready(self, check: str, *, ok: bool, detail: str) -> None:
         if self._health is not None:
             self._health.set_check(check, ok=ok, detail=detail)
+
+    def _call(self, check: str, what: str) -> contextlib.AbstractContextManager[None]:
+        """A call of the session that may block: unanswered past the bound, ``check`` fails."""
+        if self._health is None:
+            return contextlib.nullcontext()
+        return self._health.call(check, what)
 
     async def _refresh_stats(self, repo: RelayRepository) -> None:
         stats = await repo.stats()
@@ -371,5 +430,55 @@ class OutboxRelay:
         return acked, failure or first_fault
 
     async def _sleep(self, seconds: float) -> None:
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._stopping.wait(), timeout=seconds)
+        await self._sessions.sleep(seconds)
+
+
+ONCE_GIVES_UP_AFTER = 5
+"""Faults in a row after which ``--once`` gives up (a long-running relay never does)."""
+
+
+class _Gauges:
+    """The backlog gauges, read on a connection of their own (not a relay member: it holds no
+    lock and is not counted when the relays share the shards out)."""
+
+    def __init__(self, database_url: str, role: str | None, metrics: RelayMetrics) -> None:
+        self._url = database_url
+        self._role = role
+        self._metrics = metrics
+        self._reader: OutboxStatsReader | None = None
+
+    async def refresh(self) -> None:
+        if self._reader is None:
+            self._reader = await OutboxStatsReader.open(self._url, role=self._role)
+        try:
+            stats = await self._reader.stats(timeout=STATS_TIMEOUT)
+        except BaseException:
+            reader, self._reader = self._reader, None
+            await reader.close()
+            raise
+        self._metrics.depth.set(stats.depth)
+        self._metrics.oldest_age.set(stats.oldest_age_seconds)
+
+    async def close(self) -> None:
+        reader, self._reader = self._reader, None
+        if reader is not None:
+            await reader.close()
+
+
+STATS_TIMEOUT = 5.0
+"""Seconds a gauge reading may take before its connection is dropped and opened again."""
+
+
+@dataclass
+class _Watch:
+    refresh: Periodic | None = None
+    kafka: KafkaProbe | None = None
+    gauges: _Gauges | None = None
+
+    async def aclose(self) -> None:
+        if self.refresh is not None:
+            await self.refresh.stop(cancel=True)
+        if self.kafka is not None:
+            await self.kafka.close()
+        if self.gauges is not None:
+            await self.gauges.close()

@@ -144,3 +144,26 @@ class RelayRepository:
         row = await guarded("outbox stats", lambda: self._conn.fetchrow(_SQL["outbox_stats"]))
         assert row is not None  # noqa: S101 - an aggregate always returns one row
         return OutboxStats(int(row["depth"]), float(row["oldest_age"]))
+
+
+class OutboxStatsReader:
+    """The outbox's depth and oldest age on a session of its own: no relay member (it takes no
+    lock and is not counted when the relays share the shards out), for the relay's gauges and
+    ``spectral outbox status``."""
+
+    def __init__(self, conn: asyncpg.Connection) -> None:
+        self._conn = conn
+
+    @classmethod
+    async def open(cls, dsn: str, role: str | None = RELAY_ROLE) -> OutboxStatsReader:
+        return cls(await connect(dsn, role=role))
+
+    async def stats(self, timeout: float | None = None) -> OutboxStats:  # noqa: ASYNC109 - a statement timeout, passed to asyncpg
+        row = await guarded(
+            "outbox stats", lambda: self._conn.fetchrow(_SQL["outbox_stats"], timeout=timeout)
+        )
+        assert row is not None  # noqa: S101 - an aggregate always returns one row
+        return OutboxStats(int(row["depth"]), float(row["oldest_age"]))
+
+    async def close(self) -> None:
+        await close_session(self._conn)

@@ -78,7 +78,10 @@ METRICS_HOST_HELP = "Interface for --metrics-port (default: SPECTRAL_METRICS_HOS
 
 def serve_health(current: Settings, port: int | None, host: str | None) -> Health:
     """The process's Health, served with its metrics on ``host:port`` when a port is given."""
-    health = Health(stall_after=current.liveness_timeout_seconds)
+    health = Health(
+        liveness_timeout=current.liveness_timeout_seconds,
+        call_timeout=current.not_ready_after_seconds,
+    )
     try:
         serve_metrics(port, addr=host or current.metrics_host, health=health)
     except (OSError, OverflowError) as exc:

@@ -8,7 +8,7 @@ import typer
 from prometheus_client import REGISTRY
 
 from producers.relay import OutboxRelay, RelayMetrics, RelayOptions
-from producers.relay.repository import RelayRepository
+from producers.relay.repository import OutboxStatsReader
 from spectral.cli._common import (
     MAX_PORT,
     METRICS_HOST_HELP,
@@ -82,11 +82,11 @@ def status() -> None:
     url = resolve_database_url(settings())
 
     async def stats() -> tuple[int, float]:
-        repo = await RelayRepository.open(url)
+        reader = await OutboxStatsReader.open(url, role=None)
         try:
-            current = await repo.stats()
+            current = await reader.stats()
         finally:
-            await repo.close()
+            await reader.close()
         return current.depth, current.oldest_age_seconds
 
     depth, age = run(stats())

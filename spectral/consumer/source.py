@@ -26,10 +26,12 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
 from aiokafka.errors import CommitFailedError, IllegalStateError, KafkaError
 
-from spectral.consumer.retrying import Retrying, transient
+from spectral.consumer.retrying import Retrying
 from spectral.errors import PermanentError
+from spectral.faults import Component, is_transient
 from spectral.kafka.groups import membership_lost
 from spectral.observability.logging import get_logger
+from spectral.observability.outages import OUTAGES
 
 log = get_logger(__name__)
 
@@ -69,8 +71,8 @@ class RecordSource(ABC):
         try:
             fetched = await consumer.getmany(timeout_ms=timeout_ms, max_records=max_records)
         except KafkaError as exc:
-            if transient(exc):
-                log.warning("fetch failed; retrying", error=f"{type(exc).__name__}: {exc}")
+            if is_transient(exc):
+                OUTAGES.failed(Component.KAFKA, exc, what="fetch")
                 return []
             partitions = ", ".join(_names(sorted(consumer.assignment()))) or "none"
             raise UnreadableRecordsError(

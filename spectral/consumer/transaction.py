@@ -28,9 +28,9 @@ import asyncpg
 
 from spectral.consumer.handler import Delivery, Handler, HandlerResult
 from spectral.consumer.retrying import Retrying
-from spectral.db.connect import is_transient
 from spectral.db.queries import load_queries
 from spectral.errors import ConfigurationError, PermanentError, SpectralError, TransientError
+from spectral.faults import is_transient
 from spectral.kafka.dlq import DeadLetter
 from spectral.observability.logging import get_logger
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar
@@ -10,6 +9,7 @@ from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar
 import asyncpg
 
 from spectral.errors import ConfigurationError, PermanentError, SpectralError, TransientError
+from spectral.faults import is_configuration, is_transient
 
 if TYPE_CHECKING:
     from asyncpg.pool import PoolConnectionProxy
@@ -19,45 +19,6 @@ T = TypeVar("T")
 Conn: TypeAlias = "asyncpg.Connection[Any] | PoolConnectionProxy[Any]"
 """A connection, or one a pool lends (the caller's transaction either way): what repositories,
 the outbox writer and handlers take."""
-
-# SQLSTATE classes/codes that mean "the database, not the data": try again later.
-_TRANSIENT_SQLSTATES = frozenset({"40001", "40P01", "55P03", "53300", "53400", "25P03"})
-"""Serialization failure, deadlock, lock timeout, too many connections, configuration limit,
-and a session ended for idling in a transaction (its work rolled back: retry it)."""
-_TRANSIENT_CLASSES = ("08", "57", "53", "58")
-# ... and those that mean "the settings are wrong": a login refused (class 28: wrong password,
-# no such role, pg_hba), no such database. Retrying cannot help; the operator must fix them.
-_CONFIGURATION_SQLSTATES = frozenset({"3D000"})
-_CONFIGURATION_CLASSES = ("28",)
-
-
-def is_configuration(exc: BaseException) -> bool:
-    """True when the database refused the login or does not exist (fix the settings)."""
-    if not isinstance(exc, asyncpg.PostgresError):
-        return False
-    state = getattr(exc, "sqlstate", None) or ""
-    return state in _CONFIGURATION_SQLSTATES or state.startswith(_CONFIGURATION_CLASSES)
-
-
-def is_transient(exc: BaseException) -> bool:
-    """True for faults of the infrastructure (connection lost, server shutting down, ...)."""
-    if isinstance(exc, TransientError):
-        return True
-    if isinstance(exc, SpectralError):
-        return False
-    if isinstance(exc, (OSError, ConnectionError, asyncio.TimeoutError)):
-        return True
-    if isinstance(
-        exc,
-        asyncpg.PostgresConnectionError
-        | asyncpg.InterfaceError
-        | asyncpg.exceptions.InternalClientError,
-    ):
-        return True
-    if isinstance(exc, asyncpg.PostgresError):
-        state = getattr(exc, "sqlstate", None) or ""
-        return state in _TRANSIENT_SQLSTATES or state.startswith(_TRANSIENT_CLASSES)
-    return False
 
 
 def translate(exc: BaseException, what: str) -> SpectralError:

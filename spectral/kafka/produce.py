@@ -20,7 +20,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from aiokafka import AIOKafkaProducer
-from aiokafka.errors import KafkaError, KafkaTimeoutError, RequestTimedOutError
+from aiokafka.errors import KafkaError
+
+from spectral.faults import is_transient
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,13 +47,6 @@ class Refused:
 
 
 Outcome = Sent | Refused
-
-
-def is_transient(exc: BaseException) -> bool:
-    """A Kafka fault worth retrying (the broker, not the record)."""
-    if isinstance(exc, KafkaTimeoutError | RequestTimedOutError):
-        return True
-    return isinstance(exc, KafkaError) and bool(getattr(exc, "retriable", False))
 
 
 def _refusal(exc: BaseException) -> Refused:

@@ -1,8 +1,9 @@
 """structlog, configured once: JSON lines off a terminal, a readable console on one.
 
-Context (consumer name, batch id, ...) is bound with ``structlog.contextvars`` and merged into
-every line. The ``redact_secrets`` processor masks anything that looks like a secret before a line
-is rendered, so a password cannot leak through a log call by accident.
+Context (the consumer's name) is bound with ``structlog.contextvars`` and merged into every
+line. The ``redact_secrets`` processor masks anything that looks like a secret before a line is
+rendered, so a password cannot leak through a log call by accident. The client libraries' lines
+are throttled during outages (outages.py, ``ClientLogThrottle``).
 """
 
 from __future__ import annotations
@@ -72,7 +73,8 @@ def configure_logging(level: str = "INFO", fmt: str = "auto", stream: TextIO | N
 
     Lines of libraries that log through the standard library (aiokafka, asyncpg, uvicorn) take
     the same road as spectral's own: the same renderer (JSON with ``SPECTRAL_LOG_FORMAT=json``),
-    the same keys (``timestamp``, ``level``, ``event``, plus ``logger``) and ``redact_secrets``.
+    the same keys (``timestamp``, ``level``, ``event``, plus ``logger``) and ``redact_secrets``;
+    the Kafka and PostgreSQL clients' warnings and errors are throttled (outages.py).
     """
     out = stream or sys.stderr
     use_json = fmt == "json" or (fmt == "auto" and not out.isatty())
@@ -98,7 +100,10 @@ def configure_logging(level: str = "INFO", fmt: str = "auto", stream: TextIO | N
         logger_factory=structlog.PrintLoggerFactory(file=stream) if stream else _stderr_logger,
         cache_logger_on_first_use=False,
     )
+    from spectral.observability.outages import CLIENT_THROTTLE  # noqa: PLC0415 - imports this module
+
     handler = logging.StreamHandler(stream) if stream else _StderrHandler()
+    handler.addFilter(CLIENT_THROTTLE)
     handler.setFormatter(
         structlog.stdlib.ProcessorFormatter(
             foreign_pre_chain=[*shared, structlog.stdlib.add_logger_name],

@@ -2,7 +2,8 @@
 
 It serves, from a daemon thread (so it answers even when the event loop is wedged):
 
-* ``/metrics`` — Prometheus exposition of the registry;
+* ``/metrics`` — Prometheus exposition of the registry, and of the process's readiness
+  (``spectral_ready``, ``spectral_ready_check{check}``, ``spectral_live``: health.py);
 * ``/healthz`` — 200 while the event loop makes progress, 503 once it stalled (see health.py);
 * ``/readyz`` — 200 when live and every readiness check passes, else 503, with a JSON body
   naming each check;
@@ -28,6 +29,7 @@ class _Server(ThreadingHTTPServer):
     daemon_threads = True
     registry: CollectorRegistry
     health: Health | None
+    readiness: CollectorRegistry | None
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -39,7 +41,10 @@ class _Handler(BaseHTTPRequestHandler):
     def do_GET(self) -> None:
         path = self.path.split("?", 1)[0]
         if path == "/metrics":
-            self._send(200, generate_latest(self.server.registry), CONTENT_TYPE_LATEST)
+            exposition = generate_latest(self.server.registry)
+            if self.server.readiness is not None:
+                exposition += generate_latest(self.server.readiness)
+            self._send(200, exposition, CONTENT_TYPE_LATEST)
         elif path in {"/healthz", "/readyz"}:
             health = self.server.health
             if health is None:
@@ -74,5 +79,6 @@ def serve_metrics(
     server = _Server((addr, port), _Handler)
     server.registry = registry
     server.health = health
+    server.readiness = health.collector() if health is not None else None
     threading.Thread(target=server.serve_forever, name="metrics-http", daemon=True).start()
     return server

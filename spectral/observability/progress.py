@@ -19,9 +19,10 @@ partitions and computes, per partition:
   line is logged when it starts and an INFO ``partition progressing again`` when it ends.
 
 Readiness checks it maintains (see health.py): ``group`` (joined the consumer group: partitions
-assigned, possibly none), ``kafka`` (the last end-offset request answered; a member holding no
-partitions has none to ask, and is ready while its group check is) and ``database`` (a
-``SELECT 1`` through the engine's pool).
+assigned, possibly none), ``kafka`` (the last end-offset request answered, and none unanswered
+past ``SPECTRAL_NOT_READY_AFTER_SECONDS``; a member holding no partitions has none to ask, and is
+ready while its group check is) and ``database`` (a ``SELECT 1`` through the engine's pool, a
+probe). A failed measurement is an outage of Kafka (observability/outages.py).
 """
 
 from __future__ import annotations
@@ -36,8 +37,10 @@ from typing import Any
 from aiokafka import TopicPartition
 from prometheus_client import CollectorRegistry, Gauge
 
+from spectral.faults import Component, describe
 from spectral.observability.health import Health
 from spectral.observability.logging import get_logger
+from spectral.observability.outages import OUTAGES
 
 log = get_logger(__name__)
 
@@ -177,22 +180,33 @@ class ProgressMonitor(EngineHook):
     # -- the timer --------------------------------------------------------------------------
 
     async def _measure_forever(self) -> None:
+        """Measure every ``interval`` seconds, on the monitor's own clock. A failed measurement
+        fails the ``kafka`` check and is an outage of Kafka (logged when it starts and ends, not
+        every time); a request unanswered past the health's call bound fails the check meanwhile."""
         while True:
             try:
-                await self.measure()
+                if self._health is None:
+                    asked = await self.measure()
+                else:
+                    with self._health.call("kafka", "lag measurement"):
+                        asked = await self.measure()
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # noqa: BLE001 - measuring never stops consumption
                 if self._health is not None:
-                    self._health.set_check("kafka", ok=False, detail=f"{type(exc).__name__}: {exc}")
-                log.warning("lag measurement failed", consumer=self.name, error=str(exc))
+                    self._health.set_check("kafka", ok=False, detail=describe(exc))
+                OUTAGES.failed(Component.KAFKA, exc, what="lag measurement")
+            else:
+                if asked:  # Kafka answered (a member with no partitions asked nothing)
+                    OUTAGES.recovered(Component.KAFKA)
             await asyncio.sleep(self._interval)
 
-    async def measure(self) -> None:
-        """One measurement of every assigned partition (public for tests)."""
+    async def measure(self) -> bool:
+        """One measurement of every assigned partition (public for tests); whether Kafka was
+        asked (a member with no partitions has nothing to ask)."""
         consumer = self._consumer
         if consumer is None:
-            return
+            return False
         tps = [tp for tp in consumer.assignment() if tp in self._partitions]
         if not tps:
             # A member with no partitions (scaled out past the partition count) is a standby,
@@ -200,7 +214,7 @@ class ProgressMonitor(EngineHook):
             # heartbeats (a broker lost meanwhile shows as a rebalance, the group check).
             if self._health is not None and not consumer.assignment():
                 self._health.set_check("kafka", ok=True, detail="no partitions to measure")
-            return
+            return False
         ends = await consumer.end_offsets(tps)
         if self._health is not None:
             self._health.set_check("kafka", ok=True)
@@ -216,6 +230,7 @@ class ProgressMonitor(EngineHook):
             state = self._partitions.get(tp)
             if state is not None:  # else revoked meanwhile
                 self._update(tp, state, ends[tp], firsts.get(tp, 0))
+        return True
 
     async def _start(self, tps: list[TopicPartition], ends: Mapping[TopicPartition, int]) -> None:
         """First measurement of newly assigned partitions: the group's committed offset then."""

@@ -24,7 +24,9 @@ LAYERS: Final[tuple[tuple[str, ...], ...]] = (
         "spectral.settings",
         "spectral.resources",
         "spectral.retry",
+        "spectral.faults",
         "spectral.observability",
+        "spectral.service",
         "spectral.plugins",
     ),
     ("spectral.kafka", "spectral.db", "spectral.devstack"),  # adapters

@@ -87,7 +87,7 @@ async def test_a_consumer_stuck_retrying_reports_growing_lag_and_a_stalled_parti
     topic = topic_for(FAILURE_CLUSTER_DETECTED, settings.topic_prefix)
     await create_topics(kafka_bootstrap, [topic], partitions=1)
     registry = CollectorRegistry()
-    health = Health(stall_after=10.0, probe_interval=0.5)
+    health = Health(liveness_timeout=10.0, probe_interval=0.5)
     monitor = ProgressMonitor("progress-test", registry, health, interval=0.3, stall_after=1.5)
     handler = Wedged()
     engine = _engine(handler, settings, kafka_bootstrap, database_url, monitor, registry)
@@ -138,7 +138,7 @@ async def test_a_consumer_stuck_retrying_reports_growing_lag_and_a_stalled_parti
 
 
 async def test_liveness_fails_when_the_event_loop_is_wedged() -> None:
-    health = Health(stall_after=0.3, probe_interval=10)
+    health = Health(liveness_timeout=0.3, probe_interval=10)
     beating = asyncio.create_task(health.heartbeat())
     try:
         await asyncio.sleep(0.1)
@@ -176,7 +176,7 @@ async def test_a_member_without_partitions_is_ready(
     await create_topics(kafka_bootstrap, [topic], partitions=1)
     members = []
     for _ in range(2):
-        health = Health(stall_after=10.0, probe_interval=0.5)
+        health = Health(liveness_timeout=10.0, probe_interval=0.5)
         monitor = ProgressMonitor(Idle.name, CollectorRegistry(), health, interval=0.3)
         engine = _engine(Idle(), settings, kafka_bootstrap, database_url, monitor)
         running = asyncio.create_task(run_with_health(health, engine.run()))
@@ -218,7 +218,7 @@ async def test_a_new_group_on_a_topic_whose_records_aged_out_has_no_lag(
     finally:
         await admin.close()
     registry = CollectorRegistry()
-    health = Health(stall_after=10.0, probe_interval=0.5)
+    health = Health(liveness_timeout=10.0, probe_interval=0.5)
     monitor = ProgressMonitor(Idle.name, registry, health, interval=0.3)
     engine = _engine(Idle(), settings, kafka_bootstrap, database_url, monitor)
     running = asyncio.create_task(run_with_health(health, engine.run()))

@@ -10,7 +10,7 @@ from datetime import timedelta
 import asyncpg
 import pytest
 
-from spectral.db.connect import is_transient
+from spectral.faults import is_transient
 from spectral.maintenance.policy import Hold
 from spectral.maintenance.repository import LockTimeoutError
 from spectral.settings import Settings

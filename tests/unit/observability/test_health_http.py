@@ -30,7 +30,7 @@ def test_endpoints_answer_for_real() -> None:
     registry = CollectorRegistry()
     Counter("probe_total", "a test counter", registry=registry).inc()
     clock = [100.0]
-    health = Health(stall_after=10, clock=lambda: clock[0])
+    health = Health(liveness_timeout=10, clock=lambda: clock[0])
     port = _port()
     server = serve_metrics(port, registry, health=health)
     assert server is not None
@@ -73,7 +73,7 @@ async def test_the_api_answers_health_in_front_of_the_app() -> None:
     async def app(scope: dict[str, object], receive: object, send: object) -> None:
         raise AssertionError("health requests never reach the app")
 
-    health = Health(stall_after=5)
+    health = Health(liveness_timeout=5)
     health.beat()
     health.set_check("database", ok=True)
     transport = httpx.ASGITransport(app=HealthASGI(app, health))
@@ -120,7 +120,7 @@ def test_no_migrations_is_an_error_not_an_empty_schema(tmp_path: pytest.TempPath
 
 def test_a_blocked_loop_is_not_live() -> None:
     async def scenario() -> tuple[bool, bool]:
-        health = Health(stall_after=0.2)
+        health = Health(liveness_timeout=0.2)
         task = asyncio.create_task(health.heartbeat())
         await asyncio.sleep(0.05)
         before = health.live()[0]
