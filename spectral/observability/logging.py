@@ -103,6 +103,7 @@ def configure_logging(level: str = "INFO", fmt: str = "auto", stream: TextIO | N
     from spectral.observability.outages import CLIENT_THROTTLE  # noqa: PLC0415 - imports this module
 
     handler = logging.StreamHandler(stream) if stream else _StderrHandler()
+    CLIENT_THROTTLE.reset()
     handler.addFilter(CLIENT_THROTTLE)
     handler.setFormatter(
         structlog.stdlib.ProcessorFormatter(

@@ -186,10 +186,16 @@ class ClientLogThrottle(logging.Filter):
             else:
                 episode.kinds.add(kind)
                 return True
+        latest = record.getMessage()[:300]
         record.msg = "%s: %d similar lines held back in %d s (latest: %s)"
-        record.args = (family, held, round(lasted), record.getMessage()[:300])
+        record.args = (family, held, round(lasted), latest)
         record.levelno, record.levelname = logging.WARNING, "WARNING"
         return True
+
+    def reset(self) -> None:
+        """Forget every episode (a new logging configuration starts afresh)."""
+        with self._lock:
+            self._episodes.clear()
 
     def held_back(self, component: str, *, reset: bool) -> int:
         """Lines of ``component``'s clients held back in the current episodes (in all of them;

@@ -4,6 +4,7 @@ health endpoints in front of the app; every log line JSON with secrets masked.""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import io
 import json
 import logging
@@ -11,6 +12,7 @@ import socket
 
 import httpx
 import pytest
+import structlog
 from prometheus_client import CollectorRegistry, Counter
 
 from spectral.db.migrate import discover
@@ -152,3 +154,96 @@ def test_a_silent_connection_does_not_hold_the_endpoint_for_ever(
     finally:
         server.shutdown()
         server.server_close()
+
+
+async def test_a_stuck_probe_never_stops_the_heartbeat() -> None:
+    """A probe waits on a frozen server for up to its timeout: on a task of its own, so the
+    heartbeat keeps stamping meanwhile and a stuck probe is a failed check, not a dead loop."""
+    stuck = asyncio.Event()
+
+    async def frozen_server() -> None:
+        stuck.set()
+        await asyncio.Event().wait()
+
+    health = Health(liveness_timeout=0.4, probe_interval=0.05)
+    health.probe("database", frozen_server)
+    task = asyncio.create_task(health.heartbeat())
+    try:
+        await asyncio.wait_for(stuck.wait(), 5)
+        for _ in range(10):
+            await asyncio.sleep(0.1)
+            assert health.live()[0]
+        ok, body = health.ready()
+        assert not ok
+        assert body["checks"]["database"]["detail"] in {"not probed yet", "probe overdue"}
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+def test_a_call_unanswered_past_its_bound_fails_its_check() -> None:
+    clock = [0.0]
+    health = Health(call_timeout=10, clock=lambda: clock[0])
+    health.beat()
+    health.set_check("kafka", ok=True)
+    with health.call("kafka", "publish"):
+        clock[0] = 9.0
+        health.beat()
+        assert health.ready()[0]
+        clock[0] = 12.0
+        health.beat()
+        ok, body = health.ready()
+        assert not ok
+        assert body["checks"]["kafka"] == {
+            "ok": False,
+            "detail": "publish not answered for 12 s",
+            "age_seconds": 12.0,
+        }
+    assert health.ready()[0]  # answered (however late): the check is its own again
+    with health.call("database", "a statement"):  # a check nobody set yet fails as well
+        clock[0] = 30.0
+        health.beat()
+        assert health.ready()[1]["checks"]["database"]["ok"] is False
+
+
+def test_readiness_is_exported_as_metrics() -> None:
+    health = Health()
+    port = _port()
+    server = serve_metrics(port, CollectorRegistry(), health=health)
+    assert server is not None
+    try:
+        health.beat()
+        health.set_check("kafka", ok=False, detail="refused")
+        health.set_check("database", ok=True)
+        text = httpx.get(f"http://127.0.0.1:{port}/metrics").text
+        assert "spectral_live 1.0" in text
+        assert "spectral_ready 0.0" in text
+        assert 'spectral_ready_check{check="kafka"} 0.0' in text
+        assert 'spectral_ready_check{check="database"} 1.0' in text
+        health.set_check("kafka", ok=True)
+        assert "spectral_ready 1.0" in httpx.get(f"http://127.0.0.1:{port}/metrics").text
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+async def test_readiness_changes_are_logged_once_each() -> None:
+    health = Health(probe_interval=3600)
+    with structlog.testing.capture_logs() as logs:
+        task = asyncio.create_task(health.heartbeat())
+        try:
+            await asyncio.sleep(0.05)  # starting, not ready: no news
+            health.set_check("kafka", ok=True)
+            await asyncio.sleep(0.6)
+            for _ in range(3):
+                health.set_check("kafka", ok=False, detail="refused")
+                await asyncio.sleep(0.6)
+            health.set_check("kafka", ok=True)
+            await asyncio.sleep(0.6)
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+    events = [(line["event"], line.get("failing")) for line in logs]
+    assert events == [("ready", None), ("not ready", {"kafka": "refused"}), ("ready", None)]
