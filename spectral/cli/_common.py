@@ -12,7 +12,7 @@ import typer
 
 from spectral.errors import SpectralError
 from spectral.observability.health import Health
-from spectral.observability.logging import configure_logging, get_logger
+from spectral.observability.logging import configure_logging, get_logger, logs_are_json
 from spectral.observability.metrics import serve_metrics
 from spectral.settings import Settings, load_settings
 
@@ -135,6 +135,13 @@ def warn_missing_topics(current: Settings, bootstrap: str, event_types: Iterable
             "topics missing: run `spectral topics apply` to create them with their settings",
             topics=missing,
         )
+
+
+def summary(text: str) -> None:
+    """A long-running command's closing summary for a person at a terminal, on stderr; not
+    printed when the logs are JSON (its log's last line carries the same counts)."""
+    if not logs_are_json():
+        typer.echo(text, err=True)
 
 
 def fail(message: str, code: int = EXIT_FAILURE) -> NoReturn:

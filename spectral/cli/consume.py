@@ -15,6 +15,9 @@ from spectral.cli._common import (
     settings,
     warn_missing_topics,
 )
+from spectral.cli._common import (
+    summary as print_summary,
+)
 from spectral.cli.deployments import factory
 from spectral.consumer.collector import tune_for_batches
 from spectral.consumer.engine import ConsumerEngine, EngineOptions, RunSummary
@@ -61,7 +64,4 @@ def consume(  # noqa: PLR0917 - typer maps each parameter to an option
     warn_missing_topics(current, endpoints.kafka_bootstrap, handler.event_types)
     tune_for_batches()
     summary: RunSummary = run(run_with_health(health, engine.run()))
-    typer.echo(
-        " ".join(f"{outcome.value}={count}" for outcome, count in summary.counts.items()),
-        err=True,
-    )
+    print_summary(" ".join(f"{outcome.value}={count}" for outcome, count in summary.counts.items()))

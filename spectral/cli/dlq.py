@@ -160,6 +160,14 @@ def list_(
         return page, redriven, await stored(conn, topics.source, reason=reason, limit=limit)
 
     page, redriven, rows = _with_connection(load)
+    if not page.exists and not rows:
+        current = settings()
+        prefix = f" (topic prefix {current.topic_prefix!r})" if current.topic_prefix else ""
+        fail(
+            f"no topic {topics.dlq} on the broker{prefix}, and no dead letter of "
+            f"{topics.source} in core.dead_letters: check the name (`spectral topics plan` "
+            "lists the topics)"
+        )
     records = page.summaries
     if as_json:
         _echo_json(

@@ -16,11 +16,15 @@ from spectral.cli._common import (
     run,
     serve_health,
     settings,
+    summary,
     warn_missing_topics,
 )
 from spectral.devstack import resolve_database_url, resolve_endpoints
 from spectral.observability.health import run_with_health
+from spectral.observability.logging import get_logger
 from spectral.plugins import installed_registry
+
+log = get_logger(__name__)
 
 app = typer.Typer(help="The transactional outbox: relay its rows to Kafka.", no_args_is_help=True)
 
@@ -73,7 +77,13 @@ def relay(  # noqa: PLR0917 - typer maps each parameter to an option
         health=health,
     )
     report = run(run_with_health(health, relay_.run()))
-    typer.echo(f"published={report.published} batches={report.batches}", err=True)
+    log.info(
+        "relay stopped",
+        published=report.published,
+        batches=report.batches,
+        sessions=report.sessions,
+    )
+    summary(f"published={report.published} batches={report.batches}")
 
 
 @app.command()

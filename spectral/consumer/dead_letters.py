@@ -118,6 +118,9 @@ class DeadLetterNote:
 class ReportedDeadLetters:
     """Dry runs and rebuilds: dead letters are remembered for the report, never produced."""
 
+    produces = False
+    """Read by the engine: these records are not dead-lettered, only reported."""
+
     def __init__(self) -> None:
         self.notes: list[DeadLetterNote] = []
 

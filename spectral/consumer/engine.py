@@ -70,6 +70,7 @@ from spectral.consumer.transaction import (
     PoolConnections,
 )
 from spectral.db.connect import create_pool
+from spectral.faults import Component, component_of, describe, is_transient
 from spectral.kafka.codecs import require_codecs
 from spectral.kafka.config import client_kwargs, refusable_producer_kwargs
 from spectral.kafka.dlq import MAX_REQUEST_BYTES, DeadLetter
@@ -77,6 +78,7 @@ from spectral.kafka.freshness import ready_at
 from spectral.kafka.partitions import stop_consumer
 from spectral.kafka.topics import group_for, topic_for
 from spectral.observability.logging import get_logger
+from spectral.observability.outages import OUTAGES
 from spectral.observability.progress import EngineHook
 from spectral.plugins import installed_registry
 from spectral.retry import Backoff
@@ -501,7 +503,11 @@ class ConsumerEngine:
         try:
             await self.handler.periodic(self._pool)
         except Exception as exc:  # noqa: BLE001 - periodic chores never stop consumption
-            log.warning("periodic task failed", error=str(exc))
+            component = component_of(exc, Component.DATABASE) if is_transient(exc) else None
+            if component is not None:
+                OUTAGES.failed(component, exc, what="periodic chores")
+            else:
+                log.warning("periodic task failed", error=describe(exc))
 
     # -- one batch -------------------------------------------------------------------------
 
@@ -641,11 +647,15 @@ class ConsumerEngine:
         dead.sort(key=lambda d: (d.source_topic, d.source_partition, d.source_offset))
         await self._retrying("kafka", lambda: sink.put(dead))
         reasons: Counter[str] = Counter()
+        # A sink that only notes them (a dry run, a rebuild's report) dead-letters nothing: the
+        # record is told of, not as a warning.
+        produced = getattr(sink, "produces", True)
+        say = log.warning if produced else log.info
         for letter in dead:
             reasons[letter.reason] += 1
             self.metrics.dead_lettered(letter.reason)
-            log.warning(
-                "dead letter",
+            say(
+                "dead letter" if produced else "would dead-letter (not produced)",
                 reason=letter.reason,
                 detail=letter.detail[:300],
                 topic=letter.source_topic,

@@ -213,6 +213,9 @@ class DeadLetterPage:
     (``truncated``)."""
     truncated: bool
     """The read limit stopped the listing before the page filled: more may match."""
+    exists: bool = True
+    """The topic exists on the broker (a name that does not is a mistake to report, not an
+    empty listing)."""
 
 
 @dataclass(frozen=True)
@@ -289,6 +292,7 @@ class _Scan:
         self.topic = topic
         self.firsts: dict[int, int] = {}
         self.ends: dict[int, int] = {}
+        self.exists = True
 
     @property
     def total(self) -> int:
@@ -300,6 +304,7 @@ class _Scan:
         found = await topic_partitions(self.settings, self.bootstrap, [self.topic])
         partitions = [p for _, p in found]
         if not partitions:
+            self.exists = False
             return
         options = {"max_partition_fetch_bytes": _FETCH_BYTES, "fetch_max_bytes": _FETCH_BYTES}
         async with standalone_consumer(self.settings, self.bootstrap, **options) as consumer:
@@ -419,6 +424,7 @@ async def list_dead_letters(
         scanned,
         last if stopped else None,
         truncated=stopped and len(chosen) < limit,
+        exists=scan.exists,
     )
 
 

@@ -179,6 +179,8 @@ class Health:
 
     def _log_change(self) -> None:
         ok, body = self.ready()
+        if not body.get("checks") and body["status"] != "stalled":
+            return  # nothing is judged (not started yet, or every check retired at a clean end)
         previous, self._answer = self._answer, ok
         if ok == previous or (previous is None and not ok):
             return  # no change (starting up, not ready yet, is no news either)

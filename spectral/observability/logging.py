@@ -68,6 +68,15 @@ class _StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
         return
 
 
+_JSON = False
+
+
+def logs_are_json() -> bool:
+    """Whether the configured logs are JSON lines (then a command prints no plain-text line on
+    stderr: a container log that merges the streams stays parseable)."""
+    return _JSON
+
+
 def configure_logging(level: str = "INFO", fmt: str = "auto", stream: TextIO | None = None) -> None:
     """Configure structlog and the stdlib root logger. Safe to call more than once.
 
@@ -78,6 +87,8 @@ def configure_logging(level: str = "INFO", fmt: str = "auto", stream: TextIO | N
     """
     out = stream or sys.stderr
     use_json = fmt == "json" or (fmt == "auto" and not out.isatty())
+    global _JSON  # noqa: PLW0603 - one logging configuration per process
+    _JSON = use_json
     renderer: Any = (
         structlog.processors.JSONRenderer()
         if use_json

@@ -30,6 +30,7 @@ from tests.integration.replay.support import (
     execute,
     fetchval,
     run_live,
+    spectral_cli,
     spectral_json,
     spectral_ok,
 )
@@ -236,3 +237,14 @@ async def test_a_dead_letter_fails_again_with_its_history_then_applies_once_afte
         spectral_json, spectral_env, "dlq", "list", "--topic", topic, "--json"
     )
     assert [r["redriven"] for r in listed] == [True, True, True, False]
+
+
+async def test_listing_a_topic_that_does_not_exist_is_an_error_not_an_empty_table(
+    settings: Settings, spectral_env: dict[str, str]
+) -> None:
+    """A misspelt name (or a forgotten topic prefix) must not read as "no dead letters"."""
+    missing = f"{settings.topic_prefix}no.such.topic"
+    result = await asyncio.to_thread(spectral_cli, spectral_env, "dlq", "list", "--topic", missing)
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert f"no topic {missing}.dlq on the broker" in result.stderr
+    assert result.stdout == ""
