@@ -12,6 +12,7 @@ import typer
 
 from spectral.errors import SpectralError
 from spectral.observability.health import Health
+from spectral.observability.http import listening
 from spectral.observability.logging import configure_logging, get_logger, logs_are_json
 from spectral.observability.metrics import serve_metrics
 from spectral.settings import Settings, load_settings
@@ -83,12 +84,15 @@ def serve_health(current: Settings, port: int | None, host: str | None) -> Healt
         call_timeout=current.not_ready_after_seconds,
     )
     try:
-        serve_metrics(port, addr=host or current.metrics_host, health=health)
+        server = serve_metrics(port, addr=host or current.metrics_host, health=health)
     except (OSError, OverflowError) as exc:
         fail(
             f"cannot serve metrics on {host or current.metrics_host}:{port}: {_why(exc)}",
             EXIT_CONFIGURATION,
         )
+    if server is not None:
+        bound_host, bound_port = server.server_address[:2]
+        listening("metrics", str(bound_host), int(bound_port), paths="/metrics /healthz /readyz")
     return health
 
 

@@ -15,7 +15,7 @@ from typing import Annotated
 import typer
 import uvicorn
 from fastapi import FastAPI
-from prometheus_client import CollectorRegistry
+from prometheus_client import REGISTRY, CollectorRegistry
 
 from consumers.rule_candidates import api as triage_api
 from consumers.rule_candidates import console as triage_console
@@ -44,6 +44,7 @@ from spectral.db.connect import ping
 from spectral.devstack import Endpoints, resolve_endpoints
 from spectral.kafka.topics import group_for
 from spectral.observability.health import HealthASGI
+from spectral.observability.http import HttpMetrics, ObservedASGI, listening
 from spectral.observability.logging import get_logger
 from spectral.ops import api as ops_api
 from spectral.ops import console as ops_console
@@ -218,14 +219,11 @@ def api(  # noqa: PLR0917 - typer maps each parameter to an option
     sock = listen(host, port)
     health = serve_health(current, metrics_port, metrics_host)
     health.probe("database", lambda: ping(endpoints.database_url))
+    app = compose_app(current, endpoints, topics, max_body_bytes=max_body_bytes, groups=groups)
+    listening("api", host, int(sock.getsockname()[1]), docs="/docs", console="/console")
     server = uvicorn.Server(
         uvicorn.Config(
-            HealthASGI(
-                compose_app(
-                    current, endpoints, topics, max_body_bytes=max_body_bytes, groups=groups
-                ),
-                health,
-            ),
+            HealthASGI(ObservedASGI(app, HttpMetrics(REGISTRY, "api")), health),
             host=host,
             port=port,
             log_level=current.log_level.lower(),

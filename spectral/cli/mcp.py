@@ -19,15 +19,28 @@ import typer
 import uvicorn
 from mcp.server.auth.settings import AuthSettings
 from mcp.server.mcpserver import MCPServer
+from prometheus_client import REGISTRY
 
 from consumers.rule_candidates import tools as triage_tools
 from producers.work import tools as work_tools
 from spectral.api.resources import Resources
-from spectral.cli._common import EXIT_CONFIGURATION, MAX_PORT, fail, listen, settings
+from spectral.cli._common import (
+    EXIT_CONFIGURATION,
+    MAX_PORT,
+    METRICS_HOST_HELP,
+    METRICS_PORT_HELP,
+    fail,
+    listen,
+    serve_health,
+    settings,
+)
 from spectral.cli.api import deployment_topics, resources_for
+from spectral.db.connect import ping
 from spectral.devstack import resolve_endpoints
 from spectral.kafka.topics import group_for
 from spectral.mcp.tools import BearerVerifier, Caller
+from spectral.observability.health import run_with_health
+from spectral.observability.http import HttpMetrics, ObservedASGI, listening
 from spectral.ops import tools as ops_tools
 from spectral.ops.views import Deployment
 
@@ -84,12 +97,18 @@ def mcp(
     port: Annotated[
         int, typer.Option(help="http: TCP port (the endpoint is /mcp).", min=0, max=MAX_PORT)
     ] = 8765,
+    metrics_port: Annotated[
+        int | None, typer.Option(help=METRICS_PORT_HELP, min=0, max=MAX_PORT)
+    ] = None,
+    metrics_host: Annotated[str | None, typer.Option(help=METRICS_HOST_HELP)] = None,
 ) -> None:
     """Serve the Ops Agent tools over MCP (triage, threads and ledger, dead letters)."""
     current = settings()
     endpoints = resolve_endpoints(current)
     resources = resources_for(current, endpoints, submits_work=False)  # its tools only read
     sock = listen(host, port) if transport is Transport.HTTP else None
+    health = serve_health(current, metrics_port, metrics_host)
+    health.probe("database", lambda: ping(endpoints.database_url))
 
     async def serve() -> None:
         topics = await deployment_topics(current, endpoints.database_url)
@@ -112,19 +131,21 @@ def mcp(
                 return
             url = f"http://{host}:{port}"
             app = build_mcp(resources, deployments, http_url=url).streamable_http_app(host=host)
+            assert sock is not None  # noqa: S101 - bound above for HTTP
+            listening("mcp", host, int(sock.getsockname()[1]), endpoint="/mcp")
             config = uvicorn.Config(
-                app,
+                ObservedASGI(app, HttpMetrics(REGISTRY, "mcp")),
                 host=host,
                 port=port,
                 log_level="warning",
                 log_config=None,  # uvicorn's lines go through spectral's logging (JSON, masked)
                 access_log=False,
             )
-            await uvicorn.Server(config).serve(sockets=[sock] if sock is not None else None)
+            await uvicorn.Server(config).serve(sockets=[sock])
         finally:
             await resources.close()
 
     try:
-        asyncio.run(serve())
+        asyncio.run(run_with_health(health, serve()))
     except KeyboardInterrupt:
         fail("interrupted", 130)

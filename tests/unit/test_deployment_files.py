@@ -26,6 +26,7 @@ from producers.relay.metrics import RelayMetrics
 from spectral.consumer.metrics import ConsumerMetrics
 from spectral.maintenance.metrics import MaintenanceMetrics
 from spectral.observability.health import Health
+from spectral.observability.http import HttpMetrics
 from spectral.observability.progress import ProgressMetrics
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -94,6 +95,7 @@ def _exported_series() -> set[str]:
     from aiokafka import TopicPartition  # noqa: PLC0415
 
     progress.set(TopicPartition("t", 0), 1, 0.0, stalled=False)
+    HttpMetrics(registry, "api").observe("/r", "GET", 401, 0.1)
     health = Health()
     health.set_check("database", ok=True)
     metrics = [*registry.collect(), *health.collector().collect()]
