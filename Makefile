@@ -24,15 +24,40 @@ ASYNCAPI_STAMP := $(ASYNCAPI_DIR)/node_modules/.installed-stamp
 BROKERS ?=
 DEV_UP := $(SPECTRAL) dev up $(if $(BROKERS),--brokers $(BROKERS))
 
-.PHONY: all install bench-tools tooling postgres-binaries promtool chromium up down status migrate topics demo test test-cluster test-slow test-example unit lint bench soak clean
+.PHONY: all install bench-tools tooling postgres-binaries promtool chromium debian-package up down status migrate topics demo test test-cluster test-slow test-example unit lint bench soak clean
 
 all: test
 
 # $(call debian_install,PACKAGE[,APT-OPTIONS]): install a Debian package as root, or say how to.
-debian_install = if [ "$$(id -u)" = 0 ]; then \
-		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(2) $(1) >/dev/null; \
-	else \
+# On a shared machine another apt or dpkg may hold their locks (an upgrade, a sibling checkout's
+# `make test`): apt-get waits for them up to APT_LOCK_TIMEOUT seconds, saying what it waits for,
+# then stops with a message naming the lock and its holder. apt-get install waits for the dpkg
+# lock itself (DPkg::Lock::Timeout); apt-get update does not wait for the lists lock, so it is
+# tried again every few seconds until the same deadline. (apt's locks are fcntl record locks:
+# a holder taken with flock(1) is not seen by apt and not waited for.)
+APT_LOCK_TIMEOUT ?= 600
+debian_install = if [ "$$(id -u)" != 0 ]; then \
 		echo "$(1) missing: run 'sudo apt-get install -y $(1)'" >&2; exit 1; \
+	fi; \
+	deadline=$$(( $$(date +%s) + $(APT_LOCK_TIMEOUT) )); \
+	until out=$$(apt-get update -qq 2>&1); do \
+		case "$$out" in *"Could not get lock"*) ;; *) echo "$$out" >&2; exit 1 ;; esac; \
+		if [ "$$(date +%s)" -ge "$$deadline" ]; then \
+			echo "apt-get update waited $(APT_LOCK_TIMEOUT) s for a lock another process holds:" >&2; \
+			echo "$$out" >&2; \
+			echo "let it finish (or raise APT_LOCK_TIMEOUT), then run make again" >&2; exit 1; \
+		fi; \
+		echo "waiting for apt's lists lock: $$(echo "$$out" | grep -m1 'held by' || echo "$$out")" >&2; \
+		sleep 5; \
+	done; \
+	holder=$$(lslocks -n -o PID,COMMAND,PATH 2>/dev/null | grep -m1 '/var/lib/dpkg/lock' || true); \
+	if [ -n "$$holder" ]; then \
+		echo "waiting (at most $(APT_LOCK_TIMEOUT) s) for the dpkg lock, held by: $$holder" >&2; \
+	fi; \
+	if ! DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=$(APT_LOCK_TIMEOUT) \
+			install -y -qq $(2) $(1) >/dev/null; then \
+		echo "apt-get could not install $(1); if it could not get a lock, another process held it for more than $(APT_LOCK_TIMEOUT) s: let it finish (or raise APT_LOCK_TIMEOUT), then run make again" >&2; \
+		exit 1; \
 	fi
 
 $(STAMP): pyproject.toml setup.py
@@ -80,6 +105,12 @@ chromium:
 		echo "installing Debian's chromium package (the console's browser tests)"; \
 		$(call debian_install,chromium); \
 	fi
+
+# `make debian-package PACKAGE=NAME`: one Debian package through the same path (and lock waits) as
+# the targets above; tests/integration/test_makefile_apt.py drives it with apt's locks held.
+debian-package:
+	@test -n "$(PACKAGE)" || { echo "usage: make debian-package PACKAGE=NAME" >&2; exit 2; }
+	@$(call debian_install,$(PACKAGE),--no-install-recommends)
 
 # promtool runs the alert rules' unit tests (deploy/prometheus/tests); only the tool is used, no
 # Prometheus server is started.

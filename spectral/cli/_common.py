@@ -12,9 +12,8 @@ import typer
 
 from spectral.errors import SpectralError
 from spectral.observability.health import Health
-from spectral.observability.http import listening
 from spectral.observability.logging import configure_logging, get_logger, logs_are_json
-from spectral.observability.metrics import serve_metrics
+from spectral.observability.metrics import listening, serve_metrics
 from spectral.settings import Settings, load_settings
 
 T = TypeVar("T")

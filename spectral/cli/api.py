@@ -44,8 +44,9 @@ from spectral.db.connect import ping
 from spectral.devstack import Endpoints, resolve_endpoints
 from spectral.kafka.topics import group_for
 from spectral.observability.health import HealthASGI
-from spectral.observability.http import HttpMetrics, ObservedASGI, listening
+from spectral.observability.http import HttpMetrics, ObservedASGI
 from spectral.observability.logging import get_logger
+from spectral.observability.metrics import listening
 from spectral.ops import api as ops_api
 from spectral.ops import console as ops_console
 from spectral.ops.views import Deployment, ReplayDryRun

@@ -40,7 +40,8 @@ from spectral.devstack import resolve_endpoints
 from spectral.kafka.topics import group_for
 from spectral.mcp.tools import BearerVerifier, Caller
 from spectral.observability.health import run_with_health
-from spectral.observability.http import HttpMetrics, ObservedASGI, listening
+from spectral.observability.http import HttpMetrics, ObservedASGI
+from spectral.observability.metrics import listening
 from spectral.ops import tools as ops_tools
 from spectral.ops.views import Deployment
 

@@ -32,7 +32,6 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from spectral.observability.logging import get_logger
 
 log = get_logger("spectral.access")
-startup = get_logger(__name__)
 
 METHODS: Final = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
 UNMATCHED: Final = "unmatched"
@@ -162,9 +161,3 @@ class ObservedASGI:
                     bytes=sent,
                     client=client[0] if client else None,
                 )
-
-
-def listening(server: str, host: str, port: int, **extra: object) -> None:
-    """The start-up line of a server: where it listens."""
-    shown = f"[{host}]" if ":" in host else host
-    startup.info("listening", server=server, url=f"http://{shown}:{port}", **extra)

@@ -23,6 +23,9 @@ from typing import Any
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, generate_latest
 
 from spectral.observability.health import Health
+from spectral.observability.logging import get_logger
+
+log = get_logger(__name__)
 
 
 class _Server(ThreadingHTTPServer):
@@ -65,6 +68,12 @@ class _Handler(BaseHTTPRequestHandler):
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib's name
         """Scrapes and probes are not worth a log line each."""
+
+
+def listening(server: str, host: str, port: int, **extra: object) -> None:
+    """The start-up line of a server (the API, MCP, a metrics endpoint): where it listens."""
+    shown = f"[{host}]" if ":" in host else host
+    log.info("listening", server=server, url=f"http://{shown}:{port}", **extra)
 
 
 def serve_metrics(
