@@ -178,3 +178,21 @@ def test_pages_that_use_a_word_with_two_meanings_link_to_the_glossary() -> None:
         if any(word in text for word in GLOSSARY_WORDS) and "glossary.md" not in text:
             unlinked.append(relative)
     assert unlinked == []
+
+
+_REPOSITORY_PATH: Final = re.compile(
+    r"`((?:spectral|contracts|producers|consumers|schemas|tests|deploy|benchmarks|examples|docs)"
+    r"/[^`\s]*)`"
+)
+
+
+def test_every_repository_path_the_docs_name_exists() -> None:
+    """A file moved or renamed leaves no page pointing at where it was."""
+    missing = []
+    for path in sorted(DOCS.rglob("*.md")):
+        for match in _REPOSITORY_PATH.finditer(path.read_text("utf-8")):
+            named = match.group(1).split(":")[0].rstrip(".,")
+            if any(c in named for c in "{*<") or (ROOT / named).exists():
+                continue
+            missing.append(f"{path.relative_to(DOCS)}: {named}")
+    assert missing == []
