@@ -8,6 +8,7 @@ from __future__ import annotations
 import ast
 import re
 import subprocess
+import tomllib
 from functools import cache
 from pathlib import Path
 from typing import Final
@@ -197,3 +198,15 @@ def test_every_repository_path_the_docs_name_exists() -> None:
                 continue
             missing.append(f"{path.relative_to(DOCS)}: {named}")
     assert missing == []
+
+
+def test_every_dependency_says_why_it_is_there() -> None:
+    """Each package pyproject.toml asks for is named on the dependencies page."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text("utf-8"))["project"]
+    wanted = [*project["dependencies"]]
+    for extra in project["optional-dependencies"].values():
+        wanted += extra
+    names = {re.split(r"[\[<>=!~; ]", requirement, maxsplit=1)[0].lower() for requirement in wanted}
+    page = (DOCS / "reference" / "dependencies.md").read_text("utf-8").lower()
+    assert len(names) > 20
+    assert sorted(name for name in names if name not in page) == []
