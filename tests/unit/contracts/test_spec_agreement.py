@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from contracts import DEFAULT_REGISTRY, MAX_RECORD_BYTES
+from contracts import DEFAULT_REGISTRY, MAX_PRODUCE_BYTES, MAX_RECORD_BYTES
 from contracts.spec_tables import blocks_in, fill_tables, readme_tables
 from spectral.kafka.dlq import HISTORY_ITEMS
 
@@ -167,6 +167,21 @@ def test_the_topic_settings_table_states_the_bindings() -> None:
 def test_producers_are_told_to_send_records_as_large_as_the_topics_take() -> None:
     rows = {row[0]: row for row in table_after("| setting | value | why |")}
     limit = _binding("platform_failure_cluster_detected")["topicConfiguration"]["max.message.bytes"]
-    assert limit > MAX_RECORD_BYTES
+    assert limit == MAX_PRODUCE_BYTES > MAX_RECORD_BYTES
     assert rows["request (or batch) size limit"][1].startswith(f"at least **{limit}** bytes")
     assert rows["acknowledgements"][1] == "`acks=all`"
+
+
+def test_the_client_notes_ask_every_family_for_the_contract_s_request_limit() -> None:
+    page = (ROOT / "docs" / "howto" / "produce-from-another-language.md").read_text("utf-8")
+    limit = str(MAX_PRODUCE_BYTES)
+    for setting in (
+        f"MAX_REQUEST_SIZE_CONFIG, {limit}",  # Java kafka-clients
+        f"message.max.bytes={limit}",  # librdkafka
+        f"ProducerBatchMaxBytes({limit})",  # franz-go
+        f"max_request_size={limit}",  # aiokafka
+    ):
+        assert setting in page, setting
+    assert f"at least **{limit}** bytes" in page
+    for heading in ("## Java", "## librdkafka", "## Go: franz-go", "## Node: kafkajs", "## Python"):
+        assert f"\n{heading}" in page
