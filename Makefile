@@ -24,7 +24,7 @@ ASYNCAPI_STAMP := $(ASYNCAPI_DIR)/node_modules/.installed-stamp
 BROKERS ?=
 DEV_UP := $(SPECTRAL) dev up $(if $(BROKERS),--brokers $(BROKERS))
 
-.PHONY: all install bench-tools tooling interop postgres-binaries promtool chromium up down status migrate topics demo test test-cluster test-slow test-example unit lint bench soak clean
+.PHONY: all install bench-tools tooling interop postgres-binaries promtool chromium up down status migrate topics demo test test-cluster test-slow test-example unit lint docs docs-generate bench soak clean
 
 all: test
 
@@ -137,6 +137,16 @@ lint: install $(BENCH_STAMP)
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 
+# The documentation site (mkdocs.yml), strict: a broken internal link or anchor, or a page left
+# out of the navigation, fails the build. Open build/site/index.html.
+docs: install
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
+
+# Regenerate the reference pages generated from the code (docs/gen); a test fails when a
+# committed page differs from what this would write.
+docs-generate: install
+	$(BIN)/python -m docs.gen
+
 unit: install tooling
 	$(BIN)/pytest tests/unit -q
 
@@ -153,7 +163,7 @@ unit: install tooling
 # private cluster, broker or build directory stay in one worker (xdist_group, tests/conftest.py).
 # TEST_WORKERS=0 runs them in this process, one after another.
 TEST_WORKERS ?= 4
-test: install tooling interop postgres-binaries promtool chromium lint
+test: install tooling interop postgres-binaries promtool chromium lint docs
 	$(DEV_UP)
 	@status=0; $(BIN)/pytest -q -p no:cacheprovider --durations=15 \
 		-m "not cluster_slow and not slow and not example" -n $(TEST_WORKERS) --dist loadgroup \
