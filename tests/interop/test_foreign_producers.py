@@ -30,15 +30,13 @@ from typing import Any
 
 import asyncpg
 import pytest
-from prometheus_client import CollectorRegistry
 
-from consumers.rule_candidates import build
 from contracts import FAILURE_CLUSTER_DETECTED
-from spectral.consumer.engine import ConsumerEngine, EngineOptions
 from spectral.consumer.handler import Outcome
 from spectral.kafka.topics import dlq_topic, topic_for
 from spectral.kafka.topology import TopicPolicy, declared_topics
 from spectral.settings import Settings
+from tests.integration.replay.support import rule_candidates, run_live
 from tests.kafka_support import create_topics, read_all
 
 pytestmark = pytest.mark.integration
@@ -154,7 +152,7 @@ async def test_the_consumer_applies_everything_the_producer_publishes_with_every
     assert sorted(p["codec"] for p in published) == sorted(CODECS * per_codec)
     assert sum(p["bytes"] > 1_000_000 for p in published) == producer.large_per_codec * len(CODECS)
 
-    summary = await _consume(settings)
+    summary = await run_live(settings, rule_candidates(settings)(database_url), idle=3.0)
 
     rows = await _stored(database_url, [p["cluster_id"] for p in published])
     assert {p["cluster_id"]: p["snapshot_hash"] for p in published} == rows
@@ -208,21 +206,6 @@ def _key(vector: dict[str, Any]) -> bytes | None:
         return base64.b64decode(vector["key_base64"])
     key: str | None = vector["key"]
     return None if key is None else key.encode()
-
-
-async def _consume(settings: Settings) -> Any:
-    assert settings.kafka_bootstrap is not None
-    assert settings.database_url is not None
-    url = settings.database_url.get_secret_value()
-    engine = ConsumerEngine(
-        build(settings, url, CollectorRegistry()),
-        settings,
-        kafka_bootstrap=settings.kafka_bootstrap,
-        database_url=url,
-        options=EngineOptions(stop_when_idle=3.0, max_batch=500),
-        registry=CollectorRegistry(),
-    )
-    return await engine.run()
 
 
 async def _stored(database_url: str, clusters: list[str]) -> dict[str, str]:
