@@ -24,7 +24,7 @@ ASYNCAPI_STAMP := $(ASYNCAPI_DIR)/node_modules/.installed-stamp
 BROKERS ?=
 DEV_UP := $(SPECTRAL) dev up $(if $(BROKERS),--brokers $(BROKERS))
 
-.PHONY: all install bench-tools tooling postgres-binaries promtool chromium up down status migrate topics demo test test-cluster test-slow test-example unit lint docs docs-generate bench soak clean
+.PHONY: all install bench-tools tooling interop postgres-binaries promtool chromium up down status migrate topics demo test test-cluster test-slow test-example unit lint docs docs-generate bench soak clean
 
 all: test
 
@@ -63,9 +63,34 @@ $(ASYNCAPI_STAMP): $(ASYNCAPI_DIR)/package.json $(ASYNCAPI_DIR)/package-lock.jso
 	cd $(ASYNCAPI_DIR) && npm ci --no-audit --no-fund --ignore-scripts --loglevel=error
 	touch $@
 
-# Test tooling outside Python: the AsyncAPI parser. (The Go producer of tests/interop is built
-# by its test, its modules fetched from the Go module proxy into the ignored build/ folder.)
+# Test tooling outside Python: the AsyncAPI parser.
 tooling: $(ASYNCAPI_STAMP)
+
+# The foreign producers of tests/interop, written from the contract alone: Go (franz-go) and Java
+# (kafka-clients, Jackson). Built here, before pytest and outside any test's timeout; a test only
+# checks that its build is newer than its sources. Go modules come from the Go module proxy
+# (pinned by go.sum) into build/go, jars and Maven's plugins from Maven Central (pinned versions
+# in the pom) into build/m2: a fresh clone needs no cache of the user's.
+INTEROP_GO     := build/go/interop
+INTEROP_JAVA   := build/java/interop.jar
+INTEROP_GO_SRC := $(wildcard tests/interop/go/*.go) tests/interop/go/go.mod tests/interop/go/go.sum
+INTEROP_JAVA_SRC := tests/interop/java/pom.xml $(shell find tests/interop/java/src -name '*.java')
+GO ?= $(or $(shell command -v go 2>/dev/null),$(wildcard /usr/local/go/bin/go),go)
+
+$(INTEROP_GO): $(INTEROP_GO_SRC)
+	@$(GO) version >/dev/null 2>&1 || { echo "Go $$(sed -n 's/^go //p' tests/interop/go/go.mod) or newer is needed for tests/interop/go (https://go.dev/dl; Debian's golang is older)" >&2; exit 1; }
+	cd tests/interop/go && GOCACHE=$(CURDIR)/build/go/cache GOMODCACHE=$(CURDIR)/build/go/mod \
+		GOFLAGS="-modcacherw -mod=readonly" GOTOOLCHAIN=local $(GO) build -o $(CURDIR)/$@ .
+
+$(INTEROP_JAVA): $(INTEROP_JAVA_SRC)
+	@if ! command -v mvn >/dev/null 2>&1 || ! command -v javac >/dev/null 2>&1; then \
+		echo "installing Debian's maven and openjdk-17-jdk-headless packages (tests/interop/java)"; \
+		$(call debian_install,maven openjdk-17-jdk-headless); \
+	fi
+	mvn -B -q -Dstyle.color=never --strict-checksums -Dmaven.repo.local=$(CURDIR)/build/m2 -f tests/interop/java/pom.xml package
+	touch $@
+
+interop: $(INTEROP_GO) $(INTEROP_JAVA)
 
 # PostgreSQL refuses to run as root; Debian's package brings the server and the `postgres` user.
 postgres-binaries:
@@ -138,7 +163,7 @@ unit: install tooling
 # private cluster, broker or build directory stay in one worker (xdist_group, tests/conftest.py).
 # TEST_WORKERS=0 runs them in this process, one after another.
 TEST_WORKERS ?= 4
-test: install tooling postgres-binaries promtool chromium lint docs
+test: install tooling interop postgres-binaries promtool chromium lint docs
 	$(DEV_UP)
 	@status=0; $(BIN)/pytest -q -p no:cacheprovider --durations=15 \
 		-m "not cluster_slow and not slow and not example" -n $(TEST_WORKERS) --dist loadgroup \
