@@ -24,7 +24,7 @@ ASYNCAPI_STAMP := $(ASYNCAPI_DIR)/node_modules/.installed-stamp
 BROKERS ?=
 DEV_UP := $(SPECTRAL) dev up $(if $(BROKERS),--brokers $(BROKERS))
 
-.PHONY: all install bench-tools tooling helm-tools postgres-binaries promtool chromium up down status migrate topics demo test test-cluster test-slow test-example unit lint docs docs-generate bench soak clean
+.PHONY: all install bench-tools tooling helm-tools interop postgres-binaries promtool chromium up down status migrate topics demo test test-cluster test-slow test-example unit lint docs docs-generate bench soak clean
 
 all: test
 
@@ -70,7 +70,6 @@ $(ASYNCAPI_STAMP): $(ASYNCAPI_DIR)/package.json $(ASYNCAPI_DIR)/package-lock.jso
 # is pinned (the wheel by its sha256 in tests/helm/schemas.py, the modules by Go's checksum
 # database), everything is cached in the ignored build/ folder. A cold build compiles helm (most
 # of the time: see docs/howto/deploy/kubernetes.md); later runs reuse it.
-GO ?= $(shell command -v go 2>/dev/null || echo /usr/local/go/bin/go)
 GO_CACHE := $(CURDIR)/build/go
 GO_ENV := GOCACHE=$(GO_CACHE)/cache GOMODCACHE=$(GO_CACHE)/mod GOFLAGS=-modcacherw GOTOOLCHAIN=local
 HELM_VERSION := v3.22.0
@@ -116,10 +115,34 @@ helm-tools: $(HELM_BIN) $(KUBECONFORM_BIN) $(HELM_SCHEMAS)
 	ln -sf $(notdir $(HELM_BIN)) $(HELM_TOOLS)/bin/helm
 	ln -sf $(notdir $(KUBECONFORM_BIN)) $(HELM_TOOLS)/bin/kubeconform
 
-# Test tooling outside Python: the AsyncAPI parser and the Helm chart's validators. (The Go
-# producer of tests/interop is built by its test, its modules fetched from the Go module proxy
-# into the ignored build/ folder.)
+# Test tooling outside Python: the AsyncAPI parser and the Helm chart's validators.
 tooling: $(ASYNCAPI_STAMP) helm-tools
+
+# The foreign producers of tests/interop, written from the contract alone: Go (franz-go) and Java
+# (kafka-clients, Jackson). Built here, before pytest and outside any test's timeout; a test only
+# checks that its build is newer than its sources. Go modules come from the Go module proxy
+# (pinned by go.sum) into build/go, jars and Maven's plugins from Maven Central (pinned versions
+# in the pom) into build/m2: a fresh clone needs no cache of the user's.
+INTEROP_GO     := build/go/interop
+INTEROP_JAVA   := build/java/interop.jar
+INTEROP_GO_SRC := $(wildcard tests/interop/go/*.go) tests/interop/go/go.mod tests/interop/go/go.sum
+INTEROP_JAVA_SRC := tests/interop/java/pom.xml $(shell find tests/interop/java/src -name '*.java')
+GO ?= $(or $(shell command -v go 2>/dev/null),$(wildcard /usr/local/go/bin/go),go)
+
+$(INTEROP_GO): $(INTEROP_GO_SRC)
+	@$(GO) version >/dev/null 2>&1 || { echo "Go $$(sed -n 's/^go //p' tests/interop/go/go.mod) or newer is needed for tests/interop/go (https://go.dev/dl; Debian's golang is older)" >&2; exit 1; }
+	cd tests/interop/go && GOCACHE=$(CURDIR)/build/go/cache GOMODCACHE=$(CURDIR)/build/go/mod \
+		GOFLAGS="-modcacherw -mod=readonly" GOTOOLCHAIN=local $(GO) build -o $(CURDIR)/$@ .
+
+$(INTEROP_JAVA): $(INTEROP_JAVA_SRC)
+	@if ! command -v mvn >/dev/null 2>&1 || ! command -v javac >/dev/null 2>&1; then \
+		echo "installing Debian's maven and openjdk-17-jdk-headless packages (tests/interop/java)"; \
+		$(call debian_install,maven openjdk-17-jdk-headless); \
+	fi
+	mvn -B -q -Dstyle.color=never --strict-checksums -Dmaven.repo.local=$(CURDIR)/build/m2 -f tests/interop/java/pom.xml package
+	touch $@
+
+interop: $(INTEROP_GO) $(INTEROP_JAVA)
 
 # PostgreSQL refuses to run as root; Debian's package brings the server and the `postgres` user.
 postgres-binaries:
@@ -192,7 +215,7 @@ unit: install tooling
 # private cluster, broker or build directory stay in one worker (xdist_group, tests/conftest.py).
 # TEST_WORKERS=0 runs them in this process, one after another.
 TEST_WORKERS ?= 4
-test: install tooling postgres-binaries promtool chromium lint docs
+test: install tooling helm-tools interop postgres-binaries promtool chromium lint docs
 	$(DEV_UP)
 	@status=0; $(BIN)/pytest -q -p no:cacheprovider --durations=15 \
 		-m "not cluster_slow and not slow and not example" -n $(TEST_WORKERS) --dist loadgroup \

@@ -20,7 +20,7 @@ GENERATED: Final = (
 
 def pages() -> dict[str, Callable[[], str]]:
     """Each generated page (its path under docs/) and the function that renders it."""
-    from docs.gen import alerts, cli, events, http, mcp, metrics, settings  # noqa: PLC0415 - heavy
+    from docs.gen import alerts, cli, events, http, imports, mcp, metrics, settings  # noqa: PLC0415 - heavy
 
     return {
         "reference/settings.md": settings.render,
@@ -31,4 +31,5 @@ def pages() -> dict[str, Callable[[], str]]:
         "reference/mcp-tools.md": mcp.render,
         "reference/alerts.md": alerts.render,
         "reference/events.md": events.render,
+        "reference/import-graph.md": imports.render,
     }
