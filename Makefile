@@ -215,7 +215,7 @@ unit: install tooling
 # private cluster, broker or build directory stay in one worker (xdist_group, tests/conftest.py).
 # TEST_WORKERS=0 runs them in this process, one after another.
 TEST_WORKERS ?= 4
-test: install tooling helm-tools interop postgres-binaries promtool chromium lint docs
+test: install tooling interop postgres-binaries promtool chromium lint docs
 	$(DEV_UP)
 	@status=0; $(BIN)/pytest -q -p no:cacheprovider --durations=15 \
 		-m "not cluster_slow and not slow and not example" -n $(TEST_WORKERS) --dist loadgroup \
