@@ -442,3 +442,22 @@ def test_the_image_is_this_version_of_the_dockerfile_image() -> None:
     assert chart["appVersion"] == project["version"]
     images = {c.spec["image"] for c in containers(render([DEFAULT])) if c.runs_spectral}
     assert images == {f"spectral:{project['version']}"}
+
+
+# -- values ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "complaint"),
+    [
+        ("relay.replica", "2", "'replica' not allowed"),  # a typo is refused, never ignored
+        ("env.LOG_LEVEL", "DEBUG", "does not match pattern"),  # settings are SPECTRAL_*
+        ("maintenance.mode", "daemonset", "maintenance/mode"),
+        ("kafka.securityProtocol", "TLS", "kafka/securityProtocol"),
+    ],
+)
+def test_values_the_chart_does_not_know_are_refused(key: str, value: str, complaint: str) -> None:
+    done = render_text([DEFAULT], {key: value})
+    assert done.returncode != 0
+    assert "values don't meet the specifications of the schema" in done.stderr
+    assert complaint in done.stderr, done.stderr
