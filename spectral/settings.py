@@ -248,6 +248,26 @@ class Settings(BaseSettings):
         description="Added to the broker's bound on how long a record stays readable (clock "
         "differences, fetch buffers, producer retries).",
     )
+    dead_letter_table_retention_seconds: float | None = Field(
+        default=None,
+        gt=0,
+        description="Rows of core.dead_letters (dead letters the broker refused even as a "
+        "reference) are pruned this long after they were recorded; unset = as long as the "
+        "dead-letter topics keep their records (SPECTRAL_DLQ_RETENTION_MS; -1: for ever).",
+    )
+    token_retention_seconds: float = Field(
+        default=90 * 86_400.0,
+        gt=0,
+        description="API tokens revoked or expired longer ago than this are deleted (the audit "
+        "trail keeps the names they acted under).",
+    )
+    cluster_failure_retention_seconds: float = Field(
+        default=30 * 86_400.0,
+        ge=0,
+        description="Ingested failures (clusters.failures) recorded longer ago are pruned once "
+        "no snapshot needs them one by one (what it needs is rolled up first); ingest is "
+        "idempotent by failure_id within this window. 0 keeps them for ever.",
+    )
     maintenance_lock_timeout_seconds: float = Field(
         default=2.0,
         gt=0,

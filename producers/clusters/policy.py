@@ -31,6 +31,10 @@ class ClusterPolicy:
     # the capped backoff between them: retry n waits min(base * 2^(n-1), base * 10).
     stub_max_attempts: int = 3
     stub_retry_base: timedelta = timedelta(seconds=1)
+    # Failures recorded longer ago are pruned by `spectral maintenance` once no snapshot needs
+    # them one by one (retention.py); ingest is idempotent by failure_id within it. None keeps
+    # them for ever.
+    failure_retention: timedelta | None = timedelta(days=30)
 
     def __post_init__(self) -> None:
         if not 1 <= self.evidence_limit <= EVIDENCE_LIMIT:
@@ -45,6 +49,8 @@ class ClusterPolicy:
             raise ValueError("stub_max_attempts must be at least 1")
         if self.stub_retry_base <= timedelta(0):
             raise ValueError("stub_retry_base must be positive")
+        if self.failure_retention is not None and self.failure_retention <= timedelta(0):
+            raise ValueError("failure_retention must be positive")
 
     def stub_retry(self, attempt: int, *, permanent: bool) -> timedelta | None:
         """After stub attempt ``attempt`` failed: the wait before the next one, or None to give

@@ -60,10 +60,15 @@ SELECT cluster_id FROM clusters.clusters WHERE cluster_id = $1 FOR UPDATE
 
 -- name: cluster_facts
 -- What each cluster is now: identity, revision, last published hash, criticality, and the
--- aggregates the snapshot and the severity policy need (read through failures_by_cluster).
+-- aggregates the snapshot and the severity policy need (read through failures_by_cluster), the
+-- failures retention pruned included (their count and earliest observation, rolled up on the
+-- cluster's row; the latest failures and those of the rate window are never pruned).
 SELECT c.cluster_id, c.workspace_id, c.rule_id, c.signature, c.revision, c.published_hash,
        coalesce(rc.criticality, $2::text) AS criticality,
-       a.failure_count, a.first_observed_at, a.last_observed_at,
+       CASE WHEN a.failure_count > 0 THEN a.failure_count + c.pruned_failures ELSE 0 END
+           AS failure_count,
+       least(a.first_observed_at, c.pruned_first_observed_at) AS first_observed_at,
+       a.last_observed_at,
        (SELECT count(*)
         FROM clusters.failures AS w
         WHERE w.cluster_id = c.cluster_id
@@ -84,14 +89,40 @@ ORDER BY c.cluster_id
 -- Per cluster, the only failures the evidence rule (evidence.py) can pick: the most recent
 -- failure of each of the $2 most frequent summaries, and the $2 most recent failures; each
 -- with the number of failures sharing its summary. Text order is code point order (COLLATE "C").
-WITH f AS (
-    SELECT f.cluster_id, f.failure_id, f.observed_at, f.summary,
-           count(*) OVER (PARTITION BY f.cluster_id, f.summary) AS summary_count
+-- Failures retention pruned count in their summary's number and may still represent it
+-- (clusters.pruned_summaries keeps the most recent pruned one per summary); the $2 most recent
+-- failures are never pruned.
+WITH live AS (
+    SELECT f.cluster_id, f.failure_id, f.observed_at, f.summary
     FROM clusters.failures AS f
     WHERE f.cluster_id = ANY($1::uuid[])
+), pruned AS (
+    SELECT p.cluster_id, p.last_failure_id AS failure_id, p.last_observed_at AS observed_at,
+           p.summary, p.failure_count
+    FROM clusters.pruned_summaries AS p
+    WHERE p.cluster_id = ANY($1::uuid[])
+), counts AS (
+    SELECT cluster_id, summary, sum(n)::bigint AS summary_count
+    FROM (
+        SELECT cluster_id, summary, count(*) AS n FROM live GROUP BY cluster_id, summary
+        UNION ALL
+        SELECT cluster_id, summary, failure_count FROM pruned
+    ) AS both_kinds
+    GROUP BY cluster_id, summary
+), f AS (
+    SELECT l.cluster_id, l.failure_id, l.observed_at, l.summary, n.summary_count
+    FROM live AS l
+    JOIN counts AS n ON (n.cluster_id, n.summary) = (l.cluster_id, l.summary)
 ), representatives AS (
-    SELECT DISTINCT ON (cluster_id, summary) *
-    FROM f
+    SELECT DISTINCT ON (cluster_id, summary) cluster_id, failure_id, observed_at, summary,
+           summary_count
+    FROM (
+        SELECT cluster_id, failure_id, observed_at, summary, summary_count FROM f
+        UNION ALL
+        SELECT p.cluster_id, p.failure_id, p.observed_at, p.summary, n.summary_count
+        FROM pruned AS p
+        JOIN counts AS n ON (n.cluster_id, n.summary) = (p.cluster_id, p.summary)
+    ) AS every_kind
     ORDER BY cluster_id, summary, observed_at DESC, failure_id
 ), top_summaries AS (
     SELECT cluster_id, failure_id, observed_at, summary, summary_count

@@ -1,7 +1,10 @@
-"""`spectral maintenance`: prune the dedup record and the outbox behind their horizons.
+"""`spectral maintenance`: prune the dedup record, the outbox and every table that grows with
+traffic behind their horizons.
 
-The logic is spectral/maintenance/ (policy.py decides, run.py is one pass); this module wires the
-deployments' topics, the broker's retention and the metrics endpoint, and prints the report.
+The logic is spectral/maintenance/ (policy.py decides, run.py is one pass, retention.py prunes
+the other tables); this module wires the deployments' topics, the broker's retention, the
+retention tasks (spectral's own and the features') and the metrics endpoint, and prints the
+report.
 """
 
 from __future__ import annotations
@@ -12,11 +15,13 @@ import json
 import signal
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import timedelta
-from typing import Annotated
+from typing import Annotated, Final
 
 import typer
 from prometheus_client import REGISTRY
 
+from producers.clusters.policy import ClusterPolicy
+from producers.clusters.retention import FailureRetention
 from spectral.cli._common import (
     EXIT_FAILURE,
     METRICS_HOST_HELP,
@@ -28,13 +33,23 @@ from spectral.cli._common import (
 from spectral.cli.deployments import what_each_reads
 from spectral.db.connect import ping
 from spectral.devstack import resolve_endpoints
-from spectral.errors import SpectralError
+from spectral.faults import Component
 from spectral.kafka.retention import BrokerRetention, describe_retention
 from spectral.maintenance.metrics import MaintenanceMetrics, RunOutcome
 from spectral.maintenance.repository import MaintenanceRepository
+from spectral.maintenance.retention import (
+    DeadLetterTable,
+    DescribeRetention,
+    Measured,
+    Redrives,
+    RetentionTask,
+    Tokens,
+)
 from spectral.maintenance.run import MaintenanceOptions, MaintenanceReport, maintain
 from spectral.observability.health import run_with_health
 from spectral.observability.logging import get_logger
+from spectral.retry import Backoff
+from spectral.service import Supervised
 from spectral.settings import Settings
 
 log = get_logger(__name__)
@@ -64,7 +79,12 @@ def maintenance(
     it can still be read (retention.ms + segment.ms + timestamp skew + the broker's retention
     check, plus SPECTRAL_DEDUP_GRACE_SECONDS; at least SPECTRAL_DEDUP_MIN_HORIZON_SECONDS).
     Published outbox rows are kept SPECTRAL_OUTBOX_RETENTION_SECONDS; unpublished rows never
-    leave. Exit 1 when a step failed; a rotation held back for a reason is reported, not failed.
+    leave. Dead letters of core.dead_letters, redrive records, revoked or expired tokens and
+    ingested failures go behind their retention (SPECTRAL_DEAD_LETTER_TABLE_RETENTION_SECONDS,
+    the topics' retention, SPECTRAL_TOKEN_RETENTION_SECONDS,
+    SPECTRAL_CLUSTER_FAILURE_RETENTION_SECONDS); the work ledger and the triage audit trail are
+    kept, and measured. Exit 1 when a step failed; a rotation held back for a reason is
+    reported, not failed.
     """
     current = settings()
     endpoints = resolve_endpoints(current)
@@ -83,10 +103,12 @@ def maintenance(
     async def describe(topics: Sequence[str]) -> BrokerRetention:
         return await describe_retention(current, endpoints.kafka_bootstrap, topics)
 
+    tasks = retention_tasks(current, describe, options.grace)
+
     async def one_pass() -> MaintenanceReport:
         repo = await MaintenanceRepository.open(endpoints.database_url)
         try:
-            return await maintain(repo, consumers, describe, options, metrics)
+            return await maintain(repo, consumers, describe, options, metrics, retention=tasks)
         finally:
             await repo.close()
 
@@ -97,6 +119,44 @@ def maintenance(
             raise typer.Exit(EXIT_FAILURE)
         return
     run(run_with_health(health, _every(one_pass, every, metrics, as_json=as_json)))
+
+
+KEPT_BY_DESIGN: Final = (
+    Measured("work.ledger_entries", "the work ledger: kept by design"),
+    Measured("work.work_items", "the work ledger: kept by design"),
+    Measured("work.spend", "the work ledger: kept by design"),
+    Measured("platform.triage_audit", "the triage audit trail: kept by design"),
+    Measured("clusters.rule_stub_leases", "paid rule-stub calls: kept by design"),
+)
+"""Tables that grow with traffic and are kept on purpose: measured with the others (their
+growth per million events and how to archive them: docs, "Bounded state")."""
+
+
+def retention_tasks(
+    current: Settings, describe: DescribeRetention, grace: timedelta
+) -> list[RetentionTask]:
+    """spectral's retention tasks, the failures' (the clusters feature's), and the tables kept
+    by design, from the settings."""
+    if current.dead_letter_table_retention_seconds is not None:
+        dead_letters: timedelta | None = timedelta(
+            seconds=current.dead_letter_table_retention_seconds
+        )
+    else:
+        dead_letters = (
+            None
+            if current.dlq_retention_ms < 0
+            else timedelta(milliseconds=current.dlq_retention_ms)
+        )
+    failures = current.cluster_failure_retention_seconds
+    return [
+        DeadLetterTable(dead_letters),
+        Redrives(describe, grace),
+        Tokens(timedelta(seconds=current.token_retention_seconds)),
+        FailureRetention(
+            ClusterPolicy(failure_retention=timedelta(seconds=failures) if failures else None)
+        ),
+        *KEPT_BY_DESIGN,
+    ]
 
 
 def deployment_topics(current: Settings, database_url: str) -> Mapping[str, Sequence[str]]:
@@ -114,22 +174,41 @@ async def _every(
     *,
     as_json: bool,
 ) -> None:
-    stop = asyncio.Event()
+    """A pass every ``seconds`` until SIGTERM/SIGINT: a supervised loop (spectral.service), so
+    a database outage is logged when it starts and ends, not at every pass."""
+
+    async def step() -> None:
+        report = await one_pass()
+        if as_json:
+            typer.echo(json.dumps(report.to_json()))
+
+    def failed(_exc: BaseException, _component: str | None) -> None:
+        metrics.runs[RunOutcome.FAILED].inc()
+
+    passes = Supervised(
+        "maintenance",
+        _periodic(step, seconds),
+        backoff=Backoff(base=1.0, cap=seconds),
+        component=Component.DATABASE,
+        retries_any_failure=True,
+        on_fault=failed,
+    )
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
-            loop.add_signal_handler(sig, stop.set)
-    while not stop.is_set():
-        try:
-            report = await one_pass()
-            if as_json:
-                typer.echo(json.dumps(report.to_json()))
-        except SpectralError as exc:
-            metrics.runs[RunOutcome.FAILED].inc()
-            log.warning("maintenance pass failed", error=str(exc))
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(stop.wait(), timeout=seconds)
+            loop.add_signal_handler(sig, passes.stop_soon)
+    await passes.run()
     log.info("maintenance stopped")
+
+
+def _periodic(
+    step: Callable[[], Awaitable[None]], seconds: float
+) -> Callable[[], Awaitable[float]]:
+    async def once() -> float:
+        await step()
+        return seconds
+
+    return once
 
 
 def _mib(size: int) -> str:
@@ -183,6 +262,27 @@ def _print(report: MaintenanceReport, *, as_json: bool) -> None:
     typer.echo(f"dedup: {horizon}; {action}" + (f"; ERROR {dedup.error}" if dedup.error else ""))
     for table, (rows, size) in report.totals().items():
         typer.echo(f"{table}: ~{rows:,} rows, {_mib(size)}")
+    _print_retention(report, would)
+
+
+def _print_retention(report: MaintenanceReport, would: str) -> None:
+    sizes = {s.table: s for s in report.table_sizes}
+    for pruned in report.retention:
+        size = sizes.get(pruned.table)
+        measured = f"~{size.rows:,} rows, {_mib(size.bytes)}" if size is not None else "absent"
+        if pruned.held is not None and not pruned.rows:
+            action = pruned.held
+        else:
+            older = (
+                f" older than {timedelta(seconds=round(pruned.horizon_seconds))}"
+                if pruned.horizon_seconds is not None
+                else ""
+            )
+            more = " (more next pass)" if pruned.more else ""
+            action = f"{would}prune {pruned.rows:,} rows{older}{more}"
+        typer.echo(f"{pruned.table}: {measured}; {action}")
+    for table, error in report.retention_errors.items():
+        typer.echo(f"{table}: ERROR {error}")
 
 
 __all__ = ["maintenance"]

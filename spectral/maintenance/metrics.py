@@ -7,6 +7,7 @@ from enum import StrEnum
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from spectral.maintenance.policy import Hold
+from spectral.maintenance.retention import Pruned
 
 TABLES = ("core.event_handled", "core.outbox")
 _DURATION_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
@@ -81,20 +82,43 @@ class MaintenanceMetrics:
             "Ended outbox generations that still hold publishable, unpublished rows.",
             registry=registry,
         )
-        rows = Gauge(
+        self.rows = Gauge(
             "spectral_table_rows",
-            "Live rows of a bounded table (statistics' estimate).",
+            "Live rows of a table maintenance keeps bounded or measures (statistics' estimate).",
             ["table"],
             registry=registry,
         )
-        size = Gauge(
+        self.bytes = Gauge(
             "spectral_table_bytes",
-            "Bytes of a bounded table (heap, indexes and TOAST of every partition).",
+            "Bytes of a table maintenance keeps bounded or measures (heap, indexes and TOAST of "
+            "every partition).",
             ["table"],
             registry=registry,
         )
-        self.rows = {table: rows.labels(table) for table in TABLES}
-        self.bytes = {table: size.labels(table) for table in TABLES}
+        self.pruned_rows = Counter(
+            "spectral_retention_pruned_rows_total",
+            "Rows pruned behind a table's retention horizon.",
+            ["table"],
+            registry=registry,
+        )
+        self.retention_horizon = Gauge(
+            "spectral_retention_horizon_seconds",
+            "Rows of the table older than this are pruned (absent while none can be: kept for "
+            "ever, or the broker could not be asked).",
+            ["table"],
+            registry=registry,
+        )
+
+    def table(self, table: str, rows: int, size: int) -> None:
+        """The table's size (``table``: one of the fixed set the pass measures)."""
+        self.rows.labels(table).set(rows)
+        self.bytes.labels(table).set(size)
+
+    def retention(self, pruned: Pruned, *, dry_run: bool) -> None:
+        if not dry_run:
+            self.pruned_rows.labels(pruned.table).inc(pruned.rows)
+        if pruned.horizon_seconds is not None:
+            self.retention_horizon.labels(pruned.table).set(pruned.horizon_seconds)
 
     def hold(self, reason: Hold) -> None:
         for each, gauge in self.held.items():

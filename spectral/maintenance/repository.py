@@ -104,6 +104,11 @@ class MaintenanceRepository:
             lambda: self._conn.fetchval(_SQL["unlock"], LOCK_CLASS, RUN_LOCK),
         )
 
+    @property
+    def connection(self) -> asyncpg.Connection:
+        """The maintenance session (acting as spectral_maintainer), for the retention tasks."""
+        return self._conn
+
     async def clock(self) -> datetime:
         value: datetime = await guarded("clock", lambda: self._conn.fetchval(_SQL["clock"]))
         return value

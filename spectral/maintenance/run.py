@@ -13,7 +13,11 @@ Order of a pass (each step its own short transaction, so a stuck step costs only
    generation starts. A consumer no deployment declares, a topic that keeps records for ever,
    or a broker that cannot be asked holds the rotation back, with its reason in the report and
    in ``spectral_dedup_rotation_held``.
-3. **sizes** — rows and bytes of both tables, as gauges.
+3. **retention** — each retention task prunes its table behind its horizon (retention.py):
+   the dead-letter table, the redrive record, old tokens, and what features add (their
+   failures); tables kept by design are only measured.
+4. **sizes** — rows and bytes of the two tables above and of every table a retention task
+   names, as gauges.
 
 ``dry_run`` decides and reports everything and changes nothing.
 """
@@ -46,6 +50,7 @@ from spectral.maintenance.repository import (
     MaintenanceRepository,
     PartitionSize,
 )
+from spectral.maintenance.retention import Pruned, RetentionTask, TableSize, table_sizes
 from spectral.observability.logging import get_logger
 
 log = get_logger(__name__)
@@ -135,10 +140,15 @@ class MaintenanceReport:
     outbox: OutboxReport = field(default_factory=OutboxReport)
     dedup: DedupReport = field(default_factory=DedupReport)
     sizes: list[PartitionSize] = field(default_factory=list)
+    retention: list[Pruned] = field(default_factory=list)
+    retention_errors: dict[str, str] = field(default_factory=dict)
+    """Table -> why its retention task failed this pass."""
+    table_sizes: list[TableSize] = field(default_factory=list)
+    """The retention tasks' tables."""
 
     @property
     def ok(self) -> bool:
-        return self.outbox.error is None and self.dedup.error is None
+        return self.outbox.error is None and self.dedup.error is None and not self.retention_errors
 
     def totals(self) -> dict[str, tuple[int, int]]:
         """Table -> (rows, bytes) summed over its partitions."""
@@ -160,6 +170,20 @@ class MaintenanceReport:
             "partitions": [
                 {"partition": s.partition, "rows": s.rows, "bytes": s.bytes} for s in self.sizes
             ],
+            "retention": [
+                {
+                    "table": p.table,
+                    "pruned": p.rows,
+                    "horizon_seconds": p.horizon_seconds,
+                    "held": p.held,
+                    "more": p.more,
+                }
+                for p in self.retention
+            ],
+            "retention_errors": self.retention_errors,
+            "retention_tables": {
+                s.table: {"rows": s.rows, "bytes": s.bytes} for s in self.table_sizes
+            },
         }
 
 
@@ -169,8 +193,11 @@ async def maintain(
     describe: DescribeRetention,
     options: MaintenanceOptions,
     metrics: MaintenanceMetrics | None = None,
+    *,
+    retention: Sequence[RetentionTask] = (),
 ) -> MaintenanceReport:
-    """One pass. ``consumers``: every deployment's consumer name -> its topics."""
+    """One pass. ``consumers``: every deployment's consumer name -> its topics; ``retention``:
+    the tables to prune and measure."""
     started = time.monotonic()
     report = MaintenanceReport(dry_run=options.dry_run)
     if not await repo.try_lock():
@@ -182,7 +209,9 @@ async def maintain(
     try:
         await _outbox(repo, options, report.outbox, metrics)
         await _dedup(repo, consumers, describe, options, report=report.dedup, metrics=metrics)
+        await _retention(repo, retention, options, report)
         report.sizes = await repo.table_sizes()
+        report.table_sizes = await _sizes(repo, retention)
     finally:
         await repo.unlock()
     report.seconds = time.monotonic() - started
@@ -197,9 +226,38 @@ async def maintain(
         dedup_forgotten_rows=report.dedup.forgotten_rows,
         outbox_pruned=sum(report.outbox.pruned.values()),
         outbox_waiting_for_relay=report.outbox.waiting_for_relay,
-        errors=[e for e in (report.outbox.error, report.dedup.error) if e],
+        pruned={p.table: p.rows for p in report.retention if p.rows},
+        errors=[e for e in (report.outbox.error, report.dedup.error) if e]
+        + [f"{t}: {e}" for t, e in report.retention_errors.items()],
     )
     return report
+
+
+async def _sizes(
+    repo: MaintenanceRepository, tasks: Sequence[RetentionTask]
+) -> list[TableSize]:
+    try:
+        return await table_sizes(repo.connection, [t.table for t in tasks])
+    except SpectralError as exc:
+        log.warning("table sizes not measured", error=str(exc)[:500])
+        return []
+
+
+async def _retention(
+    repo: MaintenanceRepository,
+    tasks: Sequence[RetentionTask],
+    options: MaintenanceOptions,
+    report: MaintenanceReport,
+) -> None:
+    """Each task on its own: one that fails (its table locked, the broker away) costs only
+    itself this pass."""
+    for task in tasks:
+        try:
+            now = await repo.clock()
+            report.retention.append(await task.prune(repo.connection, now, dry_run=options.dry_run))
+        except SpectralError as exc:
+            report.retention_errors[task.table] = str(exc)[:500]
+            log.warning("retention failed", table=task.table, error=str(exc)[:500])
 
 
 def _record(metrics: MaintenanceMetrics, report: MaintenanceReport) -> None:
@@ -218,9 +276,11 @@ def _record(metrics: MaintenanceMetrics, report: MaintenanceReport) -> None:
         metrics.evacuated.inc(report.outbox.moved_delayed_rows)
     metrics.outbox_blocked.set(len(report.outbox.waiting_for_relay))
     for table, (rows, size) in report.totals().items():
-        if table in metrics.rows:
-            metrics.rows[table].set(rows)
-            metrics.bytes[table].set(size)
+        metrics.table(table, rows, size)
+    for measured in report.table_sizes:
+        metrics.table(measured.table, measured.rows, measured.bytes)
+    for pruned in report.retention:
+        metrics.retention(pruned, dry_run=report.dry_run)
 
 
 # -- the outbox ---------------------------------------------------------------------------------

@@ -242,8 +242,16 @@ class Health:
         """A registry exporting this process's readiness (see the module docstring), read at
         scrape time from the clock, never from the event loop."""
         registry = CollectorRegistry()
-        registry.register(_ReadinessCollector(self))
+        ReadinessMetrics(registry, self)
         return registry
+
+
+class ReadinessMetrics:
+    """``spectral_live``, ``spectral_ready`` and ``spectral_ready_check{check}`` on
+    ``registry``, read from ``health`` at scrape time."""
+
+    def __init__(self, registry: CollectorRegistry, health: Health | None = None) -> None:
+        registry.register(_ReadinessCollector(health or Health()))
 
 
 class _ReadinessCollector(Collector):
