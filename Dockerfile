@@ -13,8 +13,11 @@ RUN pip wheel --no-cache-dir --no-deps --wheel-dir /wheels .
 
 FROM python:3.11-slim
 COPY --from=build /wheels /wheels
+# /var/lib/spectral/work-journal: the executor's response journal; a named volume mounted there
+# starts with this ownership (compose.yaml), so the executor, running as nobody, can write it.
 RUN pip install --no-cache-dir /wheels/*.whl && rm -rf /wheels \
-    && mkdir /home/spectral && chown nobody:nogroup /home/spectral
+    && mkdir /home/spectral && chown nobody:nogroup /home/spectral \
+    && mkdir -p /var/lib/spectral/work-journal && chown -R nobody:nogroup /var/lib/spectral
 WORKDIR /home/spectral
 ENV HOME=/home/spectral
 USER nobody

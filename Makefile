@@ -24,7 +24,7 @@ ASYNCAPI_STAMP := $(ASYNCAPI_DIR)/node_modules/.installed-stamp
 BROKERS ?=
 DEV_UP := $(SPECTRAL) dev up $(if $(BROKERS),--brokers $(BROKERS))
 
-.PHONY: all install bench-tools tooling helm-tools interop postgres-binaries promtool chromium debian-package up down status migrate topics demo test test-cluster test-slow test-example unit lint docs docs-generate bench soak clean
+.PHONY: all install bench-tools tooling helm-tools interop postgres-binaries promtool amtool chromium debian-package up down status migrate topics demo test test-cluster test-slow test-example unit lint docs docs-generate bench soak clean
 
 all: test
 
@@ -197,6 +197,13 @@ promtool:
 		$(call debian_install,prometheus,--no-install-recommends); \
 	fi
 
+# amtool checks compose's Alertmanager configuration (deploy/alertmanager); only the tool is used.
+amtool:
+	@if ! command -v amtool >/dev/null 2>&1; then \
+		echo "installing Debian's prometheus-alertmanager package (amtool)"; \
+		$(call debian_install,prometheus-alertmanager,--no-install-recommends); \
+	fi
+
 up: install postgres-binaries
 	$(DEV_UP)
 
@@ -246,7 +253,7 @@ unit: install tooling
 # private cluster, broker or build directory stay in one worker (xdist_group, tests/conftest.py).
 # TEST_WORKERS=0 runs them in this process, one after another.
 TEST_WORKERS ?= 4
-test: install tooling interop postgres-binaries promtool chromium lint docs
+test: install tooling interop postgres-binaries promtool amtool chromium lint docs
 	$(DEV_UP)
 	@status=0; $(BIN)/pytest -q -p no:cacheprovider --durations=15 \
 		-m "not cluster_slow and not slow and not example" -n $(TEST_WORKERS) --dist loadgroup \

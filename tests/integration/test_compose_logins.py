@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import shutil
 import socket
@@ -184,3 +185,50 @@ async def test_the_api_with_its_compose_login_is_not_flagged_and_the_owner_is(
     )
     assert OVERPRIVILEGED not in own, own[-3000:]
     assert OVERPRIVILEGED in owner, owner[-3000:]
+
+
+async def test_the_first_token_made_the_documented_way_opens_the_api(
+    compose_logins: dict[str, Any], database_url: str, spectral_env: dict[str, str]
+) -> None:
+    """compose.yaml's header: `docker compose run --rm admin spectral tokens create …` (the
+    admin service acts as the owner); the API, running as its own compose login, accepts it."""
+    urls = {
+        name: urlsplit(compose_logins[name]["environment"]["SPECTRAL_DATABASE_URL"])
+        for name in ("admin", "migrate")
+    }
+    assert urls["admin"].username == urls["migrate"].username  # the owner
+    spectral = str(Path(sys.executable).with_name("spectral"))
+    made = subprocess.run(
+        [spectral, "tokens", "create", "--name", "first", "--scope", "ops:read", "--json"],
+        env=spectral_env,  # the owner's URL, on the test's database
+        capture_output=True,
+        text=True,
+        timeout=90,
+        check=False,
+    )
+    assert made.returncode == 0, made.stderr
+    token = json.loads(made.stdout)["token"]
+    _, api_url = _login_url(compose_logins["api"], database_url)
+    port = _free_port()
+    proc = await asyncio.create_subprocess_exec(
+        spectral, "api", "--host", "127.0.0.1", "--port", str(port),
+        env={**spectral_env, "SPECTRAL_DATABASE_URL": api_url},
+        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as client:
+
+            async def answers() -> bool:
+                assert proc.returncode is None, "the API exited"
+                with contextlib.suppress(httpx.HTTPError):
+                    return (await client.get("/readyz")).status_code == 200
+                return False
+
+            await eventually(answers, timeout=60)
+            bearer = {"Authorization": f"Bearer {token}"}
+            assert (await client.get("/ops/consumers", headers=bearer)).status_code == 200
+            assert (await client.get("/ops/consumers")).status_code == 401
+    finally:
+        if proc.returncode is None:
+            proc.terminate()
+        await asyncio.wait_for(proc.wait(), timeout=30)

@@ -25,6 +25,7 @@ from producers.clusters.metrics import ClusterMetrics
 from producers.relay.metrics import RelayMetrics
 from spectral.consumer.metrics import ConsumerMetrics
 from spectral.maintenance.metrics import MaintenanceMetrics
+from spectral.maintenance.retention import Pruned
 from spectral.observability.health import Health
 from spectral.observability.http import HttpMetrics
 from spectral.observability.progress import ProgressMetrics
@@ -87,7 +88,9 @@ def _exported_series() -> set[str]:
     ExecutorMetrics(registry)
     RelayMetrics(registry)
     ClusterMetrics(registry)
-    MaintenanceMetrics(registry)
+    maintenance = MaintenanceMetrics(registry)
+    maintenance.table("core.outbox", 0, 0)
+    maintenance.retention(Pruned("core.api_tokens", 1, 60.0), dry_run=False)
     consumer = ConsumerMetrics(registry, "c")
     consumer.retried("database")
     consumer.dead_lettered("not_json")
@@ -136,3 +139,66 @@ def test_the_alert_rules_pass_their_promtool_unit_tests() -> None:
         check=False,
     )
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_the_executors_journal_outlives_its_container() -> None:
+    """Paid answers wait in the response journal until the ledger has them: the executor keeps
+    it on a named volume, where the image's user may write (the Dockerfile owns it)."""
+    compose = _compose()
+    executor = compose["services"]["work-executor"]
+    journal = executor["environment"]["SPECTRAL_WORK_JOURNAL_DIR"]
+    volume, _, target = next(v for v in executor["volumes"] if v.endswith(journal)).partition(":")
+    assert target == journal
+    assert volume in compose["volumes"]  # named, not the container's own layer
+    dockerfile = (ROOT / "Dockerfile").read_text()
+    assert f"mkdir -p {journal}" in dockerfile
+    assert "chown -R nobody:nogroup /var/lib/spectral" in dockerfile
+
+
+def test_the_first_token_has_a_documented_way() -> None:
+    """The API's login may not make tokens; the owner's may: compose has a one-off service that
+    acts as the owner, and its header says how to make the first token with it."""
+    compose = _compose()
+    admin = compose["services"]["admin"]
+    assert admin["profiles"] == ["admin"]  # not started by `up`
+    assert admin["environment"]["SPECTRAL_DATABASE_URL"].startswith("postgresql://spectral:")
+    header = (ROOT / "compose.yaml").read_text().split("x-spectral-environment")[0]
+    assert "docker compose run --rm admin spectral tokens create" in header
+
+
+def test_images_are_named_once() -> None:
+    text = (ROOT / "compose.yaml").read_text()
+    assert text.count("spectral:local") == 1
+    assert text.count("postgres:15") == 1
+
+
+def test_alerts_reach_alertmanager_and_every_severity_has_a_route() -> None:
+    services = _compose()["services"]
+    assert "alertmanager" in services
+    assert "./deploy/alertmanager/alertmanager.yml" in " ".join(services["alertmanager"]["volumes"])
+    prometheus = YAML(typ="safe").load((ROOT / "deploy/prometheus/prometheus.yml").read_text())
+    targets = [
+        target
+        for manager in prometheus["alerting"]["alertmanagers"]
+        for config in manager["static_configs"]
+        for target in config["targets"]
+    ]
+    assert targets == ["alertmanager:9093"]
+    amtool = shutil.which("amtool")
+    if amtool is None:
+        pytest.fail("amtool missing: `make test` installs Debian's prometheus-alertmanager package")
+    config = ROOT / "deploy/alertmanager/alertmanager.yml"
+    checked = subprocess.run(
+        [amtool, "check-config", str(config)], capture_output=True, text=True, check=False
+    )
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    rules = YAML(typ="safe").load((ROOT / "deploy/prometheus/spectral-alerts.yaml").read_text())
+    alerts = {rule["alert"]: rule for group in rules["groups"] for rule in group["rules"]}
+    severities = {rule["labels"]["severity"] for rule in alerts.values()}
+    routes = YAML(typ="safe").load(config.read_text())["route"]["routes"]
+    routed = {m.split('"')[1] for route in routes for m in route["matchers"]}
+    assert severities <= routed, severities - routed
+    inhibits = YAML(typ="safe").load(config.read_text())["inhibit_rules"]
+    named = set(re.findall(r"Spectral[A-Za-z]+", json.dumps(inhibits)))
+    assert named
+    assert named <= set(alerts), named - set(alerts)
