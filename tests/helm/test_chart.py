@@ -522,3 +522,17 @@ def test_values_the_chart_does_not_know_are_refused(key: str, value: str, compla
     assert done.returncode != 0
     assert "values don't meet the specifications of the schema" in done.stderr
     assert complaint in done.stderr, done.stderr
+
+
+def test_the_packaged_chart_renders_as_the_source_does(tmp_path: Path) -> None:
+    """`helm package` carries the files the chart links to (the alert rules), so a chart
+    installed from its package renders what the checkout renders."""
+    done = helm("package", str(CHART), "--destination", str(tmp_path))
+    assert done.returncode == 0, done.stderr
+    [package] = tmp_path.glob("spectral-*.tgz")
+    args = ["template", "spectral", "--namespace", "spectral", "--values", str(FULL)]
+    from_package = helm(*args[:2], str(package), *args[2:])
+    from_source = render_text([FULL])
+    assert from_package.returncode == 0, from_package.stderr
+    # the logins' passwords are made anew at each render; FULL brings its own logins
+    assert from_package.stdout == from_source.stdout
