@@ -233,9 +233,7 @@ async def maintain(
     return report
 
 
-async def _sizes(
-    repo: MaintenanceRepository, tasks: Sequence[RetentionTask]
-) -> list[TableSize]:
+async def _sizes(repo: MaintenanceRepository, tasks: Sequence[RetentionTask]) -> list[TableSize]:
     try:
         return await table_sizes(repo.connection, [t.table for t in tasks])
     except SpectralError as exc:
