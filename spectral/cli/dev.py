@@ -29,18 +29,22 @@ def up(
     """Start the stack (or reuse what runs) and print its settings as shell exports:
     eval "$(spectral dev up)"."""
     current = settings()
-    if brokers is not None and current.kafka_bootstrap:
+    own_kafka, own_postgres = devstack.owns_kafka(current), devstack.owns_postgres(current)
+    if brokers is not None and not own_kafka:
         typer.echo(
             "# SPECTRAL_KAFKA_BOOTSTRAP is set: that cluster is used and --brokers is ignored",
             err=True,
         )
     endpoints = devstack.up(current, brokers=brokers)
-    typer.echo(f"export SPECTRAL_KAFKA_BOOTSTRAP={shlex.quote(endpoints.kafka_bootstrap)}")
-    if current.database_url is None:
+    if own_kafka:
+        typer.echo(f"export SPECTRAL_KAFKA_BOOTSTRAP={shlex.quote(endpoints.kafka_bootstrap)}")
+    else:
+        typer.echo("# SPECTRAL_KAFKA_BOOTSTRAP is set in the environment (external cluster)")
+    if own_postgres:
         typer.echo(f"export SPECTRAL_DATABASE_URL={shlex.quote(endpoints.database_url)}")
     else:
         typer.echo("# SPECTRAL_DATABASE_URL is set in the environment (external server)")
-    if current.kafka_bootstrap is None or current.database_url is None:
+    if own_kafka or own_postgres:
         typer.echo(f"export SPECTRAL_STATE_DIR={shlex.quote(str(devstack.state_dir(current)))}")
 
 
@@ -52,6 +56,8 @@ def status() -> None:
     typer.echo(f"kafka:    {report.kafka}")
     typer.echo(f"postgres: {report.postgres}")
     typer.echo(f"state:    {devstack.state_dir(current)}")
+    for orphan in report.orphans:
+        typer.echo(f"orphaned: {orphan}; `spectral dev down --wipe` removes it")
 
 
 @app.command()
@@ -59,9 +65,12 @@ def down(
     wipe: bool = typer.Option(
         default=False,
         help="Also delete everything the stack created: Kafka's and PostgreSQL's data (as root "
-        "under /var/lib/spectral) and the state directory.",
+        "under /var/lib/spectral) and the state directory, and the PostgreSQL clusters there "
+        "of stacks whose checkout is gone.",
     ),
 ) -> None:
     """Stop the local stack's processes; their data is kept unless --wipe."""
-    devstack.down(settings(), wipe=wipe)
+    removed = devstack.down(settings(), wipe=wipe)
+    for root in removed:
+        typer.echo(f"removed the orphaned cluster {root}")
     typer.echo("stopped and wiped" if wipe else "stopped")

@@ -12,6 +12,11 @@ Which local stack (:func:`state_dir`): ``SPECTRAL_STATE_DIR`` when set; else the
 never adopts the remembered stack: run in a checkout without one, it starts that checkout's own
 (so ``make test`` in a second clone starts, and then stops, its own stack, never the first's).
 
+The settings ``dev up`` prints (``eval "$(spectral dev up)"``) name the stack's own servers: a
+``SPECTRAL_KAFKA_BOOTSTRAP`` that is the stack's broker address, a ``SPECTRAL_DATABASE_URL``
+with its port and passfile, are recognised as the stack's, not as external servers — so
+``dev up`` starts them again when they stopped, and ``dev status`` reports their processes.
+
 Kafka is one broker unless ``up`` is asked for more (``spectral dev up --brokers 3``); a state
 directory then keeps its broker count, and every other command finds the cluster it holds
 (:func:`spectral.devstack.kafka_cluster.local_kafka`).
@@ -44,6 +49,8 @@ class Endpoints:
 class StackStatus:
     kafka: str
     postgres: str
+    orphans: tuple[str, ...] = ()
+    """PostgreSQL clusters of stacks whose checkout is gone (``dev down --wipe`` removes them)."""
 
 
 _STACK_FILES = ("postgres.json", "kafka")
@@ -98,55 +105,96 @@ def _postgres(settings: Settings, *, remembered: bool = True) -> LocalPostgres:
     return LocalPostgres(state_dir(settings, remembered=remembered))
 
 
+def owns_kafka(settings: Settings, *, remembered: bool = True) -> bool:
+    """``SPECTRAL_KAFKA_BOOTSTRAP`` is unset, or is the local stack's own broker address."""
+    if not settings.kafka_bootstrap:
+        return True
+    own = _kafka(settings, remembered=remembered).bootstrap
+    return own is not None and _addresses(own) == _addresses(settings.kafka_bootstrap)
+
+
+def owns_postgres(settings: Settings, *, remembered: bool = True) -> bool:
+    """``SPECTRAL_DATABASE_URL`` is unset, or is the local stack's own server."""
+    if settings.database_url is None:
+        return True
+    return _postgres(settings, remembered=remembered).owns(settings.database_url.get_secret_value())
+
+
+def _addresses(bootstrap: str) -> frozenset[str]:
+    return frozenset(part.strip() for part in bootstrap.split(",") if part.strip())
+
+
 def up(settings: Settings, *, brokers: int | None = None) -> Endpoints:
     """Start what the settings do not already provide (idempotent) and return the endpoints;
-    ``brokers`` sizes a new local Kafka (default 1; an existing one keeps its size)."""
+    ``brokers`` sizes a new local Kafka (default 1; an existing one keeps its size). Settings
+    that name the stack's own servers (what ``dev up`` printed) start them again if needed."""
+    local_kafka = owns_kafka(settings, remembered=False)
+    local_postgres = owns_postgres(settings, remembered=False)
     bootstrap = (
-        settings.kafka_bootstrap
-        or _kafka(settings, remembered=False, brokers=brokers).ensure_running()
+        _kafka(settings, remembered=False, brokers=brokers).ensure_running()
+        if local_kafka
+        else settings.kafka_bootstrap or ""
     )
     database_url = (
-        settings.database_url.get_secret_value()
+        _postgres(settings, remembered=False).ensure_running()
+        if local_postgres
+        else settings.database_url.get_secret_value()
         if settings.database_url
-        else _postgres(settings, remembered=False).ensure_running()
+        else ""
     )
-    if not (settings.kafka_bootstrap and settings.database_url):
+    if local_kafka or local_postgres:
         _remember(state_dir(settings, remembered=False))
     return Endpoints(bootstrap, database_url)
 
 
-def down(settings: Settings, *, wipe: bool = False) -> None:
+def down(settings: Settings, *, wipe: bool = False) -> list[Path]:
     """Stop the local stack's processes (never an external cluster or server); ``wipe`` also
     deletes everything the stack created: Kafka's data, the PostgreSQL cluster (which lives
-    outside the checkout, under /var/lib/spectral, when run as root) and the state directory."""
+    outside the checkout, under /var/lib/spectral, when run as root) and the state directory —
+    and the clusters there of stacks whose checkout is gone. Returns those it removed."""
+    from spectral.devstack.postgres import orphans, wipe_orphan  # noqa: PLC0415
+
     directory = state_dir(settings)
     _kafka(settings).stop(wipe=wipe)
     _postgres(settings).stop(wipe=wipe)
+    removed: list[Path] = []
     if wipe:
+        for orphan in orphans():
+            wipe_orphan(orphan)
+            removed.append(orphan.root)
         shutil.rmtree(directory, ignore_errors=True)
         try:
             if Path(last_stack_file().read_text(encoding="utf-8").strip()) == directory:
                 last_stack_file().unlink()
         except OSError:
             pass
+    return removed
 
 
 def status(settings: Settings) -> StackStatus:
-    """One line per part saying what runs where."""
-    if settings.kafka_bootstrap:
+    """One line per part saying what runs where (the stack's own servers described with their
+    processes even when their settings are exported)."""
+    from spectral.devstack.postgres import orphans  # noqa: PLC0415
+
+    if not owns_kafka(settings):
         kafka = f"external at {settings.kafka_bootstrap}"
     else:
         kafka = _describe_kafka(_kafka(settings))
-    if settings.database_url:
+    if not owns_postgres(settings):
         postgres = "external (SPECTRAL_DATABASE_URL)"
     else:
         p = _postgres(settings).status()
         postgres = (
-            f"running (pid {p.pid}) at 127.0.0.1:{p.port}, data {p.data_dir}"
+            f"running (pid {p.pid}) at 127.0.0.1:{p.port}, data {p.data_dir}, log {p.log_file}"
             if p.running
-            else "stopped"
+            else f"stopped (data {p.data_dir}; `spectral dev up` starts it)"
         )
-    return StackStatus(kafka, postgres)
+    lost = tuple(
+        f"{o.root} (stack {o.state_dir} is gone"
+        + (f"; server still running, pid {o.pid})" if o.pid is not None else ")")
+        for o in orphans()
+    )
+    return StackStatus(kafka, postgres, lost)
 
 
 def _describe_kafka(local: LocalKafka | LocalKafkaCluster) -> str:

@@ -149,6 +149,12 @@ class LocalKafka:
             log_file=self.layout.log_file,
         )
 
+    @property
+    def bootstrap(self) -> str | None:
+        """The broker's address (whether it runs or not); None before the first start."""
+        state = self._read_state()
+        return state.bootstrap if state is not None else None
+
     def stop(self, timeout: float = 30.0, *, wipe: bool = False) -> None:
         """SIGTERM (a clean shutdown), SIGKILL after ``timeout``; data is kept unless ``wipe``."""
         with locked(self.layout.lock_file):

@@ -8,6 +8,7 @@ the ``postgres`` OS user (``runuser``) and the data directory lives where that u
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import pwd
@@ -18,11 +19,16 @@ import time
 from dataclasses import dataclass
 from hashlib import sha1
 from pathlib import Path
+from urllib.parse import parse_qs, urlsplit
 
 from spectral.devstack.ports import free_port, port_answers, port_is_free
 from spectral.devstack.process import pid_alive, terminate
 from spectral.errors import ConfigurationError, TransientError
 
+SHARED_ROOT = Path("/var/lib/spectral")
+"""Where root keeps the clusters (the postgres OS user cannot reach a checkout under /root)."""
+OWNER_FILE = "owner"
+LOG_ROTATE_BYTES = 10 * 1024 * 1024
 HOST = "127.0.0.1"
 SUPERUSER = "postgres"
 DATABASE = "spectral"
@@ -94,12 +100,31 @@ class LocalPostgres:
             self.stop(wipe=True)
         if not (self.data_dir / "PG_VERSION").exists():
             self._initdb(bin_dir)
+        self._record_owner()
         port = self._pick_port()
         self._start(bin_dir, port, timeout)
         self._write_state(port)
         url = self._url(port)
         self._ensure_database(bin_dir, port)
         return url
+
+    def owns(self, url: str) -> bool:
+        """Whether ``url`` is this stack's server (the URL ``dev up`` printed for it: its port
+        and its passfile), running or not."""
+        port = self._read_state().get("port")
+        if not isinstance(port, int):
+            return False
+        try:
+            parts = urlsplit(url)
+            url_port = parts.port
+        except ValueError:
+            return False
+        passfile = parse_qs(parts.query).get("passfile", [""])[0]
+        return (
+            parts.hostname == HOST
+            and url_port == port
+            and Path(passfile).resolve() == (self.state_dir / "pgpass").resolve()
+        )
 
     def status(self) -> PostgresStatus:
         state = self._read_state()
@@ -170,7 +195,16 @@ class LocalPostgres:
         # The postgres OS user must own the data directory and reach every parent of it; a
         # checkout under /root is not reachable, so root keeps the cluster under /var/lib.
         digest = sha1(str(self.state_dir).encode(), usedforsecurity=False).hexdigest()[:12]
-        return Path("/var/lib/spectral") / digest / "data"
+        return SHARED_ROOT / digest / "data"
+
+    def _record_owner(self) -> None:
+        """Note which stack a cluster outside its state directory serves (`dev status` lists
+        the clusters whose stack is gone; `dev down --wipe` removes them)."""
+        if self.data_dir.parent.parent == SHARED_ROOT:
+            with contextlib.suppress(OSError):
+                (self.data_dir.parent / OWNER_FILE).write_text(
+                    f"{self.state_dir}\n", encoding="utf-8"
+                )
 
     def _run(self, argv: list[str], *, check: bool = True) -> subprocess.CompletedProcess[str]:
         if self._as_root:
@@ -247,6 +281,7 @@ class LocalPostgres:
                 f"port {HOST}:{port} is busy; stop whatever listens there or run "
                 "`spectral dev down` and `spectral dev up` to pick another port."
             )
+        rotate_log(self.log_file)
         if self._as_root and not self.log_file.exists():
             self.log_file.touch()
             shutil.chown(self.log_file, user=SUPERUSER, group=SUPERUSER)
@@ -340,3 +375,71 @@ class LocalPostgres:
             return "\n".join(self.log_file.read_text(encoding="utf-8").splitlines()[-lines:])
         except OSError:
             return "(no log)"
+
+
+def rotate_log(path: Path, limit: int = LOG_ROTATE_BYTES) -> bool:
+    """Before a start: a log grown past ``limit`` bytes becomes ``<name>.1`` (the one before is
+    dropped), so a stack restarted now and then keeps at most twice the limit. Whether it
+    rotated."""
+    try:
+        if path.stat().st_size <= limit:
+            return False
+        path.replace(path.with_name(path.name + ".1"))
+    except OSError:
+        return False
+    return True
+
+
+@dataclass(frozen=True)
+class Orphan:
+    """A cluster under :data:`SHARED_ROOT` whose stack (state directory) no longer exists."""
+
+    root: Path
+    state_dir: Path
+    pid: int | None
+    """Its postmaster, still running."""
+
+
+def orphans(shared_root: Path = SHARED_ROOT) -> list[Orphan]:
+    """The clusters of removed checkouts (see :class:`Orphan`); a cluster that names no stack
+    (made before stacks recorded theirs) is not listed: nothing tells whose it is."""
+    found: list[Orphan] = []
+    for owner in sorted(shared_root.glob(f"*/{OWNER_FILE}")):
+        try:
+            state_dir = Path(owner.read_text(encoding="utf-8").strip())
+        except OSError:
+            continue
+        if not state_dir.is_absolute() or state_dir.exists():
+            continue
+        pid_file = owner.parent / "data" / "postmaster.pid"
+        try:
+            first = pid_file.read_text(encoding="ascii").split("\n", 1)[0]
+        except OSError:
+            first = ""
+        pid = int(first) if first.strip().isdigit() and pid_alive(int(first)) else None
+        found.append(Orphan(owner.parent, state_dir, pid))
+    return found
+
+
+def wipe_orphan(orphan: Orphan, timeout: float = 30.0) -> None:
+    """Stop an orphaned cluster's server (if it runs) and delete the cluster."""
+    if orphan.pid is not None:
+        bin_dir = find_bin_dir()
+        data = str(orphan.root / "data")
+        argv = [
+            str(bin_dir / "pg_ctl"),
+            "stop",
+            "-D",
+            data,
+            "-m",
+            "fast",
+            "-w",
+            "-t",
+            str(int(timeout)),
+        ]
+        if os.geteuid() == 0:
+            argv = ["runuser", "-u", SUPERUSER, "--", *argv]
+        subprocess.run(argv, capture_output=True, text=True, check=False)  # noqa: S603
+        if pid_alive(orphan.pid):
+            terminate(orphan.pid, timeout=5.0)
+    shutil.rmtree(orphan.root, ignore_errors=True)

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 
 import asyncpg
 import pytest
 
-from spectral.devstack.postgres import LocalPostgres
+from spectral import devstack
+from spectral.devstack.postgres import OWNER_FILE, LocalPostgres, orphans, rotate_log, wipe_orphan
 from spectral.devstack.process import pid_alive
+from spectral.settings import load_settings
 
 pytestmark = pytest.mark.integration
 
@@ -57,3 +60,69 @@ async def test_a_cluster_orphaned_by_a_deleted_state_directory_is_replaced(tmp_p
         assert await _answers(url)
     finally:
         LocalPostgres(state).stop(wipe=True)
+
+
+async def test_exported_settings_name_the_stacks_own_server_which_up_restarts(
+    tmp_path: Path, kafka_bootstrap: str
+) -> None:
+    """After `eval "$(spectral dev up)"` the settings name the stack's servers: `dev status`
+    still reports the server's process, and a second `dev up` starts it again when it stopped
+    (it used to exit 0 with the database down, taking the exported URL for an external one)."""
+    state = tmp_path / "state"
+    server = LocalPostgres(state)
+    try:
+        url = server.ensure_running()
+        exported = load_settings(database_url=url, kafka_bootstrap=kafka_bootstrap, state_dir=state)
+        assert devstack.owns_postgres(exported)
+        assert not devstack.owns_kafka(exported)  # the shared broker is not this stack's
+        assert devstack.status(exported).postgres.startswith("running (pid ")
+        server.stop()
+        assert devstack.status(exported).postgres.startswith("stopped")
+        assert devstack.up(exported).database_url == url
+        assert server.status().running
+        assert await _answers(url)
+        elsewhere = load_settings(
+            database_url=url.replace(str(state), str(tmp_path / "other")), state_dir=state
+        )
+        assert not devstack.owns_postgres(elsewhere)  # another passfile: someone else's
+    finally:
+        server.stop(wipe=True)
+
+
+def test_a_grown_log_is_rotated_before_a_start(tmp_path: Path) -> None:
+    log = tmp_path / "postgres.log"
+    log.write_bytes(b"x" * 100)
+    assert not rotate_log(log, limit=1000)
+    log.write_bytes(b"y" * 2000)
+    (tmp_path / "postgres.log.1").write_bytes(b"older")
+    assert rotate_log(log, limit=1000)
+    assert not log.exists()
+    assert (tmp_path / "postgres.log.1").read_bytes() == b"y" * 2000
+
+
+async def test_a_cluster_whose_checkout_is_gone_is_listed_and_wiped(tmp_path: Path) -> None:
+    shared = tmp_path / "shared"
+    gone = tmp_path / "removed-checkout" / ".spectral"
+    live = tmp_path / "live-checkout" / ".spectral"
+    live.mkdir(parents=True)
+    for name, state in (("aaaa", gone), ("bbbb", live)):
+        (shared / name / "data").mkdir(parents=True)
+        (shared / name / OWNER_FILE).write_text(f"{state}\n")
+    (shared / "cccc" / "data").mkdir(parents=True)  # names no stack: not ours to judge
+    found = orphans(shared)
+    assert [(o.root.name, o.state_dir, o.pid) for o in found] == [("aaaa", gone, None)]
+    wipe_orphan(found[0])
+    assert sorted(p.name for p in shared.iterdir()) == ["bbbb", "cccc"]
+
+
+async def test_the_stack_records_which_checkout_its_shared_cluster_serves(tmp_path: Path) -> None:
+    if os.geteuid() != 0:
+        pytest.fail("the cluster lives under /var/lib/spectral only when run as root (as CI)")
+    state = tmp_path / "state"
+    server = LocalPostgres(state)
+    try:
+        server.ensure_running()
+        assert (server.data_dir.parent / OWNER_FILE).read_text().strip() == str(state.resolve())
+        assert server.data_dir.parent not in {o.root for o in orphans()}
+    finally:
+        server.stop(wipe=True)
