@@ -18,10 +18,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import typer
 from prometheus_client import CollectorRegistry
 from pydantic import SecretStr
+from pydantic_settings import BaseSettings
 from ruamel.yaml import YAML
 
+from spectral import cli
 from spectral.cli.deployments import factory
 from spectral.settings import Settings
 from tests.helm.chart import (
@@ -93,19 +96,52 @@ def test_kubeconform_refuses_an_unknown_field() -> None:
 # -- settings ---------------------------------------------------------------------------------
 
 
-def known_settings() -> dict[str, str]:
-    """Every variable a spectral process reads: SPECTRAL_<FIELD> -> field name."""
-    prefix = Settings.model_config.get("env_prefix", "")
-    return {f"{prefix}{name}".upper(): name for name in Settings.model_fields}
+def _parsed(args: list[str]) -> Any:
+    """The command ``spectral ARGS`` runs, its options parsed as the CLI parses them (a usage
+    error for an unknown command or option, or a value of the wrong type), nothing run."""
+    command: Any = typer.main.get_command(cli.app)
+    ctx = command.make_context("spectral", list(args))
+    while hasattr(command, "resolve_command"):  # a group: its subcommand takes the rest
+        pending = [*getattr(ctx, "_protected_args", []), *ctx.args]
+        _, command, rest = command.resolve_command(ctx, pending)
+        ctx = command.make_context(command.name, list(rest), parent=ctx)
+    return command
+
+
+def _settings_classes() -> list[type[BaseSettings]]:
+    """Every settings class the commands the chart runs have loaded (the framework's and any
+    feature's): the SPECTRAL_* ones."""
+    for args in (["outbox", "relay"], ["clusters", "tick"], ["api"], ["mcp"], ["maintenance"]):
+        _parsed(args)
+    for name in ("rule-candidates", "work-executor"):
+        factory(name)
+    found: list[type[BaseSettings]] = []
+    todo: list[type[BaseSettings]] = [BaseSettings]
+    while todo:
+        for sub in todo.pop().__subclasses__():
+            todo.append(sub)
+            if sub.model_config.get("env_prefix") == "SPECTRAL_":
+                found.append(sub)
+    assert Settings in found
+    return found
+
+
+def known_settings() -> dict[str, tuple[type[BaseSettings], str]]:
+    """Every variable a spectral process reads: SPECTRAL_<FIELD> -> its class and field."""
+    return {
+        f"SPECTRAL_{name}".upper(): (cls, name)
+        for cls in _settings_classes()
+        for name in cls.model_fields
+    }
 
 
 def secret_settings() -> set[str]:
     """The variables whose settings are secrets (SecretStr)."""
-    prefix = Settings.model_config.get("env_prefix", "")
     return {
-        f"{prefix}{name}".upper()
-        for name, field in Settings.model_fields.items()
-        if SecretStr in typing.get_args(field.annotation) or field.annotation is SecretStr
+        variable
+        for variable, (cls, name) in known_settings().items()
+        if SecretStr in typing.get_args(cls.model_fields[name].annotation)
+        or cls.model_fields[name].annotation is SecretStr
     }
 
 
@@ -130,10 +166,35 @@ def test_every_environment_variable_is_a_setting_spectral_accepts(
             # A Secret's value is the user's: a well-formed one stands in for it.
             value = var.get("value", PLACEHOLDER_URL if "URL" in name else "secret")
             monkeypatch.setenv(name, value)
-        read = Settings()
+        read = {cls: cls() for cls, _ in known.values()}  # each class accepts its values
         for name, var in env.items():
+            cls, field = known[name]
             if "value" in var:
-                assert str(getattr(read, known[name])) not in {"", "None"}, name
+                assert str(getattr(read[cls], field)) not in {"", "None"}, name
+
+
+@pytest.mark.parametrize("values", VALUES_FILES, ids=_ids)
+def test_every_container_runs_a_spectral_command_line(values: Path) -> None:
+    """Each container's args are a command and options the CLI has (parsed, not run)."""
+    for container in _spectral_containers(values):
+        args = container.spec["args"]
+        try:
+            command = _parsed(args)
+        except Exception as exc:  # noqa: BLE001 - whatever the CLI refuses, named
+            pytest.fail(f"{container.workload}: spectral {' '.join(args)}: {exc!r}")
+        assert command.name == args[1 if args[0] in GROUPS else 0]
+
+
+GROUPS = {"outbox", "clusters", "db", "topics"}
+
+
+@pytest.mark.parametrize(
+    "args",
+    [["outbox", "relay", "--metrics-prot", "9100"], ["outbox", "relays"], ["api", "--port", "x"]],
+)
+def test_a_command_line_the_cli_refuses_is_caught(args: list[str]) -> None:
+    with pytest.raises(Exception, match=r"No such|not a valid|Invalid value"):
+        _parsed(args)
 
 
 @pytest.mark.parametrize("values", VALUES_FILES, ids=_ids)
@@ -442,3 +503,36 @@ def test_the_image_is_this_version_of_the_dockerfile_image() -> None:
     assert chart["appVersion"] == project["version"]
     images = {c.spec["image"] for c in containers(render([DEFAULT])) if c.runs_spectral}
     assert images == {f"spectral:{project['version']}"}
+
+
+# -- values ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "complaint"),
+    [
+        ("relay.replica", "2", "'replica' not allowed"),  # a typo is refused, never ignored
+        ("env.LOG_LEVEL", "DEBUG", "does not match pattern"),  # settings are SPECTRAL_*
+        ("maintenance.mode", "daemonset", "maintenance/mode"),
+        ("kafka.securityProtocol", "TLS", "kafka/securityProtocol"),
+    ],
+)
+def test_values_the_chart_does_not_know_are_refused(key: str, value: str, complaint: str) -> None:
+    done = render_text([DEFAULT], {key: value})
+    assert done.returncode != 0
+    assert "values don't meet the specifications of the schema" in done.stderr
+    assert complaint in done.stderr, done.stderr
+
+
+def test_the_packaged_chart_renders_as_the_source_does(tmp_path: Path) -> None:
+    """`helm package` carries the files the chart links to (the alert rules), so a chart
+    installed from its package renders what the checkout renders."""
+    done = helm("package", str(CHART), "--destination", str(tmp_path))
+    assert done.returncode == 0, done.stderr
+    [package] = tmp_path.glob("spectral-*.tgz")
+    args = ["template", "spectral", "--namespace", "spectral", "--values", str(FULL)]
+    from_package = helm(*args[:2], str(package), *args[2:])
+    from_source = render_text([FULL])
+    assert from_package.returncode == 0, from_package.stderr
+    # the logins' passwords are made anew at each render; FULL brings its own logins
+    assert from_package.stdout == from_source.stdout

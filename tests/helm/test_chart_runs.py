@@ -1,9 +1,10 @@
 """The chart's manifests run, on the real Kafka and PostgreSQL: what `helm template` renders is
 carried out the way the kubelet would — the setup hook's steps in order (the migrations as the
 owner, its login script with psql, `topics apply`), then every deployment's container args with
-exactly its rendered environment (Secret references resolved from the rendered Secret) — and
-each process, acting as its own login, answers its startup, liveness and readiness probes on the
-ports its manifest names, then stops cleanly on SIGTERM. The maintenance CronJob's pass runs
+exactly its rendered environment (Secret references resolved from the rendered Secret), on a
+read-only root filesystem with only its volume mounts writable — and each process, acting as its
+own login, answers its startup, liveness and readiness probes on the ports its manifest names,
+then stops cleanly on SIGTERM. The maintenance CronJob's pass runs
 once. Nothing of the test's own environment reaches the processes but PATH.
 """
 
@@ -17,7 +18,7 @@ import shutil
 import signal
 import socket
 import sys
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,7 +28,7 @@ import asyncpg
 import httpx
 import pytest
 
-from tests.helm.chart import Container, containers, of_kind, render
+from tests.helm.chart import ROOT, Container, containers, of_kind, render
 from tests.support import eventually, unique_name
 
 pytestmark = pytest.mark.integration
@@ -173,11 +174,9 @@ class Running:
     """containerPort -> the port it listens on here"""
 
 
-def _local(
-    container: Container, tmp_path: Path
-) -> tuple[list[str], dict[int, int], dict[str, str]]:
-    """The container's command with its ports moved to free local ones, and where its volume
-    mounts are here (under ``tmp_path``)."""
+def _local(container: Container, volumes: Path) -> tuple[list[str], dict[int, int], dict[str, str]]:
+    """The container's command with its ports moved to free local ones, and the directories
+    that stand for its volume mounts (under ``volumes``)."""
     args = list(container.spec["args"])
     ports = {}
     for declared in container.spec.get("ports", []):
@@ -187,7 +186,7 @@ def _local(
             if arg == str(port) and at and args[at - 1] in {"--port", "--metrics-port"}:
                 args[at] = str(ports[port])
     mounts = {
-        str(m["mountPath"]): str(tmp_path / container.workload / m["name"])
+        str(m["mountPath"]): str(volumes / container.workload / m["name"])
         for m in container.spec.get("volumeMounts", [])
     }
     for path in mounts.values():
@@ -195,18 +194,59 @@ def _local(
     return [SPECTRAL, *args], ports, mounts
 
 
-async def _start(release: Release, container: Container, tmp_path: Path) -> Running:
-    """The container's process, its environment's paths moved with its mounts."""
-    command, ports, mounts = _local(container, tmp_path)
+def _read_only_root(command: list[str], mounts: dict[str, str]) -> list[str]:
+    """``command`` as a container with ``readOnlyRootFilesystem`` runs it: in a mount namespace
+    of its own where the root filesystem is read-only and only its volume mounts are writable
+    (each a directory under /dev/shm, a filesystem of its own; the pod's /tmp bound on /tmp)."""
+    script = "set -e; "
+    if "/tmp" in mounts:  # noqa: S108 - the pod's emptyDir mount point
+        script += f'mount --bind "{mounts["/tmp"]}" /tmp; '  # noqa: S108
+    script += 'mount -o remount,bind,ro /; exec "$@"'
+    return ["unshare", "--mount", "--propagation", "private", "sh", "-c", script, "sh", *command]
+
+
+@pytest.fixture
+def volumes() -> Iterator[Path]:
+    """Where the test's stand-ins for volume mounts live: /dev/shm, not under the root
+    filesystem the processes see read-only."""
+    root = Path("/dev/shm") / unique_name("spectral-chart-")  # noqa: S108 - a unique name
+    root.mkdir()
+    try:
+        yield root
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+async def test_the_read_only_root_stands_as_in_a_pod(volumes: Path) -> None:
+    """The harness can fail: under it, writing outside the mounts is refused."""
+    outside = ROOT / "build" / unique_name("written-")
+    inside = volumes / "tmp" / "written"
+    (volumes / "tmp").mkdir()
+    command = _read_only_root(
+        ["sh", "-c", f'touch /tmp/written; touch "{outside}" || echo refused'],
+        {"/tmp": str(volumes / "tmp")},  # noqa: S108
+    )
+    proc = await asyncio.create_subprocess_exec(*command, stdout=asyncio.subprocess.PIPE)
+    out, _ = await proc.communicate()
+    assert proc.returncode == 0
+    assert b"refused" in out
+    assert inside.exists()
+    assert not outside.exists()
+
+
+async def _start(release: Release, container: Container, volumes: Path) -> Running:
+    """The container's process, on a read-only root, its environment's paths moved with its
+    mounts."""
+    command, ports, mounts = _local(container, volumes)
     env = release.env_of(container)
     for name, value in env.items():
         for mount, local in mounts.items():
             if value == mount or value.startswith(f"{mount}/"):
                 env[name] = value.replace(mount, local, 1)
     proc = await asyncio.create_subprocess_exec(
-        *command,
+        *_read_only_root(command, mounts),
         env=env,
-        cwd=tmp_path,
+        cwd="/",
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.STDOUT,
     )
@@ -256,7 +296,7 @@ async def _stopped_cleanly(running: Running) -> None:
 
 
 async def test_every_rendered_deployment_runs_as_its_login_and_answers_its_probes(
-    release: Release, tmp_path: Path
+    release: Release, tmp_path: Path, volumes: Path
 ) -> None:
     await _setup(release, tmp_path)
     long_running = [
@@ -273,7 +313,7 @@ async def test_every_rendered_deployment_runs_as_its_login_and_answers_its_probe
     started: list[Running] = []
     try:
         for container in long_running:
-            started.append(await _start(release, container, tmp_path))  # noqa: PERF401 - those started stop if a later start fails
+            started.append(await _start(release, container, volumes))  # noqa: PERF401 - those started stop if a later start fails
         async with httpx.AsyncClient() as client:
             for running in started:
                 for kind in ("startupProbe", "readinessProbe", "livenessProbe"):
@@ -282,9 +322,16 @@ async def test_every_rendered_deployment_runs_as_its_login_and_answers_its_probe
                         return await _probe(client, r, r.container.spec[k])
 
                     await eventually(answers, timeout=120, interval=0.5)
+        # each deployment is seen connected as its login (some only connect now and then: a
+        # tick, a readiness probe)
         expected = {login for name, login in release.logins.items() if name != "maintenance"}
-        connected = await _connected_logins(release.owner_url)
-        assert expected <= connected, expected - connected
+        seen: set[str] = set()
+
+        async def all_seen() -> bool:
+            seen.update(await _connected_logins(release.owner_url))
+            return expected <= seen
+
+        await eventually(all_seen, timeout=60, interval=0.1)
     finally:
         for running in started:
             if running.proc.returncode is None:
