@@ -26,7 +26,7 @@ from benchmarks.statements import ENGINE_SQL, PROJECTION_SQL
 from consumers.rule_candidates.collapse import ordered_at
 from consumers.rule_candidates.handler import CONSUMER_NAME, DATABASE_ROLE
 from contracts import DecodeError, decode
-from spectral.consumer.engine import FETCH_MAX_BYTES, PARTITION_FETCH_BYTES
+from spectral.engine.engine import FETCH_MAX_BYTES, PARTITION_FETCH_BYTES
 
 BATCH = 2000
 """Records per fetch, as the engine's ``max_batch``."""

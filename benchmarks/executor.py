@@ -46,8 +46,8 @@ from consumers.work_executor.repository import ExecutorRepository
 from consumers.work_executor.retry import RetryPolicy
 from contracts import WORK_ITEM_ENQUEUED
 from producers.work.commands import GenerateAll, WorkCommands
-from spectral.consumer.engine import ConsumerEngine, EngineOptions
 from spectral.db.connect import create_pool
+from spectral.engine.engine import ConsumerEngine, EngineOptions
 from spectral.llm.limits import ProviderLimits
 from spectral.llm.stub import StubSynthesizer
 from spectral.settings import Settings, load_settings

@@ -7,7 +7,7 @@ from prometheus_client import CollectorRegistry
 
 from benchmarks.stack import BenchStack
 from consumers.rule_candidates import build
-from spectral.consumer.engine import ConsumerEngine, EngineOptions
+from spectral.engine.engine import ConsumerEngine, EngineOptions
 from spectral.settings import load_settings
 
 

@@ -20,8 +20,10 @@ from __future__ import annotations
 from typing import Final
 
 from contracts import DecodeError, EventEnvelope, EventRegistry, EventSpec
-from spectral.consumer.deployments import Factory
-from spectral.consumer.handler import (
+from spectral.db.connect import Conn
+from spectral.db.queries import load_queries
+from spectral.engine.deployments import Factory
+from spectral.engine.handler import (
     Delivery,
     Handler,
     HandlerResult,
@@ -29,10 +31,8 @@ from spectral.consumer.handler import (
     Rebuild,
     Rejection,
 )
-from spectral.db.connect import Conn
-from spectral.db.queries import load_queries
 from spectral.errors import ConfigurationError, PermanentError, TransientError
-from spectral.outbox import OutboxItem, enqueue
+from spectral.outbox.writer import OutboxItem, enqueue
 from spectral.plugins import DEPLOYMENTS_GROUP, EVENTS_GROUP, MIGRATIONS_GROUP
 from spectral.settings import Settings
 

@@ -9,7 +9,7 @@ A package extends spectral without changing it by declaring entry points in thre
                           ``contracts check`` and ``dlq show`` read them, ``contracts export
                           --plugin NAME`` writes their JSON Schemas and AsyncAPI document.
 ``spectral.deployments``  ``name = "package.module:build"``: a consumer deployment's factory
-                          (spectral/consumer/deployments.py); ``consume``, ``replay``,
+                          (spectral/engine/deployments.py); ``consume``, ``replay``,
                           ``offsets reset`` and ``rebuild`` run it by name.
 ``spectral.migrations``   ``name = "package.migrations"``: a package (or a
                           :class:`~importlib.resources.abc.Traversable`) holding

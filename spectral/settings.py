@@ -187,7 +187,7 @@ class Settings(BaseSettings):
         default=60.0,
         ge=0,
         description="Ageing of priorities: normal items rank 1 step, low ones 3 steps after "
-        "high ones enqueued at the same time (spectral/work/priority.py).",
+        "high ones enqueued at the same time (producers/work/domain/priority.py).",
     )
     work_claim_poll_seconds: float = Field(
         default=1.0,

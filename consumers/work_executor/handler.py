@@ -41,12 +41,12 @@ from consumers.work_executor.repository import ExecutorRepository
 from consumers.work_executor.retry import RetryPolicy
 from consumers.work_executor.schedule import Resolve
 from contracts import WORK_ITEM_ENQUEUED
-from spectral.consumer.handler import Delivery, Handler, HandlerResult
+from producers.work.domain.types import Conn
 from spectral.db.connect import create_pool
+from spectral.engine.handler import Delivery, Handler, HandlerResult
 from spectral.llm.seam import Synthesizer
 from spectral.observability.logging import get_logger
 from spectral.settings import Settings
-from spectral.work.types import Conn
 
 log = get_logger(__name__)
 

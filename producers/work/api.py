@@ -38,6 +38,10 @@ from producers.work.commands import (
     UnknownTargetError,
     WorkCommands,
 )
+from producers.work.domain.documents import InvalidDocumentError, StoryBacklog
+from producers.work.domain.history import reconstruct
+from producers.work.domain.identity import IDENTIFIER_PATTERN
+from producers.work.domain.read import WorkReader
 from producers.work.policy import Disposition
 from producers.work.schemas import (
     BudgetChangeOut,
@@ -62,10 +66,6 @@ from spectral.api.resources import Resources
 from spectral.auth.scopes import Scope
 from spectral.auth.tokens import Principal
 from spectral.errors import TransientError
-from spectral.work.documents import InvalidDocumentError, StoryBacklog
-from spectral.work.history import reconstruct
-from spectral.work.identity import IDENTIFIER_PATTERN
-from spectral.work.read import WorkReader
 
 _CURSOR_KIND: Final = "project-threads"
 IdentifierPath = Annotated[str, Path(pattern=IDENTIFIER_PATTERN, max_length=128)]

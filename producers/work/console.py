@@ -15,6 +15,10 @@ from fastapi.responses import HTMLResponse, RedirectResponse
 
 from producers.work.budgets import BudgetCommands
 from producers.work.cancel import MAX_REASON_CHARS, UnknownThreadError, cancel_thread
+from producers.work.domain.budgets import Period
+from producers.work.domain.history import reconstruct
+from producers.work.domain.identity import IDENTIFIER_PATTERN
+from producers.work.domain.read import WorkReader
 from producers.work.schemas import BudgetOut, EntryOut, HistoryOut, ThreadBrief, ThreadOut
 from spectral.api.auth import check_csrf, console_requires
 from spectral.api.problems import ProblemError
@@ -22,10 +26,6 @@ from spectral.api.resources import Resources
 from spectral.auth.scopes import Scope
 from spectral.auth.tokens import Principal
 from spectral.console.site import PREFIX, Console
-from spectral.work.budgets import Period
-from spectral.work.history import reconstruct
-from spectral.work.identity import IDENTIFIER_PATTERN
-from spectral.work.read import WorkReader
 
 
 def router(console: Console, resources: Resources) -> APIRouter:

@@ -12,12 +12,12 @@ from mcp.server.mcpserver.exceptions import ToolError
 from producers.work.api import project_threads_page
 from producers.work.budgets import BudgetCommands
 from producers.work.cancel import UnknownThreadError, cancel_thread
+from producers.work.domain.history import reconstruct
+from producers.work.domain.identity import check_identifier
+from producers.work.domain.read import WorkReader
 from producers.work.schemas import BudgetOut, CancelResponse, HistoryOut, ThreadOut
 from spectral.auth.scopes import Scope
 from spectral.mcp.tools import Caller, as_json, parse_uuid, tool_errors
-from spectral.work.history import reconstruct
-from spectral.work.identity import check_identifier
-from spectral.work.read import WorkReader
 
 
 def register(server: MCPServer, caller: Caller) -> None:  # noqa: C901 - a function per tool

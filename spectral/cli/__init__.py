@@ -28,17 +28,17 @@ COMMANDS: dict[str, tuple[str, str]] = {
     ),
     "outbox": ("spectral.cli.outbox:app", "The transactional outbox: relay its rows to Kafka."),
     "clusters": (
-        "spectral.cli.clusters:app",
+        "producers.clusters.cli:app",
         "FailureClusterService: failures in, cluster snapshots out (ADR-057).",
     ),
     "consume": ("spectral.cli.consume:consume", "Apply a deployment's events exactly once."),
     "demo": ("spectral.cli.demo:demo", "Show both streams working end to end."),
     "triage": (
-        "spectral.cli.triage:app",
+        "consumers.rule_candidates.cli:app",
         "Triage failure clusters: list, show and set status, assignee and notes.",
     ),
-    "work": ("spectral.cli.work:app", "Durable LLM work: documents and commands (ADR-035)."),
-    "threads": ("spectral.cli.work:threads_app", "Observe threads and their execution ledger."),
+    "work": ("producers.work.cli:app", "Durable LLM work: documents and commands (ADR-035)."),
+    "threads": ("producers.work.cli:threads_app", "Observe threads and their execution ledger."),
     "api": (
         "spectral.cli.api:api",
         "Serve the HTTP API (OpenAPI at /openapi.json, docs at /docs) and the web console.",

@@ -29,12 +29,13 @@ TIMESTAMP_METAVAR = "RFC3339"
 
 
 def offsets_option(flag: str, help_text: str) -> Any:
-    """A ``--…-offset`` option: partition offsets, optionally per topic (replay_range.py)."""
+    """A ``--…-offset`` option: partition offsets, optionally per topic
+    (spectral/replay/range.py)."""
     return typer.Option(flag, metavar=OFFSETS_METAVAR, help=help_text)
 
 
 def timestamp_option(flag: str, help_text: str) -> Any:
-    """A ``--…-timestamp`` option: an RFC 3339 time (replay_range.py)."""
+    """A ``--…-timestamp`` option: an RFC 3339 time (spectral/replay/range.py)."""
     return typer.Option(flag, metavar=TIMESTAMP_METAVAR, help=help_text)
 
 

@@ -37,9 +37,6 @@ from spectral.cli._common import (
 )
 from spectral.cli.deployments import deployments, factory, what_each_reads
 from spectral.console.site import Console
-from spectral.consumer.replay import Mode, ReplayReport, ReplayRequest
-from spectral.consumer.replay import replay as run_replay
-from spectral.consumer.replay_range import Start, Stop
 from spectral.db.connect import ping
 from spectral.devstack import Endpoints, resolve_endpoints
 from spectral.kafka.topics import group_for
@@ -48,6 +45,9 @@ from spectral.observability.logging import get_logger
 from spectral.ops import api as ops_api
 from spectral.ops import console as ops_console
 from spectral.ops.views import Deployment, ReplayDryRun
+from spectral.replay.range import Start, Stop
+from spectral.replay.replay import Mode, ReplayReport, ReplayRequest
+from spectral.replay.replay import replay as run_replay
 from spectral.settings import Settings
 
 log = get_logger(__name__)

@@ -24,7 +24,7 @@ from contracts import (
 from contracts.asyncapi import ASYNCAPI_FILE_NAME, TopicSettings, document_text
 from spectral import resources
 from spectral.cli.deployments import BUILT_IN, deployments
-from spectral.consumer.metrics import DEAD_LETTER_REASONS
+from spectral.engine.metrics import DEAD_LETTER_REASONS
 from spectral.kafka.topology import TopicPolicy, declared_topics
 from spectral.plugins import installed_event_sources, installed_registry
 from spectral.settings import load_settings

@@ -3,7 +3,7 @@
 adds through the ``spectral.deployments`` entry-point group (``name = "package.module:build"``).
 
 A deployment's handler is also built (never run, then closed) to learn what it reads: a
-factory does no I/O (spectral/consumer/deployments.py).
+factory does no I/O (spectral/engine/deployments.py).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from functools import cache
 
 from prometheus_client import CollectorRegistry
 
-from spectral.consumer.deployments import Deployments, Factory
+from spectral.engine.deployments import Deployments, Factory
 from spectral.kafka.topics import topic_for
 from spectral.plugins import DEPLOYMENTS_GROUP, installed_entries
 from spectral.settings import Settings

@@ -7,8 +7,6 @@ import os
 import typer
 from prometheus_client import REGISTRY
 
-from producers.relay import OutboxRelay, RelayMetrics, RelayOptions
-from producers.relay.repository import RelayRepository
 from spectral.cli._common import (
     MAX_PORT,
     METRICS_HOST_HELP,
@@ -20,6 +18,8 @@ from spectral.cli._common import (
 )
 from spectral.devstack import resolve_database_url, resolve_endpoints
 from spectral.observability.health import run_with_health
+from spectral.outbox.relay import OutboxRelay, RelayMetrics, RelayOptions
+from spectral.outbox.relay.repository import RelayRepository
 from spectral.plugins import installed_registry
 
 app = typer.Typer(help="The transactional outbox: relay its rows to Kafka.", no_args_is_help=True)

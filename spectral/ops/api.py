@@ -8,7 +8,7 @@
     POST /ops/consumers/{deployment}/replay-dry-run  replay_dry_run          ops:read
 
 Only the deployments' own topics (and their ``.dlq`` topics) can be named: the API is no way
-to read arbitrary topics. Redrive and replay call spectral/dlq and spectral/consumer/replay.py,
+to read arbitrary topics. Redrive and replay call spectral/dlq and spectral/replay/replay.py,
 exactly what ``spectral dlq redrive`` and ``spectral replay --dry-run`` run.
 
 A replay dry run holds one database transaction open while it reads its whole range (the rows
@@ -31,7 +31,6 @@ from spectral.api.problems import COMMON, ProblemError, responses
 from spectral.api.resources import Resources
 from spectral.auth.scopes import Scope
 from spectral.auth.tokens import Principal
-from spectral.consumer.replay_range import check_order, start_of, stop_of
 from spectral.dlq.records import Position, Topics, format_position, parse_position
 from spectral.errors import ConfigurationError
 from spectral.observability.logging import get_logger
@@ -45,6 +44,7 @@ from spectral.ops.views import (
     progress,
     redrive_topic,
 )
+from spectral.replay.range import check_order, start_of, stop_of
 
 
 class _Model(BaseModel):

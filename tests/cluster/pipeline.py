@@ -38,7 +38,7 @@ import asyncpg
 from contracts import FAILURE_CLUSTER_DETECTED, WORK_ITEM_ENQUEUED
 from producers.work.commands import GenerateAll, WorkCommands
 from spectral.kafka.topics import dlq_topic, topic_for
-from spectral.outbox import OutboxItem, enqueue
+from spectral.outbox.writer import OutboxItem, enqueue
 from spectral.settings import Settings
 from tests.cluster.support import kill_all, start_spectral, tail, terminate, wait_exit
 from tests.fakes.openai_server import FakeModelServer

@@ -23,8 +23,8 @@ import asyncpg
 from prometheus_client import CollectorRegistry
 
 from contracts import FAILURE_CLUSTER_DETECTED
-from spectral.consumer.engine import ConsumerEngine, EngineOptions
-from spectral.consumer.handler import Delivery, Handler, HandlerResult
+from spectral.engine.engine import ConsumerEngine, EngineOptions
+from spectral.engine.handler import Delivery, Handler, HandlerResult
 from spectral.observability.logging import configure_logging
 from spectral.observability.progress import EngineHook
 from spectral.settings import load_settings

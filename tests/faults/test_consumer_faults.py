@@ -22,11 +22,11 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from contracts import FAILURE_CLUSTER_DETECTED
-from spectral.consumer.engine import ConsumerEngine, EngineOptions
 from spectral.db.migrate import migrate
 from spectral.devstack.kafka import LocalKafka
 from spectral.devstack.kafka_jars import default_cache_dir
 from spectral.devstack.postgres import LocalPostgres
+from spectral.engine.engine import ConsumerEngine, EngineOptions
 from spectral.kafka.groups import describe_group
 from spectral.kafka.topics import dlq_topic, topic_for
 from spectral.retry import Backoff

@@ -28,8 +28,8 @@ from consumers.work_executor.prompts import prompt_bytes_bound, prompt_tokens_bo
 from producers.work.budgets import BudgetCommands
 from producers.work.cancel import Disposition, cancel_thread
 from producers.work.commands import GenerateAll
+from producers.work.domain.budgets import Period
 from spectral.settings import Settings
-from spectral.work.budgets import Period
 from tests.fakes.openai_server import FakeModelServer
 from tests.faults.executor_support import executor_env, start_executor, tail, wait_until
 from tests.integration.work.kafka_support import create_work_topic, relay_running, settled

@@ -24,8 +24,8 @@ from prometheus_client import CollectorRegistry
 
 from consumers.rule_candidates import build
 from contracts import FAILURE_CLUSTER_DETECTED
-from spectral.consumer.engine import ConsumerEngine, EngineOptions
-from spectral.consumer.handler import Outcome
+from spectral.engine.engine import ConsumerEngine, EngineOptions
+from spectral.engine.handler import Outcome
 from spectral.kafka.topics import dlq_topic, topic_for
 from spectral.settings import Settings
 from tests.kafka_support import create_topics, read_all

@@ -12,8 +12,8 @@ import pytest
 from aiokafka import TopicPartition
 from prometheus_client import CollectorRegistry
 
-from spectral.consumer.engine import ConsumerEngine, EngineOptions
-from spectral.consumer.handler import Delivery, Handler, HandlerResult
+from spectral.engine.engine import ConsumerEngine, EngineOptions
+from spectral.engine.handler import Delivery, Handler, HandlerResult
 from spectral.settings import Settings
 from tests.support import no_task_left_since
 

@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry
 
-from spectral.consumer.engine import ConsumerEngine, _Decoded, _InFlight
-from spectral.consumer.handler import BatchReport, Delivery, Handler, HandlerResult, Outcome
+from spectral.engine.engine import ConsumerEngine, _Decoded, _InFlight
+from spectral.engine.handler import BatchReport, Delivery, Handler, HandlerResult, Outcome
 from spectral.settings import Settings
 
 

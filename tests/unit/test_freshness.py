@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry, Histogram
 
 from contracts import format_utc
-from spectral.consumer.metrics import BatchHistogram
+from spectral.engine.metrics import BatchHistogram
 from spectral.kafka.freshness import LATENCY_BUCKETS, READY_AT_HEADER, ready_at
 
 

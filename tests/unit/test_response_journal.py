@@ -23,7 +23,7 @@ from consumers.work_executor.journal import ResponseJournal, from_line, to_line
 from consumers.work_executor.metrics import ExecutorMetrics
 from consumers.work_executor.recorder import ResponseRecorder
 from consumers.work_executor.repository import ResponseRecord
-from spectral.work.payloads import response_content, response_payload
+from producers.work.domain.payloads import response_content, response_payload
 from tests.hostile_answers import ANY_TEXT, hostile_text
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -99,7 +99,7 @@ _OWNER = textwrap.dedent(
     from pathlib import Path
     from consumers.work_executor.journal import ResponseJournal
     from consumers.work_executor.repository import ResponseRecord
-    from spectral.work.payloads import response_payload
+    from producers.work.domain.payloads import response_payload
 
     async def main() -> None:
         journal = ResponseJournal(Path(sys.argv[1]), "owner")

@@ -8,8 +8,8 @@ import asyncio
 import asyncpg
 from prometheus_client import CollectorRegistry
 
-from spectral.consumer.metrics import ConsumerMetrics
-from spectral.consumer.retrying import Retrying
+from spectral.engine.metrics import ConsumerMetrics
+from spectral.engine.retrying import Retrying
 from spectral.retry import Backoff
 
 

@@ -1,6 +1,6 @@
 """What PostgreSQL can store (spectral.db.storable) and the ledger payloads built from any text
-(spectral.work.payloads): paid answers round-trip exactly, diagnostics are escaped, nothing a
-payload holds can make its statement fail. The database's side of it is proved in
+(producers.work.domain.payloads): paid answers round-trip exactly, diagnostics are escaped,
+nothing a payload holds can make its statement fail. The database's side of it is proved in
 tests/integration/work/test_hostile_answers.py."""
 
 from __future__ import annotations
@@ -8,16 +8,8 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from spectral.db.storable import (
-    decode_text,
-    encode_bytes,
-    encode_text,
-    escape_text,
-    is_storable,
-    storable_json,
-)
-from spectral.work.hashing import canonical_text, text_hash
-from spectral.work.payloads import (
+from producers.work.domain.hashing import canonical_text, text_hash
+from producers.work.domain.payloads import (
     error_payload,
     parse_report_payload,
     response_content,
@@ -25,6 +17,14 @@ from spectral.work.payloads import (
     response_payload,
     unreadable_response_payload,
     usage_counts,
+)
+from spectral.db.storable import (
+    decode_text,
+    encode_bytes,
+    encode_text,
+    escape_text,
+    is_storable,
+    storable_json,
 )
 from tests.hostile_answers import ANY_TEXT, USAGE, hostile_text
 

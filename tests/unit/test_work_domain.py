@@ -15,7 +15,7 @@ from consumers.work_executor.retry import (
     RetryAt,
     RetryPolicy,
 )
-from spectral.work.documents import (
+from producers.work.domain.documents import (
     InvalidDocumentError,
     ReplaceEpicStories,
     Story,
@@ -23,16 +23,16 @@ from spectral.work.documents import (
     apply_mutation,
     validate_backlog,
 )
-from spectral.work.hashing import content_hash
-from spectral.work.history import ItemOutcome, describe, reconstruct
-from spectral.work.identity import (
+from producers.work.domain.hashing import content_hash
+from producers.work.domain.history import ItemOutcome, describe, reconstruct
+from producers.work.domain.identity import (
     check_identifier,
     epic_lock_scope,
     project_lock_scope,
     thread_identity,
 )
-from spectral.work.locks import LockKey, LockKind, LockOrderError, check_order
-from spectral.work.model import EntryType, LedgerEntry, ThreadKind
+from producers.work.domain.locks import LockKey, LockKind, LockOrderError, check_order
+from producers.work.domain.model import EntryType, LedgerEntry, ThreadKind
 
 T0 = datetime(2026, 1, 9, 12, 0, tzinfo=UTC)
 

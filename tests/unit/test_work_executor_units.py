@@ -28,13 +28,13 @@ from consumers.work_executor.prompts import render_story_prompt
 from consumers.work_executor.recorder import GroupCommit
 from consumers.work_executor.retry import FailureKind, RetryPolicy
 from consumers.work_executor.validation import MAX_ANSWER_CHARS, parse_report
+from producers.work.domain.documents import Epic
+from producers.work.domain.hashing import canonical_text, content_hash
+from producers.work.domain.model import EntryType, LedgerEntry, ThreadStatus
 from producers.work.policy import Action, ChildAction, decide, decide_child
 from spectral.db.storable import is_storable
 from spectral.errors import PermanentError, TransientError
 from spectral.llm.router import RouteError
-from spectral.work.documents import Epic
-from spectral.work.hashing import canonical_text, content_hash
-from spectral.work.model import EntryType, LedgerEntry, ThreadStatus
 from tests.hostile_answers import ANSWER_CONTENT, deep
 
 ITEM = uuid.UUID(int=7)

@@ -30,14 +30,14 @@ from consumers.work_executor.schedule import (
     plan_claim,
     reservation,
 )
+from producers.work.domain.documents import Epic
+from producers.work.domain.hashing import content_hash
+from producers.work.domain.history import ItemOutcome, reconstruct
+from producers.work.domain.model import EntryType, LedgerEntry, Priority
+from producers.work.domain.priority import rank_at
 from spectral.errors import ConfigurationError
 from spectral.llm.limits import ProviderLimits, RouteLimits, load_llm_file
 from spectral.llm.openai_compat import retry_after
-from spectral.work.documents import Epic
-from spectral.work.hashing import content_hash
-from spectral.work.history import ItemOutcome, reconstruct
-from spectral.work.model import EntryType, LedgerEntry, Priority
-from spectral.work.priority import rank_at
 
 NOW = datetime(2026, 11, 24, 12, 0, tzinfo=UTC)
 MODEL = "m-1"

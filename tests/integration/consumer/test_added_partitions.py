@@ -12,7 +12,7 @@ from aiokafka.admin import AIOKafkaAdminClient, NewPartitions
 from prometheus_client import CollectorRegistry
 
 from contracts import FAILURE_CLUSTER_DETECTED, encode
-from spectral.consumer.engine import ConsumerEngine, EngineOptions
+from spectral.engine.engine import ConsumerEngine, EngineOptions
 from spectral.kafka.topics import dlq_topic, topic_for
 from spectral.settings import Settings
 from tests.integration.consumer.test_hostile_records import Applied

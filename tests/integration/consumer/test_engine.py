@@ -12,8 +12,8 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from contracts import FAILURE_CLUSTER_DETECTED, encode, format_utc, record_key
-from spectral.consumer.engine import ConsumerEngine, EngineOptions
-from spectral.consumer.handler import Delivery, Handler, HandlerResult, Outcome, Rejection
+from spectral.engine.engine import ConsumerEngine, EngineOptions
+from spectral.engine.handler import Delivery, Handler, HandlerResult, Outcome, Rejection
 from spectral.kafka.freshness import READY_AT_HEADER
 from spectral.kafka.topics import dlq_topic, topic_for
 from spectral.observability.progress import EngineHook

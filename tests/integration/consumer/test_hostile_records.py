@@ -13,8 +13,8 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from contracts import FAILURE_CLUSTER_DETECTED, encode, record_key
-from spectral.consumer.engine import ConsumerEngine, EngineOptions, RunSummary
-from spectral.consumer.handler import Delivery, Handler, HandlerResult, Outcome
+from spectral.engine.engine import ConsumerEngine, EngineOptions, RunSummary
+from spectral.engine.handler import Delivery, Handler, HandlerResult, Outcome
 from spectral.kafka.topics import dlq_topic, topic_for
 from spectral.settings import Settings
 from tests.integration.consumer.hostile import (

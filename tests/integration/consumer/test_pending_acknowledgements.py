@@ -21,10 +21,10 @@ from aiokafka import TopicPartition
 from prometheus_client import CollectorRegistry
 
 from contracts import FAILURE_CLUSTER_DETECTED
-from spectral.consumer.dead_letters import DeadLetterSink
-from spectral.consumer.engine import ConsumerEngine, EngineOptions
-from spectral.consumer.handler import Delivery, HandlerResult
-from spectral.consumer.source import GroupSource
+from spectral.engine.dead_letters import DeadLetterSink
+from spectral.engine.engine import ConsumerEngine, EngineOptions
+from spectral.engine.handler import Delivery, HandlerResult
+from spectral.engine.source import GroupSource
 from spectral.errors import ConfigurationError
 from spectral.kafka.dlq import DeadLetter
 from spectral.kafka.topics import dlq_topic, topic_for

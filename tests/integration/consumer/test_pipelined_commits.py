@@ -20,7 +20,7 @@ import pytest
 from aiokafka import TopicPartition
 
 from contracts import FAILURE_CLUSTER_DETECTED
-from spectral.consumer.engine import ConsumerEngine
+from spectral.engine.engine import ConsumerEngine
 from spectral.kafka.topics import topic_for
 from spectral.observability.progress import EngineHook
 from spectral.settings import Settings

@@ -21,8 +21,8 @@ from prometheus_client import CollectorRegistry
 from structlog.testing import capture_logs
 
 from contracts import FAILURE_CLUSTER_DETECTED
-from spectral.consumer.engine import ConsumerEngine, EngineOptions
-from spectral.consumer.handler import Delivery, Handler, HandlerResult
+from spectral.engine.engine import ConsumerEngine, EngineOptions
+from spectral.engine.handler import Delivery, Handler, HandlerResult
 from spectral.errors import TransientError
 from spectral.kafka.topics import topic_for
 from spectral.observability.health import Health, run_with_health

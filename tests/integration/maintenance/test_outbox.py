@@ -14,10 +14,10 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from consumers.rule_candidates import build
-from spectral.consumer.engine import ConsumerEngine, EngineOptions, RunSummary
-from spectral.consumer.handler import Outcome
+from spectral.engine.engine import ConsumerEngine, EngineOptions, RunSummary
+from spectral.engine.handler import Outcome
 from spectral.maintenance.policy import Hold
-from spectral.outbox import OutboxItem, enqueue
+from spectral.outbox.writer import OutboxItem, enqueue
 from spectral.settings import Settings
 from tests.faults.test_relay_faults import start_relay, wait_exit
 from tests.integration.maintenance.support import age, generations, run_maintenance, session

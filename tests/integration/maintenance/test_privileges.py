@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 import asyncpg
 import pytest
 
-from spectral.outbox import OutboxItem, enqueue
+from spectral.outbox.writer import OutboxItem, enqueue
 from tests.integration.maintenance.support import (
     EXECUTOR,
     PROJECTOR,

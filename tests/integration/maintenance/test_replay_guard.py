@@ -9,11 +9,11 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from contracts import FAILURE_CLUSTER_DETECTED
-from spectral.consumer.handler import Outcome
-from spectral.consumer.replay import Mode, ReplayRequest
-from spectral.consumer.replay_range import AtTime, Beginning, PartitionRange
+from spectral.engine.handler import Outcome
 from spectral.kafka.topics import dlq_topic, topic_for
-from spectral.maintenance.guard import BeyondHorizonError, beyond
+from spectral.replay.guard import BeyondHorizonError, beyond
+from spectral.replay.range import AtTime, Beginning, PartitionRange
+from spectral.replay.replay import Mode, ReplayRequest
 from spectral.settings import Settings
 from tests.integration.maintenance.support import forgotten_before
 from tests.integration.replay.support import (

@@ -1,4 +1,4 @@
-"""spectral.outbox.enqueue: one set-based INSERT in the caller's transaction."""
+"""spectral.outbox.writer.enqueue: one set-based INSERT in the caller's transaction."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import asyncpg
 import pytest
 
 from contracts import decode, encode
-from spectral.outbox import OutboxItem, enqueue
+from spectral.outbox.writer import OutboxItem, enqueue
 from tests.integration.relay.support import EVENT_TYPE, key_id, numbered
 
 pytestmark = pytest.mark.integration

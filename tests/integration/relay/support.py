@@ -14,7 +14,7 @@ import asyncpg
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from contracts import EventEnvelope, decode, failure_cluster_detected_event
-from spectral.outbox import OutboxItem, enqueue
+from spectral.outbox.writer import OutboxItem, enqueue
 
 EVENT_TYPE = "platform.failure_cluster.detected"
 T0 = datetime(2026, 11, 20, 8, 0, tzinfo=UTC)

@@ -11,9 +11,9 @@ import asyncpg
 import pytest
 from prometheus_client import CollectorRegistry
 
-from producers.relay import OutboxRelay, RelayMetrics, RelayOptions, RelayReport
-from producers.relay.shards import LOCK_CLASS, SHARD_COUNT, shard_of
 from spectral.observability.health import Health
+from spectral.outbox.relay import OutboxRelay, RelayMetrics, RelayOptions, RelayReport
+from spectral.outbox.relay.shards import LOCK_CLASS, SHARD_COUNT, shard_of
 from spectral.settings import Settings
 from tests.integration.relay.support import (
     EVENT_TYPE,

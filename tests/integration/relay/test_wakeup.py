@@ -18,11 +18,11 @@ import asyncpg
 import pytest
 from prometheus_client import CollectorRegistry
 
-from producers.relay import OutboxRelay, RelayMetrics, RelayOptions
-from producers.relay.repository import WAKEUP_CHANNEL
-from producers.relay.shards import DOORBELL_BASE, LOCK_CLASS, SHARD_COUNT
 from spectral.kafka.freshness import READY_AT_HEADER
-from spectral.outbox import OutboxItem, enqueue
+from spectral.outbox.relay import OutboxRelay, RelayMetrics, RelayOptions
+from spectral.outbox.relay.repository import WAKEUP_CHANNEL
+from spectral.outbox.relay.shards import DOORBELL_BASE, LOCK_CLASS, SHARD_COUNT
+from spectral.outbox.writer import OutboxItem, enqueue
 from spectral.settings import Settings
 from tests.integration.relay.support import (
     EVENT_TYPE,

@@ -19,10 +19,10 @@ import asyncpg
 import pytest
 
 from contracts import FAILURE_CLUSTER_DETECTED, EventEnvelope
-from spectral.consumer.handler import Delivery, Handler, HandlerResult, Outcome
 from spectral.dlq.records import scan_dead_letters
 from spectral.dlq.redrive import redrive
 from spectral.dlq.repository import connect_operator
+from spectral.engine.handler import Delivery, Handler, HandlerResult, Outcome
 from spectral.kafka.dlq import history_of
 from spectral.kafka.topics import dlq_topic, topic_for
 from spectral.settings import Settings

@@ -21,7 +21,7 @@ from contracts import (
     encode,
     failure_cluster_detected_event,
 )
-from spectral.consumer.handler import Delivery, HandlerResult
+from spectral.engine.handler import Delivery, HandlerResult
 from spectral.settings import load_settings
 
 T0 = datetime(2026, 3, 1, 12, 0, 0, 250_000, tzinfo=UTC)

@@ -16,11 +16,11 @@ from fastapi import FastAPI
 from spectral.api.app import build_app
 from spectral.auth.scopes import Scope
 from spectral.cli.api import compose_app, deployment_topics, resources_for
-from spectral.consumer.replay import Mode, ReplayReport
-from spectral.consumer.replay_range import Start, Stop
 from spectral.devstack import Endpoints
 from spectral.ops import api as ops_api
 from spectral.ops.views import Deployment
+from spectral.replay.range import Start, Stop
+from spectral.replay.replay import Mode, ReplayReport
 from spectral.settings import Settings
 from tests.integration.surfaces.support import mint
 from tests.support import database_login

@@ -14,10 +14,10 @@ from prometheus_client import CollectorRegistry
 
 from consumers.work_executor.repository import ExecutorRepository
 from producers.work.commands import GenerateAll, GenerateEpic
+from producers.work.domain.history import ItemOutcome
+from producers.work.domain.model import EntryType
 from spectral.db.connect import create_pool
 from spectral.settings import Settings
-from spectral.work.history import ItemOutcome
-from spectral.work.model import EntryType
 from tests.integration.work.support import (
     DOCUMENT,
     PROJECT,

@@ -27,11 +27,11 @@ from consumers.work_executor.repository import (
 )
 from consumers.work_executor.retry import RetryPolicy
 from producers.work.commands import GenerateAll
+from producers.work.domain.model import EntryType
+from producers.work.domain.payloads import response_content
 from spectral.db.connect import create_pool
 from spectral.llm.seam import SynthesisRequest, SynthesisResponse
 from spectral.settings import Settings
-from spectral.work.model import EntryType
-from spectral.work.payloads import response_content
 from tests.integration.work.support import (
     DOCUMENT,
     PROJECT,

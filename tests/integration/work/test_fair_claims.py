@@ -15,10 +15,10 @@ import pytest
 
 from consumers.work_executor.claims import ClaimRepository
 from producers.work.commands import GenerateAll, GenerateEpic, WorkCommands
+from producers.work.domain.model import Priority
 from spectral.db.connect import create_pool
 from spectral.llm.limits import ProviderLimits
 from spectral.settings import Settings
-from spectral.work.model import Priority
 from tests.integration.work.support import PROJECT, backlog, harness
 
 pytestmark = pytest.mark.integration

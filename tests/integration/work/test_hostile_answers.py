@@ -33,12 +33,12 @@ from hypothesis import strategies as st
 from consumers.work_executor.handler import WorkExecutorHandler
 from consumers.work_executor.validation import parse_report
 from producers.work.commands import GenerateAll
+from producers.work.domain.history import reconstruct
+from producers.work.domain.model import EntryType
+from producers.work.domain.payloads import response_content, response_model
 from spectral.errors import PermanentError
 from spectral.llm.seam import SynthesisRequest, SynthesisResponse, UnreadableAnswerError
 from spectral.settings import Settings
-from spectral.work.history import reconstruct
-from spectral.work.model import EntryType
-from spectral.work.payloads import response_content, response_model
 from tests.hostile_answers import Behaviour, behaviours
 from tests.integration.work.support import (
     PROJECT,

@@ -8,9 +8,9 @@ import asyncio
 
 import pytest
 
+from producers.work.domain.locks import LockKind, LockOrderError, TransactionLocks
+from producers.work.domain.types import Conn
 from spectral.db.connect import connect
-from spectral.work.locks import LockKind, LockOrderError, TransactionLocks
-from spectral.work.types import Conn
 
 pytestmark = pytest.mark.integration
 

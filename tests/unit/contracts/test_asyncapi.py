@@ -14,7 +14,7 @@ import pytest
 from contracts import DEFAULT_REGISTRY, envelope_json_schema
 from contracts.asyncapi import ASYNCAPI_FILE_NAME, DLQ_HEADERS, RECORD_KEYS
 from spectral.cli.contracts import DEFAULT_SCHEMA_DIR, published_files
-from spectral.consumer.metrics import DEAD_LETTER_REASONS
+from spectral.engine.metrics import DEAD_LETTER_REASONS
 from spectral.kafka.dlq import REDRIVEN_FROM, DeadLetter
 
 ROOT = Path(__file__).resolve().parents[3]

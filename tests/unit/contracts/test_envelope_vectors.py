@@ -100,7 +100,7 @@ def test_every_rule_the_vectors_use_is_in_the_spec() -> None:
 
 
 def test_the_spec_lists_exactly_the_reasons_the_consumer_dead_letters_with() -> None:
-    from spectral.consumer.metrics import DEAD_LETTER_REASONS  # noqa: PLC0415
+    from spectral.engine.metrics import DEAD_LETTER_REASONS  # noqa: PLC0415
 
     section = SPEC.split("## 6. Reading a record: reasons", 1)[1].split("### ", 1)[0]
     rows = [line for line in section.splitlines() if line.startswith("| `")]

@@ -5,7 +5,13 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from producers.relay.shards import DOORBELL_BASE, MEMBER_LOCK, SHARD_COUNT, doorbell_slot, plan
+from spectral.outbox.relay.shards import (
+    DOORBELL_BASE,
+    MEMBER_LOCK,
+    SHARD_COUNT,
+    doorbell_slot,
+    plan,
+)
 
 
 def test_a_relay_without_shards_has_no_slot_and_the_slots_sit_above_the_other_locks() -> None:

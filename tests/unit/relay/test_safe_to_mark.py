@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from producers.relay.relay import safe_to_mark
-from producers.relay.repository import OutboxRow
+from spectral.outbox.relay.relay import safe_to_mark
+from spectral.outbox.relay.repository import OutboxRow
 
 OK = object()  # stands for a RecordMetadata
 

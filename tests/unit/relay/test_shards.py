@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from producers.relay.shards import SHARD_COUNT, fair_share, plan, shard_of
+from spectral.outbox.relay.shards import SHARD_COUNT, fair_share, plan, shard_of
 
 
 def test_fair_share() -> None:

@@ -4,7 +4,7 @@ from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 
-from spectral.consumer.replay_range import (
+from spectral.replay.range import (
     AtOffsets,
     AtTime,
     Beginning,
