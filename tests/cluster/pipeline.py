@@ -42,7 +42,7 @@ from spectral.outbox.writer import OutboxItem, enqueue
 from spectral.settings import Settings
 from tests.cluster.support import kill_all, start_spectral, tail, terminate, wait_exit
 from tests.fakes.openai_server import FakeModelServer
-from tests.integration.relay.support import key_id, numbered
+from tests.integration.outbox.relay.support import key_id, numbered
 from tests.integration.work.support import PROJECT, backlog, harness
 from tests.kafka_support import read_all
 

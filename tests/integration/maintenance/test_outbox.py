@@ -19,9 +19,9 @@ from spectral.engine.handler import Outcome
 from spectral.maintenance.policy import Hold
 from spectral.outbox.writer import OutboxItem, enqueue
 from spectral.settings import Settings
-from tests.faults.test_relay_faults import start_relay, wait_exit
+from tests.faults.outbox.relay.test_relay_faults import start_relay, wait_exit
 from tests.integration.maintenance.support import age, generations, run_maintenance, session
-from tests.integration.relay.support import (
+from tests.integration.outbox.relay.support import (
     EVENT_TYPE,
     by_key,
     enqueue_numbered,
@@ -30,7 +30,7 @@ from tests.integration.relay.support import (
     outbox_counts,
     read_topic,
 )
-from tests.integration.relay.test_relay import make_relay
+from tests.integration.outbox.relay.test_relay import make_relay
 
 pytestmark = pytest.mark.integration
 

@@ -17,7 +17,7 @@ from tests.integration.maintenance.support import (
     first_rotation,
     session,
 )
-from tests.integration.relay.support import key_id, numbered
+from tests.integration.outbox.relay.support import key_id, numbered
 
 pytestmark = pytest.mark.integration
 

@@ -11,7 +11,7 @@ import pytest
 
 from spectral.auth.scopes import Scope
 from spectral.settings import Settings
-from tests.integration.surfaces.support import surface
+from tests.integration.api.support import surface
 from tests.integration.work.support import (
     DOCUMENT,
     PROJECT,
