@@ -33,6 +33,7 @@ from spectral.cli._common import (
 from spectral.db.connect import ping
 from spectral.devstack import resolve_database_url
 from spectral.llm.seam import Synthesizer
+from spectral.llm.settings import LlmSettings
 from spectral.llm.stub import StubSynthesizer
 from spectral.observability.health import run_with_health
 from spectral.settings import Settings
@@ -47,7 +48,7 @@ app = typer.Typer(
 async def _synthesizer(current: Settings) -> AsyncIterator[Synthesizer]:
     """The synthesizer the settings choose (SPECTRAL_SYNTHESIZER): the deterministic stub by
     default, or an OpenAI-compatible gateway."""
-    if current.synthesizer == "openai":
+    if LlmSettings.of(current).synthesizer == "openai":
         from spectral.llm.openai_compat import OpenAICompatSynthesizer  # noqa: PLC0415
 
         client = OpenAICompatSynthesizer.from_settings(current)

@@ -23,6 +23,7 @@ from producers.work.domain.budgets import Period
 from producers.work.domain.history import reconstruct
 from producers.work.domain.model import Priority
 from producers.work.domain.read import WorkReader
+from producers.work.domain.settings import WorkSettings
 from producers.work.schemas import (
     BudgetChangeOut,
     BudgetOut,
@@ -132,7 +133,7 @@ def submit(  # noqa: PLR0917 - typer maps each parameter to an option
     except ValueError as exc:
         fail(str(exc))
 
-    step = settings().work_priority_step_seconds
+    step = WorkSettings.of(settings()).work_priority_step_seconds
 
     async def go(pool: Any) -> CommandResponse:
         commands = WorkCommands(pool, priority_step_seconds=step)

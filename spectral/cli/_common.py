@@ -14,6 +14,7 @@ from spectral.errors import SpectralError
 from spectral.observability.health import Health
 from spectral.observability.logging import configure_logging, get_logger
 from spectral.observability.metrics import serve_metrics
+from spectral.plugins import settings_classes
 from spectral.settings import Settings, load_settings
 
 T = TypeVar("T")
@@ -62,9 +63,12 @@ def deployment_name(name: str | None, consumer: str | None, command: str) -> str
 
 
 def settings() -> Settings:
-    """The process settings, with logging configured from them (once per command)."""
+    """The process settings, with logging configured from them (once per command); every
+    installed plugin's settings section is checked too, so a bad value fails at start."""
     try:
         current = load_settings()
+        for section in settings_classes():
+            current.section(section)
     except ValueError as exc:  # pydantic ValidationError is a ValueError
         fail(f"invalid SPECTRAL_* settings: {exc}", EXIT_CONFIGURATION)
     configure_logging(current.log_level, current.log_format)

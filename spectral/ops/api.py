@@ -29,7 +29,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from spectral.api.auth import missing_scope, requires
 from spectral.api.problems import COMMON, ProblemError, responses
 from spectral.api.resources import Resources
-from spectral.auth.scopes import Scope
+from spectral.auth.scopes import OPS_READ, OPS_REDRIVE
 from spectral.auth.tokens import Principal
 from spectral.dlq.records import Position, Topics, format_position, parse_position
 from spectral.errors import ConfigurationError
@@ -169,7 +169,7 @@ def router(  # noqa: C901 - one nested function per route
     api = APIRouter(prefix="/ops", tags=["operations"])
     by_name = {d.name: d for d in deployments}
     dry_runs = {d.name: asyncio.Lock() for d in deployments}
-    reader = Depends(requires(resources, Scope.OPS_READ))
+    reader = Depends(requires(resources, OPS_READ))
     anyone = Depends(requires(resources, None))
 
     def deployment_of(name: str) -> Deployment:
@@ -248,7 +248,7 @@ def router(  # noqa: C901 - one nested function per route
     async def redrive_dead_letters(
         *, topic: str, body: RedriveIn, principal: Principal = anyone
     ) -> RedriveOut:
-        needed = Scope.OPS_READ if body.dry_run else Scope.OPS_REDRIVE
+        needed = OPS_READ if body.dry_run else OPS_REDRIVE
         if not principal.allows(needed):
             raise missing_scope(principal, needed)
         report = await redrive_topic(

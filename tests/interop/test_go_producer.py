@@ -22,7 +22,7 @@ import asyncpg
 import pytest
 from prometheus_client import CollectorRegistry
 
-from consumers.rule_candidates import build
+from consumers.rule_candidates.deployment import build
 from contracts import FAILURE_CLUSTER_DETECTED
 from spectral.engine.engine import ConsumerEngine, EngineOptions
 from spectral.engine.handler import Outcome

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Final
 from uuid import UUID
 
 from contracts import (
@@ -24,8 +24,12 @@ from contracts import (
     work_item_enqueued_event,
     work_item_state_changed_event,
 )
+from contracts.work import WORK_SPECS
 from producers.work.domain.model import EntryType, ItemStatus
 from spectral.outbox.writer import OutboxItem
+
+SPECS: Final = WORK_SPECS
+"""The event types this feature registers (plugin.py)."""
 
 
 def target_ref_text(target_ref: Mapping[str, Any]) -> str:

@@ -14,9 +14,10 @@ import asyncpg
 import pytest
 from aiokafka import AIOKafkaProducer
 
-from contracts import FAILURE_CLUSTER_DETECTED, encode
+from contracts import FAILURE_CLUSTER_DETECTED
 from spectral.kafka.topics import dlq_topic, topic_for
 from spectral.settings import Settings
+from tests.events import encode
 from tests.integration.engine.hostile import (
     MIB,
     Hostile,

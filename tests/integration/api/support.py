@@ -14,10 +14,10 @@ import httpx
 from fastapi import FastAPI
 
 from consumers.rule_candidates.transitions import Status
-from spectral.auth.scopes import Scope
 from spectral.auth.tokens import TOKEN_ADMIN_ROLE, TokenAdmin
 from spectral.cli.api import compose_app, deployment_topics
 from spectral.db.connect import connect
+from spectral.declaration import Scope
 from spectral.devstack import Endpoints
 from spectral.settings import Settings
 from tests.integration.rule_candidates.helpers import (
@@ -50,7 +50,7 @@ class Surface:
     async def client(self, *scopes: Scope, name: str | None = None) -> httpx.AsyncClient:
         """A client of the same app sending a new token with ``scopes``."""
         token = await self.token(
-            name or "t-" + "-".join(s.value.replace(":", "_") for s in scopes), *scopes
+            name or "t-" + "-".join(s.name.replace(":", "_") for s in scopes), *scopes
         )
         return httpx.AsyncClient(
             transport=httpx.ASGITransport(app=self.app),

@@ -12,7 +12,8 @@ from typing import Any
 
 import pytest
 
-from spectral.auth.scopes import Scope
+from consumers.rule_candidates.plugin import TRIAGE_READ, TRIAGE_WRITE
+from producers.work.plugin import WORK_READ
 from spectral.settings import Settings
 from tests.integration.api.support import seed_clusters, surface
 
@@ -54,7 +55,7 @@ async def test_a_forged_cursor_is_a_400_on_every_listing(
 ) -> None:
     await seed_clusters(database_url, 3)
     async with surface(settings, database_url, kafka_bootstrap) as s:
-        token = await s.token("forger", Scope.TRIAGE_READ, Scope.WORK_READ)
+        token = await s.token("forger", TRIAGE_READ, WORK_READ)
         bearer = {"Authorization": f"Bearer {token}"}
         s.http.cookies.set("spectral_session", token, path="/console")
         for key in CLUSTER_KEYS:
@@ -94,7 +95,7 @@ async def test_a_multipart_form_gets_the_same_text_checks_as_an_urlencoded_one(
     database."""
     (cluster,) = await seed_clusters(database_url, 1)
     async with surface(settings, database_url, kafka_bootstrap) as s:
-        token = await s.token("multipart", Scope.TRIAGE_WRITE)
+        token = await s.token("multipart", TRIAGE_WRITE)
         s.http.cookies.set("spectral_session", token, path="/console")
         csrf = hmac.new(token.encode(), b"spectral-console-csrf", hashlib.sha256).hexdigest()
         fields = {"version": "0", "csrf": csrf, "status": "in_review"}

@@ -17,10 +17,13 @@ import asyncpg
 import httpx
 import pytest
 
+from consumers.rule_candidates.plugin import TRIAGE_READ, TRIAGE_WRITE
+from producers.work.plugin import WORK_BUDGET, WORK_CANCEL, WORK_READ, WORK_SUBMIT
 from spectral.api.resources import API_ROLE, Resources
-from spectral.auth.scopes import Scope, effective
+from spectral.auth.scopes import OPS_READ, OPS_REDRIVE, installed_vocabulary
 from spectral.auth.tokens import TOKEN_ADMIN_ROLE, TokenAdmin
 from spectral.db.connect import connect
+from spectral.declaration import Scope
 from spectral.settings import Settings
 from tests.integration.api.support import Surface, seed_clusters, surface
 from tests.integration.work.support import DOCUMENT, PROJECT, backlog
@@ -75,7 +78,7 @@ async def world(
             settings, database_url, kafka_bootstrap, login_url=login_url, max_body_bytes=64 * 1024
         ) as s,
     ):
-        setup = await s.client(Scope.WORK_SUBMIT, name="setup")
+        setup = await s.client(WORK_SUBMIT, name="setup")
         async with setup:
             put = await setup.put(f"/projects/{PROJECT}/documents/{DOCUMENT}", json=backlog("A"))
             assert put.status_code == 201
@@ -83,58 +86,56 @@ async def world(
             thread = (await setup.post("/commands/story-backlog/generate-epic", json=cmd)).json()
         topic = f"{settings.topic_prefix}platform.failure_cluster.detected"
         calls = [
-            Call("GET", f"/threads/{thread['thread_id']}", Scope.WORK_READ),
-            Call("GET", f"/threads/{thread['thread_id']}/history", Scope.WORK_READ),
-            Call("GET", f"/projects/{PROJECT}/threads", Scope.WORK_READ),
-            Call("GET", f"/documents/{DOCUMENT}", Scope.WORK_READ),
-            Call("POST", "/commands/story-backlog/generate-epic", Scope.WORK_SUBMIT, cmd),
+            Call("GET", f"/threads/{thread['thread_id']}", WORK_READ),
+            Call("GET", f"/threads/{thread['thread_id']}/history", WORK_READ),
+            Call("GET", f"/projects/{PROJECT}/threads", WORK_READ),
+            Call("GET", f"/documents/{DOCUMENT}", WORK_READ),
+            Call("POST", "/commands/story-backlog/generate-epic", WORK_SUBMIT, cmd),
             Call(
                 "POST",
                 "/commands/story-backlog/generate-all",
-                Scope.WORK_SUBMIT,
+                WORK_SUBMIT,
                 {"project_id": PROJECT, "story_backlog_id": DOCUMENT},
             ),
             Call(
                 "PUT",
                 f"/projects/{PROJECT}/documents/{DOCUMENT}",
-                Scope.WORK_SUBMIT,
+                WORK_SUBMIT,
                 backlog("A"),
             ),
             Call(
                 "PUT",
                 "/orgs/acme/budget",
-                Scope.WORK_BUDGET,
+                WORK_BUDGET,
                 {"period": "day", "token_limit": 1000, "cost_limit": "2.5"},
             ),
-            Call("GET", "/orgs/acme/budget", Scope.WORK_READ),
-            Call("GET", "/budgets", Scope.WORK_READ),
-            Call("DELETE", "/orgs/acme/budget", Scope.WORK_BUDGET),
+            Call("GET", "/orgs/acme/budget", WORK_READ),
+            Call("GET", "/budgets", WORK_READ),
+            Call("DELETE", "/orgs/acme/budget", WORK_BUDGET),
             Call(
                 "POST",
                 f"/threads/{thread['thread_id']}/cancel",
-                Scope.WORK_CANCEL,
+                WORK_CANCEL,
                 {"reason": "checked"},
             ),
-            Call("GET", "/clusters", Scope.TRIAGE_READ),
-            Call("GET", f"/clusters/{cluster}", Scope.TRIAGE_READ),
+            Call("GET", "/clusters", TRIAGE_READ),
+            Call("GET", f"/clusters/{cluster}", TRIAGE_READ),
             Call(
                 "PATCH",
                 f"/clusters/{cluster}",
-                Scope.TRIAGE_WRITE,
+                TRIAGE_WRITE,
                 {"notes": "checked"},
                 (("If-Match", "*"),),
             ),
-            Call("GET", "/ops/consumers", Scope.OPS_READ),
-            Call("GET", "/ops/dead-letters", Scope.OPS_READ),
-            Call("GET", f"/ops/dead-letters/{topic}", Scope.OPS_READ),
-            Call("POST", f"/ops/dead-letters/{topic}/redrive", Scope.OPS_READ, {"dry_run": True}),
-            Call(
-                "POST", f"/ops/dead-letters/{topic}/redrive", Scope.OPS_REDRIVE, {"dry_run": False}
-            ),
+            Call("GET", "/ops/consumers", OPS_READ),
+            Call("GET", "/ops/dead-letters", OPS_READ),
+            Call("GET", f"/ops/dead-letters/{topic}", OPS_READ),
+            Call("POST", f"/ops/dead-letters/{topic}/redrive", OPS_READ, {"dry_run": True}),
+            Call("POST", f"/ops/dead-letters/{topic}/redrive", OPS_REDRIVE, {"dry_run": False}),
             Call(
                 "POST",
                 "/ops/consumers/rule-candidates/replay-dry-run",
-                Scope.OPS_READ,
+                OPS_READ,
                 {"from_beginning": True},
             ),
         ]
@@ -143,15 +144,15 @@ async def world(
 
 async def test_every_scope_is_allowed_exactly_where_it_should_be(world: World) -> None:
     clients = {
-        scope: await world.s.client(scope, name=f"only-{scope.value.replace(':', '-')}")
-        for scope in Scope
+        scope: await world.s.client(scope, name=f"only-{scope.name.replace(':', '-')}")
+        for scope in installed_vocabulary().scopes
     }
     try:
         for call in world.calls:
             for scope, http in clients.items():
                 response = await call.send(http)
-                allowed = call.scope in effective([scope])
-                where = f"{call.method} {call.path} with {scope.value}"
+                allowed = call.scope.name in installed_vocabulary().effective([scope.name])
+                where = f"{call.method} {call.path} with {scope.name}"
                 if allowed:
                     assert response.status_code < 400, f"{where}: {response.text}"
                 else:
@@ -159,7 +160,7 @@ async def test_every_scope_is_allowed_exactly_where_it_should_be(world: World) -
                     problem = response.json()
                     assert response.headers["content-type"] == PROBLEM
                     assert problem["type"] == "/problems/missing-scope"
-                    assert problem["required_scope"] == call.scope.value
+                    assert problem["required_scope"] == call.scope.name
     finally:
         for http in clients.values():
             await http.aclose()
@@ -169,14 +170,16 @@ async def test_no_token_or_a_bad_one_is_401_on_every_operation(world: World) -> 
     admin = await connect(world.s.database_url, role=TOKEN_ADMIN_ROLE)
     try:
         tokens = TokenAdmin(admin)
-        revoked = await tokens.create("gone", list(Scope))
+        revoked = await tokens.create("gone", list(installed_vocabulary().scopes))
         await tokens.revoke("gone")
         expired = await tokens.create(
-            "old", list(Scope), expires_at=datetime.now(UTC) - timedelta(seconds=1)
+            "old",
+            list(installed_vocabulary().scopes),
+            expires_at=datetime.now(UTC) - timedelta(seconds=1),
         )
     finally:
         await admin.close()
-    live = await world.s.token("live", *Scope)
+    live = await world.s.token("live", *installed_vocabulary().scopes)
     bad = {
         "none": None,
         "revoked": f"Bearer {revoked.token}",
@@ -200,7 +203,7 @@ async def test_no_token_or_a_bad_one_is_401_on_every_operation(world: World) -> 
 
 
 async def test_hostile_input_gets_documented_problems_never_a_500(world: World) -> None:
-    http = await world.s.client(*Scope, name="everything")
+    http = await world.s.client(*installed_vocabulary().scopes, name="everything")
     marker = "ECHO-" + uuid.uuid4().hex
     rng = random.Random(20261124)
     async with http:
@@ -349,7 +352,7 @@ async def test_the_openapi_document_names_every_operation_status_and_scheme(worl
 
 
 async def test_tokens_are_stored_only_as_hashes(world: World) -> None:
-    token = await world.s.token("hashed", Scope.TRIAGE_READ)
+    token = await world.s.token("hashed", TRIAGE_READ)
     owner = await asyncpg.connect(world.s.database_url)
     try:
         rows = await owner.fetch("SELECT * FROM core.api_tokens")

@@ -10,7 +10,7 @@ import json
 import asyncpg
 import pytest
 
-from spectral.auth.scopes import Scope
+from spectral.auth.scopes import OPS_READ
 from spectral.auth.tokens import TOKEN_ADMIN_ROLE, AmbiguousTokenError, TokenAdmin
 from spectral.db.connect import connect
 from spectral.settings import Settings
@@ -102,8 +102,8 @@ async def test_revoke_refuses_what_matches_several_live_tokens(database_url: str
     conn = await connect(database_url, role=TOKEN_ADMIN_ROLE)
     try:
         admin = TokenAdmin(conn)
-        first = await admin.create("first", [Scope.OPS_READ])
-        lookalike = await admin.create(str(first.info.token_id), [Scope.OPS_READ])
+        first = await admin.create("first", [OPS_READ])
+        lookalike = await admin.create(str(first.info.token_id), [OPS_READ])
         with pytest.raises(AmbiguousTokenError, match="matches 2 live tokens"):
             await admin.revoke(str(first.info.token_id))
         assert {t.name for t in await admin.list()} == {"first", lookalike.info.name}

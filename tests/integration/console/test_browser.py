@@ -22,8 +22,10 @@ import pytest
 import uvicorn
 from playwright.async_api import Browser, BrowserContext, Page, async_playwright
 
+from consumers.rule_candidates.plugin import TRIAGE_READ, TRIAGE_WRITE
 from contracts import FAILURE_CLUSTER_DETECTED
-from spectral.auth.scopes import Scope
+from producers.work.plugin import WORK_READ
+from spectral.auth.scopes import OPS_READ, OPS_REDRIVE
 from spectral.cli.api import compose_app, deployment_topics
 from spectral.devstack import Endpoints
 from spectral.devstack.ports import free_port
@@ -109,10 +111,8 @@ async def site(settings: Settings, database_url: str, kafka_bootstrap: str) -> A
     try:
         yield Site(
             url=f"http://127.0.0.1:{port}",
-            operator=await mint(
-                database_url, "ops-alice", Scope.TRIAGE_WRITE, Scope.OPS_REDRIVE, Scope.WORK_READ
-            ),
-            reader=await mint(database_url, "viewer-bob", Scope.TRIAGE_READ, Scope.OPS_READ),
+            operator=await mint(database_url, "ops-alice", TRIAGE_WRITE, OPS_REDRIVE, WORK_READ),
+            reader=await mint(database_url, "viewer-bob", TRIAGE_READ, OPS_READ),
             clusters=[str(e.payload.cluster_id) for e in events],
             parent_thread=str(parent.thread_id),
         )

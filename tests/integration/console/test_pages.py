@@ -11,7 +11,10 @@ from dataclasses import dataclass
 import httpx
 import pytest
 
-from spectral.auth.scopes import Scope, effective
+from consumers.rule_candidates.plugin import TRIAGE_READ, TRIAGE_WRITE
+from producers.work.plugin import WORK_BUDGET, WORK_CANCEL, WORK_READ, WORK_SUBMIT
+from spectral.auth.scopes import OPS_READ, OPS_REDRIVE, installed_vocabulary
+from spectral.declaration import Scope
 from spectral.settings import Settings
 from tests.integration.api.support import Surface, seed_clusters, surface
 from tests.integration.work.support import DOCUMENT, PROJECT, backlog
@@ -45,42 +48,42 @@ async def console(
     (cluster,) = await seed_clusters(database_url, 1)
     topic = f"{settings.topic_prefix}platform.failure_cluster.detected"
     async with surface(settings, database_url, kafka_bootstrap) as s:
-        setup = await s.client(Scope.WORK_SUBMIT, name="setup")
+        setup = await s.client(WORK_SUBMIT, name="setup")
         async with setup:
             put = await setup.put(f"/projects/{PROJECT}/documents/{DOCUMENT}", json=backlog("A"))
             assert put.status_code == 201
             cmd = {"project_id": PROJECT, "story_backlog_id": DOCUMENT, "epic_id": "E1"}
             thread = (await setup.post("/commands/story-backlog/generate-epic", json=cmd)).json()
         pages = [
-            Page("GET", "/console/clusters", Scope.TRIAGE_READ),
-            Page("GET", f"/console/clusters/{cluster}", Scope.TRIAGE_READ),
+            Page("GET", "/console/clusters", TRIAGE_READ),
+            Page("GET", f"/console/clusters/{cluster}", TRIAGE_READ),
             Page(
                 "POST",
                 f"/console/clusters/{cluster}",
-                Scope.TRIAGE_WRITE,
+                TRIAGE_WRITE,
                 (("version", "0"), ("status", "pending"), ("notes", "n")),
             ),
-            Page("GET", "/console/consumers", Scope.OPS_READ),
-            Page("POST", "/console/dead-letters/redrive", Scope.OPS_READ, (("topic", topic),)),
+            Page("GET", "/console/consumers", OPS_READ),
+            Page("POST", "/console/dead-letters/redrive", OPS_READ, (("topic", topic),)),
             Page(
                 "POST",
                 "/console/dead-letters/redrive",
-                Scope.OPS_REDRIVE,
+                OPS_REDRIVE,
                 (("topic", topic), ("confirm", "1")),
             ),
-            Page("GET", "/console/threads?project=p1", Scope.WORK_READ),
-            Page("GET", f"/console/threads/{thread['thread_id']}", Scope.WORK_READ),
+            Page("GET", "/console/threads?project=p1", WORK_READ),
+            Page("GET", f"/console/threads/{thread['thread_id']}", WORK_READ),
             Page(
                 "POST",
                 f"/console/threads/{thread['thread_id']}/cancel",
-                Scope.WORK_CANCEL,
+                WORK_CANCEL,
                 (("reason", "not needed"),),
             ),
-            Page("GET", "/console/budgets", Scope.WORK_READ),
+            Page("GET", "/console/budgets", WORK_READ),
             Page(
                 "POST",
                 "/console/budgets",
-                Scope.WORK_BUDGET,
+                WORK_BUDGET,
                 (("org_id", "acme"), ("period", "day"), ("tokens", "1000")),
             ),
         ]
@@ -99,16 +102,16 @@ async def _send(
 
 async def test_every_page_under_every_scope(console: Console) -> None:
     http = console.s.http
-    for scope in Scope:
-        token = await console.s.token(f"page-{scope.value.replace(':', '-')}", scope)
+    for scope in installed_vocabulary().scopes:
+        token = await console.s.token(f"page-{scope.name.replace(':', '-')}", scope)
         for page in console.pages:
             response = await _send(http, page, token)
-            where = f"{page.method} {page.path} with {scope.value}"
-            if page.scope in effective([scope]):
+            where = f"{page.method} {page.path} with {scope.name}"
+            if page.scope.name in installed_vocabulary().effective([scope.name]):
                 assert response.status_code in (200, 303), f"{where}: {response.text[:300]}"
             else:
                 assert response.status_code == 403, where
-                assert page.scope.value in response.text, where
+                assert page.scope.name in response.text, where
             if response.status_code != 303:
                 assert response.headers["content-type"].startswith("text/html"), where
                 # Never framed (clickjacking), no script, never cached (triage state, threads).
@@ -127,7 +130,7 @@ async def test_every_page_under_every_scope(console: Console) -> None:
 
 
 async def test_hostile_input_to_every_page(console: Console) -> None:
-    token = await console.s.token("hostile", *Scope)
+    token = await console.s.token("hostile", *installed_vocabulary().scopes)
     http = console.s.http
     marker = "<script>alert('x')</script>"
     for page in console.pages:
@@ -151,7 +154,7 @@ async def test_hostile_input_to_every_page(console: Console) -> None:
             response = await _send(http, Page("GET", page.path + query, page.scope), token)
             assert response.status_code in (200, 400, 422), f"{page.path}{query}"
     for path in ("/console/clusters/not-a-uuid", "/console/threads/xyz", "/console/nowhere"):
-        response = await _send(http, Page("GET", path, Scope.TRIAGE_READ), token)
+        response = await _send(http, Page("GET", path, TRIAGE_READ), token)
         assert response.status_code in (404, 422), path
     # What an operator typed is shown escaped, never as markup.
     page = console.pages[2]
@@ -165,7 +168,7 @@ async def test_hostile_input_to_every_page(console: Console) -> None:
 async def test_another_site_cannot_log_a_browser_in(console: Console) -> None:
     """Login CSRF: a page elsewhere posting its own token to the login form would make the
     victim's later triage appear under the attacker's token name."""
-    token = await console.s.token("attacker", Scope.TRIAGE_WRITE)
+    token = await console.s.token("attacker", TRIAGE_WRITE)
     http = console.s.http
     http.cookies.clear()
     forged = await http.post(
@@ -187,10 +190,10 @@ async def test_the_thread_page_offers_cancel_only_to_work_cancel_and_shows_the_o
 ) -> None:
     http = console.s.http
     thread_page = next(p for p in console.pages if p.path.startswith("/console/threads/"))
-    reader = await console.s.token("reader", Scope.WORK_READ)
+    reader = await console.s.token("reader", WORK_READ)
     shown = await _send(http, thread_page, reader)
     assert 'id="cancel-thread"' not in shown.text
-    canceler = await console.s.token("canceler", Scope.WORK_CANCEL)
+    canceler = await console.s.token("canceler", WORK_CANCEL)
     shown = await _send(http, thread_page, canceler)
     assert 'id="cancel-thread"' in shown.text
     cancel = next(p for p in console.pages if p.path.endswith("/cancel"))
@@ -201,9 +204,9 @@ async def test_the_thread_page_offers_cancel_only_to_work_cancel_and_shows_the_o
     assert "&lt;b&gt;stop&lt;/b&gt;" in shown.text
     assert 'class="badge s-canceled" id="thread-status">canceled' in shown.text
     assert 'id="cancel-thread"' not in shown.text  # nothing left to cancel
-    budgeter = await console.s.token("budgeter", Scope.WORK_BUDGET)
+    budgeter = await console.s.token("budgeter", WORK_BUDGET)
     budget_form = next(p for p in console.pages if p.path == "/console/budgets" and p.form)
     assert (await _send(http, budget_form, budgeter)).status_code == 303
-    listing = await _send(http, Page("GET", "/console/budgets", Scope.WORK_READ), reader)
+    listing = await _send(http, Page("GET", "/console/budgets", WORK_READ), reader)
     assert 'id="budget-acme"' in listing.text
     assert 'id="set-budget"' not in listing.text  # reading is not setting

@@ -9,9 +9,10 @@ import random
 
 import pytest
 
-from contracts import FAILURE_CLUSTER_DETECTED, encode
+from contracts import FAILURE_CLUSTER_DETECTED
 from spectral.kafka.topics import dlq_topic, topic_for
 from spectral.settings import Settings
+from tests.events import encode
 from tests.integration.engine.hostile import MIB, Hostile, header_sets, publish_hostile
 from tests.integration.replay.support import fetchval, rule_candidates, run_live, spectral_json
 from tests.integration.replay.support import spectral_ok as ok

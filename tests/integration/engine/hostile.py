@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import asyncpg
 from aiokafka import AIOKafkaProducer
 
-from contracts import encode
+from tests.events import encode
 from tests.kafka_support import ReadRecord, cluster_event, read_all
 
 HISTORY = "dlq.history"

@@ -11,10 +11,11 @@ from aiokafka import AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewPartitions
 from prometheus_client import CollectorRegistry
 
-from contracts import FAILURE_CLUSTER_DETECTED, encode
+from contracts import FAILURE_CLUSTER_DETECTED
 from spectral.engine.engine import ConsumerEngine, EngineOptions
 from spectral.kafka.topics import dlq_topic, topic_for
 from spectral.settings import Settings
+from tests.events import encode
 from tests.integration.engine.test_hostile_records import Applied
 from tests.kafka_support import cluster_event, create_topics
 from tests.support import eventually

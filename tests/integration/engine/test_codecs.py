@@ -13,13 +13,14 @@ import pytest
 from aiokafka import AIOKafkaProducer
 from prometheus_client import CollectorRegistry
 
-from contracts import FAILURE_CLUSTER_DETECTED, encode
+from contracts import FAILURE_CLUSTER_DETECTED
 from spectral.devstack.kafka import KAFKA_VERSION
 from spectral.devstack.kafka_jars import default_cache_dir, find_java, maven_jars
 from spectral.engine.engine import ConsumerEngine, EngineOptions
 from spectral.engine.handler import Outcome
 from spectral.kafka.topics import dlq_topic, topic_for
 from spectral.settings import Settings
+from tests.events import encode
 from tests.integration.engine.test_hostile_records import Applied
 from tests.kafka_support import cluster_event, create_topics, read_all
 

@@ -11,13 +11,14 @@ import asyncpg
 import pytest
 from prometheus_client import CollectorRegistry
 
-from contracts import FAILURE_CLUSTER_DETECTED, encode, format_utc, record_key
+from contracts import FAILURE_CLUSTER_DETECTED, format_utc
 from spectral.engine.engine import ConsumerEngine, EngineOptions
 from spectral.engine.handler import Delivery, Handler, HandlerResult, Outcome, Rejection
 from spectral.kafka.freshness import READY_AT_HEADER
 from spectral.kafka.topics import dlq_topic, topic_for
 from spectral.observability.progress import EngineHook
 from spectral.settings import Settings
+from tests.events import encode, record_key
 from tests.kafka_support import (
     cluster_event,
     committed_offsets,

@@ -12,11 +12,12 @@ import asyncpg
 import pytest
 from prometheus_client import CollectorRegistry
 
-from contracts import FAILURE_CLUSTER_DETECTED, encode, record_key
+from contracts import FAILURE_CLUSTER_DETECTED
 from spectral.engine.engine import ConsumerEngine, EngineOptions, RunSummary
 from spectral.engine.handler import Delivery, Handler, HandlerResult, Outcome
 from spectral.kafka.topics import dlq_topic, topic_for
 from spectral.settings import Settings
+from tests.events import encode, record_key
 from tests.integration.engine.hostile import (
     MIB,
     Hostile,

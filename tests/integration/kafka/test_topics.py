@@ -13,8 +13,8 @@ import pytest
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 
-from contracts import DEFAULT_REGISTRY
 from spectral.kafka.topics import dlq_topic, topic_for
+from tests.events import EVENTS
 from tests.kafka_support import create_topics
 from tests.support import eventually
 
@@ -71,7 +71,7 @@ async def test_plan_then_apply_creates_every_topic_with_its_settings(
     planned = json.loads(plan.stdout)
     expected = {
         name
-        for event_type in DEFAULT_REGISTRY.event_types()
+        for event_type in EVENTS.event_types()
         for name in (
             topic_for(event_type, topic_prefix),
             dlq_topic(topic_for(event_type, topic_prefix)),
@@ -84,7 +84,7 @@ async def test_plan_then_apply_creates_every_topic_with_its_settings(
     assert applied.returncode == 0, applied.stderr
     assert applied.stdout.index("+ ") < applied.stdout.index("applied")  # the plan first
     assert await _topics(kafka_bootstrap, topic_prefix) == expected
-    source = topic_for(next(iter(DEFAULT_REGISTRY.event_types())), topic_prefix)
+    source = topic_for(next(iter(EVENTS.event_types())), topic_prefix)
     config, dead = (
         await _config(kafka_bootstrap, source),
         await _config(kafka_bootstrap, dlq_topic(source)),
@@ -103,7 +103,7 @@ async def test_plan_then_apply_creates_every_topic_with_its_settings(
 async def test_apply_never_shrinks_silently(
     spectral_env: dict[str, str], kafka_bootstrap: str, topic_prefix: str
 ) -> None:
-    source = topic_for(DEFAULT_REGISTRY.event_types()[0], topic_prefix)
+    source = topic_for(EVENTS.event_types()[0], topic_prefix)
     await create_topics(kafka_bootstrap, [source], partitions=6)
     longer = {**spectral_env, "SPECTRAL_TOPIC_RETENTION_MS": str(10 * 86_400_000)}
     first = _spectral(longer, "topics", "apply")

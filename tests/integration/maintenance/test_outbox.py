@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from prometheus_client import CollectorRegistry
 
-from consumers.rule_candidates import build
+from consumers.rule_candidates.deployment import build
 from spectral.engine.engine import ConsumerEngine, EngineOptions, RunSummary
 from spectral.engine.handler import Outcome
 from spectral.maintenance.policy import Hold

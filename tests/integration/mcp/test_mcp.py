@@ -24,8 +24,10 @@ from mcp.client.stdio import StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 from mcp_types import CallToolResult, TextContent
 
+from consumers.rule_candidates.plugin import TRIAGE_READ, TRIAGE_WRITE
+from producers.work.plugin import WORK_CANCEL, WORK_READ
 from spectral.api.resources import Resources
-from spectral.auth.scopes import Scope, effective
+from spectral.auth.scopes import OPS_READ, installed_vocabulary
 from spectral.cli.mcp import build_mcp
 from spectral.devstack.ports import free_port
 from spectral.ops.views import Deployment
@@ -37,17 +39,17 @@ pytestmark = pytest.mark.integration
 
 SPECTRAL = str(Path(sys.executable).with_name("spectral"))
 TOOLS = {
-    "list_failure_clusters": Scope.TRIAGE_READ,
-    "get_cluster_detail": Scope.TRIAGE_READ,
-    "triage_cluster": Scope.TRIAGE_WRITE,
-    "get_thread": Scope.WORK_READ,
-    "get_thread_history": Scope.WORK_READ,
-    "list_project_threads": Scope.WORK_READ,
-    "cancel_work_thread": Scope.WORK_CANCEL,
-    "get_org_budget": Scope.WORK_READ,
-    "dead_letter_summary": Scope.OPS_READ,
-    "list_dead_letters": Scope.OPS_READ,
-    "consumer_lag": Scope.OPS_READ,
+    "list_failure_clusters": TRIAGE_READ,
+    "get_cluster_detail": TRIAGE_READ,
+    "triage_cluster": TRIAGE_WRITE,
+    "get_thread": WORK_READ,
+    "get_thread_history": WORK_READ,
+    "list_project_threads": WORK_READ,
+    "cancel_work_thread": WORK_CANCEL,
+    "get_org_budget": WORK_READ,
+    "dead_letter_summary": OPS_READ,
+    "list_dead_letters": OPS_READ,
+    "consumer_lag": OPS_READ,
 }
 UNKNOWN_IDS = {
     "get_thread": "no thread",
@@ -73,7 +75,7 @@ async def test_an_agent_triages_over_stdio(
     settings: Settings, database_url: str, spectral_env: dict[str, str], tmp_path: Path
 ) -> None:
     first, second = await seed_clusters(database_url, 2)
-    token = await mint(database_url, "ops-agent", Scope.TRIAGE_WRITE, Scope.WORK_READ)
+    token = await mint(database_url, "ops-agent", TRIAGE_WRITE, WORK_READ)
     env = {**spectral_env, "SPECTRAL_API_TOKEN": token}
     params = StdioServerParameters(command=SPECTRAL, args=["mcp"], env=env, cwd=str(tmp_path))
     async with Client(params, read_timeout_seconds=60) as client:
@@ -209,8 +211,8 @@ async def test_streamable_http_needs_a_bearer_token(
     settings: Settings, database_url: str, spectral_env: dict[str, str], tmp_path: Path
 ) -> None:
     (cluster,) = await seed_clusters(database_url, 1)
-    writer = await mint(database_url, "agent-http", Scope.TRIAGE_WRITE)
-    reader = await mint(database_url, "agent-reader", Scope.WORK_READ)
+    writer = await mint(database_url, "agent-http", TRIAGE_WRITE)
+    reader = await mint(database_url, "agent-reader", WORK_READ)
     with http_server(spectral_env, tmp_path) as url:
         async with httpx.AsyncClient(timeout=30) as raw:
             hello = {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}
@@ -274,14 +276,16 @@ async def test_every_tool_under_every_scope(
     deployments = [Deployment("rule-candidates", "rule-candidates", (topic,))]
     await resources.open()
     try:
-        for scope in Scope:
-            token = await mint(database_url, f"only-{scope.value.replace(':', '-')}", scope)
+        for scope in installed_vocabulary().scopes:
+            token = await mint(database_url, f"only-{scope.name.replace(':', '-')}", scope)
             server = build_mcp(resources, deployments, stdio_token=token)
             async with Client(server) as client:
                 for tool, needed in TOOLS.items():
                     result = await client.call_tool(tool, arguments[tool])
                     lacks = "lacks the scope" in _text(result)
-                    assert lacks == (needed not in effective([scope])), (tool, scope, _text(result))
+                    assert lacks == (
+                        needed.name not in installed_vocabulary().effective([scope.name])
+                    ), (tool, scope, _text(result))
                     if not lacks and tool in UNKNOWN_IDS:
                         assert result.is_error  # an unknown id: a clear error, not a crash
                         assert UNKNOWN_IDS[tool] in _text(result)
@@ -299,7 +303,7 @@ async def test_an_mcp_login_needs_no_grant_beyond_reading_and_triage(
     (invariant 8), so a login granted those two runs it — it never opens a session as
     spectral_producer, which could write work items and the outbox."""
     (cluster,) = await seed_clusters(database_url, 1)
-    token = await mint(database_url, "ops-agent-min", Scope.TRIAGE_READ)
+    token = await mint(database_url, "ops-agent-min", TRIAGE_READ)
     roles = ("spectral_authenticator", "spectral_operator")
     async with database_login(database_url, *roles) as (_, url):
         env = {**spectral_env, "SPECTRAL_API_TOKEN": token, "SPECTRAL_DATABASE_URL": url}

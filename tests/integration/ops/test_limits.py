@@ -14,7 +14,7 @@ import pytest
 from fastapi import FastAPI
 
 from spectral.api.app import build_app
-from spectral.auth.scopes import Scope
+from spectral.auth.scopes import OPS_READ
 from spectral.cli.api import compose_app, deployment_topics, resources_for
 from spectral.devstack import Endpoints
 from spectral.ops import api as ops_api
@@ -31,7 +31,7 @@ pytestmark = pytest.mark.integration
 @asynccontextmanager
 async def lag_reader(app: FastAPI, database_url: str) -> AsyncIterator[httpx.AsyncClient]:
     """``app`` started, and a client of it holding an ops:read token."""
-    token = await mint(database_url, "lag-reader", Scope.OPS_READ)
+    token = await mint(database_url, "lag-reader", OPS_READ)
     async with (
         app.router.lifespan_context(app),
         httpx.AsyncClient(

@@ -7,8 +7,8 @@ from datetime import UTC, datetime, timedelta
 import asyncpg
 import pytest
 
-from contracts import decode, encode
 from spectral.outbox.writer import OutboxItem, enqueue
+from tests.events import decode, encode
 from tests.integration.outbox.relay.support import EVENT_TYPE, key_id, numbered
 
 pytestmark = pytest.mark.integration

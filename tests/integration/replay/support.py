@@ -16,7 +16,7 @@ from uuid import UUID
 import asyncpg
 from prometheus_client import CollectorRegistry
 
-from consumers.rule_candidates import build as build_rule_candidates
+from consumers.rule_candidates.deployment import build as build_rule_candidates
 from contracts import EventEnvelope
 from spectral.engine.engine import ConsumerEngine, EngineOptions, RunSummary
 from spectral.engine.handler import Handler

@@ -17,7 +17,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 from structlog.testing import capture_logs
 
-from consumers.work_executor import build
+from consumers.work_executor.deployment import build
 from contracts import WORK_ITEM_ENQUEUED
 from producers.work.commands import GenerateAll, GenerateEpic
 from spectral.engine.handler import Handler, Outcome

@@ -9,8 +9,8 @@ import uuid
 import asyncpg
 import pytest
 
+from consumers.rule_candidates.plugin import TRIAGE_READ, TRIAGE_WRITE
 from consumers.rule_candidates.transitions import ALLOWED, Status
-from spectral.auth.scopes import Scope
 from spectral.settings import Settings
 from tests.integration.api.support import seed_clusters, surface
 from tests.support import database_login
@@ -23,7 +23,7 @@ async def test_pages_cover_every_cluster_once_in_each_sort(
 ) -> None:
     ids = set(await seed_clusters(database_url, 23))
     async with surface(settings, database_url, kafka_bootstrap) as s:
-        http = await s.client(Scope.TRIAGE_READ)
+        http = await s.client(TRIAGE_READ)
         for sort in ("severity", "newest", "oldest", "failures", "signaled"):
             seen: list[str] = []
             cursor = None
@@ -56,8 +56,8 @@ async def test_two_operators_never_lose_each_others_change(
 ) -> None:
     (cluster,) = await seed_clusters(database_url, 1)
     async with surface(settings, database_url, kafka_bootstrap) as s:
-        alice = await s.client(Scope.TRIAGE_WRITE, name="alice")
-        bob = await s.client(Scope.TRIAGE_WRITE, name="bob")
+        alice = await s.client(TRIAGE_WRITE, name="alice")
+        bob = await s.client(TRIAGE_WRITE, name="bob")
         seen_a = await alice.get(f"/clusters/{cluster}")
         seen_b = await bob.get(f"/clusters/{cluster}")
         assert seen_a.headers["etag"] == seen_b.headers["etag"] == '"0"'
@@ -101,7 +101,7 @@ async def test_the_audit_trail_records_who_when_and_from_to(
     (cluster,) = await seed_clusters(database_url, 1)
     assignee = uuid.uuid4()
     async with surface(settings, database_url, kafka_bootstrap) as s:
-        ops = await s.client(Scope.TRIAGE_WRITE, name="ops-carol")
+        ops = await s.client(TRIAGE_WRITE, name="ops-carol")
         steps = [
             {"status": "in_review", "assigned_to": str(assignee)},
             {"notes": "looks like a flaky rule"},
@@ -135,7 +135,7 @@ async def test_refused_transitions_are_409_and_the_database_refuses_them_too(
 ) -> None:
     (cluster,) = await seed_clusters(database_url, 1)
     async with surface(settings, database_url, kafka_bootstrap) as s:
-        ops = await s.client(Scope.TRIAGE_WRITE)
+        ops = await s.client(TRIAGE_WRITE)
         ok = await ops.patch(
             f"/clusters/{cluster}", json={"status": "dismissed"}, headers={"If-Match": "*"}
         )
@@ -208,7 +208,7 @@ async def test_the_audit_trail_names_the_login_a_declared_principal_came_through
         database_login(database_url, "spectral_operator") as (mallory, mallory_url),
         surface(settings, database_url, kafka_bootstrap) as s,
     ):
-        alice = await s.client(Scope.TRIAGE_WRITE, name="ops-alice")
+        alice = await s.client(TRIAGE_WRITE, name="ops-alice")
         done = await alice.patch(
             f"/clusters/{cluster}", json={"notes": "mine"}, headers={"If-Match": "*"}
         )

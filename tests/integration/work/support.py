@@ -156,7 +156,7 @@ def executor_settings(settings: Settings, **overrides: Any) -> Settings:
         "llm_timeout_seconds": 5.0,
     }
     values.update(overrides)
-    return settings.model_copy(update=values)
+    return settings.replace(**values)
 
 
 @asynccontextmanager

@@ -12,7 +12,7 @@ from decimal import Decimal
 import pytest
 from prometheus_client import CollectorRegistry
 
-from consumers.work_executor import route_resolver
+from consumers.work_executor.deployment import route_resolver
 from producers.work.budgets import BudgetCommands
 from producers.work.commands import GenerateAll
 from producers.work.domain.budgets import Period

@@ -11,7 +11,7 @@ import asyncpg
 import pytest
 from prometheus_client import CollectorRegistry
 
-from consumers.work_executor import build
+from consumers.work_executor.deployment import build
 from producers.work.commands import GenerateAll, GenerateEpic
 from spectral.settings import Settings
 from tests.integration.work.kafka_support import (
@@ -37,7 +37,9 @@ async def test_commands_reach_the_executor_through_the_outbox_and_kafka(
     database_url: str, settings: Settings, kafka_bootstrap: str
 ) -> None:
     await create_work_topic(kafka_bootstrap, settings.topic_prefix)
-    current = executor_settings(settings)
+    # A retry 2 s out: its outbox row is written well before it comes due, however slow the
+    # machine (0.2 s could pass before the failed attempt's transaction wrote the row).
+    current = executor_settings(settings, work_retry_base_seconds=2.0)
     model = ScriptedSynthesizer()
     registry = CollectorRegistry()
     handler = build(current, database_url, registry, synthesizer=model)

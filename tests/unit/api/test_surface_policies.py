@@ -15,12 +15,16 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from consumers.rule_candidates.api import decode_page_cursor, parse_if_match
+from consumers.rule_candidates.plugin import TRIAGE_READ, TRIAGE_WRITE
 from consumers.rule_candidates.triage import Sort
+from producers.work.plugin import WORK_READ
 from spectral.api.cursor import decode_cursor, encode_cursor
 from spectral.api.guard import RequestGuard, _check_body, _check_text, _nul_in, _Refused
 from spectral.api.problems import ProblemError, invalid_params
-from spectral.auth.scopes import IMPLIES, Scope, effective, parse_scopes
+from spectral.auth.scopes import OPS_READ, Vocabulary, installed_vocabulary
 from spectral.auth.tokens import looks_like_token
+from spectral.declaration import Scope
+from spectral.errors import ConfigurationError
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers(-(2**63), 2**63 - 1) | st.text(),
@@ -32,19 +36,32 @@ json_values = st.recursive(
 
 
 def test_write_scopes_imply_their_read_scope_and_nothing_else() -> None:
-    assert effective([Scope.TRIAGE_WRITE]) == {Scope.TRIAGE_WRITE, Scope.TRIAGE_READ}
-    assert effective([Scope.TRIAGE_READ]) == {Scope.TRIAGE_READ}
-    for scope, implied in IMPLIES.items():
-        assert scope not in implied
-        assert all(s.value.split(":")[0] == scope.value.split(":")[0] for s in implied)
+    vocabulary = installed_vocabulary()
+    assert vocabulary.effective([TRIAGE_WRITE.name]) == {TRIAGE_WRITE.name, TRIAGE_READ.name}
+    assert vocabulary.effective([TRIAGE_READ.name]) == {TRIAGE_READ.name}
+    for scope in vocabulary.scopes:
+        assert scope.name not in scope.implies
+        assert all(s.split(":")[0] == scope.name.split(":")[0] for s in scope.implies)
 
 
 def test_parse_scopes_refuses_unknown_and_empty() -> None:
-    assert parse_scopes(["ops:read", " ops:read", "work:read"]) == (Scope.OPS_READ, Scope.WORK_READ)
+    parse = installed_vocabulary().parse
+    assert parse(["ops:read", " ops:read", "work:read"]) == (OPS_READ.name, WORK_READ.name)
     with pytest.raises(ValueError, match="unknown scope 'admin'"):
-        parse_scopes(["admin"])
+        parse(["admin"])
     with pytest.raises(ValueError, match="at least one"):
-        parse_scopes([])
+        parse([])
+
+
+def test_a_stored_scope_nobody_registers_allows_nothing() -> None:
+    assert installed_vocabulary().effective(["gone:read", "ops:read"]) == {OPS_READ.name}
+
+
+def test_a_scope_that_implies_an_undeclared_one_is_refused() -> None:
+    with pytest.raises(ConfigurationError, match="nobody declares"):
+        Vocabulary([Scope("notes:write", "write notes", implies=("notes:read",))])
+    with pytest.raises(ConfigurationError, match="declared twice"):
+        Vocabulary([OPS_READ, OPS_READ])
 
 
 @given(st.text(max_size=40), st.lists(json_values, min_size=1, max_size=3))

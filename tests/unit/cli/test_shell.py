@@ -15,7 +15,7 @@ import pytest
 from typer.core import TyperGroup
 from typer.testing import CliRunner
 
-from spectral.cli import COMMANDS, app, load_command
+from spectral.cli import app, commands, load_command
 
 SPECTRAL = str(Path(sys.executable).with_name("spectral"))
 ROOT = Path(__file__).resolve().parents[3]
@@ -55,18 +55,22 @@ def test_the_licence_ships() -> None:
 def test_help_loads_no_command_because_commands_load_lazily() -> None:
     # What keeps `spectral --help` fast is what it does not import; its time is `make bench`'s
     # business, not a timed test's (a loaded machine would fail one).
-    assert _spectral("--help").returncode == 0
-    heavy = {"aiokafka", "asyncpg", "fastapi", "uvicorn", "pydantic", "producers", "consumers"}
-    assert _packages_loaded_by("import spectral.cli", heavy) == set()
+    shown = _spectral("--help")
+    assert shown.returncode == 0
+    assert {"clusters", "triage", "work", "threads", "demo"} <= set(shown.stdout.split())
+    # Listing every command reads the plugins' declarations (spectral's features among them),
+    # which import nothing heavy either.
+    heavy = {"aiokafka", "asyncpg", "fastapi", "uvicorn", "pydantic", "contracts", "mcp"}
+    assert _packages_loaded_by("import spectral.cli; spectral.cli.commands()", heavy) == set()
 
 
-@pytest.mark.parametrize("name", sorted(COMMANDS))
+@pytest.mark.parametrize("name", sorted(commands()))
 def test_every_command_loads_with_readable_help(name: str) -> None:
     """Each lazily listed command exists, its listed help is its own, and help reads as words
     (no `<bool>`/`<str>` type placeholders)."""
     command = load_command(name)
     first_line = (command.help or "").strip().splitlines()[0]
-    assert first_line.startswith(COMMANDS[name][1].rstrip(".")[:40])
+    assert first_line.startswith(commands()[name][1].rstrip(".")[:40])
     shown = _spectral(name, "--help")
     assert shown.returncode == 0, shown.stderr
     for placeholder in ("<bool>", "<str>", "<int>", "<float>"):
@@ -121,6 +125,12 @@ def test_invalid_settings_exit_2(args: list[str]) -> None:
     assert result.returncode == 2, result.stdout + result.stderr
 
 
+def test_an_invalid_setting_of_a_plugin_exits_2_at_start() -> None:
+    result = _spectral("topics", "plan", env={"SPECTRAL_WORK_MAX_ATTEMPTS": "0"})
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "work_max_attempts" in result.stderr
+
+
 @pytest.mark.parametrize("args", SERVER_COMMANDS, ids=" ".join)
 def test_unreachable_servers_exit_3(args: list[str]) -> None:
     result = _spectral(
@@ -140,7 +150,7 @@ def test_tokens_start_without_the_web_stack() -> None:
         "import importlib; from spectral.cli import COMMANDS; "
         "importlib.import_module(COMMANDS['tokens'][0].split(':')[0])"
     )
-    web = {"fastapi", "uvicorn", "starlette", "mcp", "jinja2", "producers", "consumers"}
+    web = {"fastapi", "uvicorn", "starlette", "mcp", "jinja2"}
     assert _packages_loaded_by(code, web) == set()
 
 

@@ -11,7 +11,8 @@ from typing import Any
 import jsonschema_rs
 import pytest
 
-from contracts import DecodeError, decode_record, format_utc, parse_utc
+from contracts import DecodeError, format_utc, parse_utc
+from tests.events import decode_record
 from tests.unit.contracts import envelope_vectors as ev
 
 SCHEMA_DIR = Path(__file__).resolve().parents[3] / "schemas" / "events"

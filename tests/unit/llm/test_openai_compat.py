@@ -18,7 +18,7 @@ from spectral.llm.seam import (
     Synthesizer,
     UnreadableAnswerError,
 )
-from spectral.settings import Settings
+from spectral.settings import load_settings
 from tests.fakes.openai_server import FakeModelServer
 from tests.hostile_answers import corpus
 
@@ -106,9 +106,11 @@ async def test_an_unreachable_endpoint_is_transient() -> None:
 
 async def test_settings_build_it_and_refuse_a_missing_url() -> None:
     with pytest.raises(ConfigurationError, match="LLM_BASE_URL"):
-        OpenAICompatSynthesizer.from_settings(Settings(synthesizer="openai"))
+        OpenAICompatSynthesizer.from_settings(load_settings(synthesizer="openai"))
     built = OpenAICompatSynthesizer.from_settings(
-        Settings(synthesizer="openai", llm_base_url="http://127.0.0.1:1/v1", llm_routes={"*": "m"})
+        load_settings(
+            synthesizer="openai", llm_base_url="http://127.0.0.1:1/v1", llm_routes={"*": "m"}
+        )
     )
     assert isinstance(built, Synthesizer)
     await built.aclose()

@@ -7,7 +7,7 @@ import pytest
 
 from spectral.errors import ConfigurationError
 from spectral.llm.router import ModelRouter, RouteError
-from spectral.settings import Settings
+from spectral.settings import load_settings
 
 ROUTES = {
     "story_generate": "m-story",
@@ -51,7 +51,9 @@ def test_bad_routes_are_refused() -> None:
 def test_settings_routes_override_the_routes_file(tmp_path: Path) -> None:
     routes_file = tmp_path / "routes.json"
     routes_file.write_text(json.dumps({"*": "file-default", "story_generate": "file-story"}))
-    settings = Settings(llm_routes_file=routes_file, llm_routes={"story_generate": "env-story"})
+    settings = load_settings(
+        llm_routes_file=routes_file, llm_routes={"story_generate": "env-story"}
+    )
     router = ModelRouter.from_settings(settings)
     assert router.resolve("story_generate").model == "env-story"
     assert router.resolve("other").model == "file-default"
@@ -61,4 +63,4 @@ def test_a_broken_routes_file_is_a_configuration_error(tmp_path: Path) -> None:
     broken = tmp_path / "routes.json"
     broken.write_text("[1, 2]")
     with pytest.raises(ConfigurationError, match="JSON object"):
-        ModelRouter.from_settings(Settings(llm_routes_file=broken))
+        ModelRouter.from_settings(load_settings(llm_routes_file=broken))

@@ -13,8 +13,9 @@ from uuid import UUID
 import asyncpg
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
-from contracts import EventEnvelope, decode, failure_cluster_detected_event
+from contracts import EventEnvelope, failure_cluster_detected_event
 from spectral.outbox.writer import OutboxItem, enqueue
+from tests.events import decode
 
 EVENT_TYPE = "platform.failure_cluster.detected"
 T0 = datetime(2026, 11, 20, 8, 0, tzinfo=UTC)

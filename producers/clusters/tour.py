@@ -34,7 +34,7 @@ from spectral.cli._common import settings
 from spectral.devstack import resolve_endpoints
 from spectral.devstack.ports import free_port
 
-SAMPLE_FAILURES = Path(str(resources.files("producers.clusters") / "sample_failures.jsonl"))
+SAMPLE_FAILURES = Path(str(resources.files(__name__.rpartition(".")[0]) / "sample_failures.jsonl"))
 DEMO_PROJECT = "demo-shop"
 DEMO_BACKLOG = "demo-backlog"
 _BACKLOG = {
