@@ -24,7 +24,7 @@ ASYNCAPI_STAMP := $(ASYNCAPI_DIR)/node_modules/.installed-stamp
 BROKERS ?=
 DEV_UP := $(SPECTRAL) dev up $(if $(BROKERS),--brokers $(BROKERS))
 
-.PHONY: all install bench-tools tooling postgres-binaries promtool chromium up down status migrate topics demo test test-cluster test-slow test-example unit lint bench soak clean
+.PHONY: all install bench-tools tooling helm-tools interop postgres-binaries promtool chromium up down status migrate topics demo test test-cluster test-slow test-example unit lint docs docs-generate bench soak clean
 
 all: test
 
@@ -63,9 +63,86 @@ $(ASYNCAPI_STAMP): $(ASYNCAPI_DIR)/package.json $(ASYNCAPI_DIR)/package-lock.jso
 	cd $(ASYNCAPI_DIR) && npm ci --no-audit --no-fund --ignore-scripts --loglevel=error
 	touch $@
 
-# Test tooling outside Python: the AsyncAPI parser. (The Go producer of tests/interop is built
-# by its test, its modules fetched from the Go module proxy into the ignored build/ folder.)
-tooling: $(ASYNCAPI_STAMP)
+# The Helm chart's validation (deploy/helm, tests/helm): helm and kubeconform built from the Go
+# module proxy, the JSON Schemas they validate against from registries too — Kubernetes' own from
+# the kubernetes-validate wheel (PyPI; read as data, not installed), the CRDs of ServiceMonitor,
+# PrometheusRule and ScaledObject from the prometheus-operator and KEDA Go modules. Every version
+# is pinned (the wheel by its sha256 in tests/helm/schemas.py, the modules by Go's checksum
+# database), everything is cached in the ignored build/ folder. A cold build compiles helm (most
+# of the time: see docs/howto/deploy/kubernetes.md); later runs reuse it.
+GO_CACHE := $(CURDIR)/build/go
+GO_ENV := GOCACHE=$(GO_CACHE)/cache GOMODCACHE=$(GO_CACHE)/mod GOFLAGS=-modcacherw GOTOOLCHAIN=local
+HELM_VERSION := v3.22.0
+# What an official helm build stamps in (its Makefile's LDFLAGS): its version, and the Kubernetes
+# version of its client-go (v0.37), which `helm template` and `helm lint` assume without a cluster.
+HELM_LDFLAGS := -X helm.sh/helm/v3/internal/version.version=$(HELM_VERSION) \
+	-X helm.sh/helm/v3/pkg/chartutil.k8sVersionMajor=1 -X helm.sh/helm/v3/pkg/chartutil.k8sVersionMinor=37 \
+	-X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMajor=1 -X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMinor=37
+KUBECONFORM_VERSION := v0.7.0
+PROMETHEUS_OPERATOR_VERSION := v0.85.0
+KEDA_VERSION := v2.21.0
+KUBERNETES_VALIDATE_VERSION := 1.37.0
+HELM_TOOLS := build/helm
+HELM_BIN := $(HELM_TOOLS)/bin/helm-$(HELM_VERSION)
+KUBECONFORM_BIN := $(HELM_TOOLS)/bin/kubeconform-$(KUBECONFORM_VERSION)
+HELM_SCHEMAS := $(HELM_TOOLS)/schemas/.built-k8s-$(KUBERNETES_VALIDATE_VERSION)-po-$(PROMETHEUS_OPERATOR_VERSION)-keda-$(KEDA_VERSION)
+
+# $(call go_tool,PACKAGE@VERSION,OUTPUT[,LDFLAGS]): build one Go command into OUTPUT.
+go_tool = @command -v $(GO) >/dev/null || { echo "the Go toolchain is needed to build $(1) (https://go.dev/dl, or apt-get install golang)" >&2; exit 1; }; \
+	echo "building $(1) from the Go module proxy"; \
+	mkdir -p $(HELM_TOOLS)/bin && tmp=$$(mktemp -d) && \
+	$(GO_ENV) GOBIN=$$tmp $(GO) install -trimpath -ldflags='-s -w $(3)' $(1) && \
+	mv $$tmp/$(notdir $(firstword $(subst @, ,$(1)))) $(2) && rmdir $$tmp
+
+$(HELM_BIN):
+	$(call go_tool,helm.sh/helm/v3/cmd/helm@$(HELM_VERSION),$@,$(HELM_LDFLAGS))
+
+$(KUBECONFORM_BIN):
+	$(call go_tool,github.com/yannh/kubeconform/cmd/kubeconform@$(KUBECONFORM_VERSION),$@)
+
+$(HELM_SCHEMAS): tests/helm/schemas.py $(STAMP)
+	$(BIN)/pip download --quiet --no-deps --only-binary=:all: --dest $(HELM_TOOLS)/wheels \
+		kubernetes-validate==$(KUBERNETES_VALIDATE_VERSION)
+	$(GO_ENV) $(GO) mod download -json \
+		github.com/prometheus-operator/prometheus-operator@$(PROMETHEUS_OPERATOR_VERSION) \
+		github.com/kedacore/keda/v2@$(KEDA_VERSION) > $(HELM_TOOLS)/modules.json
+	$(BIN)/python -m tests.helm.schemas --out $(HELM_TOOLS)/schemas \
+		--wheel $(HELM_TOOLS)/wheels/kubernetes_validate-$(KUBERNETES_VALIDATE_VERSION)-py3-none-any.whl \
+		--modules $(HELM_TOOLS)/modules.json
+	touch $@
+
+helm-tools: $(HELM_BIN) $(KUBECONFORM_BIN) $(HELM_SCHEMAS)
+	ln -sf $(notdir $(HELM_BIN)) $(HELM_TOOLS)/bin/helm
+	ln -sf $(notdir $(KUBECONFORM_BIN)) $(HELM_TOOLS)/bin/kubeconform
+
+# Test tooling outside Python: the AsyncAPI parser and the Helm chart's validators.
+tooling: $(ASYNCAPI_STAMP) helm-tools
+
+# The foreign producers of tests/interop, written from the contract alone: Go (franz-go) and Java
+# (kafka-clients, Jackson). Built here, before pytest and outside any test's timeout; a test only
+# checks that its build is newer than its sources. Go modules come from the Go module proxy
+# (pinned by go.sum) into build/go, jars and Maven's plugins from Maven Central (pinned versions
+# in the pom) into build/m2: a fresh clone needs no cache of the user's.
+INTEROP_GO     := build/go/interop
+INTEROP_JAVA   := build/java/interop.jar
+INTEROP_GO_SRC := $(wildcard tests/interop/go/*.go) tests/interop/go/go.mod tests/interop/go/go.sum
+INTEROP_JAVA_SRC := tests/interop/java/pom.xml $(shell find tests/interop/java/src -name '*.java')
+GO ?= $(or $(shell command -v go 2>/dev/null),$(wildcard /usr/local/go/bin/go),go)
+
+$(INTEROP_GO): $(INTEROP_GO_SRC)
+	@$(GO) version >/dev/null 2>&1 || { echo "Go $$(sed -n 's/^go //p' tests/interop/go/go.mod) or newer is needed for tests/interop/go (https://go.dev/dl; Debian's golang is older)" >&2; exit 1; }
+	cd tests/interop/go && GOCACHE=$(CURDIR)/build/go/cache GOMODCACHE=$(CURDIR)/build/go/mod \
+		GOFLAGS="-modcacherw -mod=readonly" GOTOOLCHAIN=local $(GO) build -o $(CURDIR)/$@ .
+
+$(INTEROP_JAVA): $(INTEROP_JAVA_SRC)
+	@if ! command -v mvn >/dev/null 2>&1 || ! command -v javac >/dev/null 2>&1; then \
+		echo "installing Debian's maven and openjdk-17-jdk-headless packages (tests/interop/java)"; \
+		$(call debian_install,maven openjdk-17-jdk-headless); \
+	fi
+	mvn -B -q -Dstyle.color=never --strict-checksums -Dmaven.repo.local=$(CURDIR)/build/m2 -f tests/interop/java/pom.xml package
+	touch $@
+
+interop: $(INTEROP_GO) $(INTEROP_JAVA)
 
 # PostgreSQL refuses to run as root; Debian's package brings the server and the `postgres` user.
 postgres-binaries:
@@ -112,6 +189,16 @@ lint: install $(BENCH_STAMP)
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 
+# The documentation site (mkdocs.yml), strict: a broken internal link or anchor, or a page left
+# out of the navigation, fails the build. Open build/site/index.html.
+docs: install
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
+
+# Regenerate the reference pages generated from the code (docs/gen); a test fails when a
+# committed page differs from what this would write.
+docs-generate: install
+	$(BIN)/python -m docs.gen
+
 unit: install tooling
 	$(BIN)/pytest tests/unit -q
 
@@ -128,7 +215,7 @@ unit: install tooling
 # private cluster, broker or build directory stay in one worker (xdist_group, tests/conftest.py).
 # TEST_WORKERS=0 runs them in this process, one after another.
 TEST_WORKERS ?= 4
-test: install tooling postgres-binaries promtool chromium lint
+test: install tooling interop postgres-binaries promtool chromium lint docs
 	$(DEV_UP)
 	@status=0; $(BIN)/pytest -q -p no:cacheprovider --durations=15 \
 		-m "not cluster_slow and not slow and not example" -n $(TEST_WORKERS) --dist loadgroup \

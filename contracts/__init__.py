@@ -38,7 +38,7 @@ from contracts.schemas import (
     schema_violations,
 )
 from contracts.spec import EventSpec
-from contracts.wire import MAX_RECORD_BYTES
+from contracts.wire import MAX_PRODUCE_BYTES, MAX_RECORD_BYTES
 from contracts.work import (
     LEDGER_ENTRY_APPENDED_SPEC,
     THREAD_OPENED_SPEC,
@@ -68,6 +68,7 @@ __all__ = [
     "HASH_EXCLUDED_KEYS",
     "LEDGER_ENTRY_APPENDED_SPEC",
     "MAX_EVIDENCE_ITEMS",
+    "MAX_PRODUCE_BYTES",
     "MAX_RECORD_BYTES",
     "MAX_RULE_STUB_CHARS",
     "MAX_SAFE_INTEGER",

@@ -8,19 +8,22 @@ event type and a ``receive`` operation per consumer deployment. ``spectral contr
 writes it to ``schemas/events/asyncapi.json``; the suite validates it with the official AsyncAPI
 parser.
 
-What the registry does not know (which deployments consume which types, the dead-letter
-reasons the consumer engine adds, the settings the topics are declared with) is passed in by
-the caller, so this module stays pure.
+What the registry does not know (which deployments consume which types, the settings the topics
+are declared with) is passed in by the caller, so this module stays pure. The dead-letter reasons
+and headers are :mod:`contracts.dead_letters`'s, the same definitions the spec's tables are
+generated from.
 """
 
 from __future__ import annotations
 
 import copy
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
-from contracts.fields import NO_NUL_PATTERN, UUID_PATTERN
+from contracts.dead_letters import DEAD_LETTER_HEADERS, REDRIVE_HEADERS, REFUSALS, Refusal
+from contracts.fields import NO_NUL_PATTERN
 from contracts.schemas import envelope_json_schema, render_schema
 from contracts.wire import MAX_RECORD_BYTES
 
@@ -44,47 +47,36 @@ class TopicSettings:
     config: Mapping[str, str]
 
 
-RECORD_KEYS: Final = {
-    "platform.failure_cluster.detected": ("payload.cluster_id", UUID_PATTERN),
-    "work.thread.opened": ("payload.thread_id", UUID_PATTERN),
-    "work.item.enqueued": ("payload.lock_scope", NO_NUL_PATTERN),
-    "work.item.state_changed": ("payload.lock_scope", NO_NUL_PATTERN),
-    "work.ledger.entry_appended": ("payload.thread_id", UUID_PATTERN),
-}
-"""Each event type's record key: the payload field it repeats, and its spelling."""
-
-OTHER_RECORD_KEY: Final = ("what its EventSpec.record_key derives from the payload", NO_NUL_PATTERN)
-"""The record key of an event type not listed above (a plugin's)."""
+OTHER_RECORD_KEY: Final = "what its EventSpec.record_key derives from the payload"
+"""How the record key of an event type without a ``record_key_rule`` is described."""
+OTHER_IDEMPOTENCY_KEY: Final = "what its EventSpec.idempotency_key derives from the payload"
+"""How the idempotency key of an event type without an ``idempotency_key_rule`` is described."""
 
 
-def _record_key(event_type: str) -> tuple[str, str]:
-    return RECORD_KEYS.get(event_type, OTHER_RECORD_KEY)
-
-
-DLQ_HEADERS: Final = {
-    "dlq.reason": "Why the record was refused (one of the reasons listed in the enum).",
-    "dlq.detail": "Human-readable detail, at most 1,000 characters.",
-    "dlq.source.topic": "The topic the record was consumed from.",
-    "dlq.source.partition": "Its partition (decimal).",
-    "dlq.source.offset": "Its offset (decimal).",
-    "dlq.consumer": "The consumer deployment that refused it.",
-    "dlq.failed_at": "RFC 3339 UTC time of the failure.",
-    "dlq.history": "JSON array of earlier failures of the same record, oldest first.",
-    "dlq.redriven_from": "On a redriven record: the dead letter it came from (T.dlq:P:O).",
-}
-"""The headers a dead letter carries besides the original record's (spectral/kafka/dlq.py)."""
+def record_key_of(spec: EventSpec[Any]) -> tuple[str, str]:
+    """The record key of ``spec``'s type as the document states it: its rule (a template over
+    the payload's members) and its spelling (the member's pattern when the rule is one member,
+    else text without U+0000)."""
+    rule = spec.record_key_rule
+    if rule is None:
+        return OTHER_RECORD_KEY, NO_NUL_PATTERN
+    member = re.fullmatch(r"\{(\w+)\}", rule)
+    if member is None:
+        return rule, NO_NUL_PATTERN
+    schema = envelope_json_schema(spec)
+    payload = schema["$defs"][spec.payload_model.__name__]["properties"][member.group(1)]
+    return rule, str(payload.get("pattern", NO_NUL_PATTERN))
 
 
 def asyncapi_document(
     registry: EventRegistry,
     *,
     receivers: Mapping[str, Sequence[str]],
-    dead_letter_reasons: Sequence[str],
     topics: Mapping[str, TopicSettings],
 ) -> dict[str, Any]:
     """The AsyncAPI 3.1 document; ``receivers`` maps an event type to the consumer deployments
-    (and so consumer groups) that read it; ``dead_letter_reasons`` is every ``dlq.reason``;
-    ``topics`` the declared settings of every topic, by name without prefix."""
+    (and so consumer groups) that read it; ``topics`` the declared settings of every topic, by
+    name without prefix."""
     channels: dict[str, Any] = {}
     operations: dict[str, Any] = {}
     messages: dict[str, Any] = {}
@@ -99,14 +91,8 @@ def asyncapi_document(
         _add_schema(schemas, name, schema)
         messages[name] = _message(spec, name)
         channel = _channel_id(spec.event_type)
-        channels[channel] = _channel(spec.event_type, name, topics[spec.event_type])
-        operations[f"publish_{channel}"] = {
-            "action": "send",
-            "title": f"Publish {spec.event_type}",
-            "summary": f"A producer publishes {spec.event_type} events (one record each).",
-            "channel": {"$ref": f"#/channels/{channel}"},
-            "messages": [{"$ref": f"#/channels/{channel}/messages/{name}"}],
-        }
+        channels[channel] = _channel(spec, name, topics[spec.event_type])
+        operations[_send_operation_id(spec, channel)] = _send(spec, channel, name)
         for consumer in receivers.get(spec.event_type, ()):
             operations[f"{_id(consumer)}_receives_{channel}"] = _receive(consumer, channel, name)
         dlq = f"{channel}_dlq"
@@ -120,7 +106,7 @@ def asyncapi_document(
                 "channel": {"$ref": f"#/channels/{dlq}"},
                 "messages": [{"$ref": f"#/channels/{dlq}/messages/DeadLetter"}],
             }
-    messages["DeadLetter"] = _dead_letter_message(dead_letter_reasons)
+    messages["DeadLetter"] = _dead_letter_message()
     return {
         "asyncapi": "3.1.0",
         "info": {
@@ -216,12 +202,37 @@ def _binding(settings: TopicSettings) -> dict[str, Any]:
     }
 
 
-def _channel(event_type: str, message: str, settings: TopicSettings) -> dict[str, Any]:
+def _send_operation_id(spec: EventSpec[Any], channel: str) -> str:
+    return f"publish_{channel}" if spec.open_to_producers else f"spectral_publishes_{channel}"
+
+
+def _send(spec: EventSpec[Any], channel: str, message: str) -> dict[str, Any]:
+    if spec.open_to_producers:
+        title = f"Publish {spec.event_type}"
+        summary = f"Any producer may publish {spec.event_type} events (one record each)."
+    else:
+        title = f"spectral publishes {spec.event_type}"
+        summary = (
+            f"Only spectral publishes {spec.event_type} events (through its outbox, in the "
+            "transaction that changes what they announce). Outside producers must not publish "
+            "them: they submit work through spectral's command API, and read these events."
+        )
+    return {
+        "action": "send",
+        "title": title,
+        "summary": summary,
+        "channel": {"$ref": f"#/channels/{channel}"},
+        "messages": [{"$ref": f"#/channels/{channel}/messages/{message}"}],
+    }
+
+
+def _channel(spec: EventSpec[Any], message: str, settings: TopicSettings) -> dict[str, Any]:
+    event_type = spec.event_type
     return {
         "address": f"{{prefix}}{event_type}",
         "title": event_type,
         "description": (
-            f"Every {event_type} event, keyed by {_record_key(event_type)[0]} so one entity's "
+            f"Every {event_type} event, keyed by {record_key_of(spec)[0]} so one entity's "
             "events stay in order on one partition. `spectral topics apply` creates it with "
             "these settings (partitions: SPECTRAL_TOPIC_PARTITIONS; replicas: up to 3)."
         ),
@@ -246,7 +257,14 @@ def _dlq_channel(event_type: str, settings: TopicSettings) -> dict[str, Any]:
 
 
 def _message(spec: EventSpec[Any], name: str) -> dict[str, Any]:
-    field, pattern = _record_key(spec.event_type)
+    rule, pattern = record_key_of(spec)
+    redrive = {
+        header.name: {
+            "type": "string",
+            "description": f"Only on a record redriven from its dead letter: {header.meaning}.",
+        }
+        for header in REDRIVE_HEADERS
+    }
     return {
         "name": name,
         "title": f"{spec.event_type} (schema_version {spec.schema_version})",
@@ -259,7 +277,13 @@ def _message(spec: EventSpec[Any], name: str) -> dict[str, Any]:
             "readers use the envelope, never the headers.",
             "properties": {
                 "event_type": {"type": "string", "const": spec.event_type},
-                "idempotency_key": {"type": "string", "minLength": 1},
+                "idempotency_key": {
+                    "type": "string",
+                    "minLength": 1,
+                    "description": "The envelope's idempotency_key: "
+                    f"`{spec.idempotency_key_rule or OTHER_IDEMPOTENCY_KEY}` (the payload's "
+                    "members as written).",
+                },
                 "outbox.ready_at": {
                     "type": "string",
                     "format": "date-time",
@@ -267,6 +291,7 @@ def _message(spec: EventSpec[Any], name: str) -> dict[str, Any]:
                     "publishable (RFC 3339, the producer database's clock), added by spectral's "
                     "outbox relay; consumers measure end-to-end freshness from it.",
                 },
+                **redrive,
             },
         },
         "bindings": {
@@ -275,7 +300,8 @@ def _message(spec: EventSpec[Any], name: str) -> dict[str, Any]:
                     "type": "string",
                     "minLength": 1,
                     "pattern": pattern,
-                    "description": f"The record key: {field}, as UTF-8 bytes (never null).",
+                    "description": f"The record key, `{rule}` (the payload's members as "
+                    "written), as UTF-8 bytes; never null, never empty.",
                 },
                 "bindingVersion": KAFKA_BINDING_VERSION,
             }
@@ -302,11 +328,15 @@ def _receive(consumer: str, channel: str, message: str) -> dict[str, Any]:
     }
 
 
-def _dead_letter_message(reasons: Sequence[str]) -> dict[str, Any]:
+def _dead_letter_message() -> dict[str, Any]:
     header_properties: dict[str, Any] = {
-        name: {"type": "string", "description": text} for name, text in DLQ_HEADERS.items()
+        header.name: {"type": "string", "description": f"{_sentence(header.meaning)}"}
+        for header in DEAD_LETTER_HEADERS
     }
-    header_properties["dlq.reason"]["enum"] = sorted(reasons)
+    header_properties["dlq.reason"]["oneOf"] = [
+        {"const": refusal.reason, "description": _sentence(refusal.when)}
+        for refusal in _unique_reasons()
+    ]
     return {
         "name": "DeadLetter",
         "title": "A refused record",
@@ -321,13 +351,9 @@ def _dead_letter_message(reasons: Sequence[str]) -> dict[str, Any]:
         },
         "headers": {
             "type": "object",
-            "required": [
-                "dlq.reason",
-                "dlq.source.topic",
-                "dlq.source.partition",
-                "dlq.source.offset",
-                "dlq.consumer",
-            ],
+            "description": "Every dlq.* header below, always; then the original record's own "
+            "headers (minus any dlq.* header it carried).",
+            "required": [header.name for header in DEAD_LETTER_HEADERS],
             "properties": header_properties,
         },
         "bindings": {
@@ -339,24 +365,34 @@ def _dead_letter_message(reasons: Sequence[str]) -> dict[str, Any]:
     }
 
 
+def _unique_reasons() -> list[Refusal]:
+    """Each reason once, with every step it is refused at (``invalid_envelope`` is two)."""
+    merged: dict[str, list[str]] = {}
+    for refusal in REFUSALS:
+        merged.setdefault(refusal.reason, []).append(refusal.when)
+    return [Refusal(reason, "; or ".join(whens)) for reason, whens in merged.items()]
+
+
+def _sentence(text: str) -> str:
+    return text[:1].upper() + text[1:] + ("" if text.endswith(".") else ".")
+
+
 def document_text(
     registry: EventRegistry,
     *,
     receivers: Mapping[str, Sequence[str]],
-    dead_letter_reasons: Sequence[str],
     topics: Mapping[str, TopicSettings],
 ) -> str:
     """:func:`render_asyncapi` of :func:`asyncapi_document`."""
-    document = asyncapi_document(
-        registry, receivers=receivers, dead_letter_reasons=dead_letter_reasons, topics=topics
-    )
+    document = asyncapi_document(registry, receivers=receivers, topics=topics)
     return render_asyncapi(document)
 
 
 __all__ = [
     "ASYNCAPI_FILE_NAME",
-    "RECORD_KEYS",
+    "OTHER_RECORD_KEY",
     "TopicSettings",
     "asyncapi_document",
     "document_text",
+    "record_key_of",
 ]

@@ -46,22 +46,31 @@ class EventEnvelope(BaseModel, Generic[PayloadT]):
     model_config = ConfigDict(frozen=True, extra="allow", use_attribute_docstrings=True)
 
     event_id: Uuid
-    """Unique per publication (a republished duplicate keeps it; a new snapshot gets a new one)."""
+    """Identifies one event: minted when the event is built, kept by every copy of its bytes (a
+    client's retry, a relay's re-send after a crash, a replay, a redrive). So one `event_id` may
+    arrive more than once, and two events may carry one `idempotency_key` with different ones:
+    consumers never deduplicate on it."""
     event_type: NonEmptyStr
-    """Selects the payload model, e.g. ``platform.failure_cluster.detected``; also the topic."""
+    """Selects the payload model; the topic is the event type (plus a deployment prefix)."""
     schema_version: PositiveInt
-    """Version of the payload schema the producer wrote."""
+    """Version of the payload schema the producer wrote; informational for readers."""
     source: NonEmptyStr
-    """The producing context, e.g. ``platform``."""
+    """The producing context, informational: readers check only that it is non-empty text
+    (spectral writes `platform` for failure clusters, `work` for the work stream; another
+    producer may name itself)."""
     target: NonEmptyStr
-    """The consuming context, e.g. ``platform``."""
+    """The consuming context, informational like `source` (spectral writes the same values)."""
     occurred_at: UtcDatetime
     """When the producer emitted the event."""
     idempotency_key: NonEmptyStr
-    """What consumers deduplicate on; derived from the payload by the event type's rule."""
+    """What consumers deduplicate on; derived from the payload by the event type's key rule."""
     correlation_id: Uuid | None = None
-    """Optional tracing link shared by every event of one flow."""
+    """Optional tracing link shared by every event of one flow; always written, may be absent
+    on input."""
     causation_id: Uuid | None = None
-    """Optional tracing link to the event that caused this one."""
+    """Optional tracing link to the event that caused this one; always written, may be absent on
+    input."""
     payload: PayloadT
-    """The typed payload."""
+    """The typed payload of `event_type`. A payload that is missing or not an object (`null`, an
+    array, a string, a number) breaks the envelope (`invalid_envelope`); the rules of its
+    members are the payload's (`invalid_payload`)."""

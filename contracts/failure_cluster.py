@@ -176,6 +176,8 @@ FAILURE_CLUSTER_SPEC: Final = EventSpec(
     wire_idempotency_key=_wire_idempotency_key,
     wire_record_key=_wire_record_key,
     hashed_payload=True,
+    idempotency_key_rule="{cluster_id}:{snapshot_hash}",
+    record_key_rule="{cluster_id}",
 )
 
 _PLACEHOLDER_HASH: Final = "0" * 32

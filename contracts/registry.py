@@ -7,7 +7,8 @@
 3. ``invalid_envelope``: ``event_type`` missing or not a string;
 4. ``unknown_event_type``: no payload model registered for it;
 5. ``invalid_envelope`` / ``invalid_payload``: pydantic validation of the envelope with its typed
-   payload (an envelope error wins when both are present; a missing payload is an envelope error);
+   payload (an envelope error wins when both are present; a payload that is missing or not an
+   object is an envelope error);
 6. U+0000 in any string or member name: ``invalid_payload`` inside the payload,
    ``invalid_envelope`` outside it;
 7. the type's wire checks on the payload object as parsed: for failure clusters a non-integer
@@ -18,7 +19,8 @@
 ``check_record_key(envelope, key)`` is the last step, over the Kafka record key:
 9. ``record_key_mismatch``: the key is null, empty, or not the UTF-8 bytes of the key the type
    derives from its payload. ``decode_record(value, key)`` runs all nine (the consumer engine's
-   decode step), taking the expected key from the payload as written where the type says how.
+   decode step), taking the expected key from the payload as written where the type says how;
+   a null value (a tombstone) is ``not_json`` there.
 
 ``decode`` raises nothing but :class:`DecodeError` for any input (fuzz-tested), so a poison
 record can always be dead-lettered.
@@ -43,6 +45,7 @@ from contracts.wire import MAX_RECORD_BYTES, find_nul, parse_json_object
 
 P = TypeVar("P", bound=BaseModel)
 
+TOMBSTONE_DETAIL: Final = "the record has no value (null: a tombstone); no event is in it"
 _MAX_ERRORS_SHOWN: Final = 3
 _MAX_ECHO_CHARS: Final = 200
 
@@ -123,10 +126,14 @@ class EventRegistry:
         if key != expected:
             _refuse_record_key(envelope, key, expected)
 
-    def decode_record(self, value: bytes, key: bytes | None) -> EventEnvelope[Any]:
+    def decode_record(self, value: bytes | None, key: bytes | None) -> EventEnvelope[Any]:
         """A whole Kafka record as a consumer reads it: ``decode`` the value, then check the key
         (from the payload as written when the type says how: no UUID is turned back into text).
+        A null value (a tombstone) is ``not_json``: the topics are not compacted, and a record
+        without a value carries no event.
         """
+        if value is None:
+            raise DecodeError(DecodeReason.NOT_JSON, TOMBSTONE_DETAIL)
         envelope, spec, raw = self._decode(value)
         if spec.wire_record_key is not None:
             expected = spec.wire_record_key(raw, envelope.payload).encode()
@@ -238,8 +245,15 @@ def _refuse_nul_outside_payload(data: bytes, obj: dict[str, Any], event_type: st
         raise _nul_failure(nul, event_type)
 
 
+_PAYLOAD_ITSELF: Final = frozenset({"missing", "model_type"})
+"""Error types at ``payload`` itself that are the envelope's: the member is missing or its value
+is not an object (null, an array, a string, a number). The envelope's rule for ``payload`` is
+"an object"; the payload model's rules apply to what is inside it (a model-level rule such as
+first <= last is reported at ``payload`` too, and stays a payload error)."""
+
+
 def _is_payload_error(loc: tuple[int | str, ...], kind: str) -> bool:
-    return bool(loc) and loc[0] == "payload" and not (len(loc) == 1 and kind == "missing")
+    return bool(loc) and loc[0] == "payload" and not (len(loc) == 1 and kind in _PAYLOAD_ITSELF)
 
 
 def _in_payload(path: str) -> bool:

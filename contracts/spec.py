@@ -25,6 +25,13 @@ class EventSpec(Generic[PayloadT]):
     key, and ``decode_record`` the record key, against them.
     ``hashed_payload`` says the payload is hashed as it is on the wire, so every number in it,
     unknown fields included, must be an integer in the I-JSON range (the JSON Schemas say so).
+
+    What the published documents say of the type (the spec's tables and the AsyncAPI document
+    are generated from these, never written twice): ``idempotency_key_rule`` and
+    ``record_key_rule`` spell the two key functions as templates over the payload's members as
+    written (``"{cluster_id}:{snapshot_hash}"``; a test holds each template equal to its
+    function), and ``open_to_producers`` says whether any producer may publish the type (false:
+    only the service that owns it does, through its outbox).
     """
 
     event_type: str
@@ -38,6 +45,9 @@ class EventSpec(Generic[PayloadT]):
     wire_idempotency_key: Callable[[Mapping[str, Any], PayloadT], str] | None = None
     wire_record_key: Callable[[Mapping[str, Any], PayloadT], str] | None = None
     hashed_payload: bool = False
+    idempotency_key_rule: str | None = None
+    record_key_rule: str | None = None
+    open_to_producers: bool = True
     envelope_model: type[EventEnvelope[PayloadT]] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:

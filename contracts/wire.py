@@ -12,6 +12,11 @@ from contracts.errors import DecodeError, DecodeReason
 MAX_RECORD_BYTES: Final = 1024 * 1024
 """A record value over 1 MiB is refused as ``too_large`` before it is parsed."""
 
+MAX_PRODUCE_BYTES: Final = MAX_RECORD_BYTES + 64 * 1024
+"""The topics' ``max.message.bytes``, and the request (or batch) size limit every producer sets:
+a record whose value is :data:`MAX_RECORD_BYTES` long, with its key, headers and the batch's
+framing, fits (1,114,112 bytes; Kafka clients default to 1,048,576 or less, which refuse it)."""
+
 NUL_ESCAPE: Final = b"\\u0000"
 """How U+0000 appears in JSON text (a raw NUL byte is not JSON: control characters in strings
 must be escaped), so text without these six bytes holds no U+0000."""

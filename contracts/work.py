@@ -1,6 +1,8 @@
 """ADR-035 §6: the durable LLM work stream (threads, work items, ledger entries) as events.
 
-All four types are schema_version 1, source and target ``work``. Unknown fields are kept.
+All four types are schema_version 1, source and target ``work``, published by spectral alone
+(``open_to_producers=False``: outside producers submit work through the command API). Unknown
+fields are kept.
 Each type derives its envelope ``idempotency_key`` and its Kafka record key from the payload;
 build envelopes with the ``*_event`` helpers so both are right (decode checks the key).
 
@@ -20,8 +22,9 @@ build envelopes with the ``*_event`` helpers so both are right (decode checks th
     work_item_id, thread_id (UUIDs), lock_scope (as in enqueued: it keys the record),
     status (queued | claimed | running | applied | failed | dead_letter), attempt (>= 1),
     error_message (text or null; informational only, ADR-035 §10), state (optional: the item's
-    exact state where ``status`` cannot name it — ``canceled``, announced with status
-    ``dead_letter``: the item ended without its mutation, by cancellation).
+    exact state where ``status`` cannot name it — only ``canceled``, announced with status
+    ``dead_letter``: the item ended without its mutation, by cancellation; a parked item is
+    never announced).
     idempotency_key = ``"{work_item_id}:{status}:{attempt}"``; record key = lock_scope.
 
 ``work.ledger.entry_appended`` (:class:`LedgerEntryAppendedPayload`)
@@ -56,10 +59,10 @@ MAX_ERROR_MESSAGE_CHARS: Final = 10_000
 WorkItemStatus = Literal["queued", "claimed", "running", "applied", "failed", "dead_letter"]
 """ADR-035 §6.2 work item states."""
 
-WorkItemState = Literal[
-    "queued", "claimed", "running", "applied", "failed", "dead_letter", "parked", "canceled"
-]
-"""Every state a work item can be in: ADR-035's, plus parked (waiting for budget) and canceled."""
+AnnouncedState = Literal["canceled"]
+"""The item states a ``state_changed`` event names beside ``status`` because ``status`` cannot:
+only ``canceled`` (sent with status ``dead_letter``). A *parked* item (waiting for its org's
+budget) is never announced: parking is a scheduling condition, visible on the item."""
 
 LedgerEntryType = Literal["prompt", "response", "parse_report", "mutation_report", "error"]
 """ADR-035 §6.3 ledger entry types."""
@@ -132,8 +135,9 @@ class WorkItemStateChangedPayload(BaseModel):
     """The attempt the status belongs to."""
     error_message: ErrorMessage | None = None
     """Last error (failed, dead_letter); informational, the ledger is authoritative."""
-    state: WorkItemState | None = None
-    """The exact state when status cannot name it (canceled, sent with status dead_letter)."""
+    state: AnnouncedState | None = None
+    """The exact state where status cannot name it: canceled (sent with status dead_letter, the
+    item ended without its mutation because its thread was canceled); otherwise absent or null."""
 
 
 class LedgerEntryAppendedPayload(BaseModel):
@@ -161,6 +165,9 @@ THREAD_OPENED_SPEC: Final = EventSpec(
     record_key=lambda p: str(p.thread_id),
     default_source="work",
     default_target="work",
+    idempotency_key_rule="{thread_id}",
+    record_key_rule="{thread_id}",
+    open_to_producers=False,
 )
 WORK_ITEM_ENQUEUED_SPEC: Final = EventSpec(
     event_type=WORK_ITEM_ENQUEUED,
@@ -170,6 +177,9 @@ WORK_ITEM_ENQUEUED_SPEC: Final = EventSpec(
     record_key=lambda p: p.lock_scope,
     default_source="work",
     default_target="work",
+    idempotency_key_rule="{work_item_id}:{attempt}",
+    record_key_rule="{lock_scope}",
+    open_to_producers=False,
 )
 WORK_ITEM_STATE_CHANGED_SPEC: Final = EventSpec(
     event_type=WORK_ITEM_STATE_CHANGED,
@@ -179,6 +189,9 @@ WORK_ITEM_STATE_CHANGED_SPEC: Final = EventSpec(
     record_key=lambda p: p.lock_scope,
     default_source="work",
     default_target="work",
+    idempotency_key_rule="{work_item_id}:{status}:{attempt}",
+    record_key_rule="{lock_scope}",
+    open_to_producers=False,
 )
 LEDGER_ENTRY_APPENDED_SPEC: Final = EventSpec(
     event_type=WORK_LEDGER_ENTRY_APPENDED,
@@ -188,6 +201,9 @@ LEDGER_ENTRY_APPENDED_SPEC: Final = EventSpec(
     record_key=lambda p: str(p.thread_id),
     default_source="work",
     default_target="work",
+    idempotency_key_rule="{entry_id}",
+    record_key_rule="{thread_id}",
+    open_to_producers=False,
 )
 
 WORK_SPECS: Final = (

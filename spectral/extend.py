@@ -1,4 +1,6 @@
-"""The extension API: everything a plugin package needs, in one module (docs/extending.md).
+"""The extension API: everything a plugin package needs, in one module.
+
+The guide: docs/howto/extend/write-a-plugin.md.
 
 What is imported from here is **stable**: within one ``EXTENSION_API_VERSION`` major number a
 name is never removed or renamed and a signature only gains optional parameters; a change that

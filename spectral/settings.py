@@ -38,6 +38,7 @@ class SaslMechanism(StrEnum):
 
 
 def _default_cache_dir() -> Path:
+    """`$XDG_CACHE_HOME/spectral`, else `~/.cache/spectral`."""
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
     return Path(base) / "spectral"
 
@@ -51,11 +52,18 @@ class Settings(BaseSettings):
         default=None,
         description="host:port[,host:port]; unset = the local stack (`spectral dev up`).",
     )
-    kafka_security_protocol: SecurityProtocol = SecurityProtocol.PLAINTEXT
-    kafka_sasl_mechanism: SaslMechanism | None = None
-    kafka_sasl_username: str | None = None
-    kafka_sasl_password: SecretStr | None = None
-    kafka_ca_file: Path | None = None
+    kafka_security_protocol: SecurityProtocol = Field(
+        default=SecurityProtocol.PLAINTEXT, description="How clients connect to the brokers."
+    )
+    kafka_sasl_mechanism: SaslMechanism | None = Field(
+        default=None, description="SASL mechanism, with a SASL security protocol."
+    )
+    kafka_sasl_username: str | None = Field(default=None, description="SASL user name.")
+    kafka_sasl_password: SecretStr | None = Field(default=None, description="SASL password.")
+    kafka_ca_file: Path | None = Field(
+        default=None,
+        description="CA bundle to verify the brokers' TLS certificates; unset = the system's CAs.",
+    )
     kafka_request_timeout_ms: int = Field(
         default=15_000,
         ge=1_000,
@@ -100,8 +108,14 @@ class Settings(BaseSettings):
         description="A batch statement waiting longer than this on a lock fails and the batch "
         "is retried with backoff (a visible, counted retry instead of a silent wait); 0 disables.",
     )
-    log_level: str = "INFO"
-    log_format: str = Field(default="auto", description="auto | json | console")
+    log_level: str = Field(
+        default="INFO", description="DEBUG | INFO | WARNING | ERROR: the least severe level logged."
+    )
+    log_format: str = Field(
+        default="auto",
+        description="auto | json | console: auto writes JSON lines off a terminal and readable "
+        "lines on one; with json every line is JSON, aiokafka's, asyncpg's and uvicorn's included.",
+    )
     topic_partitions: int = Field(
         default=3, ge=1, description="Partitions of each topic `spectral topics apply` creates."
     )

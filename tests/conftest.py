@@ -152,7 +152,6 @@ def spectral_env(settings: Settings) -> dict[str, str]:
 _GROUPS = {
     "tests/cluster/": "kafka-cluster",
     "tests/integration/devstack/test_local_kafka.py": "local-kafka",
-    "tests/interop/": "go-build",
     "tests/integration/test_compose_logins.py": "compose-logins",  # server-wide login names
 }
 

@@ -1,5 +1,5 @@
-"""`spectral contracts export [--check]`, `spectral contracts hash FILE|-` and
-`spectral contracts check FILE|-`."""
+"""`spectral contracts export [--check]`, `spectral contracts asyncapi`, `spectral contracts hash
+FILE|-` and `spectral contracts check FILE|-`."""
 
 from __future__ import annotations
 
@@ -19,9 +19,9 @@ from contracts import (
     snapshot_hash_of_json,
 )
 from contracts.asyncapi import ASYNCAPI_FILE_NAME, TopicSettings, document_text
+from contracts.spec_tables import fill_tables, readme_tables
 from spectral import resources
 from spectral.cli.deployments import deployments, receivers, what_each_reads
-from spectral.engine.metrics import DEAD_LETTER_REASONS
 from spectral.kafka.topology import TopicPolicy, declared_topics
 from spectral.plugins import installed_event_sources, installed_registry, registry_of
 from spectral.settings import load_settings
@@ -35,6 +35,10 @@ SOURCE_SCHEMA_DIR = resources.source_event_schemas()
 """schemas/events of the source checkout; None when spectral runs from an installed wheel."""
 DEFAULT_SCHEMA_DIR = SOURCE_SCHEMA_DIR or Path(str(resources.event_schemas()))
 """Where --check compares by default: the checkout's files, else the ones the wheel ships."""
+
+SPEC_FILE_NAME = "README.md"
+"""The spec beside the schemas; export fills its generated tables (contracts.spec_tables)."""
+_NOT_SCHEMAS = frozenset({ASYNCAPI_FILE_NAME, SPEC_FILE_NAME})
 
 DOCUMENTED_BROKERS = 3
 """The cluster size the AsyncAPI bindings show (replication is min(3, brokers))."""
@@ -72,22 +76,26 @@ def _files(events: EventRegistry, receivers: dict[str, tuple[str, ...]]) -> dict
     files[ASYNCAPI_FILE_NAME] = document_text(
         events,
         receivers=receivers,
-        dead_letter_reasons=sorted(DEAD_LETTER_REASONS),
         topics=declared_topic_settings(events),
     )
     return files
+
+
+def plugin_registry(plugin: str) -> EventRegistry:
+    """The event types of the installed plugin ``plugin`` (exit 2 when none registers events)."""
+    sources = {source.plugin: source for source in installed_event_sources()}
+    if plugin not in sources:
+        known = ", ".join(sorted(sources)) or "none is installed"
+        typer.echo(f"error: no plugin named {plugin!r} registers events; known: {known}", err=True)
+        raise typer.Exit(2)
+    return EventRegistry(sources[plugin].specs)
 
 
 def plugin_files(plugin: str) -> dict[str, str]:
     """What ``export --plugin NAME`` writes: the JSON Schemas of the plugin's event types and
     the AsyncAPI document of their topics, received by the installed deployments that read
     them (each handler is built to ask, never run)."""
-    sources = {source.plugin: source for source in installed_event_sources()}
-    if plugin not in sources:
-        known = ", ".join(sorted(sources)) or "none is installed"
-        typer.echo(f"error: no plugin named {plugin!r} registers events; known: {known}", err=True)
-        raise typer.Exit(2)
-    events = EventRegistry(sources[plugin].specs)
+    events = plugin_registry(plugin)
     return _files(events, _receivers(events, own=False))
 
 
@@ -114,8 +122,9 @@ def export(
         ),
     ] = None,
 ) -> None:
-    """Write schemas/events/<event_type>.v<schema_version>.json for every registered type and
-    the AsyncAPI 3 document of every topic (asyncapi.json), all from the registry.
+    """Write schemas/events/<event_type>.v<schema_version>.json for every registered type, the
+    AsyncAPI 3 document of every topic (asyncapi.json) and the generated tables of the spec
+    beside them (README.md), all from the registry.
 
     Refuses (exit 1) a model change that is not additive against the checked-in schemas.
     Writes only into a source checkout or --dir, never into an installed package (exit 2).
@@ -135,8 +144,9 @@ def export(
         directory = DEFAULT_SCHEMA_DIR
     rendered = published_files() if plugin is None else plugin_files(plugin)
     checked_in = {path.name: path.read_text("utf-8") for path in sorted(directory.glob("*.json"))}
-    schemas = {name: text for name, text in checked_in.items() if name != ASYNCAPI_FILE_NAME}
-    current = {name: text for name, text in rendered.items() if name != ASYNCAPI_FILE_NAME}
+    _add_spec(directory, plugin, rendered, checked_in)
+    schemas = {name: text for name, text in checked_in.items() if name not in _NOT_SCHEMAS}
+    current = {name: text for name, text in rendered.items() if name not in _NOT_SCHEMAS}
     violations = schema_violations(current, schemas)
     if violations:
         typer.echo("not additive against the checked-in schemas:", err=True)
@@ -158,6 +168,37 @@ def export(
         (directory / name).write_text(rendered[name], "utf-8")
         typer.echo(f"wrote {directory / name}")
     typer.echo(f"{len(rendered)} files, {len(stale)} written")
+
+
+def _add_spec(
+    directory: Path, plugin: str | None, rendered: dict[str, str], checked_in: dict[str, str]
+) -> None:
+    """The spec beside the schemas, as checked in and with its generated tables filled (a
+    plugin's folder may have no spec, or a spec with only some of the tables)."""
+    spec = directory / SPEC_FILE_NAME
+    if spec.is_file():
+        checked_in[SPEC_FILE_NAME] = spec.read_text("utf-8")
+        events = own_registry() if plugin is None else plugin_registry(plugin)
+        rendered[SPEC_FILE_NAME] = fill_tables(checked_in[SPEC_FILE_NAME], readme_tables(events))
+
+
+@app.command()
+def asyncapi(
+    plugin: Annotated[
+        str | None,
+        typer.Option(
+            "--plugin",
+            help="An installed plugin's event types instead of spectral's.",
+            show_default=False,
+        ),
+    ] = None,
+) -> None:
+    """Print the AsyncAPI 3 document of every topic (the asyncapi.json export writes) to stdout.
+
+    Works from an installed package too: nothing is read from or written to a checkout.
+    """
+    files = published_files() if plugin is None else plugin_files(plugin)
+    sys.stdout.write(files[ASYNCAPI_FILE_NAME])
 
 
 def _read(source: str) -> bytes:

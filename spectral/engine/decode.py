@@ -26,7 +26,7 @@ class RecordDecoder:
         """One record: its delivery, or its dead letter (the decode reason and detail)."""
         value: bytes = record.value if record.value is not None else b""
         try:
-            envelope = self._decode_record(value, record.key)
+            envelope = self._decode_record(record.value, record.key)
         except DecodeError as exc:
             return self._dead(record, exc.reason.value, exc.detail)
         except Exception as exc:  # noqa: BLE001 - no record's bytes may stop the partition

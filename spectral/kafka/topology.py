@@ -36,11 +36,12 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Final
 
-from contracts import MAX_RECORD_BYTES
+from contracts import MAX_PRODUCE_BYTES, MAX_RECORD_BYTES
 from spectral.kafka.topics import dlq_topic, topic_for
 
-RECORD_HEADROOM: Final = 64 * 1024
-"""Headers and record-batch framing on top of the contract's limit."""
+RECORD_HEADROOM: Final = MAX_PRODUCE_BYTES - MAX_RECORD_BYTES
+"""Headers and record-batch framing on top of the contract's limit (the contract's producer
+request limit is the topics' record limit)."""
 DLQ_HEADROOM: Final = 256 * 1024
 """The ``dlq.*`` headers and the failure history a dead letter adds to its record."""
 DAY_MS: Final = 24 * 3600 * 1000
@@ -134,7 +135,7 @@ def declared_topics(
     to a source whose limit was raised on the cluster)."""
     replication = replication_for(policy, brokers)
     min_isr = "2" if replication >= 3 else "1"  # noqa: PLR2004 - the rule in the docstring
-    record_limit = MAX_RECORD_BYTES + RECORD_HEADROOM
+    record_limit = MAX_PRODUCE_BYTES
     specs: list[TopicSpec] = []
     for event_type in sorted(event_types):
         topic = topic_for(event_type, prefix)

@@ -34,7 +34,8 @@ class WorkSettings(PluginSettings):
     work_sweep_interval_seconds: float = Field(
         default=15.0,
         gt=0,
-        description="How often the executor recovers stale leases and claims due items itself.",
+        description="How often the executor replays the response journals of stopped "
+        "executors, recovers stale leases and settles parent threads left open.",
     )
     work_tenant_max_in_flight: int = Field(
         default=0,
@@ -62,6 +63,7 @@ class WorkSettings(PluginSettings):
     work_journal_dir: Path | None = Field(
         default=None,
         description="Local directory of the executor's response journal (paid answers kept, "
-        "fsync'd, until the ledger has them); unset = <state_dir>/work-journal/<database>. "
-        "Must be a local filesystem that outlives the process (a persistent volume).",
+        "fsync'd, until the ledger has them); unset = "
+        "<state_dir>/work-journal/<host>_<port>_<database>. Must be a local filesystem that "
+        "outlives the process (a persistent volume).",
     )

@@ -40,7 +40,7 @@ from itertools import zip_longest
 from aiokafka import AIOKafkaProducer
 from aiokafka.errors import KafkaError
 
-from contracts import format_utc
+from contracts import MAX_PRODUCE_BYTES, format_utc
 from spectral.errors import TransientError
 from spectral.kafka.config import producer_kwargs
 from spectral.kafka.freshness import READY_AT_HEADER
@@ -335,6 +335,9 @@ class OutboxRelay:
             client_id="spectral-outbox-relay",
             linger_ms=self.options.linger_ms,
             max_batch_size=self.options.max_batch_bytes,
+            # the contract's producer limit: aiokafka's default (1 MiB) refuses a valid record
+            # whose value is 1 MiB once its key, headers and framing are added
+            max_request_size=MAX_PRODUCE_BYTES,
         )
         try:
             await producer.start()

@@ -1,14 +1,14 @@
 // A producer of spectral events written from the published contract alone
 // (schemas/events/README.md, the JSON Schemas and the vectors beside it), with franz-go.
 //
-//	interop vectors -dir schemas/events/vectors
+//	interop vectors -vectors schemas/events/vectors
 //	    check this implementation against the vectors: canonical form and hash of every
 //	    snapshot_hash vector, hash and keys of every record vector, the written form of every
 //	    valid timestamp vector; exits 1 on the first disagreement.
 //	interop publish -brokers host:port -topic T -per-codec N -manifest FILE
 //	    publish N fresh failure-cluster snapshots with each codec (none, gzip, snappy, lz4,
 //	    zstd) and write what was published (JSON lines) to FILE.
-//	interop publish-vectors -brokers host:port -topic T -dir schemas/events/vectors
+//	interop publish-vectors -brokers host:port -topic T -vectors schemas/events/vectors
 //	    publish every record vector of T's event type (valid and refused ones) as it is,
 //	    key and value byte for byte, zstd-compressed.
 package main
@@ -75,7 +75,7 @@ func readJSON(path string) (any, error) {
 
 func runVectors(args []string) error {
 	flags := flag.NewFlagSet("vectors", flag.ExitOnError)
-	dir := flags.String("dir", "schemas/events/vectors", "the vectors folder")
+	dir := flags.String("vectors", "schemas/events/vectors", "the vectors folder")
 	_ = flags.Parse(args)
 	checked := 0
 
@@ -171,8 +171,11 @@ func checkRecordVector(v map[string]any) (bool, error) {
 		return false, err
 	}
 	idemOK := idem == envelope["idempotency_key"]
-	key, hasKey := v["key"].(string)
-	recordOK := hasKey && key == recordKey
+	key, err := vectorKey(v)
+	if err != nil {
+		return false, err
+	}
+	recordOK := key != nil && string(key) == recordKey
 	got := "valid"
 	switch {
 	case !hashOK:
@@ -188,6 +191,19 @@ func checkRecordVector(v map[string]any) (bool, error) {
 	return true, nil
 }
 
+// vectorKey is a record vector's key: the UTF-8 bytes of "key", the bytes of "key_base64" (a key
+// that is not UTF-8), or nil for a null key (an empty key is empty, not nil).
+func vectorKey(v map[string]any) ([]byte, error) {
+	if encoded, ok := v["key_base64"].(string); ok {
+		return base64.StdEncoding.DecodeString(encoded)
+	}
+	k, ok := v["key"].(string)
+	if !ok {
+		return nil, nil
+	}
+	return append([]byte{}, k...), nil
+}
+
 // ---- publishing ------------------------------------------------------------------------
 
 func client(brokers string, codec kgo.CompressionCodec) (*kgo.Client, error) {
@@ -196,7 +212,7 @@ func client(brokers string, codec kgo.CompressionCodec) (*kgo.Client, error) {
 		kgo.ProducerBatchCompression(codec),
 		kgo.RequiredAcks(kgo.AllISRAcks()),
 		kgo.RecordPartitioner(kgo.StickyKeyPartitioner(nil)), // murmur2, as section 5 asks
-		kgo.ProducerBatchMaxBytes(4<<20),
+		kgo.ProducerBatchMaxBytes(1114112), // section 5: the topics' max.message.bytes
 		kgo.AllowAutoTopicCreation(),
 	)
 }
@@ -261,7 +277,7 @@ func runPublishVectors(args []string) error {
 	brokers := flags.String("brokers", "", "bootstrap brokers")
 	topic := flags.String("topic", "", "the topic to publish to")
 	eventType := flags.String("event-type", clusterType, "publish the vectors of this topic")
-	dir := flags.String("dir", "schemas/events/vectors", "the vectors folder")
+	dir := flags.String("vectors", "schemas/events/vectors", "the vectors folder")
 	_ = flags.Parse(args)
 	vectors, err := readJSON(filepath.Join(*dir, "envelopes.json"))
 	if err != nil {
@@ -275,8 +291,10 @@ func runPublishVectors(args []string) error {
 		if v["topic_event_type"] != *eventType {
 			continue
 		}
-		var value []byte
+		var value []byte // nil: no value (a tombstone)
+		raw, hasValue := v["value"]
 		switch {
+		case hasValue && raw == nil:
 		case v["value_base64"] != nil:
 			value, err = base64.StdEncoding.DecodeString(v["value_base64"].(string))
 			if err != nil {
@@ -290,12 +308,9 @@ func runPublishVectors(args []string) error {
 			fill := strings.Repeat(v["filler"].(string), int(total)-len(prefix)-len(suffix))
 			value = []byte(prefix + fill + suffix)
 		}
-		var key []byte // nil: a null key
-		if k, ok := v["key"].(string); ok {
-			key = []byte(k)
-			if key == nil {
-				key = []byte{} // an empty key, not a null one
-			}
+		key, err := vectorKey(v)
+		if err != nil {
+			return err
 		}
 		batch = append(batch, &kgo.Record{
 			Topic: *topic, Key: key, Value: value,

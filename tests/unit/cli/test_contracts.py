@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -198,3 +199,41 @@ def test_check_and_hash_run_from_another_directory(tmp_path: Path) -> None:
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("ok ")
+
+
+def test_asyncapi_prints_the_checked_in_document_and_nothing_else() -> None:
+    result = runner.invoke(app, ["asyncapi"])
+    assert result.exit_code == 0, result.output
+    assert result.stdout == (DEFAULT_SCHEMA_DIR / "asyncapi.json").read_text("utf-8")
+    assert result.stderr == ""
+    json.loads(result.stdout)  # one JSON document, ready for a pipe
+
+
+def test_asyncapi_of_an_unknown_plugin_exits_2() -> None:
+    result = runner.invoke(app, ["asyncapi", "--plugin", "no-such-plugin"])
+    assert result.exit_code == 2
+    assert result.stdout == ""
+    assert "no plugin named 'no-such-plugin'" in result.stderr
+
+
+def test_export_fills_the_spec_s_generated_tables_and_check_sees_a_hand_edit(
+    tmp_path: Path,
+) -> None:
+    spec = (DEFAULT_SCHEMA_DIR / "README.md").read_text("utf-8")
+    emptied = re.sub(
+        r"(<!-- generated: [a-z-]+ \(spectral contracts export\) -->\n).*?(<!-- end generated)",
+        r"\1\2",
+        spec,
+        flags=re.DOTALL,
+    )
+    assert emptied != spec
+    (tmp_path / "README.md").write_text(emptied, "utf-8")
+    result = runner.invoke(app, ["export", "--dir", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "README.md").read_text("utf-8") == spec
+    edited = spec.replace("| `dlq.consumer` |", "| `dlq.consumer_name` |")
+    (tmp_path / "README.md").write_text(edited, "utf-8")
+    check = runner.invoke(app, ["export", "--check", "--dir", str(tmp_path)])
+    assert check.exit_code == 1
+    assert "README.md" in check.stderr
+    assert (tmp_path / "README.md").read_text("utf-8") == edited

@@ -134,11 +134,14 @@ def work(event_type: str) -> tuple[Obj, str]:
 @dataclass(frozen=True)
 class Case:
     name: str
-    value: Obj | str | bytes
+    value: Obj | str | bytes | None
+    """The record value: an object (written as JSON), text, bytes (not UTF-8), or None (a
+    tombstone: a record without a value)."""
     expect: str = "valid"
     schema: str | None = None
     """What a JSON Schema validator says of the value; default: valid iff expect is valid."""
-    key: str | None = CLUSTER
+    key: str | bytes | None = CLUSTER
+    """The record key: text (its UTF-8 bytes), bytes (not UTF-8), or None (no key)."""
     rule: str = ""
     """For refusals JSON Schema cannot express: the spec's rule, in words."""
     topic: str = CLUSTERS
@@ -315,6 +318,13 @@ def cases() -> list[Case]:  # noqa: PLR0915 - one flat, readable list of cases
         )
     )
     add(Case("cluster_unknown_field_nested_64_levels", cluster(_set("payload.extra", _deep(63)))))
+    # schema_version is informational: a newer version with a field version 1 lacks decodes.
+    add(
+        Case(
+            "schema_version_2_with_a_new_payload_field",
+            cluster(_each(_set("schema_version", 2), _set("payload.blast_radius", 4))),
+        )
+    )
     for event_type in (
         "work.thread.opened",
         "work.item.enqueued",
@@ -334,12 +344,26 @@ def cases() -> list[Case]:  # noqa: PLR0915 - one flat, readable list of cases
     add(Case("number_overflowing_a_double", minimal[:-1] + ', "x": 1e400}', "not_json", "n/a"))
     add(Case("raw_control_character", minimal[:-1] + ', "x": "a\tb"}', "not_json", "n/a"))
     add(Case("trailing_content", minimal + " {}", "not_json", "n/a"))
+    add(Case("tombstone_null_value", None, "not_json", "n/a"))
+    add(Case("empty_value", "", "not_json", "n/a"))
+    # UTF-16 and UTF-32 text is not UTF-8, even where a parser could detect the encoding.
+    add(Case("utf16le_text", minimal.encode("utf-16-le"), "not_json", "n/a"))
+    add(Case("utf16_text_with_byte_order_mark", minimal.encode("utf-16"), "not_json", "n/a"))
+    add(Case("utf32be_text", minimal.encode("utf-32-be"), "not_json", "n/a"))
     add(
         Case(
             "nesting_deeper_than_1024",
             minimal[:-1] + ', "x": ' + "[" * 1024 + "]" * 1024 + "}",
             "not_json",
             "n/a",
+            rule=R_DEPTH,
+        )
+    )
+    # Outside the (hashed) payload a record may nest 1,024 levels, the envelope being level 1.
+    add(
+        Case(
+            "nesting_exactly_1024",
+            minimal[:-1] + ', "x": ' + "[" * 1023 + "]" * 1023 + "}",
             rule=R_DEPTH,
         )
     )
@@ -450,6 +474,31 @@ def cases() -> list[Case]:  # noqa: PLR0915 - one flat, readable list of cases
         )
     )
     add(Case("payload_missing", cluster(_drop("payload"), rehash=False), "invalid_envelope"))
+    # A payload that is not an object breaks the envelope's rule for `payload` (an object), as a
+    # missing one does; the payload's own rules apply to the members of an object.
+    for name, payload in (("an_array", [1]), ("a_string", "x"), ("null", None), ("a_number", 5)):
+        add(
+            Case(
+                f"payload_{name}",
+                cluster(_set("payload", payload), rehash=False),
+                "invalid_envelope",
+            )
+        )
+    # The type is looked up before the other envelope fields are checked.
+    add(
+        Case(
+            "event_type_unknown_and_event_id_broken",
+            cluster(_each(_set("event_type", "platform.other"), _set("event_id", "not-a-uuid"))),
+            "unknown_event_type",
+        )
+    )
+    add(
+        Case(
+            "event_type_unknown_and_payload_missing",
+            cluster(_each(_set("event_type", "platform.other"), _drop("payload")), rehash=False),
+            "unknown_event_type",
+        )
+    )
     # An envelope error wins over a payload error, U+0000 outside the payload included.
     add(
         Case(
@@ -649,6 +698,36 @@ def cases() -> list[Case]:  # noqa: PLR0915 - one flat, readable list of cases
             rule=R_RECORD_KEY,
         )
     )
+    add(
+        Case(
+            "record_key_not_utf8",
+            cluster(),
+            "record_key_mismatch",
+            "valid",
+            key=b"\xff" + CLUSTER.encode()[1:],
+            rule=R_RECORD_KEY,
+        )
+    )
+    add(
+        Case(
+            "record_key_in_latin1_not_utf8",
+            cluster(),
+            "record_key_mismatch",
+            "valid",
+            key=CLUSTER.encode() + "\u00e9".encode("latin-1"),
+            rule=R_RECORD_KEY,
+        )
+    )
+    # A valid record of another type on this topic (keyed right for its own type).
+    thread, thread_key = work("work.thread.opened")
+    add(
+        Case(
+            "work_thread_opened_on_the_cluster_topic",
+            thread,
+            "unexpected_event_type",
+            key=thread_key,
+        )
+    )
     enqueued, _ = work("work.item.enqueued")
     add(
         Case(
@@ -701,10 +780,14 @@ def size_cases() -> list[dict[str, Any]]:
 
 
 def _entry(case: Case) -> dict[str, Any]:
-    entry: dict[str, Any] = {"name": case.name, "topic_event_type": case.topic, "key": case.key}
+    entry: dict[str, Any] = {"name": case.name, "topic_event_type": case.topic}
+    if isinstance(case.key, bytes):
+        entry["key_base64"] = base64.b64encode(case.key).decode()
+    else:
+        entry["key"] = case.key
     if isinstance(case.value, bytes):
         entry["value_base64"] = base64.b64encode(case.value).decode()
-    elif isinstance(case.value, str):
+    elif isinstance(case.value, str) or case.value is None:
         entry["value"] = case.value
     else:
         entry["value"] = json.dumps(case.value, ensure_ascii=False)

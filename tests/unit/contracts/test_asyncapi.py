@@ -4,6 +4,7 @@ AsyncAPI parser, and saying the same as the JSON Schemas and the consumer engine
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -12,10 +13,11 @@ from typing import Any
 import pytest
 
 from contracts import envelope_json_schema
-from contracts.asyncapi import ASYNCAPI_FILE_NAME, DLQ_HEADERS, RECORD_KEYS
+from contracts.asyncapi import ASYNCAPI_FILE_NAME, record_key_of
+from contracts.dead_letters import DEAD_LETTER_HEADERS, REDRIVE_HEADERS
 from spectral.cli.contracts import DEFAULT_SCHEMA_DIR, published_files
 from spectral.engine.metrics import DEAD_LETTER_REASONS
-from spectral.kafka.dlq import REDRIVEN_FROM, DeadLetter
+from spectral.kafka.dlq import DeadLetter, redrive_headers
 from tests.events import EVENTS
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -76,7 +78,7 @@ def test_every_event_type_has_its_channel_message_key_and_dead_letter_channel(sp
     assert doc["channels"][f"{channel_id}_dlq"]["address"] == "{prefix}" + spec.event_type + ".dlq"
     name = f"{spec.event_type}.v{spec.schema_version}"
     message = doc["components"]["messages"][name]
-    assert message["bindings"]["kafka"]["key"]["pattern"] == RECORD_KEYS[spec.event_type][1]
+    assert message["bindings"]["kafka"]["key"]["pattern"] == record_key_of(spec)[1]
     # The message payload is the JSON Schema of the envelope, definitions moved to components.
     published = envelope_json_schema(spec)
     payload = doc["components"]["schemas"][name]
@@ -90,8 +92,10 @@ def test_every_event_type_has_its_channel_message_key_and_dead_letter_channel(sp
 
 def test_dead_letters_are_described_with_every_reason_and_header_the_engine_writes() -> None:
     message = document()["components"]["messages"]["DeadLetter"]
-    headers = message["headers"]["properties"]
-    assert set(headers["dlq.reason"]["enum"]) == DEAD_LETTER_REASONS
+    headers = message["headers"]
+    reasons = [option["const"] for option in headers["properties"]["dlq.reason"]["oneOf"]]
+    assert len(reasons) == len(set(reasons))
+    assert set(reasons) == DEAD_LETTER_REASONS
     letter = DeadLetter(
         reason="not_json",
         detail="x",
@@ -101,10 +105,23 @@ def test_dead_letters_are_described_with_every_reason_and_header_the_engine_writ
         consumer="c",
         key=None,
         value=b"{",
+        original_headers=(("event_type", b"x"), ("dlq.redriven_from", b"t.dlq:0:1")),
     )
-    written = {name for name, _ in letter.headers()}
-    assert written | {REDRIVEN_FROM} <= set(DLQ_HEADERS)
-    assert set(DLQ_HEADERS) <= set(headers)
+    own = [name for name, _ in letter.headers() if name.startswith("dlq.")]
+    # every dlq.* header a dead letter carries is described and required, and only those
+    assert own == [header.name for header in DEAD_LETTER_HEADERS]
+    assert headers["required"] == own
+    assert set(headers["properties"]) == set(own)
+    reference = letter.as_reference("too large for the dead-letter topic")
+    assert [name for name, _ in reference.headers()] == own
+
+
+def test_every_event_message_describes_the_headers_a_redrive_adds() -> None:
+    added = [name for name, _ in redrive_headers((), "t.dlq", 0, 1) if name.startswith("dlq.")]
+    assert added == [header.name for header in REDRIVE_HEADERS]
+    for name, message in document()["components"]["messages"].items():
+        if name != "DeadLetter":
+            assert set(added) <= set(message["headers"]["properties"]), name
 
 
 def test_the_consumers_receive_what_their_handlers_declare() -> None:
@@ -135,3 +152,12 @@ def test_the_topic_settings_are_those_topics_apply_declares_and_the_spec_states(
         if not name.endswith(".dlq"):
             assert limit in spec
             assert declared.config["retention.ms"] in spec
+
+
+def test_the_tooling_names_only_files_that_exist() -> None:
+    package = json.loads((TOOLING / "package.json").read_text("utf-8"))
+    named = re.findall(r"[\w./-]+\.(?:json|yaml|mjs)", json.dumps(package))
+    assert named
+    for name in named:
+        in_tooling = TOOLING / name
+        assert in_tooling.exists() or (ROOT / name).exists(), name

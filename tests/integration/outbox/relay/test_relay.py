@@ -6,23 +6,35 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
+from uuid import UUID
 
 import asyncpg
 import pytest
 from prometheus_client import CollectorRegistry
 
+from contracts import (
+    MAX_RECORD_BYTES,
+    WORK_ITEM_ENQUEUED,
+    WorkItemEnqueuedPayload,
+    work_item_enqueued_event,
+)
+from spectral.kafka.topology import TopicPolicy, declared_topics
 from spectral.observability.health import Health
 from spectral.outbox.relay import OutboxRelay, RelayMetrics, RelayOptions, RelayReport
 from spectral.outbox.relay.shards import LOCK_CLASS, SHARD_COUNT, shard_of
+from spectral.outbox.writer import OutboxItem, enqueue
 from spectral.settings import Settings
+from tests.events import encode
 from tests.integration.outbox.relay.support import (
     EVENT_TYPE,
+    T0,
     by_key,
     enqueue_numbered,
     key_id,
     outbox_counts,
     read_topic,
 )
+from tests.kafka_support import create_topics, read_all
 from tests.support import eventually
 
 pytestmark = pytest.mark.integration
@@ -211,3 +223,41 @@ async def test_a_relay_with_no_shard_left_is_a_ready_standby(
     finally:
         relay.stop()
         await others.close()
+
+
+async def test_a_record_as_large_as_the_contract_allows_is_published(
+    settings: Settings, database_url: str, kafka_bootstrap: str, topic_prefix: str
+) -> None:
+    """A valid record whose value is exactly 1 MiB leaves the relay (aiokafka's default request
+    limit refuses it once its key and headers are added) and the declared topic takes it."""
+    for topic in declared_topics([WORK_ITEM_ENQUEUED], topic_prefix, TopicPolicy(), 1):
+        await create_topics(kafka_bootstrap, [topic.name], topic.partitions, dict(topic.config))
+    item = UUID(int=7)
+    payload = WorkItemEnqueuedPayload(
+        work_item_id=item,
+        thread_id=UUID(int=8),
+        sequence=0,
+        attempt=1,
+        lock_scope="project:big",
+        not_before=T0,
+        kind="story_generate_epic",
+        target_ref="doc#E1",
+        input={"blob": ""},
+    )
+    envelope = work_item_enqueued_event(payload, occurred_at=T0)
+    blob = "x" * (MAX_RECORD_BYTES - len(encode(envelope)))
+    envelope = work_item_enqueued_event(
+        payload.model_copy(update={"input": {"blob": blob}}), occurred_at=T0
+    )
+    assert len(encode(envelope)) == MAX_RECORD_BYTES
+    conn = await asyncpg.connect(database_url)
+    try:
+        async with conn.transaction():
+            await enqueue(conn, [OutboxItem(envelope, "project:big")])
+    finally:
+        await conn.close()
+    report = await make_relay(settings, once=True).run()
+    assert report.published == 1
+    [record] = await read_all(kafka_bootstrap, topic_prefix + WORK_ITEM_ENQUEUED, timeout=30)
+    assert len(record.value) == MAX_RECORD_BYTES
+    assert record.key == b"project:big"
