@@ -39,7 +39,7 @@ from contracts import FAILURE_CLUSTER_DETECTED, EventEnvelope, failure_cluster_d
 from spectral.kafka.retention import BrokerRetention, describe_retention
 from spectral.maintenance.repository import MaintenanceRepository
 from spectral.maintenance.run import MaintenanceOptions, MaintenanceReport, maintain
-from spectral.outbox import OutboxItem, enqueue
+from spectral.outbox.writer import OutboxItem, enqueue
 from spectral.settings import load_settings
 
 TOPIC_CONFIGS = {

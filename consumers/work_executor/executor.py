@@ -39,9 +39,9 @@ Whatever happens while an item is planned, answered or concluded, it ends that i
   reason is retried item by item, so only the bad item's changes are refused; an item whose own
   changes still cannot be written is dead-lettered with an ``error`` entry saying why);
 * a paid answer is recorded before anything else can fail (recorder.py): in the local response
-  journal, fsync'd, then in the ledger, losslessly (``spectral.work.payloads``) — it survives a
-  database outage of any length and a restart (the journal is replayed by the next sweep of any
-  executor sharing the directory, before stale leases are recovered);
+  journal, fsync'd, then in the ledger, losslessly (``producers.work.domain.payloads``) — it
+  survives a database outage of any length and a restart (the journal is replayed by the next
+  sweep of any executor sharing the directory, before stale leases are recovered);
 * an item this process is still driving is never taken for stale by its own sweep (a long
   outage ages every lease of the batches waiting it out).
 
@@ -141,6 +141,17 @@ from consumers.work_executor.retry import (
     RetryPolicy,
 )
 from consumers.work_executor.validation import parse_report
+from producers.work.domain.documents import (
+    InvalidDocumentError,
+    ReplaceEpicStories,
+    StoryBacklog,
+)
+from producers.work.domain.model import EntryType, ItemStatus
+from producers.work.domain.payloads import (
+    error_payload,
+    prompt_payload,
+    unreadable_response_payload,
+)
 from spectral.llm.limits import ProviderLimits
 from spectral.llm.seam import (
     CallRefusedError,
@@ -152,17 +163,6 @@ from spectral.llm.seam import (
 )
 from spectral.observability.logging import get_logger
 from spectral.retry import Backoff
-from spectral.work.documents import (
-    InvalidDocumentError,
-    ReplaceEpicStories,
-    StoryBacklog,
-)
-from spectral.work.model import EntryType, ItemStatus
-from spectral.work.payloads import (
-    error_payload,
-    prompt_payload,
-    unreadable_response_payload,
-)
 
 log = get_logger(__name__)
 

@@ -44,7 +44,7 @@ def test_a_variable_read_but_not_documented_stops_the_generator(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setattr(settings_page, "OUTSIDE_SETTINGS", {})
-    with pytest.raises(SystemExit, match="SPECTRAL_API_TOKEN"):
+    with pytest.raises(SystemExit, match="SPECTRAL_WORK_CRASH_AT"):
         settings_page.render()
 
 

@@ -17,10 +17,9 @@ from contracts import (
     DecodeReason,
     EventEnvelope,
     FailureClusterDetectedPayload,
-    decode,
-    encode,
     snapshot_hash,
 )
+from tests.events import decode, encode
 from tests.unit.contracts import factories as f
 
 Path = tuple[str | int, ...]
