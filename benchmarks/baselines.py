@@ -25,8 +25,9 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from benchmarks.statements import ENGINE_SQL, PROJECTION_SQL
 from consumers.rule_candidates.collapse import ordered_at
 from consumers.rule_candidates.handler import CONSUMER_NAME, DATABASE_ROLE
-from contracts import DecodeError, decode
-from spectral.consumer.engine import FETCH_MAX_BYTES, PARTITION_FETCH_BYTES
+from contracts import DecodeError
+from spectral.engine.engine import FETCH_MAX_BYTES, PARTITION_FETCH_BYTES
+from spectral.plugins import installed_registry
 
 BATCH = 2000
 """Records per fetch, as the engine's ``max_batch``."""
@@ -249,7 +250,7 @@ async def naive(
 async def _naive_one(conn: asyncpg.Connection, record: object) -> None:
     value: bytes = getattr(record, "value", b"")
     try:
-        envelope = decode(value)
+        envelope = installed_registry().decode(value)
     except DecodeError:
         return  # the stream holds no poison records; a real handler would dead-letter here
     p = envelope.payload

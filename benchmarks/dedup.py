@@ -29,7 +29,7 @@ from pathlib import Path
 
 import asyncpg
 
-import spectral.consumer
+import spectral.engine
 from benchmarks.options import Options
 from benchmarks.report import Report
 from benchmarks.stack import BenchStack
@@ -37,7 +37,7 @@ from spectral.db.queries import load_queries
 from spectral.maintenance.policy import DedupRotation
 from spectral.maintenance.repository import MaintenanceRepository
 
-ENGINE_SQL = load_queries(Path(spectral.consumer.__file__).with_name("queries.sql"))
+ENGINE_SQL = load_queries(Path(spectral.engine.__file__).with_name("queries.sql"))
 """The consumer engine's own statements (claim_keys: the dedup claim)."""
 CONSUMER = "rule-candidates"
 BATCH = 2000

@@ -37,8 +37,8 @@ from benchmarks.options import Options
 from benchmarks.publish import publish_pairs
 from benchmarks.report import Report
 from benchmarks.stack import BenchStack
-from consumers.work_executor import build
 from consumers.work_executor.claims import ClaimRepository
+from consumers.work_executor.deployment import build
 from consumers.work_executor.executor import ExecutorConfig, WorkExecutor
 from consumers.work_executor.handler import ROLE
 from consumers.work_executor.metrics import ExecutorMetrics
@@ -46,8 +46,9 @@ from consumers.work_executor.repository import ExecutorRepository
 from consumers.work_executor.retry import RetryPolicy
 from contracts import WORK_ITEM_ENQUEUED
 from producers.work.commands import GenerateAll, WorkCommands
-from spectral.consumer.engine import ConsumerEngine, EngineOptions
+from producers.work.domain.settings import WorkSettings
 from spectral.db.connect import create_pool
+from spectral.engine.engine import ConsumerEngine, EngineOptions
 from spectral.llm.limits import ProviderLimits
 from spectral.llm.stub import StubSynthesizer
 from spectral.settings import Settings, load_settings
@@ -179,7 +180,7 @@ async def run_baseline(stack: BenchStack, database_url: str, items: int, limit: 
     pool."""
     settings = _settings(stack)
     pool = await create_pool(
-        database_url, role=ROLE, min_size=1, max_size=settings.work_pool_size + 2
+        database_url, role=ROLE, min_size=1, max_size=WorkSettings.of(settings).work_pool_size + 2
     )
     repository = ExecutorRepository(pool)
     claims = ClaimRepository(pool, resolve=lambda _f, _o: None, limits=ProviderLimits())
@@ -189,7 +190,8 @@ async def run_baseline(stack: BenchStack, database_url: str, items: int, limit: 
         RetryPolicy.from_settings(settings),
         ExecutorMetrics(CollectorRegistry()),
         ExecutorConfig(
-            worker_id="baseline", lease_timeout_seconds=settings.work_lease_timeout_seconds
+            worker_id="baseline",
+            lease_timeout_seconds=WorkSettings.of(settings).work_lease_timeout_seconds,
         ),
     )
     deadline = time.monotonic() + limit

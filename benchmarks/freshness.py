@@ -43,17 +43,17 @@ from benchmarks.processes import _cpu_seconds, spectral_executable
 from benchmarks.report import Report
 from benchmarks.stack import BenchStack
 from contracts import FAILURE_CLUSTER_DETECTED
-from spectral import outbox
 from spectral.db.queries import load_queries
 from spectral.kafka.freshness import ready_at
+from spectral.outbox import writer
 
 TICK = 0.01
 """One producer transaction every 10 ms."""
 WARM_UP = 5.0
 CONSUMER_HISTOGRAM = "spectral_consumer_freshness_seconds"
 RELAY_HISTOGRAM = "spectral_outbox_relay_delay_seconds"
-_ENQUEUE = load_queries(Path(outbox.__file__).with_name("outbox.sql"))["enqueue"]
-"""The writers' own statement (spectral/outbox.py), fed records encoded in advance."""
+_ENQUEUE = load_queries(Path(writer.__file__).with_name("writer.sql"))["enqueue"]
+"""The writers' own statement (spectral/outbox/writer.py), fed records encoded in advance."""
 
 
 @dataclass(frozen=True)

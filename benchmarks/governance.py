@@ -51,8 +51,8 @@ from contracts import WORK_ITEM_ENQUEUED
 from producers.work.budgets import BudgetCommands
 from producers.work.cancel import cancel_thread
 from producers.work.commands import GenerateAll, WorkCommands
+from producers.work.domain.budgets import Period
 from spectral.db.connect import create_pool
-from spectral.work.budgets import Period
 
 MODEL = "bench-model"
 PROMPT_PRICE = Decimal("0.15")

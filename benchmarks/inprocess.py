@@ -6,8 +6,8 @@ from __future__ import annotations
 from prometheus_client import CollectorRegistry
 
 from benchmarks.stack import BenchStack
-from consumers.rule_candidates import build
-from spectral.consumer.engine import ConsumerEngine, EngineOptions
+from consumers.rule_candidates.deployment import build
+from spectral.engine.engine import ConsumerEngine, EngineOptions
 from spectral.settings import load_settings
 
 

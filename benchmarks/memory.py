@@ -24,8 +24,8 @@ from benchmarks.options import Options
 from benchmarks.report import Report
 from benchmarks.stack import BenchStack
 from benchmarks.triage import fill
-from spectral.consumer.collector import tune_for_batches
-from spectral.consumer.engine import ConsumerEngine
+from spectral.engine.collector import tune_for_batches
+from spectral.engine.engine import ConsumerEngine
 from spectral.observability.logging import configure_logging
 
 _MIB = 1024 * 1024

@@ -20,7 +20,7 @@ from benchmarks.options import Options
 from benchmarks.report import RESULTS_DIR, Report
 from benchmarks.stack import BenchStack
 from benchmarks.triage import fill
-from spectral.consumer.collector import tune_for_batches
+from spectral.engine.collector import tune_for_batches
 from spectral.observability.logging import configure_logging
 
 

@@ -59,7 +59,7 @@ from spectral.maintenance.retention import (
     Tokens,
 )
 from spectral.maintenance.run import MaintenanceOptions, MaintenanceReport, maintain
-from spectral.outbox import OutboxItem, enqueue
+from spectral.outbox.writer import OutboxItem, enqueue
 from spectral.settings import load_settings
 
 _SQL = load_queries(Path(__file__).with_name("soak.sql"))

@@ -9,7 +9,7 @@ from consumers.rule_candidates.repository import QUERIES as PROJECTION_QUERIES
 from spectral.db.queries import load_queries
 
 ENGINE_SQL: Final = load_queries(
-    Path(__file__).resolve().parents[1] / "spectral" / "consumer" / "queries.sql"
+    Path(__file__).resolve().parents[1] / "spectral" / "engine" / "queries.sql"
 )
 """The consumer engine's statements (claim_keys, mark_stale, forget)."""
 PROJECTION_SQL: Final = load_queries(PROJECTION_QUERIES)

@@ -81,7 +81,7 @@ async def fill(stack: BenchStack, options: Options, report: Report) -> Topic:
         f"(1-3 evidence items, 2 on average: the contract's realistic 10-item record is "
         f"~1.8 KB), {stats.kinds.get('duplicate', 0):,} duplicates, "
         f"{stats.kinds.get('stale', 0):,} stale snapshots; generated in {generated:.1f} s "
-        f"({checked} decoded with contracts.decode), published in {published.seconds:.1f} s"
+        f"({checked} decoded with the contract's registry), published in {published.seconds:.1f} s"
     )
     return Topic(name, published.end_offsets, stats, cost)
 
@@ -477,7 +477,7 @@ def _cpu_breakdown(report: Report, first: GroupRun, cost: DecodeCost, drain_cpu:
             "consumer_cpu_decode",
             cost.decode_us,
             (
-                "contracts.decode + the key check per record, in-process (json.loads alone "
+                "the registry's decode + the key check per record, in-process (json.loads alone "
                 f"{cost.loads_us:.1f} us)"
             ),
         ),

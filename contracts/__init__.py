@@ -1,9 +1,10 @@
 """spectral wire contracts: pure code, no I/O.
 
-The envelope (:class:`EventEnvelope`), the payload models of every event type, the registry
-that decodes and encodes records (:func:`decode`, :func:`encode`), RFC 8785 canonical JSON and
-the failure-cluster ``snapshot_hash``. ``schemas/events/README.md`` is the wire specification
-for implementers in other languages.
+The envelope (:class:`EventEnvelope`), the payload models of spectral's built-in event types,
+the registry type that decodes and encodes records (:class:`EventRegistry`, over the specs it is
+given: spectral's features register theirs through entry points like any plugin), RFC 8785
+canonical JSON and the failure-cluster ``snapshot_hash``. ``schemas/events/README.md`` is the
+wire specification for implementers in other languages.
 """
 
 from contracts.canonical import (
@@ -29,19 +30,7 @@ from contracts.failure_cluster import (
     snapshot_hash_of_json,
 )
 from contracts.fields import UtcDatetime, format_utc, parse_utc
-from contracts.registry import (
-    DEFAULT_REGISTRY,
-    EventRegistry,
-    check_record_key,
-    decode,
-    decode_as,
-    decode_record,
-    encode,
-    envelope_headers,
-    record_key,
-    registered_event_types,
-    spec_for,
-)
+from contracts.registry import EventRegistry, envelope_headers
 from contracts.schemas import (
     breaking_changes,
     envelope_json_schema,
@@ -73,7 +62,6 @@ from contracts.work import (
 )
 
 __all__ = [
-    "DEFAULT_REGISTRY",
     "FAILURE_CLUSTER_DETECTED",
     "FAILURE_CLUSTER_SCHEMA_VERSION",
     "FAILURE_CLUSTER_SPEC",
@@ -111,24 +99,16 @@ __all__ = [
     "WorkItemStatus",
     "breaking_changes",
     "canonical_json",
-    "check_record_key",
-    "decode",
-    "decode_as",
-    "decode_record",
-    "encode",
     "envelope_headers",
     "envelope_json_schema",
     "failure_cluster_detected_event",
     "format_utc",
     "ledger_entry_appended_event",
     "parse_utc",
-    "record_key",
-    "registered_event_types",
     "render_event_schemas",
     "schema_violations",
     "snapshot_hash",
     "snapshot_hash_of_json",
-    "spec_for",
     "thread_opened_event",
     "work_item_enqueued_event",
     "work_item_state_changed_event",

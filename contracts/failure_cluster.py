@@ -26,7 +26,7 @@ hyphenated).
 The Kafka record key is the cluster_id, so one cluster's snapshots stay in order on one partition.
 
 Producers build envelopes only through :func:`failure_cluster_detected_event`, which computes
-both; :func:`contracts.decode` verifies both (``hash_mismatch``, ``key_mismatch``).
+both; decoding (``EventRegistry.decode``) verifies both (``hash_mismatch``, ``key_mismatch``).
 """
 
 from __future__ import annotations

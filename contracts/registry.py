@@ -40,10 +40,8 @@ from pydantic_core import PydanticSerializationError
 
 from contracts.envelope import EventEnvelope
 from contracts.errors import DecodeError, DecodeReason, location, validation_errors
-from contracts.failure_cluster import FAILURE_CLUSTER_SPEC
 from contracts.spec import EventSpec
 from contracts.wire import MAX_RECORD_BYTES, find_nul, parse_json_object
-from contracts.work import WORK_SPECS
 
 P = TypeVar("P", bound=BaseModel)
 
@@ -280,61 +278,8 @@ def _echo(text: str) -> str:
     return repr(text if len(text) <= _MAX_ECHO_CHARS else text[:_MAX_ECHO_CHARS] + "...")
 
 
-DEFAULT_REGISTRY: Final = EventRegistry([FAILURE_CLUSTER_SPEC, *WORK_SPECS])
-"""Every event type of this project."""
-
-
-def decode(data: bytes) -> EventEnvelope[Any]:
-    """:meth:`EventRegistry.decode` over :data:`DEFAULT_REGISTRY`."""
-    return DEFAULT_REGISTRY.decode(data)
-
-
-def check_record_key(envelope: EventEnvelope[Any], key: bytes | None) -> None:
-    """:meth:`EventRegistry.check_record_key` over :data:`DEFAULT_REGISTRY`."""
-    DEFAULT_REGISTRY.check_record_key(envelope, key)
-
-
-def decode_record(value: bytes | None, key: bytes | None) -> EventEnvelope[Any]:
-    """:meth:`EventRegistry.decode_record` over :data:`DEFAULT_REGISTRY`."""
-    return DEFAULT_REGISTRY.decode_record(value, key)
-
-
-def decode_as(data: bytes, payload_type: type[P]) -> EventEnvelope[P]:
-    """:meth:`EventRegistry.decode_as` over :data:`DEFAULT_REGISTRY`."""
-    return DEFAULT_REGISTRY.decode_as(data, payload_type)
-
-
-def encode(envelope: EventEnvelope[Any], *, verify: bool = True) -> bytes:
-    """:meth:`EventRegistry.encode` over :data:`DEFAULT_REGISTRY`."""
-    return DEFAULT_REGISTRY.encode(envelope, verify=verify)
-
-
-def record_key(envelope: EventEnvelope[Any]) -> bytes:
-    """:meth:`EventRegistry.record_key` over :data:`DEFAULT_REGISTRY`."""
-    return DEFAULT_REGISTRY.record_key(envelope)
-
-
-def spec_for(event_type: str) -> EventSpec[Any]:
-    """The registered spec of ``event_type`` (KeyError when unknown)."""
-    return DEFAULT_REGISTRY.spec(event_type)
-
-
-def registered_event_types() -> tuple[str, ...]:
-    """Every registered event type, sorted."""
-    return DEFAULT_REGISTRY.event_types()
-
-
 __all__ = [
-    "DEFAULT_REGISTRY",
     "MAX_RECORD_BYTES",
     "EventRegistry",
-    "check_record_key",
-    "decode",
-    "decode_as",
-    "decode_record",
-    "encode",
     "envelope_headers",
-    "record_key",
-    "registered_event_types",
-    "spec_for",
 ]

@@ -1,42 +1,45 @@
-"""Plugins: what other teams' packages add to spectral through entry points.
+"""Plugins: what packages add to spectral through entry points — spectral's own features too.
 
-A package extends spectral without changing it by declaring entry points in three groups:
+A package declares one entry point in the group ``spectral.plugins``::
 
-``spectral.events``       ``name = "package.module:SPECS"``: an :class:`~contracts.EventSpec`
-                          or an iterable of them. Their event types join spectral's registry
-                          for every command: the consumer engine decodes them, the outbox
-                          encodes them, ``topics plan|apply`` declares their topics,
-                          ``contracts check`` and ``dlq show`` read them, ``contracts export
-                          --plugin NAME`` writes their JSON Schemas and AsyncAPI document.
-``spectral.deployments``  ``name = "package.module:build"``: a consumer deployment's factory
-                          (spectral/consumer/deployments.py); ``consume``, ``replay``,
-                          ``offsets reset`` and ``rebuild`` run it by name.
-``spectral.migrations``   ``name = "package.migrations"``: a package (or a
-                          :class:`~importlib.resources.abc.Traversable`) holding
-                          ``NNNN_name.sql`` files: the plugin's own migration track, applied by
-                          ``spectral db migrate`` after spectral's (spectral/db/migrate.py).
+    [project.entry-points."spectral.plugins"]
+    deploy-tracker = "deploy_tracker.plugin:PLUGIN"
 
-The rules that keep spectral's own definitions spectral's:
+where ``PLUGIN`` is a :class:`~spectral.declaration.Plugin`: its events, consumer deployments,
+migration track, CLI commands, HTTP routers, console pages, MCP tools, token scopes and settings,
+each by a lazy reference (spectral/declaration.py). spectral's built-in features (failure
+clusters, the triage inbox, durable work and its executor) are declared the same way, in
+spectral's own distribution. The three groups of the first plugin API keep working:
 
-* a plugin's event type is a lowercase dotted name of at least two parts, at most
-  :data:`MAX_EVENT_TYPE_CHARS` characters (a topic name under any sensible prefix); it never
-  ends in ``.dlq`` (that is a dead-letter topic), never lies in a namespace of spectral's own
-  event types (``platform.``, ``work.``: spectral may add types there) and is registered once
-  across spectral and every plugin;
+``spectral.events``       ``name = "package.module:SPECS"``: an ``EventSpec`` or an iterable;
+``spectral.deployments``  ``name = "package.module:build"``: a deployment's factory;
+``spectral.migrations``   ``name = "package.migrations"``: a package of ``NNNN_name.sql`` files.
+
+The rules that keep definitions apart:
+
+* an event type is a lowercase dotted name of at least two parts, at most
+  :data:`MAX_EVENT_TYPE_CHARS` characters; it never ends in ``.dlq`` (a dead-letter topic), is
+  registered once, and never lies in a namespace of spectral's own event types (the namespaces
+  the plugins of spectral's own distribution register: ``platform.``, ``work.``);
 * a plugin name (the entry point's name) is lowercase, at most 63 characters, and never
-  ``spectral``; a migration track never points at spectral's own migrations;
+  ``spectral``; a migration track never points at spectral's own migrations; a command, a
+  deployment or a scope is declared once across spectral and every plugin;
 * whatever fails to load is a :class:`~spectral.errors.ConfigurationError` naming the plugin and
   its entry point: an installation with a broken plugin refuses to run rather than dead-letter
   that plugin's records as unknown.
 
-Discovery reads package metadata once per process (``installed_*``, cached); the pure functions
-below take the entry points as arguments, so tests give their own.
+Discovery reads package metadata once per process (``installed_*``, cached) and imports only the
+declarations, which import nothing heavy; the pure functions below take the entry points as
+arguments, so tests give their own.
 """
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
 import re
-from collections.abc import Iterable, Sequence
+import sys
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources as importlib_resources
@@ -44,18 +47,22 @@ from importlib.metadata import EntryPoint, entry_points
 from importlib.resources.abc import Traversable
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
-from contracts import DEFAULT_REGISTRY, EventRegistry, EventSpec
 from spectral import resources
+from spectral.declaration import Plugin, Scope
 from spectral.errors import ConfigurationError
 
+if TYPE_CHECKING:
+    from contracts import EventRegistry, EventSpec
+
+PLUGINS_GROUP: Final = "spectral.plugins"
 EVENTS_GROUP: Final = "spectral.events"
 DEPLOYMENTS_GROUP: Final = "spectral.deployments"
 MIGRATIONS_GROUP: Final = "spectral.migrations"
 
 SPECTRAL: Final = "spectral"
-"""The name of spectral's own track and events; no plugin may take it."""
+"""The name of spectral's distribution, its own track and events; no plugin may take it."""
 MAX_EVENT_TYPE_CHARS: Final = 200
 """Kafka allows 249 characters a topic name: room for a prefix and the ``.dlq`` suffix."""
 
@@ -64,25 +71,13 @@ _EVENT_TYPE: Final = re.compile(r"[a-z0-9][a-z0-9_-]*(?:\.[a-z0-9][a-z0-9_-]*)+"
 _DLQ_SUFFIX: Final = ".dlq"
 
 
-@dataclass(frozen=True)
-class EventSource:
-    """The event specs one plugin registers."""
-
-    plugin: str
-    specs: tuple[EventSpec[Any], ...]
-
-
-@dataclass(frozen=True)
-class MigrationTrack:
-    """One plugin's migrations: a folder of ``NNNN_name.sql`` files, numbered on their own."""
-
-    plugin: str
-    directory: Traversable
-
-
 def _where(entry: EntryPoint) -> str:
     dist = entry.dist.name if entry.dist is not None else "an unnamed package"
     return f"{entry.group}: {entry.name} = {entry.value} in {dist}"
+
+
+def _is_own(entry: EntryPoint) -> bool:
+    return entry.dist is not None and entry.dist.name == SPECTRAL
 
 
 def _check_plugin_name(entry: EntryPoint) -> str:
@@ -117,30 +112,167 @@ def _unique(entries: Iterable[EntryPoint]) -> list[EntryPoint]:
     return [by_name[name] for name in sorted(by_name)]
 
 
+# -- the plugin declarations -----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class InstalledPlugin:
+    """One plugin's declaration, where it comes from, and how its references resolve."""
+
+    name: str
+    declaration: Plugin
+    package: str
+    """The package that declares the plugin: ``.``-references are relative to it."""
+    own: bool = False
+    """Declared by spectral's own distribution (its built-in features)."""
+    where: str = ""
+
+    def module_name(self, module: str) -> str:
+        """``module`` made absolute (``.api`` -> ``pkg.api``, ``.`` -> ``pkg``)."""
+        return importlib.util.resolve_name(module, self.package) if module[:1] == "." else module
+
+    def absolute(self, reference: str) -> str:
+        """``reference`` with its module made absolute (``.api:router`` -> ``pkg.api:router``)."""
+        module, sep, attribute = reference.partition(":")
+        return f"{self.module_name(module)}{sep}{attribute}"
+
+    def load(self, reference: str, what: str) -> Any:
+        """Import what ``reference`` names (a module when it has no ``:attribute``)."""
+        module_name, _, attribute = self.absolute(reference).partition(":")
+        try:
+            found: Any = importlib.import_module(module_name)
+            for part in filter(None, attribute.split(".")):
+                found = getattr(found, part)
+        except Exception as exc:
+            raise ConfigurationError(
+                f"plugin {self.name!r} ({self.where}): its {what} {reference!r} cannot be "
+                f"loaded: {type(exc).__name__}: {exc}"
+            ) from exc
+        return found
+
+
+def plugins_of(entries: Iterable[EntryPoint]) -> tuple[InstalledPlugin, ...]:
+    """The :class:`~spectral.declaration.Plugin` of each ``spectral.plugins`` entry point."""
+    out = []
+    for entry in _unique(entries):
+        name = _check_plugin_name(entry)
+        declaration = _load(entry)
+        if not isinstance(declaration, Plugin):
+            raise ConfigurationError(
+                f"plugin {name!r} ({_where(entry)}) gives {type(declaration).__name__}, not a "
+                "spectral.extend.Plugin"
+            )
+        module = sys.modules[entry.module]
+        package = module.__package__ or entry.module.rpartition(".")[0]
+        out.append(InstalledPlugin(name, declaration, package, _is_own(entry), _where(entry)))
+    return tuple(out)
+
+
+@cache
+def installed_entries(group: str) -> tuple[EntryPoint, ...]:
+    """The installed packages' entry points of ``group`` (read once per process)."""
+    return tuple(entry_points(group=group))
+
+
+@cache
+def installed_plugins() -> tuple[InstalledPlugin, ...]:
+    """Every installed plugin's declaration, by name (spectral's built-ins among them)."""
+    return plugins_of(installed_entries(PLUGINS_GROUP))
+
+
+def _once(kind: str, named: Iterable[tuple[str, str]]) -> None:
+    """Refuse a ``kind`` name declared by two plugins (``named``: (name, plugin) pairs)."""
+    owner: dict[str, str] = {}
+    for name, plugin in named:
+        if name in owner:
+            raise ConfigurationError(
+                f"the {kind} {name!r} is declared twice: by {owner[name]!r} and by {plugin!r}"
+            )
+        owner[name] = plugin
+
+
+def scopes_of(plugins: Iterable[InstalledPlugin]) -> tuple[Scope, ...]:
+    """The scopes the plugins declare (each once)."""
+    declared = [(scope, plugin.name) for plugin in plugins for scope in plugin.declaration.scopes]
+    _once("scope", ((scope.name, plugin) for scope, plugin in declared))
+    return tuple(scope for scope, _ in declared)
+
+
+def retention_factories() -> tuple[Any, ...]:
+    """Every installed plugin's retention task factories (``tasks(settings)``)."""
+    return tuple(
+        plugin.load(reference, "retention tasks")
+        for plugin in installed_plugins()
+        for reference in plugin.declaration.retention
+    )
+
+
+def settings_classes() -> tuple[type[Any], ...]:
+    """The settings class of every installed plugin that declares one."""
+    return tuple(
+        plugin.load(plugin.declaration.settings, "settings class")
+        for plugin in installed_plugins()
+        if plugin.declaration.settings is not None
+    )
+
+
+# -- events ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class EventSource:
+    """The event specs one plugin registers."""
+
+    plugin: str
+    specs: tuple[EventSpec[Any], ...]
+    own: bool = False
+    """Registered by spectral's own distribution: its namespaces are reserved."""
+
+
+def _specs(plugin: str, where: str, loaded: object) -> list[EventSpec[Any]]:
+    from contracts import EventSpec  # noqa: PLC0415 - pydantic only once events are asked for
+
+    found: Sequence[object]
+    if isinstance(loaded, EventSpec):
+        found = [loaded]
+    elif isinstance(loaded, Iterable) and not isinstance(loaded, str | bytes):
+        found = list(loaded)
+    else:
+        found = [loaded]
+    specs: list[EventSpec[Any]] = []
+    for item in found:
+        if not isinstance(item, EventSpec):
+            raise ConfigurationError(
+                f"plugin {plugin!r} ({where}) gives {type(item).__name__}, not an EventSpec "
+                "(or an iterable of them)"
+            )
+        specs.append(item)
+    return specs
+
+
 def event_sources(entries: Iterable[EntryPoint]) -> tuple[EventSource, ...]:
     """The specs of each ``spectral.events`` entry point, loaded and checked for shape."""
     out: list[EventSource] = []
     for entry in _unique(entries):
         plugin = _check_plugin_name(entry)
-        loaded = _load(entry)
-        found: Sequence[object]
-        if isinstance(loaded, EventSpec):
-            found = [loaded]
-        elif isinstance(loaded, Iterable) and not isinstance(loaded, str | bytes):
-            found = list(loaded)
-        else:
-            found = [loaded]
-        specs: list[EventSpec[Any]] = []
-        for item in found:
-            if not isinstance(item, EventSpec):
-                raise ConfigurationError(
-                    f"plugin {plugin!r} ({_where(entry)}) gives {type(item).__name__}, not an "
-                    "EventSpec (or an iterable of them)"
-                )
-            specs.append(item)
+        specs = _specs(plugin, _where(entry), _load(entry))
         if not specs:
             raise ConfigurationError(f"plugin {plugin!r} ({_where(entry)}) registers no event")
-        out.append(EventSource(plugin, tuple(specs)))
+        out.append(EventSource(plugin, tuple(specs), _is_own(entry)))
+    return tuple(out)
+
+
+def plugin_event_sources(plugins: Iterable[InstalledPlugin]) -> tuple[EventSource, ...]:
+    """The specs the plugins' declarations name."""
+    out = []
+    for plugin in plugins:
+        specs = [
+            spec
+            for reference in plugin.declaration.events
+            for spec in _specs(plugin.name, plugin.where, plugin.load(reference, "events"))
+        ]
+        if specs:
+            out.append(EventSource(plugin.name, tuple(specs), plugin.own))
     return tuple(out)
 
 
@@ -164,14 +296,22 @@ def _check_event_type(plugin: str, spec: EventSpec[Any], reserved: set[str]) -> 
 
 
 def registry_of(sources: Iterable[EventSource]) -> EventRegistry:
-    """spectral's event types plus those of ``sources``; a type registered twice is refused,
-    naming both owners (a plugin never replaces spectral's types or another plugin's)."""
-    specs = list(DEFAULT_REGISTRY.specs())
-    owner = dict.fromkeys((spec.event_type for spec in specs), SPECTRAL)
-    reserved = {event_type.split(".", 1)[0] for event_type in owner}
+    """The event types of ``sources``: a type registered twice is refused, naming both owners,
+    and no plugin outside spectral's own distribution registers in spectral's namespaces."""
+    from contracts import EventRegistry  # noqa: PLC0415 - pydantic only once events are asked for
+
+    sources = sorted(sources, key=lambda source: not source.own)  # spectral's own first
+    reserved = {
+        spec.event_type.split(".", 1)[0]
+        for source in sources
+        if source.own
+        for spec in source.specs
+    }
+    owner: dict[str, str] = {}
+    specs: list[EventSpec[Any]] = []
     for source in sources:
         for spec in source.specs:
-            _check_event_type(source.plugin, spec, reserved)
+            _check_event_type(source.plugin, spec, set() if source.own else reserved)
             if spec.event_type in owner:
                 raise ConfigurationError(
                     f"plugin {source.plugin!r} registers {spec.event_type!r}, which "
@@ -182,31 +322,108 @@ def registry_of(sources: Iterable[EventSource]) -> EventRegistry:
     return EventRegistry(specs)
 
 
-def migration_tracks(entries: Iterable[EntryPoint]) -> tuple[MigrationTrack, ...]:
-    """The folder of each ``spectral.migrations`` entry point, by plugin name."""
+@cache
+def installed_event_sources() -> tuple[EventSource, ...]:
+    """The event specs of every installed plugin, declared or in ``spectral.events``."""
+    return (
+        *plugin_event_sources(installed_plugins()),
+        *event_sources(installed_entries(EVENTS_GROUP)),
+    )
+
+
+@cache
+def installed_registry() -> EventRegistry:
+    """The event types of spectral's built-ins and of every installed plugin: what the engine
+    decodes, the outbox encodes and ``topics`` declares."""
+    return registry_of(installed_event_sources())
+
+
+# -- deployments -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class DeploymentTarget:
+    """A consumer deployment: its name, where it is declared, and how to import its factory."""
+
+    name: str
+    plugin: str
+    target: str
+    load: Callable[[], Any]
+    own: bool = False
+
+
+def deployment_targets(
+    plugins: Iterable[InstalledPlugin], entries: Iterable[EntryPoint] = ()
+) -> tuple[DeploymentTarget, ...]:
+    """The deployments the plugins declare, and those of ``spectral.deployments`` entry points."""
+
+    def declared() -> Iterator[DeploymentTarget]:
+        for plugin in plugins:
+            for deployment in plugin.declaration.deployments:
+
+                def load(
+                    plugin: InstalledPlugin = plugin, reference: str = deployment.factory
+                ) -> Any:
+                    return plugin.load(reference, "deployment factory")
+
+                target = plugin.absolute(deployment.factory)
+                yield DeploymentTarget(deployment.name, plugin.name, target, load, plugin.own)
+        for entry in entries:
+            yield DeploymentTarget(entry.name, entry.name, entry.value, entry.load, _is_own(entry))
+
+    return tuple(declared())
+
+
+@cache
+def installed_deployment_targets() -> tuple[DeploymentTarget, ...]:
+    return deployment_targets(installed_plugins(), installed_entries(DEPLOYMENTS_GROUP))
+
+
+# -- migrations ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class MigrationTrack:
+    """One plugin's migrations: a folder of ``NNNN_name.sql`` files, numbered on their own."""
+
+    plugin: str
+    directory: Traversable
+
+
+def _track(plugin: str, where: str, loaded: object) -> MigrationTrack:
     own = resources.migrations()
-    out: list[MigrationTrack] = []
-    for entry in _unique(entries):
-        plugin = _check_plugin_name(entry)
-        loaded = _load(entry)
-        directory: Traversable
-        if isinstance(loaded, ModuleType):
-            directory = importlib_resources.files(loaded)
-        elif isinstance(loaded, Traversable):
-            directory = loaded
-        else:
-            raise ConfigurationError(
-                f"plugin {plugin!r} ({_where(entry)}) gives {type(loaded).__name__}: a "
-                "migration track is a package (or a Traversable) holding NNNN_name.sql files"
-            )
-        if _same_place(directory, own) or (
-            isinstance(loaded, ModuleType) and loaded.__name__.startswith(resources.SCHEMAS_PACKAGE)
-        ):
-            raise ConfigurationError(
-                f"plugin {plugin!r} ({_where(entry)}) points at spectral's own migrations"
-            )
-        out.append(MigrationTrack(plugin, directory))
-    return tuple(out)
+    directory: Traversable
+    if isinstance(loaded, ModuleType):
+        directory = importlib_resources.files(loaded)
+    elif isinstance(loaded, Traversable):
+        directory = loaded
+    else:
+        raise ConfigurationError(
+            f"plugin {plugin!r} ({where}) gives {type(loaded).__name__}: a migration track is "
+            "a package (or a Traversable) holding NNNN_name.sql files"
+        )
+    if _same_place(directory, own) or (
+        isinstance(loaded, ModuleType) and loaded.__name__.startswith(resources.SCHEMAS_PACKAGE)
+    ):
+        raise ConfigurationError(f"plugin {plugin!r} ({where}) points at spectral's own migrations")
+    return MigrationTrack(plugin, directory)
+
+
+def migration_tracks(
+    entries: Iterable[EntryPoint], plugins: Iterable[InstalledPlugin] = ()
+) -> tuple[MigrationTrack, ...]:
+    """The folder of each ``spectral.migrations`` entry point and of each plugin that declares
+    one, by plugin name."""
+    out = [
+        _track(_check_plugin_name(entry), _where(entry), _load(entry)) for entry in _unique(entries)
+    ]
+    out += [
+        _track(plugin.name, plugin.where, plugin.load(plugin.declaration.migrations, "migrations"))
+        for plugin in plugins
+        if plugin.declaration.migrations is not None
+    ]
+    _once("migration track", ((track.plugin, track.plugin) for track in out))
+    return tuple(sorted(out, key=lambda track: track.plugin))
 
 
 def _same_place(one: Traversable, other: Traversable) -> bool:
@@ -216,40 +433,32 @@ def _same_place(one: Traversable, other: Traversable) -> bool:
 
 
 @cache
-def installed_entries(group: str) -> tuple[EntryPoint, ...]:
-    """The installed packages' entry points of ``group`` (read once per process)."""
-    return tuple(entry_points(group=group))
-
-
-@cache
-def installed_event_sources() -> tuple[EventSource, ...]:
-    return event_sources(installed_entries(EVENTS_GROUP))
-
-
-@cache
-def installed_registry() -> EventRegistry:
-    """spectral's event types and those of every installed plugin: what the engine decodes,
-    the outbox encodes and ``topics`` declares."""
-    return registry_of(installed_event_sources())
-
-
-@cache
 def installed_migration_tracks() -> tuple[MigrationTrack, ...]:
-    return migration_tracks(installed_entries(MIGRATIONS_GROUP))
+    return migration_tracks(installed_entries(MIGRATIONS_GROUP), installed_plugins())
 
 
 __all__ = [
     "DEPLOYMENTS_GROUP",
     "EVENTS_GROUP",
     "MIGRATIONS_GROUP",
+    "PLUGINS_GROUP",
     "SPECTRAL",
+    "DeploymentTarget",
     "EventSource",
+    "InstalledPlugin",
     "MigrationTrack",
+    "deployment_targets",
     "event_sources",
+    "installed_deployment_targets",
     "installed_entries",
     "installed_event_sources",
     "installed_migration_tracks",
+    "installed_plugins",
     "installed_registry",
     "migration_tracks",
+    "plugin_event_sources",
+    "plugins_of",
     "registry_of",
+    "scopes_of",
+    "settings_classes",
 ]

@@ -1,7 +1,15 @@
-"""Settings: one object built from ``SPECTRAL_*`` environment variables.
+"""Settings: one object built from ``SPECTRAL_*`` environment variables, extended by sections.
 
-Secrets (the database URL carries a password, the SASL password) are ``SecretStr`` so they never
-appear in a repr, a log line or a traceback. ``describe()`` gives a printable view with them masked.
+:class:`Settings` holds what the framework reads. A plugin (spectral's built-in features too)
+keeps its own variables in a section, a :class:`PluginSettings` subclass with the same
+``SPECTRAL_`` prefix, read with ``Section.of(settings)``: from the environment, with the
+overrides ``load_settings(**overrides)`` was given, validated when first read (and by every
+command at start, spectral/cli/_common.py). Nothing reads a ``SPECTRAL_*`` variable outside a
+settings class.
+
+Secrets (the database URL carries a password, the SASL password, an API token) are
+``SecretStr`` so they never appear in a repr, a log line or a traceback. ``describe()`` gives a
+printable view with them masked.
 """
 
 from __future__ import annotations
@@ -9,10 +17,10 @@ from __future__ import annotations
 import os
 from enum import StrEnum
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Self, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
-from pydantic import Field, SecretStr, field_validator
+from pydantic import Field, PrivateAttr, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -27,9 +35,6 @@ class SaslMechanism(StrEnum):
     PLAIN = "PLAIN"
     SCRAM_SHA_256 = "SCRAM-SHA-256"
     SCRAM_SHA_512 = "SCRAM-SHA-512"
-
-
-SynthesizerKind = Literal["stub", "openai"]
 
 
 def _default_cache_dir() -> Path:
@@ -75,6 +80,11 @@ class Settings(BaseSettings):
         default=None,
         description="Login used by `spectral triage` (operator role); unset = database_url "
         "with the spectral_operator role assumed.",
+    )
+    api_token: SecretStr | None = Field(
+        default=None,
+        description="The API token `spectral mcp` acts with over stdio (checked at start and on "
+        "every call); unused elsewhere.",
     )
     topic_prefix: str = Field(default="", description="Prepended to every topic name.")
     state_dir: Path = Field(default=Path(".spectral"), description="Local stack state.")
@@ -149,87 +159,6 @@ class Settings(BaseSettings):
         "offset grew is stalled (metric and log line).",
     )
 
-    # -- durable LLM work (issue 6: ADR-035, ADR-0008, ADR-0023) --------------------------------
-    synthesizer: SynthesizerKind = Field(
-        default="stub",
-        description="stub = the deterministic StubSynthesizer; openai = llm_base_url "
-        "(any OpenAI-compatible chat-completions endpoint).",
-    )
-    llm_base_url: str | None = Field(
-        default=None, description="e.g. https://gateway.example/v1 (POST {url}/chat/completions)."
-    )
-    llm_api_key: SecretStr | None = Field(default=None, description="Bearer token of the gateway.")
-    llm_timeout_seconds: float = Field(default=60.0, gt=0, description="One model call, at most.")
-    llm_routes: dict[str, str] = Field(
-        default_factory=dict,
-        description='function key -> model, JSON: {"story_generate": "m", "org-1/story_generate": '
-        '"m2", "*": "default-model"}. No model names in business code.',
-    )
-    llm_routes_file: Path | None = Field(
-        default=None,
-        description="A JSON file of routes (same form as llm_routes, which wins), or "
-        '{"routes": {...}, "limits": {...}} with the provider limits beside them.',
-    )
-    llm_limits: dict[str, dict[str, Any]] = Field(
-        default_factory=dict,
-        description='model (or "*") -> {concurrency, rpm, tpm, max_tokens, prompt_price, '
-        "completion_price, burst_seconds}, JSON (spectral/llm/limits.py); overrides the routes "
-        "file's limits model by model.",
-    )
-    work_max_attempts: int = Field(
-        default=3, ge=1, description="Paid calls per work item, at most."
-    )
-    work_retry_base_seconds: float = Field(
-        default=1.0, gt=0, description="Backoff before retry n: min(base * 2^(n-1), base * 10)."
-    )
-    work_lease_timeout_seconds: float = Field(
-        default=300.0,
-        gt=0,
-        description="A lease older than this is stale and re-claimed; must exceed llm_timeout.",
-    )
-    work_pool_size: int = Field(
-        default=32,
-        ge=1,
-        description="Items in flight per executor (their paid calls run concurrently); items "
-        "claimed together run in batches of at most half this many, sharing statements.",
-    )
-    work_sweep_interval_seconds: float = Field(
-        default=15.0,
-        gt=0,
-        description="How often the executor replays the response journals of stopped "
-        "executors, recovers stale leases and settles parent threads left open.",
-    )
-    work_tenant_max_in_flight: int = Field(
-        default=0,
-        ge=0,
-        description="Items of one tenant (org, else project) leased at once across all "
-        "executors, at most; 0 = no cap (fair round-robin claims still apply).",
-    )
-    work_priority_step_seconds: float = Field(
-        default=60.0,
-        ge=0,
-        description="Ageing of priorities: normal items rank 1 step, low ones 3 steps after "
-        "high ones enqueued at the same time (spectral/work/priority.py).",
-    )
-    work_claim_poll_seconds: float = Field(
-        default=1.0,
-        gt=0,
-        description="How often an idle executor looks for claimable work no event announced "
-        "(a resumed budget, a route's capacity back, a retry come due).",
-    )
-    work_metric_orgs: list[str] = Field(
-        default_factory=list,
-        description="Orgs named in the spend metrics' org label; others are counted in one of "
-        "16 hash buckets (bounded label sets).",
-    )
-    work_journal_dir: Path | None = Field(
-        default=None,
-        description="Local directory of the executor's response journal (paid answers kept, "
-        "fsync'd, until the ledger has them); unset = "
-        "<state_dir>/work-journal/<host>_<port>_<database>. Must be a local filesystem that "
-        "outlives the process (a persistent volume).",
-    )
-
     # -- bounded state (issue 14: `spectral maintenance`) ---------------------------------------
     outbox_retention_seconds: float = Field(
         default=86_400.0,
@@ -261,13 +190,6 @@ class Settings(BaseSettings):
         description="API tokens revoked or expired longer ago than this are deleted (the audit "
         "trail keeps the names they acted under).",
     )
-    cluster_failure_retention_seconds: float = Field(
-        default=30 * 86_400.0,
-        ge=0,
-        description="Ingested failures (clusters.failures) recorded longer ago are pruned once "
-        "no snapshot needs them one by one (what it needs is rolled up first); ingest is "
-        "idempotent by failure_id within this window. 0 keeps them for ever.",
-    )
     maintenance_lock_timeout_seconds: float = Field(
         default=2.0,
         gt=0,
@@ -289,9 +211,45 @@ class Settings(BaseSettings):
         for name in ("database_url", "operator_database_url"):
             secret = getattr(self, name)
             view[name] = redact_url(secret.get_secret_value()) if secret else None
-        if self.kafka_sasl_password is not None:
-            view["kafka_sasl_password"] = "********"  # noqa: S105 - a mask, not a password
+        for name in ("kafka_sasl_password", "api_token"):
+            if getattr(self, name) is not None:
+                view[name] = "********"
         return view
+
+    def replace(self, **overrides: Any) -> Settings:
+        """These settings with ``overrides`` (framework fields and sections' alike)."""
+        framework = {k: v for k, v in overrides.items() if k in type(self).model_fields}
+        copy = self.model_copy(update=framework)
+        copy._overrides = {**self._overrides, **overrides}  # noqa: SLF001 - its own class
+        copy._sections = {}  # noqa: SLF001
+        return copy
+
+    _overrides: dict[str, Any] = PrivateAttr(default_factory=dict)
+    _sections: dict[type[Any], Any] = PrivateAttr(default_factory=dict)
+
+    def section(self, kind: type[S]) -> S:
+        """The settings section ``kind``: its variables from the environment, with the overrides
+        these settings were loaded with (cached; ValueError when a value is invalid)."""
+        found = self._sections.get(kind)
+        if found is None:
+            found = kind(**{k: v for k, v in self._overrides.items() if k in kind.model_fields})
+            self._sections[kind] = found
+        return found
+
+
+class PluginSettings(BaseSettings):
+    """A settings section: a plugin's own ``SPECTRAL_*`` variables (declare it in the plugin's
+    ``settings``; read it with ``MySettings.of(settings)``)."""
+
+    model_config = SettingsConfigDict(env_prefix="SPECTRAL_", frozen=True, extra="ignore")
+
+    @classmethod
+    def of(cls, settings: Settings) -> Self:
+        """This section of ``settings`` (the environment plus its overrides)."""
+        return settings.section(cls)
+
+
+S = TypeVar("S", bound=PluginSettings)
 
 
 def redact_url(url: str) -> str:
@@ -305,5 +263,8 @@ def redact_url(url: str) -> str:
 
 
 def load_settings(**overrides: Any) -> Settings:
-    """Build the settings from the environment, with explicit overrides winning."""
-    return Settings(**overrides)
+    """Build the settings from the environment, with explicit overrides winning; an override
+    that is not the framework's is kept for the section that reads it."""
+    current = Settings(**{k: v for k, v in overrides.items() if k in Settings.model_fields})
+    current._overrides = dict(overrides)  # noqa: SLF001 - its own class's state
+    return current

@@ -41,19 +41,19 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from contracts import EventEnvelope
-from producers.relay import OutboxRelay, RelayMetrics, RelayOptions
 from spectral import devstack
 from spectral.cli.deployments import factory
-from spectral.consumer.engine import ConsumerEngine, EngineOptions, RunSummary
-from spectral.consumer.handler import Handler
-from spectral.consumer.rebuild import rebuild
-from spectral.consumer.replay import ReplayReport
 from spectral.db.migrate import migrate
 from spectral.devstack import Endpoints
 from spectral.dlq.records import DeadLetterRecord, scan_dead_letters
+from spectral.engine.engine import ConsumerEngine, EngineOptions, RunSummary
+from spectral.engine.handler import Handler
 from spectral.kafka.topics import dlq_topic, topic_for
-from spectral.outbox import OutboxItem, enqueue
+from spectral.outbox.relay import OutboxRelay, RelayMetrics, RelayOptions
+from spectral.outbox.writer import OutboxItem, enqueue
 from spectral.plugins import installed_registry
+from spectral.replay.rebuild import rebuild
+from spectral.replay.replay import ReplayReport
 from spectral.settings import Settings, load_settings
 
 __all__ = ["DeadLetterRecord", "Harness"]

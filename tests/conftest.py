@@ -151,7 +151,7 @@ def spectral_env(settings: Settings) -> dict[str, str]:
 # fixture), the Go producer's build directory and the compose logins (roles are server-wide).
 _GROUPS = {
     "tests/cluster/": "kafka-cluster",
-    "tests/integration/test_local_kafka.py": "local-kafka",
+    "tests/integration/devstack/test_local_kafka.py": "local-kafka",
     "tests/integration/test_compose_logins.py": "compose-logins",  # server-wide login names
 }
 

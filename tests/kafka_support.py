@@ -12,8 +12,9 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
-from contracts import EventEnvelope, FailureRef, encode, failure_cluster_detected_event
+from contracts import EventEnvelope, FailureRef, failure_cluster_detected_event
 from spectral.kafka.partitions import stop_consumer
+from tests.events import encode
 
 
 async def partitions_of(bootstrap: str, topic: str) -> list[int]:

@@ -1,23 +1,3 @@
-"""The ``rule-candidates`` deployment: failure-cluster snapshots into the triage inbox (ADR-057).
-
-``spectral consume rule-candidates`` finds :func:`build` through spectral/cli/deployments.py.
-"""
-
-from __future__ import annotations
-
-from prometheus_client import CollectorRegistry
-
-from consumers.rule_candidates.handler import RuleCandidatesHandler
-from consumers.rule_candidates.metrics import RuleCandidateMetrics
-from spectral.settings import Settings
-
-__all__ = ["RuleCandidatesHandler", "build"]
-
-
-def build(
-    settings: Settings,  # noqa: ARG001 - the factory signature every deployment shares
-    database_url: str,  # noqa: ARG001 - the engine owns the pool (role = handler.database_role)
-    registry: CollectorRegistry,
-) -> RuleCandidatesHandler:
-    """The handler the engine runs for ``spectral consume rule-candidates``."""
-    return RuleCandidatesHandler(RuleCandidateMetrics(registry))
+"""The triage inbox (ADR-057): the ``rule-candidates`` deployment projects failure-cluster
+snapshots into it; operators triage it through the CLI, the HTTP API, the console and MCP.
+The feature plugs into spectral through plugin.py."""

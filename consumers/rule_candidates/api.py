@@ -20,6 +20,7 @@ from uuid import UUID
 from fastapi import APIRouter, Depends, Header, Query, Response
 from pydantic import BaseModel, ConfigDict, Field
 
+from consumers.rule_candidates.plugin import TRIAGE_READ, TRIAGE_WRITE
 from consumers.rule_candidates.transitions import Status, TransitionError
 from consumers.rule_candidates.triage import (
     AuditEntry,
@@ -38,7 +39,6 @@ from spectral.api.auth import requires
 from spectral.api.cursor import bigint, decimal_text, decode_keyset, encode_cursor, uuid_text
 from spectral.api.problems import COMMON, ProblemError, responses
 from spectral.api.resources import Resources
-from spectral.auth.scopes import Scope
 from spectral.auth.tokens import Principal
 
 NOTES_MAX_CHARS: Final = 10_000
@@ -262,8 +262,8 @@ async def apply_triage(
 
 def router(resources: Resources) -> APIRouter:
     api = APIRouter(tags=["triage"])
-    reader = Depends(requires(resources, Scope.TRIAGE_READ))
-    writer = Depends(requires(resources, Scope.TRIAGE_WRITE))
+    reader = Depends(requires(resources, TRIAGE_READ))
+    writer = Depends(requires(resources, TRIAGE_WRITE))
 
     @api.get(
         "/clusters",

@@ -15,6 +15,7 @@ from fastapi import APIRouter, Depends, Form, Query, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
 from consumers.rule_candidates.api import NOTES_MAX_CHARS, decode_page_cursor, not_found
+from consumers.rule_candidates.plugin import TRIAGE_READ, TRIAGE_WRITE
 from consumers.rule_candidates.transitions import Status, TransitionError, allowed_from
 from consumers.rule_candidates.triage import (
     ClusterNotFoundError,
@@ -29,7 +30,6 @@ from spectral.api.auth import check_csrf, console_requires
 from spectral.api.cursor import encode_cursor
 from spectral.api.problems import ProblemError
 from spectral.api.resources import Resources
-from spectral.auth.scopes import Scope
 from spectral.auth.tokens import Principal
 from spectral.console.site import PREFIX, Console
 
@@ -43,8 +43,8 @@ def _blank_none(value: str | None) -> str | None:
 
 def router(console: Console, resources: Resources) -> APIRouter:  # noqa: C901
     pages = APIRouter(prefix=PREFIX, include_in_schema=False)
-    reader = Depends(console_requires(resources, Scope.TRIAGE_READ))
-    writer = Depends(console_requires(resources, Scope.TRIAGE_WRITE))
+    reader = Depends(console_requires(resources, TRIAGE_READ))
+    writer = Depends(console_requires(resources, TRIAGE_WRITE))
 
     @pages.get("/clusters")
     async def console_clusters(
@@ -117,7 +117,7 @@ def router(console: Console, resources: Resources) -> APIRouter:  # noqa: C901
             section="clusters",
             c=detail,
             allowed=[s.value for s in allowed_from(detail.status)],
-            can_write=principal.allows(Scope.TRIAGE_WRITE),
+            can_write=principal.allows(TRIAGE_WRITE),
             notes_max=NOTES_MAX_CHARS,
             **context,
         )

@@ -44,8 +44,8 @@ from contracts.failure_cluster import (
     FailureClusterDetectedPayload,
     Severity,
 )
-from spectral.consumer.handler import Delivery, Handler, HandlerResult, Rebuild
 from spectral.db.connect import Conn
+from spectral.engine.handler import Delivery, Handler, HandlerResult, Rebuild
 from spectral.observability.logging import get_logger
 
 log = get_logger(__name__)
@@ -71,7 +71,7 @@ _FACT: Final = {
 
 
 class RuleCandidatesHandler(Handler[None]):
-    """The ``rule-candidates`` deployment's handler (see spectral/consumer/handler.py): no
+    """The ``rule-candidates`` deployment's handler (see spectral/engine/handler.py): no
     background work and nothing carried to ``after_commit`` but its facts."""
 
     name = CONSUMER_NAME

@@ -1,6 +1,6 @@
 """``spectral rebuild rule-candidates``: the triage inbox rebuilt from the topic, operator
-columns kept — the projection's :class:`~spectral.consumer.handler.Rebuild`
-(``RuleCandidatesHandler.rebuild``; the procedure is spectral/consumer/rebuild.py).
+columns kept — the projection's :class:`~spectral.engine.handler.Rebuild`
+(``RuleCandidatesHandler.rebuild``; the procedure is spectral/replay/rebuild.py).
 
 In the rebuild's one transaction, as ``spectral_projector`` (see rebuild.sql):
 
@@ -30,8 +30,8 @@ from typing import Final
 
 import asyncpg
 
-from spectral.consumer.handler import Rebuild
 from spectral.db.queries import load_queries
+from spectral.engine.handler import Rebuild
 
 _SQL: Final = load_queries(Path(__file__).with_name("rebuild.sql"))
 

@@ -17,6 +17,7 @@ from consumers.rule_candidates.api import (
     load_detail,
     load_page,
 )
+from consumers.rule_candidates.plugin import TRIAGE_READ, TRIAGE_WRITE
 from consumers.rule_candidates.transitions import Status, TransitionError, parse_status
 from consumers.rule_candidates.triage import (
     ClusterNotFoundError,
@@ -26,7 +27,6 @@ from consumers.rule_candidates.triage import (
     TriageChange,
     VersionConflictError,
 )
-from spectral.auth.scopes import Scope
 from spectral.mcp.tools import Caller, as_json, parse_uuid, tool_errors
 
 
@@ -51,7 +51,7 @@ def register(server: MCPServer, caller: Caller) -> None:
         limit: int = 50,
         cursor: str | None = None,
     ) -> dict[str, Any]:
-        await caller.require(Scope.TRIAGE_READ)
+        await caller.require(TRIAGE_READ)
         order = Sort(sort)
         where = ListFilter(
             status=parse_status(status) if status else None,
@@ -73,7 +73,7 @@ def register(server: MCPServer, caller: Caller) -> None:
     )
     @tool_errors
     async def get_cluster_detail(cluster_id: str) -> dict[str, Any]:
-        await caller.require(Scope.TRIAGE_READ)
+        await caller.require(TRIAGE_READ)
         try:
             detail = await load_detail(resources, parse_uuid(cluster_id, "cluster_id"))
         except ClusterNotFoundError as exc:
@@ -97,7 +97,7 @@ def register(server: MCPServer, caller: Caller) -> None:
         notes: str | None = None,
         assigned_to: str | None = None,
     ) -> dict[str, Any]:
-        principal = await caller.require(Scope.TRIAGE_WRITE)
+        principal = await caller.require(TRIAGE_WRITE)
         if notes is not None and len(notes) > NOTES_MAX_CHARS:
             raise ToolError(f"notes are limited to {NOTES_MAX_CHARS} characters")
         if notes is not None and "\x00" in notes:

@@ -22,9 +22,9 @@ from consumers.work_executor.repository import (
     SpendOutcome,
 )
 from consumers.work_executor.retry import DeadLetterReason, FailureKind
+from producers.work.domain.payloads import error_payload
 from spectral.faults import is_transient
 from spectral.observability.logging import get_logger
-from spectral.work.payloads import error_payload
 
 log = get_logger(__name__)
 

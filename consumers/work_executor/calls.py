@@ -12,11 +12,11 @@ from consumers.work_executor.metrics import FailureReason
 from consumers.work_executor.prompts import render_story_prompt
 from consumers.work_executor.repository import LoadedItem, StoredDocument
 from consumers.work_executor.retry import FailureKind
+from producers.work.domain.documents import InvalidDocumentError, StoryBacklog, validate_backlog
+from producers.work.domain.payloads import response_payload, unreadable_response_payload
 from spectral.errors import PermanentError, TransientError
 from spectral.llm.router import RouteError
 from spectral.llm.seam import SynthesisRequest, SynthesisResponse
-from spectral.work.documents import InvalidDocumentError, StoryBacklog, validate_backlog
-from spectral.work.payloads import response_payload, unreadable_response_payload
 
 
 class PermanentItemError(Exception):

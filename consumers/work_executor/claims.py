@@ -41,10 +41,10 @@ from consumers.work_executor.schedule import (
     Situation,
     plan_claim,
 )
+from producers.work.domain.budgets import budgets
+from producers.work.domain.types import Conn
 from spectral.db.queries import load_queries
 from spectral.llm.limits import ProviderLimits
-from spectral.work.budgets import budgets
-from spectral.work.types import Conn
 
 _SQL = load_queries(Path(__file__).with_name("claims.sql"))
 
@@ -53,7 +53,7 @@ TENANTS_PER_ITEM: Final = 4
 blocked by a route, a budget or their cap make room for the next ones)."""
 
 SCHEDULER_LOCK: Final = 0x574B0003
-"""The advisory lock kind of claims ("WK" 3; spectral/work/locks.py has kinds 1 and 2)."""
+"""The advisory lock kind of claims ("WK" 3; producers/work/domain/locks.py has kinds 1 and 2)."""
 
 
 @dataclass(frozen=True)

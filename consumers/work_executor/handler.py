@@ -41,15 +41,17 @@ from consumers.work_executor.repository import ExecutorRepository
 from consumers.work_executor.retry import RetryPolicy
 from consumers.work_executor.schedule import Resolve
 from contracts import WORK_ITEM_ENQUEUED
-from spectral.consumer.handler import Delivery, Handler, HandlerResult
+from producers.work.domain.settings import WorkSettings
+from producers.work.domain.types import Conn
 from spectral.db.connect import create_pool
+from spectral.engine.handler import Delivery, Handler, HandlerResult
 from spectral.faults import Component
 from spectral.llm.seam import Synthesizer
+from spectral.llm.settings import LlmSettings
 from spectral.observability.logging import get_logger
 from spectral.retry import Backoff
 from spectral.service import Periodic
 from spectral.settings import Settings
-from spectral.work.types import Conn
 
 log = get_logger(__name__)
 
@@ -76,6 +78,7 @@ class WorkExecutorHandler(Handler[UUID]):
         resolve: Resolve | None = None,
     ) -> None:
         self._settings = settings
+        self._work = WorkSettings.of(settings)
         self._database_url = database_url
         self._resolve: Resolve = resolve or (lambda _function, _org: None)
         self._synthesizer = synthesizer
@@ -89,9 +92,9 @@ class WorkExecutorHandler(Handler[UUID]):
         # (one batch of the whole pool left the process idle during every round trip; with the
         # stub synthesizer 16 of 32 measured ~10 % faster than 32, 8 no better than 16).
         self._pool = WorkerPool(
-            settings.work_pool_size,
+            self._work.work_pool_size,
             self._run,
-            batch_size=max(1, settings.work_pool_size // 2),
+            batch_size=max(1, self._work.work_pool_size // 2),
             on_room=self._wake,
         )
         self._starting = asyncio.Lock()
@@ -117,7 +120,7 @@ class WorkExecutorHandler(Handler[UUID]):
         assert self._dispatcher is not None  # noqa: S101 - set by _open()
         if self._sweeper is None:
             self._dispatcher.start()
-            interval = self._settings.work_sweep_interval_seconds
+            interval = self._work.work_sweep_interval_seconds
             # Sweeps now, then every interval, until ``aclose`` asks it to stop: it stops
             # between sweeps, never between a sweep's claim and its hand-over to the pool.
             self._sweeper = Periodic(
@@ -137,7 +140,7 @@ class WorkExecutorHandler(Handler[UUID]):
                     self._database_url,
                     role=self.database_role,
                     min_size=1,
-                    max_size=min(self._settings.work_pool_size, DB_CONNECTIONS) + 2,
+                    max_size=min(self._work.work_pool_size, DB_CONNECTIONS) + 2,
                 )
                 self._repo = ExecutorRepository(self._db)
                 self._executor = WorkExecutor(
@@ -152,13 +155,13 @@ class WorkExecutorHandler(Handler[UUID]):
                     self._db,
                     resolve=self._resolve,
                     limits=self._config.limits,
-                    tenant_cap=self._settings.work_tenant_max_in_flight or None,
+                    tenant_cap=self._work.work_tenant_max_in_flight or None,
                 )
                 self._dispatcher = Dispatcher(
                     lambda want, only=None: claims.claim(want, uuid4(), self.worker_id, only=only),
                     self._pool,
                     self._metrics,
-                    poll_seconds=self._settings.work_claim_poll_seconds,
+                    poll_seconds=self._work.work_claim_poll_seconds,
                 )
             return self._executor
 
@@ -240,7 +243,9 @@ class WorkExecutorHandler(Handler[UUID]):
         timeout plus 5 s), then close. An item still running after that keeps its lease and is
         recovered by the next executor (its attempt counted as used)."""
         patience = (
-            drain_seconds if drain_seconds is not None else self._settings.llm_timeout_seconds + 5
+            drain_seconds
+            if drain_seconds is not None
+            else LlmSettings.of(self._settings).llm_timeout_seconds + 5
         )
         deadline = time.monotonic() + patience
         if self._dispatcher is not None:

@@ -45,8 +45,8 @@ from typing import Final
 from uuid import UUID
 
 from consumers.work_executor.repository import ResponseRecord
+from producers.work.domain.hashing import content_hash
 from spectral.observability.logging import get_logger
-from spectral.work.hashing import content_hash
 
 log = get_logger(__name__)
 

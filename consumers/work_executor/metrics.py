@@ -39,7 +39,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from consumers.work_executor.retry import DeadLetterReason
 from consumers.work_executor.schedule import Blocked
-from spectral.work.model import STORY_FUNCTION_KEY
+from producers.work.domain.model import STORY_FUNCTION_KEY
 
 DURATION_BUCKETS: Final = tuple(0.001 * 2**i for i in range(17))  # 1 ms .. 65.536 s
 

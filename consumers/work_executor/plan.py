@@ -19,8 +19,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from consumers.work_executor.retry import FailureKind, RetryPolicy
-from spectral.work.model import EntryType, LedgerEntry
-from spectral.work.payloads import response_content
+from producers.work.domain.model import EntryType, LedgerEntry
+from producers.work.domain.payloads import response_content
 
 RATE_LIMITED = FailureKind.RATE_LIMITED.value
 

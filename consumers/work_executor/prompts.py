@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final
 
-from spectral.work.documents import Epic
+from producers.work.domain.documents import Epic
 
 PROMPT_VERSION: Final = "story_generate/v1"
 

@@ -32,23 +32,23 @@ from uuid import UUID
 
 import asyncpg
 
-from spectral.db.queries import load_queries
-from spectral.outbox import OutboxItem, enqueue
-from spectral.work import events, ledger
-from spectral.work.cancellation import cancel_waiting
-from spectral.work.documents import InvalidDocumentError, ReplaceEpicStories, apply_in_turn
-from spectral.work.hashing import canonical_text, text_hash
-from spectral.work.identity import project_lock_scope
-from spectral.work.locks import TransactionLocks
-from spectral.work.model import EntryType, ItemStatus, LedgerEntry, ThreadStatus, WorkItem
-from spectral.work.payloads import (
+from producers.work.domain import events, ledger
+from producers.work.domain.cancellation import cancel_waiting
+from producers.work.domain.documents import InvalidDocumentError, ReplaceEpicStories, apply_in_turn
+from producers.work.domain.hashing import canonical_text, text_hash
+from producers.work.domain.identity import project_lock_scope
+from producers.work.domain.locks import TransactionLocks
+from producers.work.domain.model import EntryType, ItemStatus, LedgerEntry, ThreadStatus, WorkItem
+from producers.work.domain.payloads import (
     error_payload,
     message_text,
     mutation_report_payload,
     usage_counts,
 )
-from spectral.work.rows import entry_from_row, item_from_row
-from spectral.work.types import Conn
+from producers.work.domain.rows import entry_from_row, item_from_row
+from producers.work.domain.types import Conn
+from spectral.db.queries import load_queries
+from spectral.outbox.writer import OutboxItem, enqueue
 
 _SQL = load_queries(Path(__file__).with_name("queries.sql"))
 

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import StrEnum
 
+from producers.work.domain.settings import WorkSettings
 from spectral.retry import Backoff
 from spectral.settings import Settings
 
@@ -68,7 +69,8 @@ class RetryPolicy:
 
     @classmethod
     def from_settings(cls, settings: Settings) -> RetryPolicy:
-        return cls(settings.work_max_attempts, settings.work_retry_base_seconds)
+        work = WorkSettings.of(settings)
+        return cls(work.work_max_attempts, work.work_retry_base_seconds)
 
     def backoff(self, attempt: int) -> timedelta:
         """Wait after the failure of attempt ``attempt`` (1-based)."""

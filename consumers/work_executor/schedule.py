@@ -10,7 +10,7 @@ A claim (claims.py) reads the situation under the scheduler's lock and asks ``pl
   that has nothing in flight is served at the very next free slot — however long the other's
   queue. ``tenant_cap`` (optional) bounds one tenant's leased items across every executor.
 * **Priorities within a tenant.** Each tenant's candidates come in ``rank_at`` order (enqueue
-  time + the priority's delay: spectral/work/priority.py).
+  time + the priority's delay: producers/work/domain/priority.py).
 * **Provider limits per model route** (spectral/llm/limits.py): calls in flight, requests per
   minute and tokens per minute (GCRA token buckets holding at most ``burst_seconds`` worth), and
   a pause a gateway asked for with 429 + Retry-After. An item whose route has no capacity is not

@@ -19,8 +19,8 @@ from typing import Any, Final
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from spectral.work.documents import MAX_STORIES_PER_EPIC, Story
-from spectral.work.payloads import ParseReportPayload, parse_report_payload
+from producers.work.domain.documents import MAX_STORIES_PER_EPIC, Story
+from producers.work.domain.payloads import ParseReportPayload, parse_report_payload
 
 _FENCE: Final = "```"
 _MAX_ERRORS: Final = 5

@@ -31,15 +31,14 @@ TEST_SOURCES: Final = ("tests",)
 VARIABLE: Final = re.compile(r"SPECTRAL_[A-Z0-9_]*[A-Z0-9]")
 
 OUTSIDE_SETTINGS: Final = {
-    "SPECTRAL_API_TOKEN": "`spectral mcp` over stdio: the API token the agent acts with "
-    "(secret; checked at start and on every call).",
     "SPECTRAL_WORK_CRASH_AT": "Fault tests only: the work executor kills itself (SIGKILL) at "
     "this named step, so a test can check what its successor does. Never set it in production.",
     "SPECTRAL_RELAY_CRASH_AFTER_PUBLISH": "Fault tests only: `1` makes the outbox relay kill "
     "itself after publishing a batch and before marking it published. Never set it in "
     "production.",
 }
-"""Variables spectral reads without a settings class, and what each means."""
+"""Variables spectral reads through a fault-hook section no plugin declares (so the sections
+below do not list them), and what each means."""
 
 TEST_VARIABLES: Final = {
     "SPECTRAL_CHROMIUM": "The Chromium executable the console's browser tests drive "
@@ -55,10 +54,13 @@ TEST_VARIABLES: Final = {
 
 
 def settings_classes() -> list[type[BaseSettings]]:
-    """Every settings class spectral reads its environment through."""
-    from spectral.settings import Settings  # noqa: PLC0415 - imported when rendering
+    """Every settings class spectral reads its environment through: the framework's, the LLM
+    gateway's and each installed plugin's section (spectral's built-in features among them)."""
+    from spectral.llm.settings import LlmSettings  # noqa: PLC0415 - imported when rendering
+    from spectral.plugins import settings_classes as plugin_sections  # noqa: PLC0415
+    from spectral.settings import Settings  # noqa: PLC0415
 
-    return [Settings]
+    return [Settings, LlmSettings, *plugin_sections()]
 
 
 def _type(annotation: Any) -> str:
@@ -182,7 +184,7 @@ def render() -> str:
             )
         lines.append("")
     lines += [
-        "## Read outside the settings classes",
+        "## Fault hooks (fault tests only)",
         "",
         "| variable | meaning |",
         "| --- | --- |",

@@ -28,7 +28,7 @@ from spectral.db.connect import Conn, create_pool, guarded, translate
 from spectral.db.queries import load_queries
 from spectral.db.storable import escape_text, storable_json
 from spectral.llm.answers import usage_counts
-from spectral.outbox import OutboxItem, enqueue
+from spectral.outbox.writer import OutboxItem, enqueue
 
 _SQL = load_queries(Path(__file__).with_name("queries.sql"))
 PRODUCER_ROLE = "spectral_producer"

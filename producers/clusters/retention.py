@@ -31,9 +31,11 @@ from uuid import UUID
 import asyncpg
 
 from producers.clusters.policy import ClusterPolicy
+from producers.clusters.settings import ClusterSettings
 from spectral.db.connect import guarded
 from spectral.db.queries import load_queries
-from spectral.maintenance.retention import MOST_PER_PASS, Pruned
+from spectral.maintenance.retention import MOST_PER_PASS, Measured, Pruned, RetentionTask
+from spectral.settings import Settings
 
 _SQL: Final = load_queries(Path(__file__).with_name("retention.sql"))
 
@@ -103,3 +105,14 @@ class FailureRetention:
                 return int(done["pruned"])
 
         return await guarded("prune failures", work)
+
+
+def tasks(settings: Settings) -> list[RetentionTask]:
+    """The feature's tables for `spectral maintenance` (declared in plugin.py): the failures,
+    pruned; the rule-stub leases (paid calls), kept by design and measured."""
+    seconds = ClusterSettings.of(settings).cluster_failure_retention_seconds
+    policy = ClusterPolicy(failure_retention=timedelta(seconds=seconds) if seconds else None)
+    return [
+        FailureRetention(policy),
+        Measured("clusters.rule_stub_leases", "paid rule-stub calls: kept by design"),
+    ]

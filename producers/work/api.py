@@ -38,6 +38,12 @@ from producers.work.commands import (
     UnknownTargetError,
     WorkCommands,
 )
+from producers.work.domain.documents import InvalidDocumentError, StoryBacklog
+from producers.work.domain.history import reconstruct
+from producers.work.domain.identity import IDENTIFIER_PATTERN
+from producers.work.domain.read import WorkReader
+from producers.work.domain.settings import WorkSettings
+from producers.work.plugin import WORK_BUDGET, WORK_CANCEL, WORK_READ, WORK_SUBMIT
 from producers.work.policy import Disposition
 from producers.work.schemas import (
     BudgetChangeOut,
@@ -59,13 +65,8 @@ from spectral.api.auth import requires
 from spectral.api.cursor import decode_keyset, encode_cursor, utc_timestamp, uuid_text
 from spectral.api.problems import COMMON, ProblemError, responses
 from spectral.api.resources import Resources
-from spectral.auth.scopes import Scope
 from spectral.auth.tokens import Principal
 from spectral.errors import TransientError
-from spectral.work.documents import InvalidDocumentError, StoryBacklog
-from spectral.work.history import reconstruct
-from spectral.work.identity import IDENTIFIER_PATTERN
-from spectral.work.read import WorkReader
 
 _CURSOR_KIND: Final = "project-threads"
 IdentifierPath = Annotated[str, Path(pattern=IDENTIFIER_PATTERN, max_length=128)]
@@ -124,12 +125,13 @@ async def project_threads_page(
 
 def router(resources: Resources) -> APIRouter:  # noqa: C901 - one nested function per route
     api = APIRouter()
-    submitter = Depends(requires(resources, Scope.WORK_SUBMIT))
-    reader = Depends(requires(resources, Scope.WORK_READ))
+    submitter = Depends(requires(resources, WORK_SUBMIT))
+    reader = Depends(requires(resources, WORK_READ))
 
     def commands() -> WorkCommands:
         return WorkCommands(
-            resources.producer, priority_step_seconds=resources.settings.work_priority_step_seconds
+            resources.producer,
+            priority_step_seconds=WorkSettings.of(resources.settings).work_priority_step_seconds,
         )
 
     def work_reader() -> WorkReader:
@@ -290,9 +292,9 @@ def router(resources: Resources) -> APIRouter:  # noqa: C901 - one nested functi
 
 def _governance(api: APIRouter, resources: Resources) -> None:  # noqa: C901 - a function per route
     """Cancellation and budgets."""
-    reader = Depends(requires(resources, Scope.WORK_READ))
-    canceler = Depends(requires(resources, Scope.WORK_CANCEL))
-    budgeter = Depends(requires(resources, Scope.WORK_BUDGET))
+    reader = Depends(requires(resources, WORK_READ))
+    canceler = Depends(requires(resources, WORK_CANCEL))
+    budgeter = Depends(requires(resources, WORK_BUDGET))
 
     @api.post(
         "/threads/{thread_id}/cancel",

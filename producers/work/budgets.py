@@ -1,4 +1,4 @@
-"""Setting and removing the spend budget of an org (the command side; reads: spectral/work/
+"""Setting and removing the spend budget of an org (the command side; reads: producers/work/domain/
 budgets.py).
 
 A changed budget — raised, lowered, another period, removed — resumes the org's parked items
@@ -15,11 +15,11 @@ from pathlib import Path
 
 import asyncpg
 
+from producers.work.domain.budgets import BudgetView, Period, budgets
+from producers.work.domain.identity import check_identifier
 from producers.work.repository import CommandRepository
 from spectral.db.connect import guarded
 from spectral.db.queries import load_queries
-from spectral.work.budgets import BudgetView, Period, budgets
-from spectral.work.identity import check_identifier
 
 _SQL = load_queries(Path(__file__).with_name("queries.sql"))
 

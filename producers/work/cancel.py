@@ -29,24 +29,24 @@ from uuid import UUID
 
 import asyncpg
 
-from producers.work.repository import CommandRepository
-from spectral.db.connect import guarded
-from spectral.db.queries import load_queries
-from spectral.errors import PermanentError
-from spectral.outbox import OutboxItem, enqueue
-from spectral.work import ledger
-from spectral.work.cancellation import cancel_waiting
-from spectral.work.identity import project_lock_scope
-from spectral.work.locks import TransactionLocks
-from spectral.work.model import (
+from producers.work.domain import ledger
+from producers.work.domain.cancellation import cancel_waiting
+from producers.work.domain.identity import project_lock_scope
+from producers.work.domain.locks import TransactionLocks
+from producers.work.domain.model import (
     WAITING_ITEM_STATUSES,
     EntryType,
     ItemStatus,
     ThreadKind,
     ThreadStatus,
 )
-from spectral.work.payloads import error_payload
-from spectral.work.types import Conn
+from producers.work.domain.payloads import error_payload
+from producers.work.domain.types import Conn
+from producers.work.repository import CommandRepository
+from spectral.db.connect import guarded
+from spectral.db.queries import load_queries
+from spectral.errors import PermanentError
+from spectral.outbox.writer import OutboxItem, enqueue
 
 _SQL = load_queries(Path(__file__).with_name("queries.sql"))
 

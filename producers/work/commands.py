@@ -21,6 +21,26 @@ from uuid import UUID
 
 import asyncpg
 
+from producers.work.domain import events
+from producers.work.domain.documents import STORY_BACKLOG, validate_backlog
+from producers.work.domain.hashing import content_hash
+from producers.work.domain.identity import (
+    check_identifier,
+    epic_lock_scope,
+    project_lock_scope,
+    thread_identity,
+)
+from producers.work.domain.locks import TransactionLocks
+from producers.work.domain.model import (
+    SPACE_PROJECT,
+    STORY_FUNCTION_KEY,
+    Priority,
+    ThreadKind,
+    ThreadStatus,
+)
+from producers.work.domain.priority import DEFAULT_STEP_SECONDS
+from producers.work.domain.priority import delay as priority_delay
+from producers.work.domain.types import Conn
 from producers.work.policy import (
     DISPOSITION,
     Action,
@@ -32,27 +52,7 @@ from producers.work.policy import (
 from producers.work.repository import CommandRepository, NewItem, NewThread, StoredDocument
 from spectral.db.connect import guarded
 from spectral.errors import PermanentError, TransientError
-from spectral.outbox import OutboxItem, enqueue
-from spectral.work import events
-from spectral.work.documents import STORY_BACKLOG, validate_backlog
-from spectral.work.hashing import content_hash
-from spectral.work.identity import (
-    check_identifier,
-    epic_lock_scope,
-    project_lock_scope,
-    thread_identity,
-)
-from spectral.work.locks import TransactionLocks
-from spectral.work.model import (
-    SPACE_PROJECT,
-    STORY_FUNCTION_KEY,
-    Priority,
-    ThreadKind,
-    ThreadStatus,
-)
-from spectral.work.priority import DEFAULT_STEP_SECONDS
-from spectral.work.priority import delay as priority_delay
-from spectral.work.types import Conn
+from spectral.outbox.writer import OutboxItem, enqueue
 
 Clock = Callable[[], datetime]
 _RESOLVE_ROUNDS = 5
@@ -76,7 +76,7 @@ class GenerateEpic:
     requested_by: str | None = None
     """The principal recorded on the threads it creates (default: the database login)."""
     priority: Priority = Priority.NORMAL
-    """How its item ranks among its tenant's waiting items (spectral/work/priority.py)."""
+    """How its item ranks among its tenant's waiting items (producers/work/domain/priority.py)."""
 
     def __post_init__(self) -> None:
         check_identifier(self.project_id, "project id")
@@ -97,7 +97,7 @@ class GenerateAll:
     requested_by: str | None = None
     """The principal recorded on the threads it creates (default: the database login)."""
     priority: Priority = Priority.NORMAL
-    """How its items rank among their tenant's waiting items (spectral/work/priority.py)."""
+    """How its items rank among their tenant's waiting items (producers/work/domain/priority.py)."""
 
     def __post_init__(self) -> None:
         check_identifier(self.project_id, "project id")

@@ -15,22 +15,22 @@ from fastapi.responses import HTMLResponse, RedirectResponse
 
 from producers.work.budgets import BudgetCommands
 from producers.work.cancel import MAX_REASON_CHARS, UnknownThreadError, cancel_thread
+from producers.work.domain.budgets import Period
+from producers.work.domain.history import reconstruct
+from producers.work.domain.identity import IDENTIFIER_PATTERN
+from producers.work.domain.read import WorkReader
+from producers.work.plugin import WORK_BUDGET, WORK_CANCEL, WORK_READ
 from producers.work.schemas import BudgetOut, EntryOut, HistoryOut, ThreadBrief, ThreadOut
 from spectral.api.auth import check_csrf, console_requires
 from spectral.api.problems import ProblemError
 from spectral.api.resources import Resources
-from spectral.auth.scopes import Scope
 from spectral.auth.tokens import Principal
 from spectral.console.site import PREFIX, Console
-from spectral.work.budgets import Period
-from spectral.work.history import reconstruct
-from spectral.work.identity import IDENTIFIER_PATTERN
-from spectral.work.read import WorkReader
 
 
 def router(console: Console, resources: Resources) -> APIRouter:
     pages = APIRouter(prefix=PREFIX, include_in_schema=False)
-    reader = Depends(console_requires(resources, Scope.WORK_READ))
+    reader = Depends(console_requires(resources, WORK_READ))
 
     @pages.get("/threads")
     async def console_threads(
@@ -77,7 +77,7 @@ def router(console: Console, resources: Resources) -> APIRouter:
             t=ThreadOut.of_view(view),
             history=history,
             by_item=by_item,
-            can_cancel=principal.allows(Scope.WORK_CANCEL),
+            can_cancel=principal.allows(WORK_CANCEL),
             max_reason=MAX_REASON_CHARS,
         )
 
@@ -86,9 +86,9 @@ def router(console: Console, resources: Resources) -> APIRouter:
 
 
 def _governance(pages: APIRouter, console: Console, resources: Resources) -> None:
-    canceler = Depends(console_requires(resources, Scope.WORK_CANCEL))
-    reader = Depends(console_requires(resources, Scope.WORK_READ))
-    budgeter = Depends(console_requires(resources, Scope.WORK_BUDGET))
+    canceler = Depends(console_requires(resources, WORK_CANCEL))
+    reader = Depends(console_requires(resources, WORK_READ))
+    budgeter = Depends(console_requires(resources, WORK_BUDGET))
 
     @pages.post("/threads/{thread_id}/cancel")
     async def console_cancel(
@@ -121,7 +121,7 @@ def _governance(pages: APIRouter, console: Console, resources: Resources) -> Non
             section="budgets",
             budgets=[BudgetOut.of(v) for v in views],
             periods=[p.value for p in Period],
-            can_set=principal.allows(Scope.WORK_BUDGET),
+            can_set=principal.allows(WORK_BUDGET),
         )
 
     @pages.post("/budgets")

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from enum import StrEnum
 
-from spectral.work.model import ThreadStatus
+from producers.work.domain.model import ThreadStatus
 
 
 class Action(StrEnum):

@@ -10,10 +10,10 @@ from pathlib import Path
 from typing import Any
 from uuid import UUID
 
+from producers.work.domain.model import Priority, Thread
+from producers.work.domain.rows import thread_from_row
+from producers.work.domain.types import Conn
 from spectral.db.queries import load_queries
-from spectral.work.model import Priority, Thread
-from spectral.work.rows import thread_from_row
-from spectral.work.types import Conn
 
 _SQL = load_queries(Path(__file__).with_name("queries.sql"))
 

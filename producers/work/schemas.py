@@ -13,10 +13,10 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 from producers.work.budgets import BudgetChange
 from producers.work.cancel import MAX_REASON_CHARS, CancelResult
 from producers.work.commands import CommandResult
-from spectral.work.budgets import BudgetView, Period
-from spectral.work.history import History, describe
-from spectral.work.identity import IDENTIFIER_PATTERN
-from spectral.work.model import (
+from producers.work.domain.budgets import BudgetView, Period
+from producers.work.domain.history import History, describe
+from producers.work.domain.identity import IDENTIFIER_PATTERN
+from producers.work.domain.model import (
     ItemStatus,
     LedgerEntry,
     Priority,

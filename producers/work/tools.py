@@ -12,12 +12,12 @@ from mcp.server.mcpserver.exceptions import ToolError
 from producers.work.api import project_threads_page
 from producers.work.budgets import BudgetCommands
 from producers.work.cancel import UnknownThreadError, cancel_thread
+from producers.work.domain.history import reconstruct
+from producers.work.domain.identity import check_identifier
+from producers.work.domain.read import WorkReader
+from producers.work.plugin import WORK_CANCEL, WORK_READ
 from producers.work.schemas import BudgetOut, CancelResponse, HistoryOut, ThreadOut
-from spectral.auth.scopes import Scope
 from spectral.mcp.tools import Caller, as_json, parse_uuid, tool_errors
-from spectral.work.history import reconstruct
-from spectral.work.identity import check_identifier
-from spectral.work.read import WorkReader
 
 
 def register(server: MCPServer, caller: Caller) -> None:  # noqa: C901 - a function per tool
@@ -30,7 +30,7 @@ def register(server: MCPServer, caller: Caller) -> None:  # noqa: C901 - a funct
     )
     @tool_errors
     async def get_thread(thread_id: str) -> dict[str, Any]:
-        await caller.require(Scope.WORK_READ)
+        await caller.require(WORK_READ)
         view = await WorkReader(resources.operator).thread(parse_uuid(thread_id, "thread_id"))
         if view is None:
             raise ToolError(f"no thread {thread_id}")
@@ -44,7 +44,7 @@ def register(server: MCPServer, caller: Caller) -> None:  # noqa: C901 - a funct
     )
     @tool_errors
     async def get_thread_history(thread_id: str) -> dict[str, Any]:
-        await caller.require(Scope.WORK_READ)
+        await caller.require(WORK_READ)
         tid = parse_uuid(thread_id, "thread_id")
         entries = await WorkReader(resources.operator).thread_ledger(tid)
         if entries is None:
@@ -59,7 +59,7 @@ def register(server: MCPServer, caller: Caller) -> None:  # noqa: C901 - a funct
     async def list_project_threads(
         project_id: str, active: bool = False, limit: int = 50, cursor: str | None = None
     ) -> dict[str, Any]:
-        await caller.require(Scope.WORK_READ)
+        await caller.require(WORK_READ)
         check_identifier(project_id, "project id")
         page = await project_threads_page(
             resources, project_id, active=active, limit=max(1, min(limit, 200)), cursor=cursor
@@ -73,7 +73,7 @@ def register(server: MCPServer, caller: Caller) -> None:  # noqa: C901 - a funct
     )
     @tool_errors
     async def cancel_work_thread(thread_id: str, reason: str | None = None) -> dict[str, Any]:
-        principal = await caller.require(Scope.WORK_CANCEL)
+        principal = await caller.require(WORK_CANCEL)
         try:
             result = await cancel_thread(
                 resources.producer,
@@ -94,7 +94,7 @@ def register(server: MCPServer, caller: Caller) -> None:  # noqa: C901 - a funct
     )
     @tool_errors
     async def get_org_budget(org_id: str) -> dict[str, Any]:
-        await caller.require(Scope.WORK_READ)
+        await caller.require(WORK_READ)
         check_identifier(org_id, "org id")
         view = await BudgetCommands(resources.operator).get(org_id)
         if view is None:

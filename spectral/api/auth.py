@@ -23,8 +23,8 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from spectral.api.problems import ProblemError
 from spectral.api.resources import Resources
-from spectral.auth.scopes import Scope
 from spectral.auth.tokens import Principal
+from spectral.declaration import Scope
 
 SESSION_COOKIE: Final = "spectral_session"
 
@@ -51,10 +51,10 @@ def unauthenticated(detail: str, *, token_given: bool) -> ProblemError:
 def missing_scope(principal: Principal, scope: Scope) -> ProblemError:
     return ProblemError(
         403,
-        f"token {principal.name!r} lacks the scope {scope.value!r} this operation needs",
+        f"token {principal.name!r} lacks the scope {scope.name!r} this operation needs",
         slug="missing-scope",
-        required_scope=scope.value,
-        granted_scopes=sorted(s.value for s in principal.scopes),
+        required_scope=scope.name,
+        granted_scopes=sorted(principal.scopes),
     )
 
 

@@ -20,9 +20,10 @@ from uuid import UUID
 
 import asyncpg
 
-from spectral.auth.scopes import Scope, effective
+from spectral.auth.scopes import installed_vocabulary
 from spectral.db.connect import guarded
 from spectral.db.queries import load_queries
+from spectral.declaration import Scope
 from spectral.errors import PermanentError
 
 AUTHENTICATOR_ROLE: Final = "spectral_authenticator"
@@ -51,15 +52,16 @@ class Principal:
 
     token_id: UUID
     name: str
-    scopes: frozenset[Scope]
+    scopes: frozenset[str]
+    """The scopes the token holds, those they imply included."""
 
     @property
     def actor(self) -> str:
         """How the principal is recorded (audit trail, threads): ``token:NAME``."""
         return f"token:{self.name}"
 
-    def allows(self, scope: Scope) -> bool:
-        return scope in self.scopes
+    def allows(self, scope: Scope | str) -> bool:
+        return str(scope) in self.scopes
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,7 +129,7 @@ class TokenVerifier:
                     return None
                 await conn.execute(_SQL["touch_token"], row["token_id"])
             return Principal(
-                row["token_id"], row["name"], effective(Scope(s) for s in row["scopes"])
+                row["token_id"], row["name"], installed_vocabulary().effective(row["scopes"])
             )
 
         return await guarded("verify token", run)
@@ -140,10 +142,15 @@ class TokenAdmin:
         self._conn = conn
 
     async def create(
-        self, name: str, scopes: Sequence[Scope], *, expires_at: datetime | None = None
+        self, name: str, scopes: Sequence[Scope | str], *, expires_at: datetime | None = None
     ) -> NewToken:
+        """A new token holding ``scopes``, each one registered (PermanentError otherwise)."""
         if not re.fullmatch(NAME_PATTERN, name):
             raise PermanentError(f"token name {name!r} must match {NAME_PATTERN}")
+        try:
+            names = installed_vocabulary().parse(str(s) for s in scopes)
+        except ValueError as exc:
+            raise PermanentError(str(exc)) from None
         token = TOKEN_PREFIX + secrets.token_urlsafe(_SECRET_BYTES)
         row = await guarded(
             "create token",
@@ -153,7 +160,7 @@ class TokenAdmin:
                 name,
                 token_hash(token),
                 token[: len(TOKEN_PREFIX) + _DISPLAY_CHARS],
-                [s.value for s in scopes],
+                list(names),
                 expires_at,
             ),
         )

@@ -1,14 +1,17 @@
-"""The composition root: the `spectral` command wires concrete pieces together.
+"""The `spectral` command: the framework's commands (:data:`COMMANDS`) and those the installed
+plugins declare (spectral's built-in features among them: ``clusters``, ``triage``, ``work``...).
 
-Each command (group) lives in its own module, listed in :data:`COMMANDS` with its one-line help
-and imported only when that command runs: `spectral --help` and `spectral --version` load no
-command module (no Kafka client, no database driver, no web framework).
+Each command (group) lives in its own module, listed with its one-line help and imported only
+when that command runs: `spectral --help` and `spectral --version` load no command module (no
+Kafka client, no database driver, no web framework), only the plugins' light declarations.
 """
 
 from __future__ import annotations
 
 import importlib
 import sys
+from collections.abc import Iterable
+from functools import cache
 from importlib import metadata
 from typing import Any
 
@@ -16,9 +19,9 @@ import typer
 from typer.core import TyperCommand, TyperGroup
 
 from spectral.errors import ConfigurationError, SpectralError, TransientError
+from spectral.plugins import InstalledPlugin, installed_plugins
 
 COMMANDS: dict[str, tuple[str, str]] = {
-    # name: ("module:attribute", one-line help); the attribute is a Typer app or a function
     "dev": ("spectral.cli.dev:app", "Run a real Kafka broker (KRaft) and PostgreSQL locally."),
     "db": ("spectral.cli.db:app", "Database schema."),
     "topics": ("spectral.cli.topics:app", "Declare spectral's topics: plan, then apply."),
@@ -27,18 +30,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "Wire contracts: JSON Schemas, AsyncAPI, the snapshot hash, checking records.",
     ),
     "outbox": ("spectral.cli.outbox:app", "The transactional outbox: relay its rows to Kafka."),
-    "clusters": (
-        "spectral.cli.clusters:app",
-        "FailureClusterService: failures in, cluster snapshots out (ADR-057).",
-    ),
     "consume": ("spectral.cli.consume:consume", "Apply a deployment's events exactly once."),
-    "demo": ("spectral.cli.demo:demo", "Show both streams working end to end."),
-    "triage": (
-        "spectral.cli.triage:app",
-        "Triage failure clusters: list, show and set status, assignee and notes.",
-    ),
-    "work": ("spectral.cli.work:app", "Durable LLM work: documents and commands (ADR-035)."),
-    "threads": ("spectral.cli.work:threads_app", "Observe threads and their execution ledger."),
     "api": (
         "spectral.cli.api:api",
         "Serve the HTTP API (OpenAPI at /openapi.json, docs at /docs) and the web console.",
@@ -49,7 +41,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     ),
     "mcp": (
         "spectral.cli.mcp:mcp",
-        "Serve the Ops Agent tools over MCP (triage, threads and ledger, dead letters).",
+        "Serve the Ops Agent tools over MCP (the features' tools, consumer operations).",
     ),
     "replay": (
         "spectral.cli.replay:replay",
@@ -69,6 +61,32 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "Prune published outbox rows and forget dedup keys behind the horizon.",
     ),
 }
+"""The framework's own commands: name -> ("module:attribute", one-line help); the attribute is
+a Typer app or a function."""
+
+
+@cache
+def commands() -> dict[str, tuple[str, str]]:
+    """Every command: the framework's and those of the installed plugins (each name once)."""
+    return commands_of(installed_plugins())
+
+
+def commands_of(plugins: Iterable[InstalledPlugin]) -> dict[str, tuple[str, str]]:
+    """The framework's commands and those ``plugins`` declare; a name taken twice is refused."""
+    found = dict(COMMANDS)
+    owner = dict.fromkeys(COMMANDS, "spectral")
+    for plugin in plugins:
+        for command in plugin.declaration.commands:
+            if command.name in found:
+                raise ConfigurationError(
+                    f"the command {command.name!r} is declared twice: by {owner[command.name]!r} "
+                    f"and by {plugin.name!r}"
+                )
+            found[command.name] = (plugin.absolute(command.target), command.help)
+            owner[command.name] = plugin.name
+    return found
+
+
 EXIT_FAILURE = 1
 EXIT_CONFIGURATION = 2
 EXIT_UNAVAILABLE = 3
@@ -76,7 +94,7 @@ EXIT_UNAVAILABLE = 3
 
 def load_command(name: str) -> TyperCommand | TyperGroup:
     """Import the module of command ``name`` and build its click command."""
-    target, _ = COMMANDS[name]
+    target, _ = commands()[name]
     module_name, attribute = target.split(":")
     found: Any = getattr(importlib.import_module(module_name), attribute)
     wrapper = typer.Typer(add_completion=False)  # completion is the root's business
@@ -98,15 +116,15 @@ class _Listed(TyperCommand):
 
 
 class LazyGroup(TyperGroup):
-    """Lists the commands of :data:`COMMANDS`; imports a command's module only to run it."""
+    """Lists every command (:func:`commands`); imports a command's module only to run it."""
 
     def list_commands(self, ctx: Any) -> list[str]:  # noqa: ARG002 - click's signature
-        return sorted(COMMANDS)
+        return sorted(commands())
 
     def get_command(self, ctx: Any, cmd_name: str) -> TyperCommand | None:  # noqa: ARG002
-        if cmd_name not in COMMANDS:
+        if cmd_name not in commands():
             return None
-        _, short = COMMANDS[cmd_name]
+        _, short = commands()[cmd_name]
         return _Listed(cmd_name, help=short, short_help=short)
 
     def resolve_command(self, ctx: Any, args: list[str]) -> tuple[str | None, Any, list[str]]:

@@ -14,6 +14,7 @@ from spectral.errors import SpectralError
 from spectral.observability.health import Health
 from spectral.observability.logging import configure_logging, get_logger, logs_are_json
 from spectral.observability.metrics import listening, serve_metrics
+from spectral.plugins import settings_classes
 from spectral.settings import Settings, load_settings
 
 T = TypeVar("T")
@@ -29,12 +30,13 @@ TIMESTAMP_METAVAR = "RFC3339"
 
 
 def offsets_option(flag: str, help_text: str) -> Any:
-    """A ``--…-offset`` option: partition offsets, optionally per topic (replay_range.py)."""
+    """A ``--…-offset`` option: partition offsets, optionally per topic
+    (spectral/replay/range.py)."""
     return typer.Option(flag, metavar=OFFSETS_METAVAR, help=help_text)
 
 
 def timestamp_option(flag: str, help_text: str) -> Any:
-    """A ``--…-timestamp`` option: an RFC 3339 time (replay_range.py)."""
+    """A ``--…-timestamp`` option: an RFC 3339 time (spectral/replay/range.py)."""
     return typer.Option(flag, metavar=TIMESTAMP_METAVAR, help=help_text)
 
 
@@ -61,9 +63,12 @@ def deployment_name(name: str | None, consumer: str | None, command: str) -> str
 
 
 def settings() -> Settings:
-    """The process settings, with logging configured from them (once per command)."""
+    """The process settings, with logging configured from them (once per command); every
+    installed plugin's settings section is checked too, so a bad value fails at start."""
     try:
         current = load_settings()
+        for section in settings_classes():
+            current.section(section)
     except ValueError as exc:  # pydantic ValidationError is a ValueError
         fail(f"invalid SPECTRAL_* settings: {exc}", EXIT_CONFIGURATION)
     configure_logging(current.log_level, current.log_format)

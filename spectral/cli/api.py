@@ -1,29 +1,27 @@
-"""`spectral api`: the HTTP surface, composed here (the composition root).
+"""`spectral api`: the HTTP surface, composed here.
 
-One app serves the JSON API (work, triage, operations), its OpenAPI document with local docs,
-and the web console. The routers are built beside their domains — producers/work/api.py,
-consumers/rule_candidates/api.py, spectral/ops/api.py and their console pages — and only this
-module names them all: ``spectral`` itself never imports ``producers`` or ``consumers``.
+One app serves the JSON API (the features' and the operations'), its OpenAPI document with local
+docs, and the web console. The operations routes and pages are the framework's (spectral/ops);
+every other router and page comes from a plugin's declaration (``routers``, ``pages``: spectral's
+built-in features declare theirs like any plugin), so this module names no feature.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Annotated
 
 import typer
 import uvicorn
-from fastapi import FastAPI
+from fastapi import APIRouter, FastAPI
 from prometheus_client import REGISTRY, CollectorRegistry
 
-from consumers.rule_candidates import api as triage_api
-from consumers.rule_candidates import console as triage_console
-from producers.work import api as work_api
-from producers.work import console as work_console
 from spectral.api.app import build_app
 from spectral.api.guard import DEFAULT_MAX_BODY_BYTES
 from spectral.api.resources import API_ROLE, Resources
+from spectral.auth.scopes import Vocabulary, installed_vocabulary
 from spectral.cli._common import (
     EXIT_UNAVAILABLE,
     MAX_PORT,
@@ -37,10 +35,8 @@ from spectral.cli._common import (
 )
 from spectral.cli.deployments import deployments, factory, what_each_reads
 from spectral.console.site import Console
-from spectral.consumer.replay import Mode, ReplayReport, ReplayRequest
-from spectral.consumer.replay import replay as run_replay
-from spectral.consumer.replay_range import Start, Stop
 from spectral.db.connect import ping
+from spectral.declaration import NavEntry
 from spectral.devstack import Endpoints, resolve_endpoints
 from spectral.kafka.topics import group_for
 from spectral.observability.health import HealthASGI
@@ -50,34 +46,71 @@ from spectral.observability.metrics import listening
 from spectral.ops import api as ops_api
 from spectral.ops import console as ops_console
 from spectral.ops.views import Deployment, ReplayDryRun
+from spectral.plugins import InstalledPlugin, installed_plugins
+from spectral.replay.range import Start, Stop
+from spectral.replay.replay import Mode, ReplayReport, ReplayRequest
+from spectral.replay.replay import replay as run_replay
 from spectral.settings import Settings
 
 log = get_logger(__name__)
 
-DESCRIPTION = """\
-The operator and service surface of spectral: durable LLM work (ADR-035 §12), the failure
-cluster triage inbox (ADR-057 D5) and consumer operations.
+INTRODUCTION = """\
+The operator and service surface of spectral: the features' APIs and consumer operations.
+"""
 
+AUTHENTICATION = """\
 **Authentication.** Every operation except `/healthz` needs `Authorization: Bearer spt_…`, a
-token made with `spectral tokens create --name NAME --scope SCOPE…`. Scopes: `work:read`,
-`work:submit`, `work:cancel`, `work:budget` (each implies work:read), `triage:read`,
-`triage:write` (implies triage:read), `ops:read`, `ops:redrive` (implies ops:read). 401: no
+token made with `spectral tokens create --name NAME --scope SCOPE…`. Scopes: {scopes}. 401: no
 valid token; 403: the token lacks the scope named in the problem document.
+"""
 
-**Durable work.** Commands take a `priority` (`high`, `normal`, `low`; ageing keeps low ones
-from starving) and an `org_id` (its budget, its fair share of the executors). Items are
-`queued`, `claimed`, `running`, `failed` (waiting for a retry), `parked` (waiting for its
-org's budget: not failed, nothing paid; `park_reason` says why), or ended: `applied`,
-`dead_letter`, `canceled`. `POST /threads/{id}/cancel` ends waiting items at once and lets a
-call in flight finish (its answer is recorded, not applied).
-
+ERRORS = """\
 **Errors** are `application/problem+json` (RFC 9457); `type` names the problem
 (`/problems/stale-version`, `/problems/missing-scope`, …). Request bodies are limited in size
 (413); text must be UTF-8 without NUL.
-
-**Concurrency.** `GET /clusters/{id}` returns an `ETag`; `PATCH` needs it in `If-Match`
-(412 when the cluster changed meanwhile, 428 without it).
 """
+
+
+def describe_api(vocabulary: Vocabulary, sections: Sequence[str]) -> str:
+    """The API's description: authentication with every registered scope, each plugin's
+    section, the problem documents."""
+    scopes = ", ".join(
+        f"`{scope.name}`" + (f" (implies {', '.join(scope.implies)})" if scope.implies else "")
+        for scope in vocabulary.scopes
+    )
+    parts = [INTRODUCTION, AUTHENTICATION.format(scopes=scopes), *sections, ERRORS]
+    return "\n".join(part.strip() + "\n" for part in parts if part.strip())
+
+
+@dataclass(frozen=True)
+class Surfaces:
+    """What the installed plugins add to the HTTP surface, loaded."""
+
+    routers: tuple[Callable[[Resources], APIRouter], ...]
+    descriptions: tuple[str, ...]
+    pages: tuple[Callable[[Console, Resources], APIRouter], ...]
+    templates: tuple[str, ...]
+    """Packages whose ``templates/`` folder holds console templates."""
+    nav: tuple[NavEntry, ...]
+
+
+def plugin_surfaces(plugins: Sequence[InstalledPlugin]) -> Surfaces:
+    """The routers, console pages and navigation of ``plugins``."""
+    routers: list[Callable[[Resources], APIRouter]] = []
+    pages: list[Callable[[Console, Resources], APIRouter]] = []
+    descriptions: list[str] = []
+    templates: list[str] = []
+    nav: list[NavEntry] = []
+    for plugin in plugins:
+        for router in plugin.declaration.routers:
+            routers.append(plugin.load(router.factory, "router"))
+            descriptions.append(router.description)
+        for page in plugin.declaration.pages:
+            pages.append(plugin.load(page.factory, "console pages"))
+            if page.templates is not None:
+                templates.append(plugin.module_name(page.templates))
+            nav.extend(page.nav)
+    return Surfaces(tuple(routers), tuple(descriptions), tuple(pages), tuple(templates), tuple(nav))
 
 
 async def deployment_topics(current: Settings, database_url: str) -> dict[str, tuple[str, ...]]:
@@ -116,7 +149,7 @@ async def check_logins(resources: Resources) -> None:
         log.warning(
             "the API's database login can do more than the API needs",
             reason=why,
-            fix=f"run it as a login granted {API_ROLE} (README, 'Operator and agent surfaces')",
+            fix=f"run it as a login granted {API_ROLE} (docs/howto/secure/api-roles-and-proxy.md)",
         )
 
 
@@ -155,26 +188,27 @@ def compose_app(
         )
         for name, names in topics.items()
     ]
+    surfaces = plugin_surfaces(installed_plugins())
     console = Console(
         resources,
-        template_packages=("consumers.rule_candidates", "producers.work", "spectral.ops"),
+        template_packages=(*surfaces.templates, ops_console.__name__.rpartition(".")[0]),
+        nav=(*surfaces.nav, ops_console.NAV),
     )
 
     def pages(app: FastAPI) -> None:
         console.install(app)
-        app.include_router(triage_console.router(console, resources))
+        for page in surfaces.pages:
+            app.include_router(page(console, resources))
         app.include_router(ops_console.router(console, resources, known))
-        app.include_router(work_console.router(console, resources))
 
     return build_app(
         resources,
         routers=[
-            work_api.router(resources),
-            triage_api.router(resources),
+            *(router(resources) for router in surfaces.routers),
             ops_api.router(resources, known),
         ],
         title="spectral",
-        description=DESCRIPTION,
+        description=describe_api(installed_vocabulary(), surfaces.descriptions),
         max_body_bytes=max_body_bytes,
         extra_setup=[pages],
     )

@@ -19,9 +19,9 @@ from spectral.cli._common import (
     summary as print_summary,
 )
 from spectral.cli.deployments import factory
-from spectral.consumer.collector import tune_for_batches
-from spectral.consumer.engine import ConsumerEngine, EngineOptions, RunSummary
 from spectral.devstack import resolve_endpoints
+from spectral.engine.collector import tune_for_batches
+from spectral.engine.engine import ConsumerEngine, EngineOptions, RunSummary
 from spectral.observability.health import run_with_health
 from spectral.observability.progress import ProgressMonitor
 

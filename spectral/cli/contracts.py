@@ -3,18 +3,15 @@ FILE|-` and `spectral contracts check FILE|-`."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import sys
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from prometheus_client import CollectorRegistry
 
-from consumers.rule_candidates.handler import RuleCandidatesHandler
 from contracts import (
-    DEFAULT_REGISTRY,
-    WORK_ITEM_ENQUEUED,
     DecodeError,
     EventRegistry,
     render_event_schemas,
@@ -24,9 +21,9 @@ from contracts import (
 from contracts.asyncapi import ASYNCAPI_FILE_NAME, TopicSettings, document_text
 from contracts.spec_tables import fill_tables, readme_tables
 from spectral import resources
-from spectral.cli.deployments import BUILT_IN, deployments
+from spectral.cli.deployments import deployments, receivers, what_each_reads
 from spectral.kafka.topology import TopicPolicy, declared_topics
-from spectral.plugins import installed_event_sources, installed_registry
+from spectral.plugins import installed_event_sources, installed_registry, registry_of
 from spectral.settings import load_settings
 
 app = typer.Typer(
@@ -39,13 +36,6 @@ SOURCE_SCHEMA_DIR = resources.source_event_schemas()
 DEFAULT_SCHEMA_DIR = SOURCE_SCHEMA_DIR or Path(str(resources.event_schemas()))
 """Where --check compares by default: the checkout's files, else the ones the wheel ships."""
 
-RECEIVERS: dict[str, tuple[str, ...]] = {
-    **dict.fromkeys(RuleCandidatesHandler.event_types, ("rule-candidates",)),
-    WORK_ITEM_ENQUEUED: ("work-executor",),
-}
-"""Which consumer deployments read which event types (the AsyncAPI receive operations)."""
-
-
 SPEC_FILE_NAME = "README.md"
 """The spec beside the schemas; export fills its generated tables (contracts.spec_tables)."""
 _NOT_SCHEMAS = frozenset({ASYNCAPI_FILE_NAME, SPEC_FILE_NAME})
@@ -54,15 +44,31 @@ DOCUMENTED_BROKERS = 3
 """The cluster size the AsyncAPI bindings show (replication is min(3, brokers))."""
 
 
-def declared_topic_settings(events: EventRegistry = DEFAULT_REGISTRY) -> dict[str, TopicSettings]:
+def own_registry() -> EventRegistry:
+    """The event types spectral's own distribution registers (its built-in features')."""
+    return registry_of(source for source in installed_event_sources() if source.own)
+
+
+def declared_topic_settings(events: EventRegistry | None = None) -> dict[str, TopicSettings]:
     """The settings ``spectral topics apply`` declares, by topic name without prefix."""
-    declared = declared_topics(events.event_types(), "", TopicPolicy(), DOCUMENTED_BROKERS)
+    names = (events or own_registry()).event_types()
+    declared = declared_topics(names, "", TopicPolicy(), DOCUMENTED_BROKERS)
     return {t.name: TopicSettings(t.partitions, t.replication_factor, t.config) for t in declared}
 
 
+def _receivers(events: EventRegistry, *, own: bool) -> dict[str, tuple[str, ...]]:
+    """Which deployments read ``events`` (spectral's own, or the plugins'), each handler built
+    to ask and never run."""
+    names = [name for name in deployments().names() if deployments().is_own(name) == own]
+    reads = asyncio.run(what_each_reads(load_settings(), "", names))
+    return receivers(reads, events.event_types())
+
+
 def published_files() -> dict[str, str]:
-    """File name -> text of everything ``export`` writes: the JSON Schemas and AsyncAPI."""
-    return _files(DEFAULT_REGISTRY, RECEIVERS)
+    """File name -> text of everything ``export`` writes: the JSON Schemas and AsyncAPI of
+    spectral's own event types, received by its own deployments."""
+    events = own_registry()
+    return _files(events, _receivers(events, own=True))
 
 
 def _files(events: EventRegistry, receivers: dict[str, tuple[str, ...]]) -> dict[str, str]:
@@ -90,16 +96,7 @@ def plugin_files(plugin: str) -> dict[str, str]:
     the AsyncAPI document of their topics, received by the installed deployments that read
     them (each handler is built to ask, never run)."""
     events = plugin_registry(plugin)
-    current = load_settings()
-    receivers: dict[str, list[str]] = {}
-    for name in deployments().names():
-        if name in BUILT_IN:  # spectral's own read only spectral's event types
-            continue
-        handler = deployments().factory(name)(current, "", CollectorRegistry())
-        for event_type in handler.event_types:
-            if event_type in events.event_types():
-                receivers.setdefault(event_type, []).append(name)
-    return _files(events, {t: tuple(names) for t, names in receivers.items()})
+    return _files(events, _receivers(events, own=False))
 
 
 @app.command()
@@ -181,7 +178,7 @@ def _add_spec(
     spec = directory / SPEC_FILE_NAME
     if spec.is_file():
         checked_in[SPEC_FILE_NAME] = spec.read_text("utf-8")
-        events = DEFAULT_REGISTRY if plugin is None else plugin_registry(plugin)
+        events = own_registry() if plugin is None else plugin_registry(plugin)
         rendered[SPEC_FILE_NAME] = fill_tables(checked_in[SPEC_FILE_NAME], readme_tables(events))
 
 

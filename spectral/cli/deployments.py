@@ -1,9 +1,10 @@
 """The consumer deployments the CLI knows (``consume``, ``replay``, ``offsets reset``,
-``rebuild``, the API and MCP surfaces, ``maintenance``): the built-in ones, plus any a package
-adds through the ``spectral.deployments`` entry-point group (``name = "package.module:build"``).
+``rebuild``, the API and MCP surfaces, ``maintenance``, the AsyncAPI document): those the
+installed plugins declare — spectral's built-in features among them — and those of the
+``spectral.deployments`` entry-point group.
 
 A deployment's handler is also built (never run, then closed) to learn what it reads: a
-factory does no I/O (spectral/consumer/deployments.py).
+factory does no I/O (spectral/engine/deployments.py). Who reads which event is known only so.
 """
 
 from __future__ import annotations
@@ -14,20 +15,15 @@ from functools import cache
 
 from prometheus_client import CollectorRegistry
 
-from spectral.consumer.deployments import Deployments, Factory
+from spectral.engine.deployments import Deployments, Factory
 from spectral.kafka.topics import topic_for
-from spectral.plugins import DEPLOYMENTS_GROUP, installed_entries
+from spectral.plugins import installed_deployment_targets
 from spectral.settings import Settings
-
-BUILT_IN = {
-    "rule-candidates": "consumers.rule_candidates:build",
-    "work-executor": "consumers.work_executor:build",
-}
 
 
 @cache
 def deployments() -> Deployments:
-    return Deployments.of(BUILT_IN, installed_entries(DEPLOYMENTS_GROUP))
+    return Deployments(installed_deployment_targets())
 
 
 def factory(name: str) -> Factory:
@@ -45,6 +41,8 @@ class Reads:
     event_types: tuple[str, ...]
     database_role: str | None = None
     """The role its transactions take (SET ROLE), if any."""
+    own: bool = False
+    """One of spectral's built-in features' deployments."""
 
     def topics(self, prefix: str) -> tuple[str, ...]:
         return tuple(topic_for(t, prefix) for t in self.event_types)
@@ -54,7 +52,13 @@ async def reads_of(name: str, current: Settings, database_url: str) -> Reads:
     """What deployment ``name`` reads (its handler is built to ask, never run)."""
     handler = factory(name)(current, database_url, CollectorRegistry())
     await handler.close()
-    return Reads(name, handler.name, tuple(handler.event_types), handler.database_role)
+    return Reads(
+        name,
+        handler.name,
+        tuple(handler.event_types),
+        handler.database_role,
+        deployments().is_own(name),
+    )
 
 
 async def what_each_reads(
@@ -65,3 +69,13 @@ async def what_each_reads(
         await reads_of(name, current, database_url)
         for name in (deployments().names() if names is None else names)
     ]
+
+
+def receivers(reads: Sequence[Reads], event_types: Sequence[str]) -> dict[str, tuple[str, ...]]:
+    """Which deployments read each of ``event_types`` (the AsyncAPI receive operations)."""
+    found: dict[str, list[str]] = {}
+    for each in reads:
+        for event_type in each.event_types:
+            if event_type in event_types:
+                found.setdefault(event_type, []).append(each.deployment)
+    return {event_type: tuple(names) for event_type, names in found.items()}

@@ -15,13 +15,11 @@ import json
 import signal
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import timedelta
-from typing import Annotated, Final
+from typing import Annotated
 
 import typer
 from prometheus_client import REGISTRY
 
-from producers.clusters.policy import ClusterPolicy
-from producers.clusters.retention import FailureRetention
 from spectral.cli._common import (
     EXIT_FAILURE,
     METRICS_HOST_HELP,
@@ -40,7 +38,6 @@ from spectral.maintenance.repository import MaintenanceRepository
 from spectral.maintenance.retention import (
     DeadLetterTable,
     DescribeRetention,
-    Measured,
     Redrives,
     RetentionTask,
     Tokens,
@@ -48,6 +45,7 @@ from spectral.maintenance.retention import (
 from spectral.maintenance.run import MaintenanceOptions, MaintenanceReport, maintain
 from spectral.observability.health import run_with_health
 from spectral.observability.logging import get_logger
+from spectral.plugins import retention_factories
 from spectral.retry import Backoff
 from spectral.service import Supervised
 from spectral.settings import Settings
@@ -121,42 +119,24 @@ def maintenance(
     run(run_with_health(health, _every(one_pass, every, metrics, as_json=as_json)))
 
 
-KEPT_BY_DESIGN: Final = (
-    Measured("work.ledger_entries", "the work ledger: kept by design"),
-    Measured("work.work_items", "the work ledger: kept by design"),
-    Measured("work.spend", "the work ledger: kept by design"),
-    Measured("platform.triage_audit", "the triage audit trail: kept by design"),
-    Measured("clusters.rule_stub_leases", "paid rule-stub calls: kept by design"),
-)
-"""Tables that grow with traffic and are kept on purpose: measured with the others (their
-growth per million events and how to archive them: docs, "Bounded state")."""
-
-
 def retention_tasks(
     current: Settings, describe: DescribeRetention, grace: timedelta
 ) -> list[RetentionTask]:
-    """spectral's retention tasks, the failures' (the clusters feature's), and the tables kept
-    by design, from the settings."""
+    """spectral's own retention tasks, from the settings, and every plugin's (spectral's built-in
+    features among them: the failures, the tables kept by design)."""
     if current.dead_letter_table_retention_seconds is not None:
         dead_letters: timedelta | None = timedelta(
             seconds=current.dead_letter_table_retention_seconds
         )
     else:
-        dead_letters = (
-            None
-            if current.dlq_retention_ms < 0
-            else timedelta(milliseconds=current.dlq_retention_ms)
-        )
-    failures = current.cluster_failure_retention_seconds
-    return [
+        kept = current.dlq_retention_ms
+        dead_letters = None if kept < 0 else timedelta(milliseconds=kept)
+    own: list[RetentionTask] = [
         DeadLetterTable(dead_letters),
         Redrives(describe, grace),
         Tokens(timedelta(seconds=current.token_retention_seconds)),
-        FailureRetention(
-            ClusterPolicy(failure_retention=timedelta(seconds=failures) if failures else None)
-        ),
-        *KEPT_BY_DESIGN,
     ]
+    return own + [task for factory in retention_factories() for task in factory(current)]
 
 
 def deployment_topics(current: Settings, database_url: str) -> Mapping[str, Sequence[str]]:

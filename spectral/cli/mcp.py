@@ -1,15 +1,15 @@
 """`spectral mcp`: the Ops Agent's tools over MCP (stdio or streamable HTTP), composed here.
 
-The tools are built beside their domains — consumers/rule_candidates/tools.py (ADR-057 D5),
-producers/work/tools.py, spectral/ops/tools.py — and act through the same roles and tokens as
-the HTTP API. Over stdio the token comes from ``SPECTRAL_API_TOKEN`` (checked at start and
-again on every call); over HTTP every request carries ``Authorization: Bearer spt_…``.
+The consumer operations' tools are the framework's (spectral/ops/tools.py); every other tool
+comes from a plugin's declaration (``tools``: spectral's built-in features declare theirs like
+any plugin). They act through the same roles and tokens as the HTTP API. Over stdio the token
+comes from ``SPECTRAL_API_TOKEN`` (checked at start and again on every call); over HTTP every
+request carries ``Authorization: Bearer spt_…``.
 """
 
 from __future__ import annotations
 
 import asyncio
-import os
 import sys
 from collections.abc import Sequence
 from enum import StrEnum
@@ -21,8 +21,6 @@ from mcp.server.auth.settings import AuthSettings
 from mcp.server.mcpserver import MCPServer
 from prometheus_client import REGISTRY
 
-from consumers.rule_candidates import tools as triage_tools
-from producers.work import tools as work_tools
 from spectral.api.resources import Resources
 from spectral.cli._common import (
     EXIT_CONFIGURATION,
@@ -44,14 +42,17 @@ from spectral.observability.http import HttpMetrics, ObservedASGI
 from spectral.observability.metrics import listening
 from spectral.ops import tools as ops_tools
 from spectral.ops.views import Deployment
+from spectral.plugins import InstalledPlugin, installed_plugins
 
-INSTRUCTIONS = (
-    "spectral's operator tools. Triage failure clusters (ADR-057): list_failure_clusters, "
-    "get_cluster_detail, then triage_cluster with the triage_version you read as "
-    "expected_version. Observe durable LLM work (ADR-035): get_thread, get_thread_history, "
-    "list_project_threads. Consumer operations: consumer_lag, dead_letter_summary, "
-    "list_dead_letters. Each tool says which token scope it needs."
-)
+INTRODUCTION = "spectral's operator tools."
+OPERATIONS = "Consumer operations: consumer_lag, dead_letter_summary, list_dead_letters."
+CLOSING = "Each tool says which token scope it needs."
+
+
+def instructions(plugins: Sequence[InstalledPlugin]) -> str:
+    """What the server tells the agent: each plugin's tools, then the operations'."""
+    said = [tools.instructions for plugin in plugins for tools in plugin.declaration.tools]
+    return " ".join(part for part in (INTRODUCTION, *said, OPERATIONS, CLOSING) if part)
 
 
 class Transport(StrEnum):
@@ -76,16 +77,18 @@ def build_mcp(
             validate_token_resource=False,
         )
         verifier = BearerVerifier(resources)
+    plugins = installed_plugins()
     server: MCPServer = MCPServer(
         "spectral",
-        instructions=INSTRUCTIONS,
+        instructions=instructions(plugins),
         version="1",
         token_verifier=verifier,
         auth=auth,
     )
     caller = Caller(resources, stdio_token)
-    triage_tools.register(server, caller)
-    work_tools.register(server, caller)
+    for plugin in plugins:
+        for tools in plugin.declaration.tools:
+            plugin.load(tools.register, "MCP tools")(server, caller)
     ops_tools.register(server, caller, deployments)
     return server
 
@@ -103,7 +106,7 @@ def mcp(
     ] = None,
     metrics_host: Annotated[str | None, typer.Option(help=METRICS_HOST_HELP)] = None,
 ) -> None:
-    """Serve the Ops Agent tools over MCP (triage, threads and ledger, dead letters)."""
+    """Serve the Ops Agent tools over MCP (the features' tools, consumer operations)."""
     current = settings()
     endpoints = resolve_endpoints(current)
     resources = resources_for(current, endpoints, submits_work=False)  # its tools only read
@@ -120,7 +123,8 @@ def mcp(
         await resources.open()
         try:
             if transport is Transport.STDIO:
-                token = os.environ.get("SPECTRAL_API_TOKEN", "").strip()
+                secret = current.api_token
+                token = secret.get_secret_value().strip() if secret is not None else ""
                 if await resources.verifier.verify(token) is None:
                     print(
                         "error: SPECTRAL_API_TOKEN must hold a live API token "

@@ -1,4 +1,4 @@
-"""`spectral offsets reset NAME`: move a live consumer group's committed offsets (spectral/consumer/
+"""`spectral offsets reset NAME`: move a live consumer group's committed offsets (spectral/engine/
 offsets.py); refused while the group has active members."""
 
 from __future__ import annotations
@@ -21,11 +21,11 @@ from spectral.cli._common import (
     timestamp_option,
 )
 from spectral.cli.deployments import reads_of
-from spectral.consumer.offsets import GroupBusyError, ResetReport, reset_offsets
-from spectral.consumer.replay_range import start_of
 from spectral.devstack import resolve_endpoints
 from spectral.kafka.topics import group_for
-from spectral.maintenance.guard import BeyondHorizonError
+from spectral.replay.guard import BeyondHorizonError
+from spectral.replay.offsets import GroupBusyError, ResetReport, reset_offsets
+from spectral.replay.range import start_of
 
 app = typer.Typer(help="Consumer group offsets.", no_args_is_help=True)
 

@@ -2,13 +2,9 @@
 
 from __future__ import annotations
 
-import os
-
 import typer
 from prometheus_client import REGISTRY
 
-from producers.relay import OutboxRelay, RelayMetrics, RelayOptions
-from producers.relay.repository import OutboxStatsReader
 from spectral.cli._common import (
     MAX_PORT,
     METRICS_HOST_HELP,
@@ -22,15 +18,23 @@ from spectral.cli._common import (
 from spectral.devstack import resolve_database_url, resolve_endpoints
 from spectral.observability.health import run_with_health
 from spectral.observability.logging import get_logger
+from spectral.outbox.relay import OutboxRelay, RelayMetrics, RelayOptions
+from spectral.outbox.relay.repository import OutboxStatsReader
 from spectral.plugins import installed_registry
+from spectral.settings import PluginSettings
 
 log = get_logger(__name__)
 
 app = typer.Typer(help="The transactional outbox: relay its rows to Kafka.", no_args_is_help=True)
 
-# Test-only fault hook (tests/faults): exit right after Kafka acknowledged the first batch and
-# before marking it published. Not a setting: nothing but a fault test should ever set it.
-CRASH_HOOK_ENV = "SPECTRAL_RELAY_CRASH_AFTER_PUBLISH"
+
+class RelayFaultHooks(PluginSettings):
+    """Test-only fault hooks (tests/faults), in a section no plugin declares, so no reference
+    lists them: nothing but a fault test should ever set them."""
+
+    relay_crash_after_publish: bool = False
+    """``SPECTRAL_RELAY_CRASH_AFTER_PUBLISH=1``: exit right after Kafka acknowledged the first
+    batch and before marking it published."""
 
 
 @app.command()
@@ -72,7 +76,7 @@ def relay(  # noqa: PLR0917 - typer maps each parameter to an option
             poll_interval=poll_interval,
             listen=listen,
             once=once,
-            crash_after_publish=os.environ.get(CRASH_HOOK_ENV) == "1",
+            crash_after_publish=RelayFaultHooks.of(current).relay_crash_after_publish,
         ),
         health=health,
     )

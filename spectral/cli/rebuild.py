@@ -1,5 +1,5 @@
 """`spectral rebuild NAME`: a deployment's projection rebuilt from its topics in one
-transaction (procedure: spectral/consumer/rebuild.py; rule-candidates keeps its operator
+transaction (procedure: spectral/replay/rebuild.py; rule-candidates keeps its operator
 columns: consumers/rule_candidates/rebuild.py)."""
 
 from __future__ import annotations
@@ -12,10 +12,10 @@ from prometheus_client import CollectorRegistry
 from spectral.cli._common import DEPLOYMENT_HELP, fail, run, settings
 from spectral.cli.deployments import factory
 from spectral.cli.replay import EXIT_INCOMPLETE, print_report, progress_bar
-from spectral.consumer.handler import Handler
-from spectral.consumer.offsets import GroupBusyError
-from spectral.consumer.rebuild import rebuild as run_rebuild
 from spectral.devstack import resolve_endpoints
+from spectral.engine.handler import Handler
+from spectral.replay.offsets import GroupBusyError
+from spectral.replay.rebuild import rebuild as run_rebuild
 
 
 def rebuild(

@@ -1,6 +1,6 @@
 """`spectral replay NAME ...`: a deployment's handler over a range of its topics.
 
-The logic is spectral/consumer/replay.py (no consumer group, no offsets committed, the engine's
+The logic is spectral/replay/replay.py (no consumer group, no offsets committed, the engine's
 idempotent path); this module parses the options, draws the progress bar and the summary.
 """
 
@@ -36,12 +36,12 @@ from spectral.cli._common import (
     timestamp_option,
 )
 from spectral.cli.deployments import factory
-from spectral.consumer.handler import Handler, Outcome
-from spectral.consumer.replay import Mode, ReplayReport, ReplayRequest
-from spectral.consumer.replay import Progress as ProgressCallback
-from spectral.consumer.replay import replay as run_replay
-from spectral.consumer.replay_range import check_order, start_of, stop_of
 from spectral.devstack import resolve_endpoints
+from spectral.engine.handler import Handler, Outcome
+from spectral.replay.range import check_order, start_of, stop_of
+from spectral.replay.replay import Mode, ReplayReport, ReplayRequest
+from spectral.replay.replay import Progress as ProgressCallback
+from spectral.replay.replay import replay as run_replay
 
 EXIT_INCOMPLETE = 1
 

@@ -14,7 +14,7 @@ from typing import Annotated, TypeVar
 
 import typer
 
-from spectral.auth.scopes import Scope, parse_scopes
+from spectral.auth.scopes import installed_vocabulary
 from spectral.auth.tokens import TOKEN_ADMIN_ROLE, TokenAdmin, TokenInfo
 from spectral.cli._common import fail, run, settings
 from spectral.db.connect import connect
@@ -67,7 +67,9 @@ def tokens_create(
     name: Annotated[str, typer.Option("--name", help="Who or what uses it (e.g. ops-alice).")],
     scope: Annotated[
         list[str],
-        typer.Option("--scope", help=f"Repeat for each: {', '.join(s.value for s in Scope)}."),
+        typer.Option(
+            "--scope", help=f"Repeat for each: {', '.join(installed_vocabulary().names())}."
+        ),
     ],
     expires_in_days: Annotated[
         int | None,
@@ -77,7 +79,7 @@ def tokens_create(
 ) -> None:
     """Create a token and print it ONCE (only its hash is stored)."""
     try:
-        scopes = parse_scopes(scope)
+        scopes = installed_vocabulary().parse(scope)
     except ValueError as exc:
         fail(str(exc), 2)
     expires_at = datetime.now(UTC) + timedelta(days=expires_in_days) if expires_in_days else None

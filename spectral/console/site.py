@@ -25,6 +25,7 @@ from spectral.api.auth import SESSION_COOKIE, check_csrf, csrf_token, session_to
 from spectral.api.problems import ProblemError, invalid_params
 from spectral.api.resources import Resources
 from spectral.auth.tokens import Principal
+from spectral.declaration import NavEntry
 
 PREFIX: Final = "/console"
 STATIC: Final = f"{PREFIX}/_static"
@@ -40,21 +41,26 @@ PAGE_HEADERS: Final = {
     "Cache-Control": "no-store",
 }
 
-NAV: Final = (
-    ("clusters", "Triage inbox", f"{PREFIX}/clusters"),
-    ("consumers", "Consumers", f"{PREFIX}/consumers"),
-    ("threads", "Threads", f"{PREFIX}/threads"),
-    ("budgets", "Budgets", f"{PREFIX}/budgets"),
-)
-
 
 def _when(value: datetime | None) -> str:
     return value.strftime("%Y-%m-%d %H:%M:%S UTC") if value is not None else "—"
 
 
 class Console:
-    def __init__(self, resources: Resources, template_packages: Sequence[str] = ()) -> None:
+    """The console's shell: its templates (the framework's and those of ``template_packages``),
+    the navigation bar (``nav``: the plugins' entries and the operations', by order; the first
+    is the home page) and the pages' common handling."""
+
+    def __init__(
+        self,
+        resources: Resources,
+        template_packages: Sequence[str] = (),
+        nav: Sequence[NavEntry] = (),
+    ) -> None:
         self.resources = resources
+        entries = sorted(nav, key=lambda entry: (entry.order, entry.label))
+        self.nav = tuple((e.key, e.label, f"{PREFIX}{e.path}") for e in entries)
+        self.home = self.nav[0][2] if self.nav else f"{PREFIX}/login"
         loaders = [PackageLoader("spectral.console", "templates")]
         loaders += [PackageLoader(package, "templates") for package in template_packages]
         self.env = Environment(
@@ -80,7 +86,8 @@ class Console:
             request=request,
             principal=principal,
             csrf=csrf_token(token) if token else "",
-            nav=NAV,
+            nav=self.nav,
+            home=self.home,
             section=section,
             prefix=PREFIX,
             static=STATIC,
@@ -94,7 +101,7 @@ class Console:
         @router.get("")
         @router.get("/")
         async def console_home() -> RedirectResponse:
-            return RedirectResponse(f"{PREFIX}/clusters", status_code=303)
+            return RedirectResponse(self.home, status_code=303)
 
         @router.get("/login")
         async def console_login_form(request: Request, next: str = "") -> HTMLResponse:  # noqa: A002
@@ -117,7 +124,7 @@ class Console:
                     next=_local(next),
                     error="That token is unknown, revoked or expired.",
                 )
-            response = RedirectResponse(_local(next) or f"{PREFIX}/clusters", status_code=303)
+            response = RedirectResponse(_local(next) or self.home, status_code=303)
             response.set_cookie(
                 SESSION_COOKIE,
                 token.strip(),

@@ -29,6 +29,7 @@ from spectral.devstack.kafka_config import (
     uses_log4j2,
 )
 from spectral.errors import ConfigurationError
+from spectral.settings import load_settings
 
 _MAVEN_TIMEOUT = 900.0
 _TAIL_LINES = 25
@@ -46,12 +47,9 @@ class KafkaJars:
 
 
 def default_cache_dir() -> Path:
-    """``$SPECTRAL_CACHE_DIR``, else ``$XDG_CACHE_HOME/spectral``, else ``~/.cache/spectral``."""
-    explicit = os.environ.get("SPECTRAL_CACHE_DIR")
-    if explicit:
-        return Path(explicit)
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "spectral"
+    """``$SPECTRAL_CACHE_DIR``, else ``$XDG_CACHE_HOME/spectral``, else ``~/.cache/spectral``
+    (the settings' ``cache_dir``)."""
+    return load_settings().cache_dir
 
 
 def package_file(name: str) -> bytes:

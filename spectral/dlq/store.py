@@ -1,5 +1,5 @@
 """The dead-letter table ``core.dead_letters``: where a dead letter goes when the broker refuses
-even its reference form (see spectral/consumer/dead_letters.py), and where ``spectral dlq
+even its reference form (see spectral/engine/dead_letters.py), and where ``spectral dlq
 list/show`` find it.
 
 Everything a record may hold is stored losslessly or cut with its size and digest kept: the key

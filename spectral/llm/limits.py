@@ -35,6 +35,7 @@ from types import MappingProxyType
 from typing import Any, Final
 
 from spectral.errors import ConfigurationError
+from spectral.llm.settings import LlmSettings
 from spectral.settings import Settings
 
 WILDCARD: Final = "*"
@@ -126,9 +127,10 @@ class ProviderLimits:
     def from_settings(cls, settings: Settings) -> ProviderLimits:
         """The limits of the routes file, overridden model by model by ``llm_limits``."""
         raw: dict[str, Any] = {}
-        if settings.llm_routes_file is not None:
-            raw.update(load_llm_file(settings.llm_routes_file)[1])
-        raw.update(settings.llm_limits)
+        llm = LlmSettings.of(settings)
+        if llm.llm_routes_file is not None:
+            raw.update(load_llm_file(llm.llm_routes_file)[1])
+        raw.update(llm.llm_limits)
         return cls.parse(raw)
 
     @property

@@ -45,6 +45,7 @@ from spectral.llm.seam import (
     SynthesisResponse,
     UnreadableAnswerError,
 )
+from spectral.llm.settings import LlmSettings
 from spectral.settings import Settings
 
 _RETRYABLE_STATUS: Final = frozenset({408, 409, 425, 429})
@@ -78,16 +79,17 @@ class OpenAICompatSynthesizer:
 
     @classmethod
     def from_settings(cls, settings: Settings) -> OpenAICompatSynthesizer:
-        if not settings.llm_base_url:
+        llm = LlmSettings.of(settings)
+        if not llm.llm_base_url:
             raise ConfigurationError(
                 "SPECTRAL_SYNTHESIZER=openai needs SPECTRAL_LLM_BASE_URL (an OpenAI-compatible "
                 "endpoint, e.g. https://gateway.example/v1)"
             )
         return cls(
-            settings.llm_base_url,
+            llm.llm_base_url,
             ModelRouter.from_settings(settings),
-            api_key=settings.llm_api_key,
-            timeout_seconds=settings.llm_timeout_seconds,
+            api_key=llm.llm_api_key,
+            timeout_seconds=llm.llm_timeout_seconds,
         )
 
     def __repr__(self) -> str:

@@ -22,6 +22,7 @@ from types import MappingProxyType
 
 from spectral.errors import ConfigurationError
 from spectral.llm.limits import load_llm_file
+from spectral.llm.settings import LlmSettings
 from spectral.settings import Settings
 
 WILDCARD = "*"
@@ -54,9 +55,10 @@ class ModelRouter:
     def from_settings(cls, settings: Settings) -> ModelRouter:
         """Routes of the routes file, overridden by ``llm_routes``."""
         routes: dict[str, str] = {}
-        if settings.llm_routes_file is not None:
-            routes.update(load_routes_file(settings.llm_routes_file))
-        routes.update(settings.llm_routes)
+        llm = LlmSettings.of(settings)
+        if llm.llm_routes_file is not None:
+            routes.update(load_routes_file(llm.llm_routes_file))
+        routes.update(llm.llm_routes)
         return cls(routes)
 
     @property

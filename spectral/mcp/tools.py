@@ -22,8 +22,9 @@ from mcp.server.mcpserver.exceptions import ToolError
 
 from spectral.api.problems import ProblemError
 from spectral.api.resources import Resources
-from spectral.auth.scopes import Scope
+from spectral.auth.scopes import installed_vocabulary
 from spectral.auth.tokens import Principal
+from spectral.declaration import Scope
 from spectral.errors import PermanentError, TransientError
 
 P = ParamSpec("P")
@@ -43,7 +44,7 @@ class BearerVerifier:
         return AccessToken(
             token=token,
             client_id=principal.name,
-            scopes=sorted(s.value for s in principal.scopes),
+            scopes=sorted(principal.scopes),
             subject=str(principal.token_id),
         )
 
@@ -62,7 +63,7 @@ class Caller:
             principal = Principal(
                 UUID(access.subject) if access.subject else UUID(int=0),
                 access.client_id,
-                frozenset(Scope(s) for s in access.scopes if s in Scope.__members__.values()),
+                installed_vocabulary().effective(access.scopes),
             )
         elif self._stdio_token is not None:
             principal = await self.resources.verifier.verify(self._stdio_token)
@@ -72,7 +73,7 @@ class Caller:
             raise ToolError("not authenticated: the token is missing, unknown, revoked or expired")
         if not principal.allows(scope):
             raise ToolError(
-                f"token {principal.name!r} lacks the scope {scope.value!r} this tool needs"
+                f"token {principal.name!r} lacks the scope {scope.name!r} this tool needs"
             )
         return principal
 

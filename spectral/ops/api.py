@@ -8,7 +8,7 @@
     POST /ops/consumers/{deployment}/replay-dry-run  replay_dry_run          ops:read
 
 Only the deployments' own topics (and their ``.dlq`` topics) can be named: the API is no way
-to read arbitrary topics. Redrive and replay call spectral/dlq and spectral/consumer/replay.py,
+to read arbitrary topics. Redrive and replay call spectral/dlq and spectral/replay/replay.py,
 exactly what ``spectral dlq redrive`` and ``spectral replay --dry-run`` run.
 
 A replay dry run holds one database transaction open while it reads its whole range (the rows
@@ -29,9 +29,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from spectral.api.auth import missing_scope, requires
 from spectral.api.problems import COMMON, ProblemError, responses
 from spectral.api.resources import Resources
-from spectral.auth.scopes import Scope
+from spectral.auth.scopes import OPS_READ, OPS_REDRIVE
 from spectral.auth.tokens import Principal
-from spectral.consumer.replay_range import check_order, start_of, stop_of
 from spectral.dlq.records import Position, Topics, format_position, parse_position
 from spectral.errors import ConfigurationError
 from spectral.observability.logging import get_logger
@@ -45,6 +44,7 @@ from spectral.ops.views import (
     progress,
     redrive_topic,
 )
+from spectral.replay.range import check_order, start_of, stop_of
 
 
 class _Model(BaseModel):
@@ -169,7 +169,7 @@ def router(  # noqa: C901 - one nested function per route
     api = APIRouter(prefix="/ops", tags=["operations"])
     by_name = {d.name: d for d in deployments}
     dry_runs = {d.name: asyncio.Lock() for d in deployments}
-    reader = Depends(requires(resources, Scope.OPS_READ))
+    reader = Depends(requires(resources, OPS_READ))
     anyone = Depends(requires(resources, None))
 
     def deployment_of(name: str) -> Deployment:
@@ -248,7 +248,7 @@ def router(  # noqa: C901 - one nested function per route
     async def redrive_dead_letters(
         *, topic: str, body: RedriveIn, principal: Principal = anyone
     ) -> RedriveOut:
-        needed = Scope.OPS_READ if body.dry_run else Scope.OPS_REDRIVE
+        needed = OPS_READ if body.dry_run else OPS_REDRIVE
         if not principal.allows(needed):
             raise missing_scope(principal, needed)
         report = await redrive_topic(
@@ -301,7 +301,8 @@ def router(  # noqa: C901 - one nested function per route
             raise ProblemError(
                 501,
                 f"this API's database login may not run {d.name!r}'s handler: replay dry runs "
-                "need the deployment's role granted to it (see the README, HTTP API)",
+                "need the deployment's role granted to it (see "
+                "docs/howto/secure/api-roles-and-proxy.md)",
                 slug="dry-run-not-configured",
             ) from None
         except ValueError as exc:  # a range naming partitions the topics do not have

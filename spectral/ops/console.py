@@ -5,7 +5,7 @@ redrive (to a token holding ``ops:redrive``) for exactly the same topic and reas
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Annotated
+from typing import Annotated, Final
 
 from fastapi import APIRouter, Depends, Form, Request
 from fastapi.responses import HTMLResponse
@@ -13,9 +13,10 @@ from fastapi.responses import HTMLResponse
 from spectral.api.auth import check_csrf, console_requires, missing_scope
 from spectral.api.problems import ProblemError
 from spectral.api.resources import Resources
-from spectral.auth.scopes import Scope
+from spectral.auth.scopes import OPS_READ, OPS_REDRIVE
 from spectral.auth.tokens import Principal
 from spectral.console.site import PREFIX, Console
+from spectral.declaration import NavEntry
 from spectral.ops.views import (
     Deployment,
     UnknownTopicError,
@@ -25,10 +26,13 @@ from spectral.ops.views import (
     redrive_topic,
 )
 
+NAV: Final = NavEntry("consumers", "Consumers", "/consumers", order=20)
+"""The operations page's place in the console's navigation."""
+
 
 def router(console: Console, resources: Resources, deployments: Sequence[Deployment]) -> APIRouter:
     pages = APIRouter(prefix=PREFIX, include_in_schema=False)
-    reader = Depends(console_requires(resources, Scope.OPS_READ))
+    reader = Depends(console_requires(resources, OPS_READ))
     anyone = Depends(console_requires(resources, None))
 
     @pages.get("/consumers")
@@ -40,7 +44,7 @@ def router(console: Console, resources: Resources, deployments: Sequence[Deploym
             section="consumers",
             groups=await progress(resources, deployments),
             letters=await dead_letter_topics(resources, deployments),
-            can_redrive=principal.allows(Scope.OPS_REDRIVE),
+            can_redrive=principal.allows(OPS_REDRIVE),
         )
 
     @pages.post("/dead-letters/redrive")
@@ -55,7 +59,7 @@ def router(console: Console, resources: Resources, deployments: Sequence[Deploym
     ) -> HTMLResponse:
         check_csrf(request, csrf)
         dry_run = confirm != "1"
-        needed = Scope.OPS_READ if dry_run else Scope.OPS_REDRIVE
+        needed = OPS_READ if dry_run else OPS_REDRIVE
         if not principal.allows(needed):
             raise missing_scope(principal, needed)
         try:
@@ -70,7 +74,7 @@ def router(console: Console, resources: Resources, deployments: Sequence[Deploym
             section="consumers",
             report=report,
             reason=reason,
-            can_redrive=principal.allows(Scope.OPS_REDRIVE),
+            can_redrive=principal.allows(OPS_REDRIVE),
         )
 
     return pages

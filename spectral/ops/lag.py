@@ -17,10 +17,10 @@ from typing import Any, Final
 from aiokafka import TopicPartition
 from aiokafka.errors import KafkaError
 
-from spectral.consumer.replay_range import TopicPartitionKey
 from spectral.errors import TransientError
 from spectral.kafka.groups import committed_offsets, describe_group
 from spectral.kafka.partitions import fetch_watermarks, standalone_consumer, topic_partitions
+from spectral.replay.range import TopicPartitionKey
 from spectral.settings import Settings
 
 _TIMESTAMP_PATIENCE_SECONDS: Final = 5.0

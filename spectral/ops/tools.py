@@ -9,7 +9,7 @@ from typing import Any
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 
-from spectral.auth.scopes import Scope
+from spectral.auth.scopes import OPS_READ
 from spectral.dlq.records import format_position, parse_position
 from spectral.mcp.tools import Caller, tool_errors
 from spectral.ops.views import (
@@ -31,7 +31,7 @@ def register(server: MCPServer, caller: Caller, deployments: Sequence[Deployment
     )
     @tool_errors
     async def dead_letter_summary() -> dict[str, Any]:
-        await caller.require(Scope.OPS_READ)
+        await caller.require(OPS_READ)
         found = await dead_letter_topics(resources, deployments)
         return {"topics": [t.model_dump(mode="json") for t in found]}
 
@@ -46,7 +46,7 @@ def register(server: MCPServer, caller: Caller, deployments: Sequence[Deployment
     async def list_dead_letters(
         topic: str, reason: str | None = None, limit: int = 50, after: str | None = None
     ) -> dict[str, Any]:
-        await caller.require(Scope.OPS_READ)
+        await caller.require(OPS_READ)
         try:
             topics = find_topics(deployments, topic)
             position = None if after is None else parse_position(after)
@@ -70,5 +70,5 @@ def register(server: MCPServer, caller: Caller, deployments: Sequence[Deployment
     )
     @tool_errors
     async def consumer_lag() -> dict[str, Any]:
-        await caller.require(Scope.OPS_READ)
+        await caller.require(OPS_READ)
         return {"consumers": [g.to_json() for g in await progress(resources, deployments)]}

@@ -17,8 +17,6 @@ import asyncpg
 from pydantic import BaseModel, ConfigDict, Field
 
 from spectral.api.resources import Resources
-from spectral.consumer.replay import ReplayReport
-from spectral.consumer.replay_range import Start, Stop
 from spectral.dlq.records import (
     DeadLetterPage,
     Position,
@@ -31,6 +29,8 @@ from spectral.dlq.redrive import RedriveReport, redrive
 from spectral.dlq.repository import RedriveRepository
 from spectral.errors import PermanentError
 from spectral.ops.lag import GroupProgress, group_progress
+from spectral.replay.range import Start, Stop
+from spectral.replay.replay import ReplayReport
 
 ReplayDryRun = Callable[[Start, Stop | None], Awaitable[ReplayReport]]
 

@@ -38,11 +38,11 @@ import asyncpg
 from contracts import FAILURE_CLUSTER_DETECTED, WORK_ITEM_ENQUEUED
 from producers.work.commands import GenerateAll, WorkCommands
 from spectral.kafka.topics import dlq_topic, topic_for
-from spectral.outbox import OutboxItem, enqueue
+from spectral.outbox.writer import OutboxItem, enqueue
 from spectral.settings import Settings
 from tests.cluster.support import kill_all, start_spectral, tail, terminate, wait_exit
 from tests.fakes.openai_server import FakeModelServer
-from tests.integration.relay.support import key_id, numbered
+from tests.integration.outbox.relay.support import key_id, numbered
 from tests.integration.work.support import PROJECT, backlog, harness
 from tests.kafka_support import read_all
 

@@ -37,7 +37,7 @@ from tests.cluster.support import (
     wait_exit,
     wait_isr,
 )
-from tests.integration.relay.support import enqueue_numbered, key_id, outbox_counts
+from tests.integration.outbox.relay.support import enqueue_numbered, key_id, outbox_counts
 from tests.kafka_support import end_offsets, read_all
 
 pytestmark = [pytest.mark.integration, pytest.mark.faults, pytest.mark.cluster]

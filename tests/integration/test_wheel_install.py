@@ -1,6 +1,8 @@
 """The wheel as a user installs it: built from this checkout, installed (not editable) into a
-fresh virtual environment, run from a directory outside the repository. It must find its
-migrations and event schemas, migrate an empty database, create its topics and run the demo."""
+fresh virtual environment, run from a directory outside the repository. Its only top-level
+import packages are spectral's (contracts/, producers/ and consumers/ ship inside the spectral
+namespace); it loads every part of every built-in plugin, finds its migrations and event schemas,
+migrates an empty database, creates its topics and runs the demo (which consumes both streams)."""
 
 from __future__ import annotations
 
@@ -19,18 +21,37 @@ pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parents[2]
 
+TOP_LEVEL = """
+import importlib.metadata as m
+print(" ".join(sorted({f.parts[0] for f in m.files("spectral") if f.suffix == ".py"})))
+"""
+
+LOAD_EVERY_PLUGIN = """
+from spectral.plugins import installed_plugins, installed_registry, settings_classes
+from spectral.cli import commands, load_command
+loaded = []
+for plugin in installed_plugins():
+    d = plugin.declaration
+    refs = [*d.events, *(x.factory for x in d.deployments), *(x.factory for x in d.routers),
+            *(x.factory for x in d.pages), *(x.register for x in d.tools)]
+    for ref in refs:
+        plugin.load(ref, "part")
+    for command in d.commands:
+        load_command(command.name)
+    loaded.append(f"{plugin.name}={plugin.package}")
+settings_classes()
+installed_registry()
+print(" ".join(loaded))
+"""
+
 
 def _run(argv: list[str], **kwargs: object) -> subprocess.CompletedProcess[str]:
     return subprocess.run(argv, capture_output=True, text=True, check=False, **kwargs)  # type: ignore[call-overload, no-any-return]
 
 
-@pytest.mark.timeout(600)
-async def test_the_wheel_migrates_and_runs_the_demo_from_outside_the_checkout(
-    tmp_path: Path, stack: object
-) -> None:
-    from spectral.devstack import Endpoints  # noqa: PLC0415
-
-    assert isinstance(stack, Endpoints)
+def _installed(tmp_path: Path) -> tuple[Path, Path]:
+    """The wheel built from this checkout and installed into a fresh virtual environment; and
+    a directory outside the checkout to run it from."""
     dist, venv, outside = tmp_path / "dist", tmp_path / "venv", tmp_path / "elsewhere"
     outside.mkdir()
     # Built from the tracked files only, in a copy: neither a stale build/ directory of the
@@ -52,6 +73,17 @@ async def test_the_wheel_migrates_and_runs_the_demo_from_outside_the_checkout(
     assert _run([sys.executable, "-m", "venv", str(venv)]).returncode == 0
     installed = _run([str(venv / "bin/pip"), "install", "-q", str(wheels[0])], cwd=outside)
     assert installed.returncode == 0, installed.stderr
+    return venv, outside
+
+
+@pytest.mark.timeout(600)
+async def test_the_wheel_migrates_and_runs_the_demo_from_outside_the_checkout(
+    tmp_path: Path, stack: object
+) -> None:
+    from spectral.devstack import Endpoints  # noqa: PLC0415
+
+    assert isinstance(stack, Endpoints)
+    venv, outside = _installed(tmp_path)
     spectral = str(venv / "bin/spectral")
 
     name = unique_name("spectral_wheel_")
@@ -71,6 +103,16 @@ async def test_the_wheel_migrates_and_runs_the_demo_from_outside_the_checkout(
             env=env,
         )
         assert where.stdout.startswith(str(venv)), where.stdout  # the wheel, not the checkout
+        top = _run([str(venv / "bin/python"), "-c", TOP_LEVEL], cwd=outside, env=env)
+        assert top.stdout.split() == ["spectral", "spectral_schemas"], top.stdout + top.stderr
+        plugins = _run([str(venv / "bin/python"), "-c", LOAD_EVERY_PLUGIN], cwd=outside, env=env)
+        assert plugins.returncode == 0, plugins.stderr
+        assert sorted(plugins.stdout.split()) == [
+            "clusters=spectral.producers.clusters",
+            "triage=spectral.consumers.rule_candidates",
+            "work-executor=spectral.consumers.work_executor",
+            "work=spectral.producers.work",
+        ]
 
         migrate = _run([spectral, "db", "migrate"], cwd=outside, env=env)
         assert migrate.returncode == 0, migrate.stderr

@@ -32,7 +32,7 @@ import asyncpg
 import pytest
 
 from contracts import FAILURE_CLUSTER_DETECTED
-from spectral.consumer.handler import Outcome
+from spectral.engine.handler import Outcome
 from spectral.kafka.topics import dlq_topic, topic_for
 from spectral.kafka.topology import TopicPolicy, declared_topics
 from spectral.settings import Settings

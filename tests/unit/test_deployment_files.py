@@ -22,13 +22,13 @@ from ruamel.yaml import YAML
 from consumers.rule_candidates.metrics import RuleCandidateMetrics
 from consumers.work_executor.metrics import ExecutorMetrics
 from producers.clusters.metrics import ClusterMetrics
-from producers.relay.metrics import RelayMetrics
-from spectral.consumer.metrics import ConsumerMetrics
+from spectral.engine.metrics import ConsumerMetrics
 from spectral.maintenance.metrics import MaintenanceMetrics
 from spectral.maintenance.retention import Pruned
 from spectral.observability.health import Health
 from spectral.observability.http import HttpMetrics
 from spectral.observability.progress import ProgressMetrics
+from spectral.outbox.relay.metrics import RelayMetrics
 
 ROOT = Path(__file__).resolve().parents[2]
 LONG_RUNNING = ("relay", "rule-candidates", "work-executor", "clusters-tick", "api", "maintenance")

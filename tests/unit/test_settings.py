@@ -6,8 +6,10 @@ import json
 import pytest
 import structlog
 
+from producers.work.domain.settings import WorkSettings
+from spectral.llm.settings import LlmSettings
 from spectral.observability.logging import configure_logging, get_logger
-from spectral.settings import Settings, redact_url
+from spectral.settings import Settings, load_settings, redact_url
 
 CANARY = "canary-Zq81xV"
 
@@ -58,3 +60,33 @@ def test_logs_mask_secrets(monkeypatch: pytest.MonkeyPatch) -> None:
     out = stream.getvalue()
     assert "connecting" in out
     assert CANARY not in out
+
+
+def test_a_section_reads_its_variables_and_the_overrides_of_its_settings(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("SPECTRAL_WORK_POOL_SIZE", "7")
+    monkeypatch.setenv("SPECTRAL_LLM_TIMEOUT_SECONDS", "12.5")
+    current = load_settings(work_max_attempts=5, topic_prefix="p.")
+    work = WorkSettings.of(current)
+    assert (work.work_max_attempts, work.work_pool_size) == (5, 7)
+    assert LlmSettings.of(current).llm_timeout_seconds == 12.5
+    assert WorkSettings.of(current) is work  # read once per settings object
+    assert current.topic_prefix == "p."
+    assert "work_max_attempts" not in current.model_dump()  # the framework's own stay its own
+    changed = current.replace(work_max_attempts=2, topic_prefix="q.")
+    assert (WorkSettings.of(changed).work_max_attempts, changed.topic_prefix) == (2, "q.")
+    assert WorkSettings.of(changed).work_pool_size == 7
+    assert WorkSettings.of(current).work_max_attempts == 5
+
+
+def test_a_bad_value_of_a_section_is_refused_when_read() -> None:
+    current = load_settings(work_max_attempts=0)
+    with pytest.raises(ValueError, match="work_max_attempts"):
+        WorkSettings.of(current)
+
+
+def test_the_api_token_is_a_secret() -> None:
+    current = load_settings(api_token="spt_" + "s" * 43)
+    assert "sss" not in repr(current)
+    assert current.describe()["api_token"] == "********"  # noqa: S105 - a mask

@@ -21,3 +21,11 @@ DELETE FROM deploys.deploys;
 
 -- name: count_rows
 SELECT count(*) FROM deploys.deploys;
+
+-- name: outcomes
+-- Deploys per service and outcome ($1: one service, or NULL for all); the read side of the
+-- command, the HTTP route and the MCP tool.
+SELECT service, outcome, deploys, last_at
+FROM deploys.service_outcomes
+WHERE $1::text IS NULL OR service = $1
+ORDER BY service, outcome;

@@ -13,12 +13,13 @@ from uuid import UUID
 import asyncpg
 from prometheus_client import CollectorRegistry
 
-from contracts import EventEnvelope, decode
+from contracts import EventEnvelope
 from producers.clusters import ClusterMetrics, ClusterPolicy, FailureClusterService
 from producers.clusters.model import FailureObservation
 from spectral.errors import TransientError
 from spectral.llm.seam import SynthesisRequest, SynthesisResponse
 from spectral.llm.stub import StubSynthesizer
+from tests.events import decode
 
 T0 = datetime(2026, 11, 20, 8, 0, tzinfo=UTC)
 WORKSPACE = UUID("5f0c7d1e-0000-4000-8000-000000000001")

@@ -12,7 +12,7 @@ from pathlib import Path
 import asyncpg
 from asyncpg.transaction import Transaction
 
-import spectral.consumer
+import spectral.engine
 from spectral.db.connect import connect
 from spectral.db.queries import load_queries
 from spectral.kafka.retention import BrokerRetention, describe_retention
@@ -21,7 +21,7 @@ from spectral.maintenance.repository import MaintenanceRepository
 from spectral.maintenance.run import MaintenanceOptions, MaintenanceReport, maintain
 from spectral.settings import Settings
 
-ENGINE_SQL = load_queries(Path(spectral.consumer.__file__).with_name("queries.sql"))
+ENGINE_SQL = load_queries(Path(spectral.engine.__file__).with_name("queries.sql"))
 """The consumer engine's own statements (claim_keys: the dedup claim)."""
 PROJECTOR = "spectral_projector"
 EXECUTOR = "spectral_executor"

@@ -11,12 +11,12 @@ import asyncpg
 import pytest
 from prometheus_client import CollectorRegistry
 
-from producers.relay import OutboxRelay, RelayMetrics, RelayOptions
 from spectral.db.migrate import MIGRATIONS_DIR, migrate
 from spectral.devstack import Endpoints
+from spectral.outbox.relay import OutboxRelay, RelayMetrics, RelayOptions
 from spectral.settings import Settings
 from tests.integration.maintenance.support import claim
-from tests.integration.relay.support import (
+from tests.integration.outbox.relay.support import (
     EVENT_TYPE,
     by_key,
     enqueue_numbered,

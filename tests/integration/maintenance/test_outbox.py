@@ -13,15 +13,15 @@ from pathlib import Path
 import pytest
 from prometheus_client import CollectorRegistry
 
-from consumers.rule_candidates import build
-from spectral.consumer.engine import ConsumerEngine, EngineOptions, RunSummary
-from spectral.consumer.handler import Outcome
+from consumers.rule_candidates.deployment import build
+from spectral.engine.engine import ConsumerEngine, EngineOptions, RunSummary
+from spectral.engine.handler import Outcome
 from spectral.maintenance.policy import Hold
-from spectral.outbox import OutboxItem, enqueue
+from spectral.outbox.writer import OutboxItem, enqueue
 from spectral.settings import Settings
-from tests.faults.test_relay_faults import start_relay, wait_exit
+from tests.faults.outbox.relay.test_relay_faults import start_relay, wait_exit
 from tests.integration.maintenance.support import age, generations, run_maintenance, session
-from tests.integration.relay.support import (
+from tests.integration.outbox.relay.support import (
     EVENT_TYPE,
     by_key,
     enqueue_numbered,
@@ -30,7 +30,7 @@ from tests.integration.relay.support import (
     outbox_counts,
     read_topic,
 )
-from tests.integration.relay.test_relay import make_relay
+from tests.integration.outbox.relay.test_relay import make_relay
 
 pytestmark = pytest.mark.integration
 

@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 import asyncpg
 import pytest
 
-from spectral.outbox import OutboxItem, enqueue
+from spectral.outbox.writer import OutboxItem, enqueue
 from tests.integration.maintenance.support import (
     EXECUTOR,
     PROJECTOR,
@@ -17,7 +17,7 @@ from tests.integration.maintenance.support import (
     first_rotation,
     session,
 )
-from tests.integration.relay.support import key_id, numbered
+from tests.integration.outbox.relay.support import key_id, numbered
 
 pytestmark = pytest.mark.integration
 

@@ -22,7 +22,7 @@ from producers.clusters.repository import ClusterRepository
 from producers.clusters.retention import FailureRetention
 from producers.clusters.severity import Criticality, SeverityPolicy
 from producers.clusters.snapshot import build_snapshot
-from spectral.auth.scopes import Scope
+from producers.work.plugin import WORK_READ
 from spectral.auth.tokens import TOKEN_ADMIN_ROLE, TokenAdmin
 from spectral.db.connect import connect
 from spectral.kafka.retention import describe_retention
@@ -118,7 +118,7 @@ async def test_tokens_revoked_or_expired_long_ago_go(settings: Settings, databas
     try:
         admin = TokenAdmin(conn)
         for name in ("live", "revoked-long-ago", "revoked-lately", "expired-long-ago", "expiring"):
-            await admin.create(name, [Scope.WORK_READ])
+            await admin.create(name, [WORK_READ])
     finally:
         await conn.close()
     async with session(database_url) as owner:

@@ -15,8 +15,13 @@ import sys
 from pathlib import Path
 from typing import Any, Final
 
+import httpx
 import pytest
+from mcp import Client
+from mcp.client.stdio import StdioServerParameters
+from mcp_types import TextContent
 
+from spectral.devstack.ports import free_port
 from tests.integration.replay.support import fetchval
 from tests.unit.contracts.test_asyncapi import official_parser
 
@@ -134,6 +139,90 @@ async def test_every_ops_command_runs_the_plugin_deployment(
     assert "deploy-tracker" in (out / "asyncapi.json").read_text()
     parsed = await asyncio.to_thread(official_parser, out / "asyncapi.json")
     assert parsed.returncode == 0, parsed.stdout + parsed.stderr
+
+
+async def test_the_plugins_command_http_route_mcp_tool_and_scope(
+    spectral_env: dict[str, str], database_url: str, plugin_path: str, tmp_path: Path
+) -> None:
+    """What the example adds beside its projection, used as its users would: its own command,
+    a token with its own scope, its HTTP route (and the API's description of it) through
+    `spectral api`, and its MCP tool through `spectral mcp` over stdio."""
+    env = {**spectral_env, "PYTHONPATH": plugin_path}
+    await asyncio.to_thread(_spectral, env, "db", "migrate")
+    await fetchval(
+        database_url,
+        "INSERT INTO deploys.service_outcomes VALUES ('api', 'failed', 2, '2026-01-05T09:00Z'),"
+        " ('web', 'succeeded', 1, '2026-01-05T09:01Z') RETURNING 1",
+    )
+    expected = [
+        {"service": "api", "outcome": "failed", "deploys": 2, "last_at": "2026-01-05T09:00:00Z"},
+        {"service": "web", "outcome": "succeeded", "deploys": 1, "last_at": "2026-01-05T09:01:00Z"},
+    ]
+    assert await asyncio.to_thread(_json, env, "deploys", "outcomes") == expected
+    listed = await asyncio.to_thread(_spectral, env, "deploys", "outcomes", "--service", "web")
+    assert listed.split()[:3] == ["web", "succeeded", "1"]
+
+    reader = await asyncio.to_thread(
+        _spectral, env, "tokens", "create", "--name", "deploys-reader", "--scope", "deploys:read"
+    )
+    other = await asyncio.to_thread(
+        _spectral, env, "tokens", "create", "--name", "ops-reader", "--scope", "ops:read"
+    )
+    port = free_port()
+    api = subprocess.Popen(
+        [BIN / "spectral", "api", "--port", str(port)],
+        env=env,
+        cwd=tmp_path,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=30) as http:
+            await _until_healthy(http, api)
+            allowed = await http.get(
+                "/deploys/outcomes", headers={"Authorization": f"Bearer {reader.strip()}"}
+            )
+            assert allowed.status_code == 200, allowed.text
+            assert allowed.json() == expected
+            refused = await http.get(
+                "/deploys/outcomes", headers={"Authorization": f"Bearer {other.strip()}"}
+            )
+            assert refused.status_code == 403
+            assert refused.json()["required_scope"] == "deploys:read"
+            described = (await http.get("/openapi.json")).json()
+            assert "/deploys/outcomes" in described["paths"]
+            assert "`deploys:read`" in described["info"]["description"]
+    finally:
+        api.terminate()
+        api.communicate(timeout=30)
+
+    params = StdioServerParameters(
+        command=str(BIN / "spectral"),
+        args=["mcp"],
+        env={**env, "SPECTRAL_API_TOKEN": reader.strip()},
+        cwd=str(tmp_path),
+    )
+    async with Client(params, read_timeout_seconds=60) as client:
+        result = await client.call_tool("deploy_outcomes", {"service": "api"})
+        assert not result.is_error
+        text = " ".join(c.text for c in result.content if isinstance(c, TextContent))
+        assert '"deploys": 2' in text or '"deploys":2' in text
+        lacking = await client.call_tool("consumer_lag", {})
+        assert lacking.is_error  # the plugin's scope allows the plugin's tool, nothing more
+
+
+async def _until_healthy(http: httpx.AsyncClient, server: subprocess.Popen[bytes]) -> None:
+    for _ in range(600):
+        if server.poll() is not None:
+            stderr = server.stderr.read() if server.stderr else b""
+            raise AssertionError(f"spectral api exited: {stderr!r}")
+        try:
+            if (await http.get("/healthz")).status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        await asyncio.sleep(0.1)
+    raise AssertionError("spectral api did not answer within 60 s")
 
 
 @pytest.mark.example

@@ -14,11 +14,11 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from contracts import EventRegistry
-from spectral.consumer.engine import ConsumerEngine, EngineOptions
-from spectral.consumer.handler import Delivery, Handler, HandlerResult, Outcome, Rejection
 from spectral.db.connect import Conn, connect
 from spectral.db.migrate import migrate
 from spectral.dlq import store
+from spectral.engine.engine import ConsumerEngine, EngineOptions
+from spectral.engine.handler import Delivery, Handler, HandlerResult, Outcome, Rejection
 from spectral.errors import ConfigurationError
 from spectral.kafka.dlq import DeadLetter
 from spectral.kafka.topics import dlq_topic, topic_for

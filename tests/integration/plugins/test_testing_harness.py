@@ -9,7 +9,7 @@ import uuid
 import pytest
 
 from contracts import FAILURE_CLUSTER_DETECTED
-from spectral.consumer.handler import Outcome
+from spectral.engine.handler import Outcome
 from spectral.settings import Settings
 from spectral.testing import Harness
 from tests.integration.replay.support import fetchval, history_of_clusters

@@ -16,13 +16,13 @@ from uuid import UUID
 import asyncpg
 from prometheus_client import CollectorRegistry
 
-from consumers.rule_candidates import build as build_rule_candidates
+from consumers.rule_candidates.deployment import build as build_rule_candidates
 from contracts import EventEnvelope
-from spectral.consumer.engine import ConsumerEngine, EngineOptions, RunSummary
-from spectral.consumer.handler import Handler
-from spectral.consumer.replay import ReplayReport, ReplayRequest, TransactionHooks, replay
+from spectral.engine.engine import ConsumerEngine, EngineOptions, RunSummary
+from spectral.engine.handler import Handler
 from spectral.kafka.groups import describe_group
 from spectral.kafka.topics import group_for
+from spectral.replay.replay import ReplayReport, ReplayRequest, TransactionHooks, replay
 from spectral.settings import Settings
 from tests.kafka_support import cluster_event
 from tests.support import eventually

@@ -9,9 +9,11 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from contracts import FAILURE_CLUSTER_DETECTED
-from spectral.consumer.handler import Outcome
-from spectral.consumer.offsets import GroupBusyError, ResetReport, reset_offsets
-from spectral.consumer.replay_range import (
+from spectral.engine.handler import Outcome
+from spectral.kafka.topics import topic_for
+from spectral.replay.guard import BeyondHorizonError
+from spectral.replay.offsets import GroupBusyError, ResetReport, reset_offsets
+from spectral.replay.range import (
     AtOffsets,
     AtTime,
     Beginning,
@@ -19,8 +21,6 @@ from spectral.consumer.replay_range import (
     PartitionOffset,
     Start,
 )
-from spectral.kafka.topics import topic_for
-from spectral.maintenance.guard import BeyondHorizonError
 from spectral.settings import Settings
 from tests.integration.maintenance.support import forgotten_before
 from tests.integration.replay.support import (

@@ -17,11 +17,11 @@ from prometheus_client import CollectorRegistry
 from consumers.rule_candidates.handler import RuleCandidatesHandler
 from consumers.rule_candidates.metrics import RuleCandidateMetrics
 from contracts import FAILURE_CLUSTER_DETECTED
-from spectral.consumer.handler import Delivery, HandlerResult, Outcome
-from spectral.consumer.offsets import GroupBusyError
-from spectral.consumer.rebuild import rebuild
 from spectral.db.connect import Conn
+from spectral.engine.handler import Delivery, HandlerResult, Outcome
 from spectral.kafka.topics import topic_for
+from spectral.replay.offsets import GroupBusyError
+from spectral.replay.rebuild import rebuild
 from spectral.settings import Settings
 from tests.integration.replay.support import (
     T0,

@@ -13,10 +13,10 @@ import asyncpg
 import pytest
 
 from contracts import FAILURE_CLUSTER_DETECTED
-from spectral.consumer.handler import Delivery, Handler, HandlerResult, Outcome
-from spectral.consumer.replay import Mode, ReplayRequest
-from spectral.consumer.replay_range import AtOffsets, AtTime, Beginning, PartitionOffset
+from spectral.engine.handler import Delivery, Handler, HandlerResult, Outcome
 from spectral.kafka.topics import dlq_topic, topic_for
+from spectral.replay.range import AtOffsets, AtTime, Beginning, PartitionOffset
+from spectral.replay.replay import Mode, ReplayRequest
 from spectral.settings import Settings
 from tests.integration.replay.support import (
     T0,

@@ -17,13 +17,13 @@ import pytest
 from prometheus_client import CollectorRegistry
 from structlog.testing import capture_logs
 
-from consumers.work_executor import build
+from consumers.work_executor.deployment import build
 from contracts import WORK_ITEM_ENQUEUED
 from producers.work.commands import GenerateAll, GenerateEpic
-from spectral.consumer.handler import Handler, Outcome
-from spectral.consumer.replay import Mode, ReplayRequest
-from spectral.consumer.replay_range import Beginning
+from spectral.engine.handler import Handler, Outcome
 from spectral.kafka.topics import topic_for
+from spectral.replay.range import Beginning
+from spectral.replay.replay import Mode, ReplayRequest
 from spectral.settings import Settings
 from tests.integration.replay.support import handled, run_replay
 from tests.integration.work.kafka_support import (

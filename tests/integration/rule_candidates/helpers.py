@@ -12,17 +12,12 @@ from uuid import UUID
 import asyncpg
 from prometheus_client import CollectorRegistry
 
-from consumers.rule_candidates import RuleCandidatesHandler, build
-from contracts import (
-    EventEnvelope,
-    FailureRef,
-    Severity,
-    decode,
-    encode,
-    failure_cluster_detected_event,
-)
-from spectral.consumer.handler import Delivery, HandlerResult
+from consumers.rule_candidates.deployment import build
+from consumers.rule_candidates.handler import RuleCandidatesHandler
+from contracts import EventEnvelope, FailureRef, Severity, failure_cluster_detected_event
+from spectral.engine.handler import Delivery, HandlerResult
 from spectral.settings import load_settings
+from tests.events import decode, encode
 
 T0 = datetime(2026, 3, 1, 12, 0, 0, 250_000, tzinfo=UTC)
 TOPIC = "platform.failure_cluster.detected"

@@ -7,8 +7,9 @@ import uuid
 import pytest
 from prometheus_client import CollectorRegistry
 
-from consumers.rule_candidates import RuleCandidatesHandler, build
 from consumers.rule_candidates.churn import RETENTION_HOURS, exceeds
+from consumers.rule_candidates.deployment import build
+from consumers.rule_candidates.handler import RuleCandidatesHandler
 from spectral.settings import load_settings
 from tests.integration.rule_candidates.helpers import (
     apply,

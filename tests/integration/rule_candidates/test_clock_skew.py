@@ -15,7 +15,7 @@ import pytest
 
 from consumers.rule_candidates.collapse import MAX_CLOCK_SKEW
 from contracts import EventEnvelope, FailureRef, failure_cluster_detected_event
-from spectral.consumer.handler import Delivery
+from spectral.engine.handler import Delivery
 from tests.integration.rule_candidates.helpers import apply, delivery, new_cluster, new_handler, row
 
 pytestmark = pytest.mark.integration

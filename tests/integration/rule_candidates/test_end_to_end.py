@@ -16,12 +16,13 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from prometheus_client import CollectorRegistry
 
-from consumers.rule_candidates import build
-from contracts import FAILURE_CLUSTER_DETECTED, EventEnvelope, encode, snapshot_hash
-from spectral.consumer.engine import ConsumerEngine, EngineOptions, RunSummary
-from spectral.consumer.handler import Outcome
+from consumers.rule_candidates.deployment import build
+from contracts import FAILURE_CLUSTER_DETECTED, EventEnvelope, snapshot_hash
+from spectral.engine.engine import ConsumerEngine, EngineOptions, RunSummary
+from spectral.engine.handler import Outcome
 from spectral.kafka.topics import dlq_topic, topic_for
 from spectral.settings import Settings
+from tests.events import encode
 from tests.integration.rule_candidates.helpers import snapshot
 
 pytestmark = pytest.mark.integration

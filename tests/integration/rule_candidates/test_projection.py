@@ -8,7 +8,7 @@ import uuid
 import pytest
 from prometheus_client import CollectorRegistry
 
-from contracts import encode
+from tests.events import encode
 from tests.integration.rule_candidates.helpers import (
     apply,
     connected,

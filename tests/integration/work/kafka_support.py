@@ -12,10 +12,10 @@ import asyncpg
 from prometheus_client import CollectorRegistry
 
 from contracts import WORK_ITEM_ENQUEUED
-from producers.relay import OutboxRelay, RelayMetrics, RelayOptions
-from spectral.consumer.engine import ConsumerEngine, EngineOptions
-from spectral.consumer.handler import Handler
+from spectral.engine.engine import ConsumerEngine, EngineOptions
+from spectral.engine.handler import Handler
 from spectral.kafka.topics import topic_for
+from spectral.outbox.relay import OutboxRelay, RelayMetrics, RelayOptions
 from spectral.settings import Settings
 from tests.kafka_support import create_topics
 

@@ -23,6 +23,8 @@ from consumers.work_executor.handler import WorkExecutorHandler
 from consumers.work_executor.metrics import ExecutorMetrics
 from consumers.work_executor.schedule import Resolve
 from producers.work.commands import WorkCommands
+from producers.work.domain.history import History, reconstruct
+from producers.work.domain.read import WorkReader
 from spectral.db.connect import create_pool
 from spectral.errors import PermanentError, TransientError
 from spectral.llm.limits import ProviderLimits
@@ -30,8 +32,6 @@ from spectral.llm.seam import SynthesisRequest, SynthesisResponse
 from spectral.llm.stub import StubSynthesizer
 from spectral.observability.logging import configure_logging
 from spectral.settings import Settings
-from spectral.work.history import History, reconstruct
-from spectral.work.read import WorkReader
 
 PROJECT = "p1"
 DOCUMENT = "backlog-1"
@@ -156,7 +156,7 @@ def executor_settings(settings: Settings, **overrides: Any) -> Settings:
         "llm_timeout_seconds": 5.0,
     }
     values.update(overrides)
-    return settings.model_copy(update=values)
+    return settings.replace(**values)
 
 
 @asynccontextmanager

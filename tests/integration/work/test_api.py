@@ -9,9 +9,9 @@ from contextlib import asynccontextmanager
 import httpx
 import pytest
 
-from spectral.auth.scopes import Scope
+from producers.work.plugin import WORK_SUBMIT
 from spectral.settings import Settings
-from tests.integration.surfaces.support import surface
+from tests.integration.api.support import surface
 from tests.integration.work.support import (
     DOCUMENT,
     PROJECT,
@@ -36,7 +36,7 @@ async def client(settings: Settings) -> AsyncIterator[tuple[httpx.AsyncClient, H
         harness(database_url) as h,
         surface(settings, database_url, settings.kafka_bootstrap or "") as s,
     ):
-        http = await s.client(Scope.WORK_SUBMIT, name="svc-planner")
+        http = await s.client(WORK_SUBMIT, name="svc-planner")
         async with http:
             yield http, h
 

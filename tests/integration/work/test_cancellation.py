@@ -21,10 +21,10 @@ from consumers.work_executor.retry import RetryPolicy
 from producers.work.budgets import BudgetCommands
 from producers.work.cancel import Disposition, cancel_thread
 from producers.work.commands import GenerateAll, GenerateEpic
+from producers.work.domain.budgets import Period
+from producers.work.domain.history import ItemOutcome
 from spectral.db.connect import create_pool
 from spectral.settings import Settings
-from spectral.work.budgets import Period
-from spectral.work.history import ItemOutcome
 from tests.integration.work.support import (
     DOCUMENT,
     PROJECT,

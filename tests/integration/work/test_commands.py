@@ -15,8 +15,8 @@ from producers.work.commands import (
     GenerateEpic,
     UnknownTargetError,
 )
+from producers.work.domain.model import ThreadStatus
 from producers.work.policy import ChildAction, Disposition
-from spectral.work.model import ThreadStatus
 from tests.integration.work.support import DOCUMENT, PROJECT, backlog, harness
 
 pytestmark = pytest.mark.integration

@@ -12,14 +12,14 @@ from decimal import Decimal
 import pytest
 from prometheus_client import CollectorRegistry
 
-from consumers.work_executor import route_resolver
+from consumers.work_executor.deployment import route_resolver
 from producers.work.budgets import BudgetCommands
 from producers.work.commands import GenerateAll
+from producers.work.domain.budgets import Period
 from spectral.llm.limits import ProviderLimits
 from spectral.llm.openai_compat import OpenAICompatSynthesizer
 from spectral.llm.router import ModelRouter
 from spectral.settings import Settings
-from spectral.work.budgets import Period
 from tests.fakes.openai_server import FakeModelServer
 from tests.integration.work.support import (
     DOCUMENT,

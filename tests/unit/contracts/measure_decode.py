@@ -15,7 +15,8 @@ from uuid import UUID
 
 import orjson
 
-from contracts import FailureRef, decode, encode, failure_cluster_detected_event
+from contracts import FailureRef, failure_cluster_detected_event
+from tests.events import decode, encode
 
 _ROUNDS = 15
 _NUMBER = 5_000

@@ -12,12 +12,13 @@ from typing import Any
 
 import pytest
 
-from contracts import DEFAULT_REGISTRY, envelope_json_schema
+from contracts import envelope_json_schema
 from contracts.asyncapi import ASYNCAPI_FILE_NAME, record_key_of
 from contracts.dead_letters import DEAD_LETTER_HEADERS, REDRIVE_HEADERS
 from spectral.cli.contracts import DEFAULT_SCHEMA_DIR, published_files
-from spectral.consumer.metrics import DEAD_LETTER_REASONS
+from spectral.engine.metrics import DEAD_LETTER_REASONS
 from spectral.kafka.dlq import DeadLetter, redrive_headers
+from tests.events import EVENTS
 
 ROOT = Path(__file__).resolve().parents[3]
 TOOLING = ROOT / "tests" / "asyncapi"
@@ -68,7 +69,7 @@ def test_the_parser_does_refuse_a_broken_document(tmp_path: Path) -> None:
     assert "action" in done.stdout
 
 
-@pytest.mark.parametrize("spec", DEFAULT_REGISTRY.specs(), ids=DEFAULT_REGISTRY.event_types())
+@pytest.mark.parametrize("spec", EVENTS.specs(), ids=EVENTS.event_types())
 def test_every_event_type_has_its_channel_message_key_and_dead_letter_channel(spec: Any) -> None:
     doc = document()
     channel_id = spec.event_type.replace(".", "_")

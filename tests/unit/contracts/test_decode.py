@@ -26,14 +26,10 @@ from contracts import (
     FailureClusterDetectedPayload,
     FailureRef,
     ThreadOpenedPayload,
-    decode,
-    decode_as,
-    encode,
     envelope_headers,
-    record_key,
-    registered_event_types,
     snapshot_hash,
 )
+from tests.events import decode, decode_as, encode, record_key, registered_event_types
 from tests.unit.contracts import factories as f
 
 

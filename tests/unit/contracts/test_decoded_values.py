@@ -21,7 +21,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel
 
-from contracts import DecodeError, DecodeReason, decode, decode_record
+from contracts import DecodeError, DecodeReason
+from tests.events import decode, decode_record
 from tests.unit.contracts.test_schema_agreement import (
     TIMESTAMP_FIELDS,
     UUID_FIELDS,

@@ -17,10 +17,11 @@ import jsonschema_rs
 import orjson
 import pytest
 
-from contracts import DEFAULT_REGISTRY, format_utc, parse_utc
+from contracts import format_utc, parse_utc
 from contracts.dead_letters import REFUSALS
-from spectral.consumer.decode import RecordDecoder
-from spectral.consumer.handler import Delivery
+from spectral.engine.decode import RecordDecoder
+from spectral.engine.handler import Delivery
+from tests.events import EVENTS
 from tests.unit.contracts import envelope_vectors as ev
 
 SCHEMA_DIR = Path(__file__).resolve().parents[3] / "schemas" / "events"
@@ -57,7 +58,7 @@ def key_of(vector: dict[str, Any]) -> bytes | None:
 def consumer_verdict(vector: dict[str, Any]) -> str:
     """What a consumer of the vector's topic makes of the record: "valid", or the reason."""
     topic = vector["topic_event_type"]
-    decoder = RecordDecoder("vectors", {topic: topic}, DEFAULT_REGISTRY)
+    decoder = RecordDecoder("vectors", {topic: topic}, EVENTS)
     record = SimpleNamespace(
         topic=topic,
         partition=0,
@@ -124,7 +125,7 @@ def test_every_rule_the_vectors_use_is_in_the_spec() -> None:
 
 
 def test_the_spec_lists_exactly_the_reasons_the_consumer_dead_letters_with() -> None:
-    from spectral.consumer.metrics import DEAD_LETTER_REASONS  # noqa: PLC0415
+    from spectral.engine.metrics import DEAD_LETTER_REASONS  # noqa: PLC0415
 
     section = SPEC.split("## 6. Reading a record: reasons", 1)[1].split("### ", 1)[0]
     rows = [line for line in section.splitlines() if line.startswith("| `")]

@@ -17,10 +17,9 @@ from contracts import (
     DecodeReason,
     EventEnvelope,
     FailureClusterDetectedPayload,
-    decode,
-    encode,
     snapshot_hash,
 )
+from tests.events import decode, encode
 from tests.unit.contracts import factories as f
 
 Path = tuple[str | int, ...]
@@ -210,3 +209,30 @@ def test_a_mutated_record_is_decoded_or_refused_never_a_crash(
         decodes_or_refuses(json.dumps(obj).encode())  # stdlib: big integers, NaN as written
     else:
         decodes_or_refuses(json.dumps(new).encode())
+
+
+non_objects = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**53) + 1, 2**53 - 1)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=3), inner),
+    max_leaves=5,
+).filter(lambda value: not isinstance(value, dict))
+
+
+@given(f.ANY_EVENT, non_objects, st.booleans())
+def test_a_payload_that_is_not_an_object_breaks_the_envelope(
+    event: EventEnvelope[Any], payload: Any, also_a_broken_envelope_field: bool
+) -> None:
+    """The envelope's rule for payload is "an object": whatever else a payload is (null, a
+    number, a string, an array of anything), the record is invalid_envelope, never
+    invalid_payload, with or without another envelope error beside it."""
+    wire = f.wire(event)
+    wire["payload"] = payload
+    if also_a_broken_envelope_field:
+        wire["event_id"] = "not-a-uuid"
+    with pytest.raises(DecodeError) as caught:
+        decode(orjson.dumps(wire))
+    assert caught.value.reason is DecodeReason.INVALID_ENVELOPE

@@ -31,7 +31,8 @@ import xxhash
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from contracts import DecodeError, EventEnvelope, decode
+from contracts import DecodeError, EventEnvelope
+from tests.events import decode
 from tests.unit.contracts import factories as f
 from tests.unit.contracts.test_fields import digit_soup
 

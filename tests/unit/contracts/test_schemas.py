@@ -10,13 +10,12 @@ from typing import Any
 import pytest
 
 from contracts import (
-    DEFAULT_REGISTRY,
     breaking_changes,
     envelope_json_schema,
     render_event_schemas,
     schema_violations,
-    spec_for,
 )
+from tests.events import EVENTS, spec_for
 
 SCHEMA_DIR = Path(__file__).resolve().parents[3] / "schemas" / "events"
 
@@ -26,19 +25,19 @@ def checked_in() -> dict[str, str]:
 
 
 def test_checked_in_schemas_equal_the_models() -> None:
-    rendered = render_event_schemas(DEFAULT_REGISTRY)
+    rendered = render_event_schemas(EVENTS)
     files = checked_in()
     stale = sorted(name for name, text in rendered.items() if files.get(name) != text)
     assert not stale, f"out of date: {stale}; run `spectral contracts export` and commit"
 
 
 def test_current_models_are_additive_against_every_checked_in_version() -> None:
-    violations = schema_violations(render_event_schemas(DEFAULT_REGISTRY), checked_in())
+    violations = schema_violations(render_event_schemas(EVENTS), checked_in())
     assert not violations, "\n".join(violations)
 
 
 def test_one_file_per_registered_type_and_version() -> None:
-    assert set(render_event_schemas(DEFAULT_REGISTRY)) == {
+    assert set(render_event_schemas(EVENTS)) == {
         "platform.failure_cluster.detected.v1.json",
         "work.item.enqueued.v1.json",
         "work.item.state_changed.v1.json",
@@ -48,8 +47,8 @@ def test_one_file_per_registered_type_and_version() -> None:
 
 
 def test_rendering_is_deterministic_sorted_and_ends_with_a_newline() -> None:
-    first = render_event_schemas(DEFAULT_REGISTRY)
-    assert first == render_event_schemas(DEFAULT_REGISTRY)
+    first = render_event_schemas(EVENTS)
+    assert first == render_event_schemas(EVENTS)
     for text in first.values():
         assert text.endswith("}\n")
         assert (

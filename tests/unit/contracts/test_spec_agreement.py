@@ -16,9 +16,10 @@ from typing import Any
 
 import pytest
 
-from contracts import DEFAULT_REGISTRY, MAX_PRODUCE_BYTES, MAX_RECORD_BYTES
+from contracts import MAX_PRODUCE_BYTES, MAX_RECORD_BYTES
 from contracts.spec_tables import blocks_in, fill_tables, readme_tables
 from spectral.kafka.dlq import HISTORY_ITEMS
+from tests.events import EVENTS
 
 ROOT = Path(__file__).resolve().parents[3]
 SPEC_PATH = ROOT / "schemas" / "events" / "README.md"
@@ -50,7 +51,7 @@ def plain(text: str) -> str:
 
 
 def test_the_generated_tables_are_current() -> None:
-    tables = readme_tables(DEFAULT_REGISTRY)
+    tables = readme_tables(EVENTS)
     assert fill_tables(SPEC, tables) == SPEC, "run `spectral contracts export` and commit"
     assert sorted(blocks_in(SPEC)) == sorted(tables)  # every table is in the spec, once
 
@@ -60,12 +61,12 @@ def test_a_block_naming_no_table_is_refused() -> None:
         "<!-- generated: nonsense (spectral contracts export) -->\n<!-- end generated: nonsense -->"
     )
     with pytest.raises(ValueError, match="nonsense"):
-        fill_tables(text, readme_tables(DEFAULT_REGISTRY))
+        fill_tables(text, readme_tables(EVENTS))
 
 
 def test_the_envelope_fields_are_those_of_every_message_with_the_same_rules() -> None:
     rows = generated("envelope")
-    for spec in DEFAULT_REGISTRY.specs():
+    for spec in EVENTS.specs():
         schema = SCHEMAS[f"{spec.event_type}.v{spec.schema_version}"]
         assert sorted(row[0].strip("`") for row in rows) == sorted(schema["properties"])
         for field, _kind, rule in rows:
@@ -78,7 +79,7 @@ def test_the_envelope_fields_are_those_of_every_message_with_the_same_rules() ->
 def test_who_publishes_each_type_and_its_keys_agree() -> None:
     operations = DOCUMENT["operations"]
     rows = generated("event-types")
-    assert sorted(row[0].strip("`") for row in rows) == sorted(DEFAULT_REGISTRY.event_types())
+    assert sorted(row[0].strip("`") for row in rows) == sorted(EVENTS.event_types())
     for event_type, version, publishers, idempotency_key, record_key in rows:
         name = event_type.strip("`")
         channel = name.replace(".", "_")
@@ -101,7 +102,7 @@ def test_the_work_stream_is_spectral_s_own_in_the_prose_too() -> None:
     assert "**Outside producers must not\npublish them**" in section
     rows = generated("event-types")
     spectral_only = {row[0].strip("`") for row in rows if row[2] != "any producer"}
-    assert spectral_only == {t for t in DEFAULT_REGISTRY.event_types() if t.startswith("work.")}
+    assert spectral_only == {t for t in EVENTS.event_types() if t.startswith("work.")}
 
 
 def test_the_refusal_reasons_agree_in_order_and_wording() -> None:

@@ -9,6 +9,7 @@ from pydantic import BaseModel, ConfigDict
 
 from contracts import EventSpec
 from spectral import resources
+from spectral.extend import Command, Deployment, Plugin, Scope
 
 
 class Note(BaseModel):
@@ -45,3 +46,26 @@ SPECTRALS_MIGRATIONS: Final = resources.migrations()
 
 def broken() -> None:
     raise AssertionError("never called")
+
+
+def build(*_: object) -> object:
+    raise AssertionError("never called")
+
+
+NOTES_READ: Final = Scope("notes:read", "read notes")
+PLUGIN: Final = Plugin(
+    events=(".fake_plugin:SPECS",),
+    deployments=(Deployment("notes", ".fake_plugin:build"),),
+    migrations=".fake_migrations",
+    commands=(Command("notes", "Notes: list and add.", ".fake_plugin:broken"),),
+    scopes=(
+        NOTES_READ,
+        Scope("notes:write", "write notes", implies=(NOTES_READ.name,)),
+    ),
+)
+"""A plugin declared the way of the ``spectral.plugins`` group (references relative to this
+package, tests.unit.plugins)."""
+TAKES_CONSUME: Final = Plugin(commands=(Command("consume", "Mine.", ".fake_plugin:broken"),))
+TAKES_NOTES_READ: Final = Plugin(scopes=(Scope("notes:read", "read notes, again"),))
+UNLOADABLE: Final = Plugin(events=(".no_such_module:SPECS",))
+NOT_A_PLUGIN: Final = {"events": [".fake_plugin:SPECS"]}

@@ -8,12 +8,15 @@ from importlib.metadata import EntryPoint
 
 import pytest
 
-from contracts import DEFAULT_REGISTRY, DecodeError
+from contracts import DecodeError
 from spectral.errors import ConfigurationError
 from spectral.plugins import (
     EVENTS_GROUP,
     MIGRATIONS_GROUP,
+    EventSource,
     event_sources,
+    installed_event_sources,
+    installed_registry,
     migration_tracks,
     registry_of,
 )
@@ -28,17 +31,17 @@ def _events(*pairs: tuple[str, str]) -> list[EntryPoint]:
 
 def test_a_plugins_events_join_spectrals_and_decode() -> None:
     sources = event_sources(_events(("notes", f"{HERE}:SPECS")))
-    registry = registry_of(sources)
+    registry = registry_of([*installed_event_sources(), *sources])
     assert set(registry.event_types()) == {
-        *DEFAULT_REGISTRY.event_types(),
+        *installed_registry().event_types(),
         "notes.note.added",
         "notes.note.removed",
     }
     envelope = fake_plugin.NOTE_ADDED.envelope(fake_plugin.Note(note_id="n-1", text="hi"))
     data = registry.encode(envelope)
     assert registry.decode_record(data, b"n-1").payload.text == "hi"
-    with pytest.raises(DecodeError) as refused:  # spectral's own registry does not know it
-        DEFAULT_REGISTRY.decode(data)
+    with pytest.raises(DecodeError) as refused:  # the installed registry does not know it
+        installed_registry().decode(data)
     assert refused.value.reason.value == "unknown_event_type"
 
 
@@ -62,15 +65,22 @@ def test_event_types_that_would_shadow_or_break_topics_are_refused(
 ) -> None:
     sources = event_sources(_events(("notes", f"{HERE}:{target}")))
     with pytest.raises(ConfigurationError, match=problem):
-        registry_of(sources)
+        registry_of([*installed_event_sources(), *sources])
 
 
 def test_a_plugin_can_never_register_one_of_spectrals_event_types() -> None:
-    builtin = DEFAULT_REGISTRY.specs()[0]
-    sources = event_sources(_events(("notes", f"{HERE}:SPECS")))
-    forged = type(sources[0])("notes", (builtin,))
+    builtin = installed_registry().specs()[0]
+    forged = EventSource("notes", (builtin,))
     with pytest.raises(ConfigurationError, match="are spectral's own"):
-        registry_of([forged])
+        registry_of([*installed_event_sources(), forged])
+
+
+def test_the_namespaces_spectrals_own_distribution_registers_are_reserved() -> None:
+    own = EventSource("notes-own", (fake_plugin.NOTE_ADDED,), own=True)
+    other = EventSource("other", (fake_plugin.SPECS[1],))
+    with pytest.raises(ConfigurationError, match=re.escape("the namespaces notes. are")):
+        registry_of([other, own])
+    assert set(registry_of([own]).event_types()) == {"notes.note.added"}
 
 
 def test_two_plugins_registering_one_event_type_are_both_named() -> None:

@@ -4,6 +4,8 @@ shows in this test, and the example plugin needs nothing but it and spectral.tes
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 from typing import Final
 
@@ -20,6 +22,27 @@ STABLE: Final = {
     "EVENTS_GROUP",
     "EXTENSION_API_VERSION",
     "MIGRATIONS_GROUP",
+    "PLUGINS_GROUP",
+    "Caller",
+    "Command",
+    "Console",
+    "ConsolePage",
+    "Deployment",
+    "NavEntry",
+    "Measured",
+    "Plugin",
+    "PluginSettings",
+    "Pruned",
+    "Resources",
+    "RetentionTask",
+    "Router",
+    "Scope",
+    "Tools",
+    "console_requires",
+    "delete_in_batches",
+    "load_settings",
+    "requires",
+    "resolve_database_url",
     "ConfigurationError",
     "Conn",
     "DecodeError",
@@ -40,11 +63,12 @@ STABLE: Final = {
     "enqueue",
     "load_queries",
 }
-"""Version 1.0. Adding a name raises the minor number; removing or renaming one the major."""
+"""Version 1.1 (1.0 and the plugin declaration). Adding a name raises the minor number;
+removing or renaming one the major."""
 
 
 def test_the_stable_surface_is_exactly_the_documented_one() -> None:
-    assert spectral.extend.EXTENSION_API_VERSION == "1.0"
+    assert spectral.extend.EXTENSION_API_VERSION == "1.1"
     assert set(spectral.extend.__all__) == STABLE
     for name in STABLE:
         assert getattr(spectral.extend, name) is not None
@@ -83,3 +107,22 @@ def test_exporting_a_plugin_needs_its_folder_and_an_installed_plugin(tmp_path: P
     assert unknown.exit_code == 2
     assert "no plugin named 'nope' registers events" in unknown.output
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_declaration_imports_nothing_heavy() -> None:
+    """A plugin's declaration imports spectral.extend: that must not load the engine, the
+    database driver, the web framework or pydantic (``spectral --help`` loads every plugin's)."""
+    code = "import spectral.extend; from spectral.extend import Plugin, Command, Scope"
+    probe = subprocess.run(
+        [sys.executable, "-c", f"import sys; {code}; print(' '.join(sys.modules))"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    loaded = {name.split(".")[0] for name in probe.stdout.split()}
+    assert loaded & {"pydantic", "asyncpg", "aiokafka", "fastapi", "mcp", "contracts"} == set()
+
+
+def test_every_stable_name_resolves_lazily() -> None:
+    for name in sorted(STABLE):
+        assert getattr(spectral.extend, name) is not None

@@ -1,0 +1,65 @@
+"""The decode step: one fetched Kafka record -> a :class:`Delivery`, or a dead letter saying why
+not. Every check a record must pass before it reaches a transaction belongs in
+:meth:`RecordDecoder.decode`; nothing here touches the database or the broker.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from contracts import DecodeError, EventRegistry
+from spectral.engine.handler import Delivery
+from spectral.kafka.dlq import DeadLetter
+
+
+class RecordDecoder:
+    """Decodes the records of a consumer's topics (``topics``: topic -> its event type) with
+    the event types of ``events`` (spectral's and the installed plugins')."""
+
+    def __init__(self, consumer: str, topics: Mapping[str, str], events: EventRegistry) -> None:
+        self._consumer = consumer
+        self._topics = topics
+        self._decode_record = events.decode_record
+
+    def decode(self, record: Any) -> Delivery | DeadLetter:
+        """One record: its delivery, or its dead letter (the decode reason and detail)."""
+        value: bytes = record.value if record.value is not None else b""
+        try:
+            envelope = self._decode_record(record.value, record.key)
+        except DecodeError as exc:
+            return self._dead(record, exc.reason.value, exc.detail)
+        except Exception as exc:  # noqa: BLE001 - no record's bytes may stop the partition
+            return self._dead(record, "decode_error", f"{type(exc).__name__}: {exc}"[:1000])
+        expected = self._topics.get(record.topic)
+        if envelope.event_type != expected:
+            return self._dead(
+                record,
+                "unexpected_event_type",
+                f"{envelope.event_type!r} on the topic of {expected!r}",
+            )
+        # Positional: a frozen dataclass built with keywords costs twice as much (~1.7 us).
+        return Delivery(
+            envelope,
+            record.topic,
+            record.partition,
+            record.offset,
+            record.key,
+            value,
+            record.timestamp or 0,
+            tuple(record.headers or ()),
+        )
+
+    def decode_all(self, records: Sequence[Any]) -> tuple[list[Delivery], list[DeadLetter]]:
+        deliveries: list[Delivery] = []
+        dead: list[DeadLetter] = []
+        for record in records:
+            decoded = self.decode(record)
+            if type(decoded) is Delivery:
+                deliveries.append(decoded)
+            else:
+                dead.append(decoded)  # type: ignore[arg-type]
+        return deliveries, dead
+
+    def _dead(self, record: Any, reason: str, detail: str) -> DeadLetter:
+        return DeadLetter.of(record, consumer=self._consumer, reason=reason, detail=detail)

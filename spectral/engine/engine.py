@@ -1,0 +1,634 @@
+"""The idempotent consumer engine.
+
+Runs one handler (a consumer deployment) with exactly-once effects (the dedup row is written in
+the handler's transaction; offsets are committed only after it), nothing lost (every record ends
+applied, deduplicated, stale or dead-lettered before its offset moves) and infrastructure faults
+paused and retried, never dead-lettered. It composes four seams chosen once (source, decode,
+batch transaction, dead-letter sink) around a pipelined loop. The guarantees, the seams and the
+pipelining are explained in docs/explanation/consumer-engine.md.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import signal
+import time
+from collections import Counter
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import asyncpg
+import structlog
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from prometheus_client import REGISTRY, CollectorRegistry
+
+from contracts import EventRegistry
+from spectral.db.connect import create_pool
+from spectral.engine.dead_letters import DeadLetterSink, KafkaDeadLetters
+from spectral.engine.decode import RecordDecoder
+from spectral.engine.handler import BatchReport, Delivery, Handler, Outcome
+from spectral.engine.metrics import ConsumerMetrics
+from spectral.engine.retrying import Retrying
+from spectral.engine.source import GroupSource, RecordSource
+from spectral.engine.transaction import (
+    Applied,
+    BatchTransaction,
+    Connections,
+    PoolConnections,
+)
+from spectral.faults import Component, component_of, describe, is_transient
+from spectral.kafka.codecs import require_codecs
+from spectral.kafka.config import client_kwargs, refusable_producer_kwargs
+from spectral.kafka.dlq import MAX_REQUEST_BYTES, DeadLetter
+from spectral.kafka.freshness import ready_at
+from spectral.kafka.partitions import stop_consumer
+from spectral.kafka.topics import group_for, topic_for
+from spectral.observability.logging import get_logger
+from spectral.observability.outages import OUTAGES
+from spectral.observability.progress import EngineHook
+from spectral.plugins import installed_registry
+from spectral.retry import Backoff
+from spectral.settings import Settings
+
+log = get_logger(__name__)
+
+DECODE_SLICE = 64
+"""Records decoded between two yields to the event loop while a batch is in flight (~2 ms:
+each of the in-flight batch's statement replies waits at most that long for the loop)."""
+PIPELINE_DEPTH = 2
+"""Batches fetched and decoded ahead of the one being applied. With one, the loop idled while
+a batch it had already decoded waited for the previous one's database round trips."""
+FETCH_MAX_BYTES = 64 * 1024 * 1024
+PARTITION_FETCH_BYTES = 1024 * 1024
+"""Per partition and fetch (Kafka's default). The fetcher prefetches every assigned partition,
+so this bounds what waits in memory: 8 MiB here kept ~70 MiB more resident on a 6-partition
+topic for no throughput. A record batch larger than this is still returned whole."""
+POOL_SIZE = 3
+"""Connections of the engine's pool: one batch's transaction, beside it the batch before it
+acknowledging (its dead letters fall back to a table when the broker refuses them), and the
+readiness probe's ``SELECT 1``."""
+IDLE_PROBE_SECONDS = 5.0
+"""How long ``stop_when_idle`` waits for the broker and the database to answer before the
+idle time is judged an outage instead (and counted again from zero)."""
+
+
+@dataclass(frozen=True)
+class EngineOptions:
+    group: str | None = None
+    max_batch: int = 2000
+    poll_timeout_ms: int = 200
+    stop_when_idle: float | None = None
+    periodic_interval: float = 30.0
+    auto_offset_reset: str = "earliest"
+    backoff: Backoff = field(default_factory=lambda: Backoff(base=0.5, cap=10.0))
+
+
+@dataclass(frozen=True)
+class _Decoded:
+    """A fetched batch, decoded, waiting for its transaction."""
+
+    records: Sequence[Any]
+    deliveries: list[Delivery]
+    dead: list[DeadLetter]
+    seconds: float
+    """Time spent decoding (counted in the batch's duration; the wait for the batch before
+    it is not)."""
+    epoch: int
+    """The source's epoch when the records were fetched."""
+
+
+@dataclass
+class _Staged:
+    """A batch whose transaction committed, waiting to be acknowledged."""
+
+    records: Sequence[Any]
+    dead: list[DeadLetter]
+    counts: dict[Outcome, int]
+    facts: dict[str, int] = field(default_factory=dict)
+    applied: Applied | None = None
+    seconds: float = 0.0
+    """Time spent decoding and in the transaction (not waiting for the batches before it)."""
+
+
+@dataclass(frozen=True)
+class _InFlight:
+    """A batch between its fetch and its acknowledgement: ``applied`` resolves once its
+    transaction is over (True: committed, or nothing to apply; False: it failed or never ran),
+    ``task`` once it is acknowledged (dead letters, offsets, ``after_commit``) or failed."""
+
+    applied: asyncio.Future[bool]
+    task: asyncio.Task[BatchReport]
+
+
+def _failed(task: asyncio.Task[Any]) -> bool:
+    return task.done() and (task.cancelled() or task.exception() is not None)
+
+
+@dataclass
+class RunSummary:
+    """Totals of one ``run``: outcomes counted over every batch."""
+
+    counts: dict[Outcome, int] = field(default_factory=lambda: dict.fromkeys(Outcome, 0))
+    facts: dict[str, int] = field(default_factory=dict)
+    dead_letter_reasons: Counter[str] = field(default_factory=Counter)
+    batches: int = 0
+    records: int = 0
+    # From a range: True once every partition reached its end (not when stopped early).
+    complete: bool = False
+
+    def add(self, report: BatchReport) -> None:
+        self.batches += 1
+        for outcome, count in report.counts.items():
+            self.counts[outcome] += count
+            self.records += count
+        for name, value in report.facts.items():
+            self.facts[name] = self.facts.get(name, 0) + value
+        self.dead_letter_reasons.update(report.dead_letter_reasons)
+
+
+class ConsumerEngine:
+    """Consume the handler's topics and apply each event exactly once."""
+
+    def __init__(
+        self,
+        handler: Handler[Any],
+        settings: Settings,
+        *,
+        kafka_bootstrap: str,
+        database_url: str,
+        options: EngineOptions | None = None,
+        registry: CollectorRegistry = REGISTRY,
+        events: EventRegistry | None = None,
+        source: RecordSource | None = None,
+        connections: Connections | None = None,
+        dead_letter_sink: DeadLetterSink | None = None,
+        hook: EngineHook | None = None,
+    ) -> None:
+        """``source``: a live member of ``options.group`` unless given (a RangeSource for a
+        replay); ``connections``: the engine's pool unless given (a held transaction);
+        ``dead_letter_sink``: Kafka with its fallbacks unless given (a report); ``hook``: where
+        the engine reports its start, partitions, commits and stop (a progress monitor);
+        ``events``: the event types records are decoded with (spectral's and the installed
+        plugins' unless given)."""
+        self.handler = handler
+        self.hook = hook or EngineHook()
+        self.settings = settings
+        self.options = options or EngineOptions()
+        self.metrics = ConsumerMetrics(registry, handler.name)
+        self.batch_lock = asyncio.Lock()
+        self.summary = RunSummary()
+        group = self.options.group or group_for(handler.name, settings.topic_prefix)
+        self.source = source or GroupSource(
+            group,
+            self.batch_lock,
+            revoked=self._revoked,
+            assigned=self._assigned,
+            acknowledged=self._acknowledged,
+        )
+        self._bootstrap = kafka_bootstrap
+        self._database_url = database_url
+        self._stop = asyncio.Event()
+        self._retrying = Retrying(self.options.backoff, self.metrics, self._stop)
+        self._topics = {topic_for(t, settings.topic_prefix): t for t in handler.event_types}
+        self._decoder = RecordDecoder(handler.name, self._topics, events or installed_registry())
+        self._connections = connections
+        self._sink = dead_letter_sink
+        self._pool: asyncpg.Pool | None = None
+        self._consumer: AIOKafkaConsumer | None = None
+        self._producer: AIOKafkaProducer | None = None
+        self._transaction: BatchTransaction | None = None
+        self._in_flight: collections.deque[_InFlight] = collections.deque()
+        self._busy_at = time.monotonic()
+        """The last moment the engine had work or was not healthy: a batch settled (after its
+        retries through an outage), partitions moved, a server answered again after an
+        outage. ``stop_when_idle`` counts from here."""
+        self._outage = False
+        """The last idle probe found the broker or the database unreachable."""
+
+    def _revoked(self, partitions: list[TopicPartition]) -> None:
+        self._busy_at = time.monotonic()
+        self.hook.revoked(partitions)
+
+    def _assigned(self, partitions: list[TopicPartition]) -> None:
+        self._busy_at = time.monotonic()
+        self.hook.assigned(partitions)
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    def stop(self) -> None:
+        """Ask the run loop to finish the current batch, commit, leave the group and return."""
+        self._stop.set()
+
+    async def run(self) -> RunSummary:
+        """Consume until stopped (SIGTERM/SIGINT, ``stop()``, idle for ``stop_when_idle``, or
+        the end of a range)."""
+        loop = asyncio.get_running_loop()
+        installed: list[signal.Signals] = []
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+                loop.add_signal_handler(sig, self.stop)
+                installed.append(sig)
+        with structlog.contextvars.bound_contextvars(consumer=self.handler.name):
+            try:
+                await self._start()
+                await self._loop()
+                await self._settle_all()  # batches in flight commit before the group is left
+                if not self.source.live and self._lender().commits:
+                    await self.handler.drain()  # work the range's batches handed over
+            finally:
+                await self._abandon()
+                for sig in installed:
+                    loop.remove_signal_handler(sig)
+                await self._close()
+        return self.summary
+
+    def _session(self) -> dict[str, str]:
+        """Settings of the engine's database sessions: a frozen member's transaction is ended
+        by the server, a lock wait fails and is retried (both bounded, both configurable)."""
+        idle = self.settings.consumer_idle_in_transaction_seconds
+        lock = self.settings.consumer_lock_timeout_seconds
+        return {
+            "idle_in_transaction_session_timeout": str(int(idle * 1000)),
+            "lock_timeout": str(int(lock * 1000)),
+        }
+
+    async def _start(self) -> None:
+        require_codecs()
+        role = self.handler.database_role
+        self._pool = await self._retrying(
+            "database",
+            lambda: create_pool(
+                self._database_url,
+                role=role,
+                min_size=1,
+                max_size=POOL_SIZE,
+                session=self._session(),
+            ),
+        )
+        self._transaction = BatchTransaction(self.handler, self._lender(), self._retrying)
+        kafka = client_kwargs(self.settings, self._bootstrap)
+        refresh_ms = int(self.settings.kafka_metadata_refresh_seconds * 1000)
+        if self._sink is None:
+            self._producer = AIOKafkaProducer(
+                **refusable_producer_kwargs(self.settings, self._bootstrap),
+                linger_ms=5,
+                max_request_size=MAX_REQUEST_BYTES,  # dead letters carry the original bytes
+                metadata_max_age_ms=refresh_ms,
+            )
+            await self._retrying("kafka", self._producer.start)
+            await self._retrying("kafka", self._track_known_topics)
+            self._sink = KafkaDeadLetters(self._producer, self._pool.acquire, self.metrics)
+        self._consumer = AIOKafkaConsumer(
+            **kafka,
+            group_id=self.source.group_id(self.handler.name),
+            client_id=f"spectral-{self.handler.name}",
+            enable_auto_commit=False,
+            auto_offset_reset=self.options.auto_offset_reset,
+            max_poll_records=self.options.max_batch,
+            fetch_max_bytes=FETCH_MAX_BYTES,
+            max_partition_fetch_bytes=PARTITION_FETCH_BYTES,
+            max_poll_interval_ms=600_000,
+            metadata_max_age_ms=refresh_ms,
+            isolation_level="read_committed",
+        )
+        await self._retrying("kafka", self._consumer.start)
+        await self.source.attach(self._consumer, list(self._topics))
+        await self.hook.started(self._consumer, self._pool)
+        if self.source.live:
+            await self.handler.start()
+        log.info("consumer started", topics=sorted(self._topics))
+
+    async def _track_known_topics(self) -> None:
+        """Point the dead-letter producer's metadata at the handler's topics. A producer that
+        has sent nothing tracks no topic, and aiokafka then refreshes the metadata of every
+        topic of the cluster (each ``metadata_max_age_ms``): on a cluster of 5,600 topics that
+        was 84 ms of CPU every 5 s, a stall of the whole event loop. The consumer asks for the
+        same topics anyway; a dead letter's topic is added when it is first sent."""
+        assert self._producer is not None  # noqa: S101 - started just before
+        await self._producer.client.set_topics(sorted(self._topics))
+
+    def _lender(self) -> Connections:
+        if self._connections is None:
+            assert self._pool is not None  # noqa: S101 - created in _start
+            self._connections = PoolConnections(self._pool)
+        return self._connections
+
+    async def _close(self) -> None:
+        # A handler with work of its own in flight (the work executor's paid calls) finishes it
+        # first, within its own bound, so a graceful stop does not strand leased items.
+        await self.hook.stopped()
+        try:
+            await self.handler.close()
+        except Exception as exc:  # noqa: BLE001 - closing: report, then close the rest
+            log.warning("handler close failed", error=str(exc))
+        if self._consumer is not None:
+            with contextlib.suppress(Exception):  # closing: nothing left to do about it
+                await stop_consumer(self._consumer)  # leaves the group
+        if self._producer is not None:
+            with contextlib.suppress(Exception):
+                await self._producer.stop()
+        if self._pool is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self._pool.close(), timeout=5)
+        log.info(
+            "consumer stopped",
+            batches=self.summary.batches,
+            **{o.value: n for o, n in self.summary.counts.items()},
+        )
+
+    async def _loop(self) -> None:
+        consumer = self._consumer
+        assert consumer is not None  # noqa: S101 - started above
+        last_record = time.monotonic()
+        last_periodic = 0.0
+        while not self._stop.is_set():
+            if await self.source.finished(consumer):
+                self.summary.complete = True
+                return
+            while self._in_flight and self._in_flight[0].task.done():
+                await self._settle()  # count it now; a failure surfaces at once
+            if (
+                self.source.live
+                and time.monotonic() - last_periodic >= self.options.periodic_interval
+            ):
+                await self._settle_all()  # periodic chores never run beside a batch
+                await self._periodic()
+                last_periodic = time.monotonic()
+            records = await self.source.fetch(
+                consumer, self.options.poll_timeout_ms, self.options.max_batch
+            )
+            if not records:
+                if await self._idle(last_record):
+                    log.info("idle; stopping", idle_seconds=self.options.stop_when_idle)
+                    return
+                continue
+            last_record = time.monotonic()
+            epoch = self.source.epoch
+            decoded = await self._decode_batch(records, epoch, cooperative=bool(self._in_flight))
+            while len(self._in_flight) >= PIPELINE_DEPTH:
+                await self._settle()
+            previous = self._in_flight[-1] if self._in_flight else None
+            applied: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+            task = asyncio.create_task(self._finish(decoded, previous, applied))
+            self._in_flight.append(_InFlight(applied, task))
+
+    async def _idle(self, last_record: float) -> bool:
+        """``stop_when_idle`` has passed with nothing fetched while healthy: no batch in flight
+        (one retrying through a database outage is not idle time), none settled, no partition
+        moved (before or while the broker and the database were asked), no record fetched; and
+        both answer now and did at the previous probe (while either is away nothing arrives or
+        nothing could be applied: an outage, not idleness, so the count starts again, and again
+        once it is over)."""
+        idle = self.options.stop_when_idle
+        if idle is None or self._in_flight:
+            return False
+        if time.monotonic() - max(last_record, self._busy_at) < idle:
+            return False
+        probed_at = time.monotonic()
+        probe = asyncio.ensure_future(self._unreachable())
+        stopping = asyncio.ensure_future(self._stop.wait())
+        try:
+            await asyncio.wait((probe, stopping), return_when=asyncio.FIRST_COMPLETED)
+        finally:  # the run cancelled meanwhile leaves neither behind
+            stopping.cancel()
+            if not probe.done():
+                probe.cancel()
+        if not probe.done() or probe.cancelled():
+            # Stopped (SIGTERM) while a frozen server let the probe wait: the run ends now, not
+            # up to IDLE_PROBE_SECONDS per server later.
+            await asyncio.wait((probe,))  # its cancellation has ended it
+            return False
+        unreachable = probe.result()
+        if unreachable is None and not self._outage:
+            # Partitions moved while the probe ran (up to IDLE_PROBE_SECONDS): the count started
+            # again then, and the partitions just assigned may hold records unread.
+            return self._busy_at < probed_at
+        if unreachable is None:
+            # Back after an outage: the idle count starts now, not at the last failed probe,
+            # so records published once the server is back are read before the run ends.
+            log.info("idle time counted again: reachable")
+        else:
+            log.warning("idle time not counted: unreachable", component=unreachable)
+        self._outage = unreachable is not None
+        self._busy_at = time.monotonic()
+        return False
+
+    async def _unreachable(self) -> str | None:
+        """The component ("kafka", "database") that does not answer within IDLE_PROBE_SECONDS,
+        or None when both do."""
+        consumer, pool = self._consumer, self._pool
+        assert consumer is not None  # noqa: S101 - started in _start
+        assert pool is not None  # noqa: S101 - started in _start
+        assigned = list(consumer.assignment())
+
+        async def kafka() -> object:
+            # The end offsets of this member's own partitions: one request to their leaders.
+            # ``topics()`` read the metadata of every topic of the cluster (84 ms of CPU at
+            # 5,600 topics); it stays the probe of a member that holds no partition.
+            if assigned:
+                return await consumer.end_offsets(assigned)
+            return await consumer.topics()
+
+        probes: list[tuple[str, Callable[[], Awaitable[object]]]] = [
+            ("kafka", kafka),
+            ("database", lambda: pool.fetchval("SELECT 1")),
+        ]
+        for component, probe in probes:
+            try:
+                await asyncio.wait_for(probe(), timeout=IDLE_PROBE_SECONDS)
+            except Exception:  # noqa: BLE001 - whatever stops the probe: not answering
+                return component
+        return None
+
+    async def _settle(self) -> None:
+        """Wait for the oldest batch in flight (if any) and count it; its failure propagates."""
+        if self._in_flight:
+            self.summary.add(await self._in_flight[0].task)
+            self._in_flight.popleft()
+            self._busy_at = time.monotonic()
+
+    async def _settle_all(self) -> None:
+        while self._in_flight:
+            await self._settle()
+
+    async def _abandon(self) -> None:
+        """The run failed or was cancelled: cancel the batches in flight. A transaction rolls
+        back, or it committed and its offsets did not: redelivered, then deduplicated."""
+        tasks = [batch.task for batch in self._in_flight]
+        self._in_flight = collections.deque()
+        for task in reversed(tasks):  # the later ones first: none of them starts applying
+            if not task.done():
+                task.cancel()
+        for task in tasks:
+            with contextlib.suppress(Exception, asyncio.CancelledError):
+                await task
+
+    async def _periodic(self) -> None:
+        if self._pool is None:
+            return
+        try:
+            await self.handler.periodic(self._pool)
+        except Exception as exc:  # noqa: BLE001 - periodic chores never stop consumption
+            component = component_of(exc, Component.DATABASE) if is_transient(exc) else None
+            if component is not None:
+                OUTAGES.failed(component, exc, what="periodic chores")
+            else:
+                log.warning("periodic task failed", error=describe(exc))
+
+    # -- one batch -------------------------------------------------------------------------
+
+    async def _decode_batch(
+        self, records: Sequence[Any], epoch: int, *, cooperative: bool
+    ) -> _Decoded:
+        """Decode a fetched batch; ``cooperative``: yield to the loop every DECODE_SLICE
+        records (a batch is in flight and its statements must keep moving)."""
+        started = time.perf_counter()
+        decode_all = self._decoder.decode_all
+        if not cooperative or len(records) <= DECODE_SLICE:
+            deliveries, dead = decode_all(records)
+            return _Decoded(records, deliveries, dead, time.perf_counter() - started, epoch)
+        deliveries, dead = [], []
+        busy = 0.0
+        for index in range(0, len(records), DECODE_SLICE):
+            slice_started = time.perf_counter()
+            more, more_dead = decode_all(records[index : index + DECODE_SLICE])
+            deliveries.extend(more)
+            dead.extend(more_dead)
+            busy += time.perf_counter() - slice_started
+            await asyncio.sleep(0)
+        return _Decoded(records, deliveries, dead, busy, epoch)
+
+    async def _finish(
+        self, decoded: _Decoded, previous: _InFlight | None, applied: asyncio.Future[bool]
+    ) -> BatchReport:
+        """Apply a decoded batch, then acknowledge it (see :class:`_InFlight`).
+
+        Its transaction starts once ``previous``'s committed (``applied`` then tells the next
+        batch whether this one's did), under ``batch_lock``: a revocation waits for it, then for
+        every batch whose transaction committed to be acknowledged, before it starts a new
+        epoch. Its acknowledgement waits for ``previous``'s and happens only if that one
+        succeeded: after a failure, committing this batch's offsets would skip the failed
+        batch's records (its own effects, already committed, are deduplicated when they are
+        redelivered)."""
+        staged: _Staged | None = None
+        committed = False
+        try:
+            if previous is not None and not await asyncio.shield(previous.applied):
+                raise asyncio.CancelledError
+            async with self.batch_lock:
+                if previous is not None and _failed(previous.task):
+                    raise asyncio.CancelledError  # its acknowledgement failed meanwhile
+                if decoded.records and decoded.epoch == self.source.epoch:
+                    staged = await self._apply(decoded)
+                elif decoded.records:
+                    # Fetched before partitions were revoked: their owner now (maybe this
+                    # member again) reads them from the committed offset.
+                    log.info(
+                        "dropping records fetched before a rebalance",
+                        records=len(decoded.records),
+                    )
+            committed = True
+        finally:
+            applied.set_result(committed)
+        if previous is not None:
+            await asyncio.wait([previous.task])
+            if _failed(previous.task):
+                raise asyncio.CancelledError
+        if staged is None:
+            return BatchReport(counts=dict.fromkeys(Outcome, 0), facts={})
+        return await self._acknowledge(staged)
+
+    async def _acknowledged(self) -> None:
+        """Wait until every batch whose transaction committed has been acknowledged (called by a
+        revocation under ``batch_lock``, so no transaction is running; the batches that did not
+        start theirs are dropped in the new epoch)."""
+        pending = [batch.task for batch in self._in_flight if batch.applied.done()]
+        if pending:
+            await asyncio.wait(pending)
+
+    async def _apply(self, decoded: _Decoded) -> _Staged:
+        """The batch's transaction (dedup + the handler's effect), committed."""
+        assert self._transaction is not None  # noqa: S101 - created in _start
+        started = time.perf_counter()
+        records, deliveries = decoded.records, decoded.deliveries
+        self.metrics.consumed.inc(len(records))
+        staged = _Staged(records, list(decoded.dead), dict.fromkeys(Outcome, 0))
+        if deliveries:
+            applied = await self._transaction.apply(deliveries)
+            if self.source.live and self._lender().commits:
+                self._observe_freshness(deliveries)
+            result = applied.result
+            staged.applied = applied
+            staged.dead.extend(applied.failed)
+            staged.counts[Outcome.DEDUPLICATED] = applied.duplicates
+            staged.counts[Outcome.STALE] = len(result.stale)
+            staged.counts[Outcome.APPLIED] = (
+                applied.fresh - len(result.stale) - len(result.rejected)
+            )
+            staged.facts = dict(result.facts)
+        staged.counts[Outcome.DEAD_LETTERED] = len(staged.dead)
+        staged.seconds = decoded.seconds + time.perf_counter() - started
+        return staged
+
+    async def _acknowledge(self, staged: _Staged) -> BatchReport:
+        """After the batch's commit (and every earlier batch's acknowledgement): its dead
+        letters (durable before its offsets), its offsets, then ``after_commit``."""
+        started = time.perf_counter()
+        records, counts, facts = staged.records, staged.counts, staged.facts
+        reasons = await self._dead_letter(staged.dead)
+        if self._consumer is not None:
+            committed = await self.source.commit(self._consumer, records, self._retrying)
+            if committed:
+                self.hook.committed(committed)
+        applied = staged.applied
+        if applied is not None and self._lender().commits:
+            result = applied.result
+            await self._retrying("database", lambda: self.handler.after_commit(result))
+        elapsed = staged.seconds + time.perf_counter() - started
+        self.metrics.batch_done(len(records), elapsed, counts)
+        log.info(
+            "batch",
+            records=len(records),
+            seconds=round(elapsed, 4),
+            **{o.value: n for o, n in counts.items()},
+            **facts,
+        )
+        return BatchReport(counts=counts, facts=facts, dead_letter_reasons=reasons)
+
+    def _observe_freshness(self, deliveries: Sequence[Delivery]) -> None:
+        """The batch committed: each delivery's age since its outbox row became publishable
+        (records the outbox relay published carry the time; others are not measured)."""
+        now = time.time()
+        ages = [now - ready for d in deliveries if (ready := ready_at(d.headers)) is not None]
+        if ages:
+            self.metrics.freshness.observe_many(age if age > 0 else 0.0 for age in ages)
+
+    async def _dead_letter(self, dead: list[DeadLetter]) -> dict[str, int]:
+        """Hand the batch's dead letters to the sink (durable before offsets commit)."""
+        if not dead:
+            return {}
+        sink = self._sink
+        assert sink is not None  # noqa: S101 - created in _start
+        # Dead letters keep their source order (per partition), whatever step refused them.
+        dead.sort(key=lambda d: (d.source_topic, d.source_partition, d.source_offset))
+        await self._retrying("kafka", lambda: sink.put(dead))
+        reasons: Counter[str] = Counter()
+        # A sink that only notes them (a dry run, a rebuild's report) dead-letters nothing: the
+        # record is told of, not as a warning.
+        produced = getattr(sink, "produces", True)
+        say = log.warning if produced else log.info
+        for letter in dead:
+            reasons[letter.reason] += 1
+            self.metrics.dead_lettered(letter.reason)
+            say(
+                "dead letter" if produced else "would dead-letter (not produced)",
+                reason=letter.reason,
+                detail=letter.detail[:300],
+                topic=letter.source_topic,
+                partition=letter.source_partition,
+                offset=letter.source_offset,
+            )
+        return dict(reasons)

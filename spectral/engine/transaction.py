@@ -1,0 +1,184 @@
+"""One batch's transaction: the dedup record and the handler's effect, committed together.
+
+``BatchTransaction.apply`` runs the batch in one transaction (the named statements of
+queries.sql: ``claim_keys``, then the handler, then ``mark_stale`` / ``forget``); when the
+handler fails for a data reason it falls back to one transaction per delivery, so only the bad
+delivery fails (it is dead-lettered as ``handler_error``) and the results of the others are
+merged — their ``carry`` included. Faults of the infrastructure are retried, never
+dead-lettered. A privilege the database refuses (the deployment's role lacks a grant, or its
+consumer name is not registered in ``core.consumer_roles``, so row-level security refuses its
+dedup rows) is the deployment's configuration, never a record's: the batch rolls back, nothing
+is dead-lettered and the engine stops with a :class:`~spectral.errors.ConfigurationError`
+saying what to grant.
+
+Connections come from a :class:`Connections` lender: the engine's pool (each batch commits) or
+a :class:`~spectral.replay.held_transaction.HeldTransaction` (each batch a savepoint of one
+transaction held across the run: nothing commits per batch).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final, Protocol, cast
+
+import asyncpg
+
+from spectral.db.queries import load_queries
+from spectral.engine.handler import Delivery, Handler, HandlerResult
+from spectral.engine.retrying import Retrying
+from spectral.errors import ConfigurationError, PermanentError, SpectralError, TransientError
+from spectral.faults import is_transient
+from spectral.kafka.dlq import DeadLetter
+from spectral.observability.logging import get_logger
+
+log = get_logger(__name__)
+
+_SQL: Final = load_queries(Path(__file__).with_name("queries.sql"))
+
+
+class Connections(Protocol):
+    """Lends the connection a batch runs on."""
+
+    @property
+    def commits(self) -> bool:
+        """True when leaving a batch's transaction block commits it (False: a savepoint)."""
+
+    def lend(self) -> AbstractAsyncContextManager[asyncpg.Connection]: ...
+
+
+class PoolConnections:
+    """A connection of the engine's pool per batch: every batch commits."""
+
+    commits = True
+
+    def __init__(self, pool: asyncpg.Pool) -> None:
+        self._pool = pool
+
+    def lend(self) -> AbstractAsyncContextManager[asyncpg.Connection]:
+        # A pool connection proxy behaves as the connection it lends.
+        return cast("AbstractAsyncContextManager[asyncpg.Connection]", self._pool.acquire())
+
+
+@dataclass(frozen=True, slots=True)
+class Applied:
+    """What became of a batch's deliveries."""
+
+    result: HandlerResult[Any]
+    fresh: int
+    """Deliveries new for the consumer (applied, stale or rejected)."""
+    duplicates: int
+    failed: tuple[DeadLetter, ...]
+    """Dead letters: rejected by the handler, or failing alone (``handler_error``)."""
+
+
+class BatchTransaction:
+    def __init__(self, handler: Handler[Any], connections: Connections, retrying: Retrying) -> None:
+        self._handler = handler
+        self._connections = connections
+        self._retrying = retrying
+
+    async def apply(self, deliveries: Sequence[Delivery]) -> Applied:
+        """Apply the batch in one transaction; fall back to one-by-one on a data error."""
+        # First occurrence of each key wins inside a batch; later ones are duplicates.
+        unique: dict[str, Delivery] = {}
+        for delivery in deliveries:
+            unique.setdefault(delivery.idempotency_key, delivery)
+        failed: list[DeadLetter] = []
+        try:
+            result, fresh = await self._retrying("database", lambda: self._run(unique))
+        except ConfigurationError:
+            raise
+        except PermanentError as exc:
+            log.warning("batch failed for a data reason; applying one by one", error=str(exc))
+            result, fresh, failed = await self._one_by_one(unique)
+        duplicates = len(deliveries) - fresh - len(failed)
+        failed.extend(
+            DeadLetter.of(
+                r.delivery,
+                consumer=self._handler.name,
+                reason="handler_rejected",
+                detail=f"{r.reason}: {r.detail}",
+            )
+            for r in result.rejected
+        )
+        return Applied(result, fresh, duplicates, tuple(failed))
+
+    async def _run(self, unique: dict[str, Delivery]) -> tuple[HandlerResult[Any], int]:
+        """One transaction: claim the keys (``unique``: each delivery by its idempotency key),
+        apply the fresh deliveries, record the outcomes."""
+        name = self._handler.name
+        batch = list(unique.values())
+        try:
+            async with self._connections.lend() as conn, conn.transaction():
+                fresh_keys = {
+                    row[0]
+                    for row in await conn.fetch(
+                        _SQL["claim_keys"],
+                        name,
+                        list(unique),
+                        [d.envelope.event_id for d in batch],
+                        [d.partition for d in batch],
+                        [d.offset for d in batch],
+                    )
+                }
+                fresh = [d for key, d in unique.items() if key in fresh_keys]
+                result: HandlerResult[Any] = (
+                    await self._handler.apply(conn, fresh) if fresh else HandlerResult()
+                )
+                if result.stale:
+                    await conn.execute(_SQL["mark_stale"], name, sorted(result.stale))
+                if result.rejected:
+                    await conn.execute(
+                        _SQL["forget"], name, [r.delivery.idempotency_key for r in result.rejected]
+                    )
+        except SpectralError:
+            raise
+        except Exception as exc:
+            if is_transient(exc):
+                raise TransientError(f"{type(exc).__name__}: {exc}") from exc
+            if isinstance(exc, asyncpg.InsufficientPrivilegeError):
+                raise self._refused_privilege(exc) from exc
+            raise PermanentError(f"{type(exc).__name__}: {exc}") from exc
+        return result, len(fresh)
+
+    def _refused_privilege(self, exc: asyncpg.InsufficientPrivilegeError) -> ConfigurationError:
+        role = self._handler.database_role or "the login's own role"
+        return ConfigurationError(
+            f"consumer {self._handler.name}: the database refused a privilege to {role} ({exc}). "
+            f"Grant the deployment's role what its statements need (GRANT spectral_consumer TO "
+            f"{role}; its own tables) and register its consumer name (INSERT INTO "
+            f"core.consumer_roles VALUES ('{self._handler.name}', '{role}')); nothing was "
+            "applied or dead-lettered"
+        )
+
+    async def _one_by_one(
+        self, unique: dict[str, Delivery]
+    ) -> tuple[HandlerResult[Any], int, list[DeadLetter]]:
+        """Each delivery in its own transaction: (merged result, fresh, failed)."""
+        merged: HandlerResult[Any] = HandlerResult()
+        fresh_total = 0
+        failed: list[DeadLetter] = []
+        for key, delivery in unique.items():
+            try:
+                result, fresh = await self._retrying(
+                    "database",
+                    lambda k=key, d=delivery: self._run({k: d}),  # type: ignore[misc]
+                )
+            except ConfigurationError:
+                raise
+            except PermanentError as exc:
+                failed.append(
+                    DeadLetter.of(
+                        delivery,
+                        consumer=self._handler.name,
+                        reason="handler_error",
+                        detail=str(exc),
+                    )
+                )
+                continue
+            fresh_total += fresh
+            merged = merged.merge(result)
+        return merged, fresh_total, failed

@@ -1,0 +1,88 @@
+-- Queries of spectral/outbox/relay/repository.py: the relay side of core.outbox and its shard locks.
+--
+-- Shards: a record key belongs to shard (first 28 bits of md5(record_key)) % shard_count. md5 is
+-- a documented, version-stable function, so every relay (and a relay in another language)
+-- computes the same shard for a key. Each shard is guarded by a session advisory lock
+-- (classid = the relay's lock class, objid = the shard number); only its holder reads its rows.
+
+-- name: join_relays
+-- Membership: every live relay holds the member lock in shared mode for its session's life.
+SELECT pg_advisory_lock_shared($1::int, $2::int)
+
+-- name: count_relays
+SELECT count(*)::int
+FROM pg_locks
+WHERE locktype = 'advisory'
+  AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
+  AND classid = $1::int::oid
+  AND objid = $2::int::oid
+  AND objsubid = 2
+  AND granted
+
+-- name: count_held_shards
+-- How many of the shards 0..$2-1 some relay session holds (a relay holding none is a standby
+-- when this is all of them).
+SELECT count(DISTINCT objid)::int
+FROM pg_locks
+WHERE locktype = 'advisory'
+  AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
+  AND classid = $1::int::oid
+  AND objid < $2::int::oid
+  AND objsubid = 2
+  AND granted
+
+-- name: try_lock_shards
+-- Try the candidate shards in the given order; stop after $3 successes (the Limit pulls rows
+-- one at a time, so no lock beyond the wanted number is taken).
+SELECT s::int AS shard
+FROM unnest($2::int[]) AS s
+WHERE pg_try_advisory_lock($1::int, s::int)
+LIMIT $3
+
+-- name: await_doorbell
+-- Sleep preparation (migration outbox_wakeup): take doorbell slot $1 as a session lock, waiting
+-- at most $2 ms for the writers in flight. Released with unlock_shards (its objid).
+SELECT core.outbox_await_doorbell($1::int, $2::int)
+
+-- name: unlock_shards
+SELECT pg_advisory_unlock($1::int, s::int) AS released
+FROM unnest($2::int[]) AS s
+
+-- name: fetch_batch
+-- The next publishable rows of the held shards, in id order, each with the time it became
+-- publishable (its write, or its available_at when delayed). A row waits while an earlier
+-- unpublished row of its key is not yet available (available_at in the future): a key's rows
+-- leave strictly in id order even when some of them are delayed.
+SELECT o.id, o.slot, o.event_type, o.record_key, o.idempotency_key, o.envelope,
+       greatest(o.created_at, o.available_at) AS ready_at
+FROM core.outbox AS o
+WHERE o.published_at IS NULL
+  AND o.available_at <= now()
+  AND (('x' || left(md5(o.record_key), 7))::bit(28)::int % $1::int) = ANY($2::int[])
+  AND NOT EXISTS (
+      SELECT 1
+      FROM core.outbox AS earlier
+      WHERE earlier.record_key = o.record_key
+        AND earlier.published_at IS NULL
+        AND earlier.id < o.id
+        AND earlier.available_at > now()
+  )
+ORDER BY o.id
+LIMIT $3
+
+-- name: mark_published
+-- Through core.outbox_mark_published (migration bounded_state): the relay role has no UPDATE
+-- privilege on the outbox; the function sets published_at = now() on unpublished rows and
+-- nothing else. A row is named by (id, slot): one index probe in its own partition.
+SELECT core.outbox_mark_published($1::bigint[], $2::smallint[])
+
+-- name: outbox_stats
+-- depth: every unpublished row (delayed ones included); oldest_age: how long the oldest
+-- publishable row has been publishable (0 when none waits).
+SELECT
+    count(*)::bigint AS depth,
+    coalesce(
+        extract(epoch FROM now() - min(available_at) FILTER (WHERE available_at <= now())), 0
+    )::float8 AS oldest_age
+FROM core.outbox
+WHERE published_at IS NULL

@@ -1,0 +1,147 @@
+"""Helpers for the outbox relay tests: numbered events per key, the outbox, the topic."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+from uuid import UUID
+
+import asyncpg
+from aiokafka import AIOKafkaConsumer, TopicPartition
+
+from contracts import EventEnvelope, failure_cluster_detected_event
+from spectral.outbox.writer import OutboxItem, enqueue
+from tests.events import decode
+
+EVENT_TYPE = "platform.failure_cluster.detected"
+T0 = datetime(2026, 11, 20, 8, 0, tzinfo=UTC)
+
+
+def key_id(n: int) -> UUID:
+    return UUID(int=0xC1 << 96 | n)
+
+
+def numbered(key: UUID, seq: int) -> EventEnvelope[Any]:
+    """Snapshot number ``seq`` of cluster ``key`` (failure_count carries the number)."""
+    return failure_cluster_detected_event(
+        cluster_id=key,
+        rule_id=UUID(int=1),
+        workspace_id=UUID(int=2),
+        severity="low",
+        failure_count=seq,
+        first_observed_at=T0,
+        last_observed_at=T0 + timedelta(seconds=seq),
+        evidence_bundle=[],
+    )
+
+
+async def enqueue_numbered(
+    database_url: str, pairs: Sequence[tuple[UUID, int]], available_at: datetime | None = None
+) -> list[int]:
+    conn = await asyncpg.connect(database_url)
+    try:
+        async with conn.transaction():
+            return await enqueue(
+                conn, [OutboxItem(numbered(k, s), str(k), available_at) for k, s in pairs]
+            )
+    finally:
+        await conn.close()
+
+
+async def outbox_counts(database_url: str) -> tuple[int, int]:
+    """(rows, unpublished rows)."""
+    conn = await asyncpg.connect(database_url)
+    try:
+        row = await conn.fetchrow(
+            "SELECT count(*) AS n, count(*) FILTER (WHERE published_at IS NULL) AS u "
+            "FROM core.outbox"
+        )
+    finally:
+        await conn.close()
+    assert row is not None
+    return int(row["n"]), int(row["u"])
+
+
+@dataclass(frozen=True)
+class Received:
+    partition: int
+    offset: int
+    key: str
+    seq: int
+    idempotency_key: str
+    headers: dict[str, str]
+
+
+async def _partitions(consumer: AIOKafkaConsumer, topic: str) -> list[TopicPartition]:
+    for _ in range(100):
+        metadata = await consumer._client.fetch_all_metadata()
+        partitions = metadata.partitions_for_topic(topic)
+        if partitions:
+            return [TopicPartition(topic, p) for p in sorted(partitions)]
+        await asyncio.sleep(0.1)
+    return []
+
+
+def _received(record: Any) -> Received:
+    envelope = decode(record.value or b"")
+    return Received(
+        record.partition,
+        record.offset,
+        (record.key or b"").decode(),
+        envelope.payload.failure_count,
+        envelope.idempotency_key,
+        {k: v.decode() for k, v in record.headers},
+    )
+
+
+async def read_topic(bootstrap: str, topic: str, timeout: float = 20.0) -> list[Received]:
+    """Every record of ``topic`` up to its end, partition by partition, decoded."""
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
+    await consumer.start()
+    try:
+        tps = await _partitions(consumer, topic)
+        if not tps:
+            return []
+        consumer.assign(tps)
+        await consumer.seek_to_beginning(*tps)
+        ends = await consumer.end_offsets(tps)
+
+        async def behind() -> bool:
+            for tp in tps:
+                if await consumer.position(tp) < ends[tp]:
+                    return True
+            return False
+
+        out: list[Received] = []
+        deadline = asyncio.get_running_loop().time() + timeout
+        while await behind():
+            if asyncio.get_running_loop().time() > deadline:
+                raise AssertionError(f"could not read {topic} to its end in {timeout}s")
+            batch = await consumer.getmany(timeout_ms=200)
+            out.extend(_received(r) for records in batch.values() for r in records)
+        return sorted(out, key=lambda x: (x.partition, x.offset))
+    finally:
+        await consumer.stop()
+
+
+def by_key(records: Sequence[Received]) -> dict[str, list[int]]:
+    """The sequence numbers of each key in the order Kafka holds them (one key = one
+    partition, so partition order is the order a consumer sees)."""
+    seqs: dict[str, list[int]] = defaultdict(list)
+    for r in records:
+        seqs[r.key].append(r.seq)
+    return dict(seqs)
+
+
+def assert_in_order_without_gaps(seqs: Sequence[int], expected_last: int) -> None:
+    """At-least-once per-key order: when number n appears, 1..n-1 have all appeared before it
+    (duplicates allowed, never a newer one before an older one's first appearance)."""
+    seen_max = 0
+    for n in seqs:
+        assert n <= seen_max + 1, f"{n} arrived before {seen_max + 1}: {seqs}"
+        seen_max = max(seen_max, n)
+    assert seen_max == expected_last, f"expected up to {expected_last}, saw {seqs}"

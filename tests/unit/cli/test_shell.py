@@ -1,0 +1,198 @@
+"""The `spectral` command as a shell user meets it: version, -h, readable and fast help, options
+refused like their siblings, and the exit codes the docs promise (2 configuration, 3 an
+unavailable server) for every command that talks to a server."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+from importlib import metadata
+from pathlib import Path
+
+import pytest
+from typer.core import TyperGroup
+from typer.testing import CliRunner
+
+from spectral.cli import app, commands, load_command
+
+SPECTRAL = str(Path(sys.executable).with_name("spectral"))
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def _spectral(
+    *args: str, env: dict[str, str] | None = None, cwd: Path | None = None
+) -> subprocess.CompletedProcess[str]:
+    base = {k: v for k, v in os.environ.items() if not k.startswith("SPECTRAL_")}
+    return subprocess.run(
+        [SPECTRAL, *args],
+        env={**base, **(env or {})},
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+    )
+
+
+def test_version_and_short_help() -> None:
+    version = _spectral("--version")
+    assert version.returncode == 0
+    assert version.stdout.strip() == f"spectral {metadata.version('spectral')}"
+    short = _spectral("-h")
+    assert short.returncode == 0
+    assert "Usage: spectral" in short.stdout
+    sub = _spectral("consume", "-h")
+    assert sub.returncode == 0
+    assert "--max-batch" in sub.stdout
+
+
+def test_the_licence_ships() -> None:
+    assert "Apache License" in (ROOT / "LICENSE").read_text(encoding="utf-8")
+
+
+def test_help_loads_no_command_because_commands_load_lazily() -> None:
+    # What keeps `spectral --help` fast is what it does not import; its time is `make bench`'s
+    # business, not a timed test's (a loaded machine would fail one).
+    shown = _spectral("--help")
+    assert shown.returncode == 0
+    assert {"clusters", "triage", "work", "threads", "demo"} <= set(shown.stdout.split())
+    # Listing every command reads the plugins' declarations (spectral's features among them),
+    # which import nothing heavy either.
+    heavy = {"aiokafka", "asyncpg", "fastapi", "uvicorn", "pydantic", "contracts", "mcp"}
+    assert _packages_loaded_by("import spectral.cli; spectral.cli.commands()", heavy) == set()
+
+
+@pytest.mark.parametrize("name", sorted(commands()))
+def test_every_command_loads_with_readable_help(name: str) -> None:
+    """Each lazily listed command exists, its listed help is its own, and help reads as words
+    (no `<bool>`/`<str>` type placeholders)."""
+    command = load_command(name)
+    first_line = (command.help or "").strip().splitlines()[0]
+    assert first_line.startswith(commands()[name][1].rstrip(".")[:40])
+    shown = _spectral(name, "--help")
+    assert shown.returncode == 0, shown.stderr
+    for placeholder in ("<bool>", "<str>", "<int>", "<float>"):
+        assert placeholder not in shown.stdout
+
+
+def test_consume_refuses_a_batch_of_zero_like_replay() -> None:
+    for args in (["consume", "rule-candidates"], ["replay", "rule-candidates"]):
+        result = _spectral(*args, "--max-batch", "0")
+        assert result.returncode == 2, result.stdout + result.stderr
+        assert "--max-batch" in result.stderr
+
+
+def _closed_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+# Commands that reach a server, with arguments that pass validation.
+SERVER_COMMANDS: list[list[str]] = [
+    ["db", "migrate"],
+    ["topics", "plan"],
+    ["outbox", "status"],
+    ["outbox", "relay", "--once"],
+    ["clusters", "tick"],
+    ["clusters", "list"],
+    ["triage", "list"],
+    ["threads", "list", "--project", "p"],
+    ["dlq", "list", "--topic", "some.topic"],
+    ["offsets", "reset", "rule-candidates", "--to-earliest"],
+    ["replay", "rule-candidates", "--from-beginning"],
+    ["tokens", "list"],
+    ["mcp"],
+]
+
+
+@pytest.mark.parametrize("args", SERVER_COMMANDS, ids=" ".join)
+def test_no_stack_configured_exits_2(args: list[str], tmp_path: Path) -> None:
+    result = _spectral(
+        *args,
+        env={"SPECTRAL_STATE_DIR": str(tmp_path / "none"), "XDG_STATE_HOME": str(tmp_path)},
+        cwd=tmp_path,
+    )
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "error:" in result.stderr
+
+
+@pytest.mark.parametrize("args", SERVER_COMMANDS, ids=" ".join)
+def test_invalid_settings_exit_2(args: list[str]) -> None:
+    result = _spectral(*args, env={"SPECTRAL_TOPIC_PREFIX": "bad prefix!"})
+    assert result.returncode == 2, result.stdout + result.stderr
+
+
+def test_an_invalid_setting_of_a_plugin_exits_2_at_start() -> None:
+    result = _spectral("topics", "plan", env={"SPECTRAL_WORK_MAX_ATTEMPTS": "0"})
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "work_max_attempts" in result.stderr
+
+
+@pytest.mark.parametrize("args", SERVER_COMMANDS, ids=" ".join)
+def test_unreachable_servers_exit_3(args: list[str]) -> None:
+    result = _spectral(
+        *args,
+        env={
+            "SPECTRAL_KAFKA_BOOTSTRAP": f"127.0.0.1:{_closed_port()}",
+            "SPECTRAL_DATABASE_URL": f"postgresql://u:p@127.0.0.1:{_closed_port()}/db",
+        },
+    )
+    assert result.returncode == 3, result.stdout + result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_tokens_start_without_the_web_stack() -> None:
+    """`spectral tokens` is a database command: it must not pay for importing the HTTP API."""
+    code = (
+        "import importlib; from spectral.cli import COMMANDS; "
+        "importlib.import_module(COMMANDS['tokens'][0].split(':')[0])"
+    )
+    web = {"fastapi", "uvicorn", "starlette", "mcp", "jinja2"}
+    assert _packages_loaded_by(code, web) == set()
+
+
+def _packages_loaded_by(code: str, packages: set[str]) -> set[str]:
+    """Which of ``packages`` a fresh interpreter has imported after running ``code``."""
+    probe = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            f"import sys; {code}; print(' '.join({{m.split('.')[0] for m in sys.modules}}))",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return set(probe.stdout.split()) & packages
+
+
+def test_every_deployment_command_takes_the_name_as_its_argument() -> None:
+    """One naming rule: `consume NAME`, `replay NAME`, `rebuild NAME`, `offsets reset NAME`."""
+    offsets = load_command("offsets")
+    assert isinstance(offsets, TyperGroup)
+    commands = {
+        "consume": load_command("consume"),
+        "replay": load_command("replay"),
+        "rebuild": load_command("rebuild"),
+        "offsets reset": offsets.commands["reset"],
+    }
+    for label, command in commands.items():
+        first = command.params[0]
+        assert (first.param_type_name, first.name) == ("argument", "name"), label
+        # The old spelling (--consumer NAME) still works where it existed, hidden from help.
+        assert all(getattr(p, "hidden", False) for p in command.params if p.name == "consumer")
+
+
+def test_the_deprecated_spelling_must_agree_with_the_name() -> None:
+    runner = CliRunner()
+    both = runner.invoke(
+        app, ["replay", "rule-candidates", "--consumer", "work-executor", "--from-beginning"]
+    )
+    assert both.exit_code == 2
+    assert "NAME is 'rule-candidates' but --consumer is 'work-executor'" in both.output
+    missing = runner.invoke(app, ["offsets", "reset", "--to-earliest"])
+    assert missing.exit_code == 2
+    assert "spectral offsets reset NAME" in missing.output

@@ -1,0 +1,98 @@
+"""``stop_when_idle`` without servers: partitions that move while the idle probe runs are not
+idle time. The outages themselves are covered against a real broker in tests/faults."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import pytest
+from aiokafka import TopicPartition
+from prometheus_client import CollectorRegistry
+
+from spectral.engine.engine import ConsumerEngine, EngineOptions
+from spectral.engine.handler import Delivery, Handler, HandlerResult
+from spectral.settings import Settings
+from tests.support import no_task_left_since
+
+IDLE = 60.0
+
+
+class _Nothing(Handler[None]):
+    name = "idle-test"
+    event_types = ("platform.failure_cluster.detected",)
+
+    async def apply(self, conn: Any, deliveries: Sequence[Delivery]) -> HandlerResult[None]:  # noqa: ARG002
+        return HandlerResult()
+
+
+def _idle_engine() -> ConsumerEngine:
+    engine = ConsumerEngine(
+        _Nothing(),
+        Settings(),
+        kafka_bootstrap="127.0.0.1:9",
+        database_url="postgresql://unused@127.0.0.1:9/unused",
+        options=EngineOptions(stop_when_idle=IDLE),
+        registry=CollectorRegistry(),
+    )
+    engine._busy_at = time.monotonic() - 2 * IDLE
+    return engine
+
+
+async def test_partitions_assigned_while_the_idle_probe_runs_are_not_idle() -> None:
+    # A member left: its partitions (and their unread records) came to this member while the
+    # broker answered the probe. The run must read them, not stop a moment after they came.
+    engine = _idle_engine()
+
+    async def rebalanced_meanwhile() -> str | None:
+        engine._assigned([TopicPartition("t", 0)])
+        return None
+
+    engine._unreachable = rebalanced_meanwhile  # type: ignore[method-assign]
+    assert not await engine._idle(time.monotonic() - 2 * IDLE)
+
+
+async def test_an_idle_member_whose_servers_answer_stops() -> None:
+    engine = _idle_engine()
+
+    async def answering() -> str | None:
+        return None
+
+    engine._unreachable = answering  # type: ignore[method-assign]
+    assert await engine._idle(time.monotonic() - 2 * IDLE)
+
+
+async def _probing_a_frozen_server(engine: ConsumerEngine) -> asyncio.Task[bool]:
+    """``engine._idle`` under way, its probe waiting on a server that answers nothing (each
+    probe waits IDLE_PROBE_SECONDS before it counts as unreachable)."""
+    asked = asyncio.Event()
+
+    async def frozen() -> str | None:
+        asked.set()
+        await asyncio.Event().wait()
+        return None
+
+    engine._unreachable = frozen  # type: ignore[method-assign]
+    idle = asyncio.create_task(engine._idle(time.monotonic() - 2 * IDLE))
+    await asked.wait()
+    return idle
+
+
+async def test_a_stop_during_the_idle_probe_ends_the_run_without_waiting_for_it() -> None:
+    # SIGTERM while the probe waits on a frozen server: the run must not wait for the probe.
+    engine = _idle_engine()
+    idle = await _probing_a_frozen_server(engine)
+    engine.stop()
+    assert not await asyncio.wait_for(idle, timeout=5)
+
+
+async def test_a_run_cancelled_during_the_idle_probe_leaves_no_probe_behind() -> None:
+    engine = _idle_engine()
+    before = set(asyncio.all_tasks())
+    idle = await _probing_a_frozen_server(engine)
+    idle.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await idle
+    await no_task_left_since(before, timeout=5)
