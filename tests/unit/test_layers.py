@@ -41,7 +41,7 @@ LAYERS: Final[tuple[tuple[str, ...], ...]] = (
     (  # the engine and what runs beside it
         "spectral.engine",
         "spectral.replay",
-        "spectral.outbox.writer",
+        "spectral.outbox",
         "spectral.dlq",
         "spectral.maintenance",
     ),
