@@ -63,7 +63,7 @@ from producers.work.schemas import (
 )
 from spectral.api.auth import requires
 from spectral.api.cursor import decode_keyset, encode_cursor, utc_timestamp, uuid_text
-from spectral.api.problems import COMMON, ProblemError, responses
+from spectral.api.problems import COMMON, ProblemError, ProblemType, not_found, responses
 from spectral.api.resources import Resources
 from spectral.auth.tokens import Principal
 from spectral.errors import TransientError
@@ -79,9 +79,10 @@ _ENQUEUED: Final[dict[int | str, dict[str, Any]]] = {
     },
 }
 
-
-def _unknown(exc: UnknownTargetError) -> ProblemError:
-    return ProblemError(404, str(exc), slug="not-found")
+DOCUMENT_IMMUTABLE: Final = "document-immutable"
+"""The problem type of a put that would change a document (documents change by mutation)."""
+INVALID_DOCUMENT: Final = "invalid-document"
+"""The problem type of a document that does not validate."""
 
 
 def _enqueued(response: Response, body: CommandResponse) -> CommandResponse:
@@ -159,7 +160,7 @@ def router(resources: Resources) -> APIRouter:  # noqa: C901 - one nested functi
                 )
             )
         except UnknownTargetError as exc:
-            raise _unknown(exc) from None
+            raise not_found(str(exc)) from None
         return _enqueued(response, CommandResponse.of(result))
 
     @api.post(
@@ -185,7 +186,7 @@ def router(resources: Resources) -> APIRouter:  # noqa: C901 - one nested functi
                 )
             )
         except UnknownTargetError as exc:
-            raise _unknown(exc) from None
+            raise not_found(str(exc)) from None
         return _enqueued(response, CommandResponse.of(result))
 
     @api.get(
@@ -197,7 +198,7 @@ def router(resources: Resources) -> APIRouter:  # noqa: C901 - one nested functi
     async def get_thread(*, thread_id: UUID, _: Principal = reader) -> ThreadOut:
         view = await work_reader().thread(thread_id)
         if view is None:
-            raise ProblemError(404, f"no thread {thread_id}", slug="not-found")
+            raise not_found(f"no thread {thread_id}")
         return ThreadOut.of_view(view)
 
     @api.get(
@@ -209,7 +210,7 @@ def router(resources: Resources) -> APIRouter:  # noqa: C901 - one nested functi
     async def get_thread_history(*, thread_id: UUID, _: Principal = reader) -> HistoryOut:
         entries = await work_reader().thread_ledger(thread_id)
         if entries is None:
-            raise ProblemError(404, f"no thread {thread_id}", slug="not-found")
+            raise not_found(f"no thread {thread_id}")
         return HistoryOut.of(thread_id, entries, reconstruct(entries))
 
     @api.get(
@@ -256,12 +257,12 @@ def router(resources: Resources) -> APIRouter:  # noqa: C901 - one nested functi
                 409,
                 f"document {document_id!r} exists with other content or in another project: "
                 "documents change only through mutations (generate commands), never by PUT",
-                slug="document-immutable",
+                slug=DOCUMENT_IMMUTABLE,
                 current_version=current.version if current is not None else None,
                 document=f"/documents/{document_id}",
             ) from None
         except InvalidDocumentError as exc:
-            raise ProblemError(422, str(exc)[:300], slug="invalid-document") from None
+            raise ProblemError(422, str(exc)[:300], slug=INVALID_DOCUMENT) from None
         if ref.created:
             response.status_code = status.HTTP_201_CREATED
             response.headers["Location"] = f"/documents/{document_id}"
@@ -282,7 +283,7 @@ def router(resources: Resources) -> APIRouter:  # noqa: C901 - one nested functi
     ) -> DocumentOut:
         view = await work_reader().document(document_id)
         if view is None:
-            raise ProblemError(404, f"no document {document_id!r}", slug="not-found")
+            raise not_found(f"no document {document_id!r}")
         response.headers["ETag"] = f'"{view.version}"'
         return _document_out(view)
 
@@ -324,7 +325,7 @@ def _governance(api: APIRouter, resources: Resources) -> None:  # noqa: C901 - a
                 requested_by=principal.actor,
             )
         except UnknownThreadError as exc:
-            raise ProblemError(404, str(exc), slug="not-found") from None
+            raise not_found(str(exc)) from None
         if result.disposition is CancelDisposition.CANCELING or (
             result.disposition is CancelDisposition.ALREADY_REQUESTED and not result.status.terminal
         ):
@@ -351,7 +352,7 @@ def _governance(api: APIRouter, resources: Resources) -> None:  # noqa: C901 - a
     async def get_budget(*, org_id: IdentifierPath, _: Principal = reader) -> BudgetOut:
         view = await BudgetCommands(resources.operator).get(org_id)
         if view is None:
-            raise ProblemError(404, f"org {org_id!r} has no budget (not limited)", slug="not-found")
+            raise not_found(f"org {org_id!r} has no budget (not limited)")
         return BudgetOut.of(view)
 
     @api.put(
@@ -372,7 +373,7 @@ def _governance(api: APIRouter, resources: Resources) -> None:  # noqa: C901 - a
                 requested_by=principal.actor,
             )
         except ValueError as exc:
-            raise ProblemError(422, str(exc), slug="invalid-request") from None
+            raise ProblemError(422, str(exc), slug=ProblemType.INVALID_REQUEST) from None
         return BudgetChangeOut.of(change)
 
     @api.delete(
@@ -388,5 +389,5 @@ def _governance(api: APIRouter, resources: Resources) -> None:  # noqa: C901 - a
             org_id, requested_by=principal.actor
         )
         if change is None:
-            raise ProblemError(404, f"org {org_id!r} has no budget", slug="not-found")
+            raise not_found(f"org {org_id!r} has no budget")
         return BudgetChangeOut.of(change)

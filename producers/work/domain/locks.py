@@ -31,11 +31,12 @@ from pathlib import Path
 from producers.work.domain.types import Conn
 from spectral.db.locks import LockClass
 from spectral.db.queries import load_queries
+from spectral.errors import SpectralError
 
 _SQL = load_queries(Path(__file__).with_name("queries.sql"))
 
 
-class LockOrderError(RuntimeError):
+class LockOrderError(SpectralError):
     """A programming error: the lock-order rule of ADR-035 §9 would be broken."""
 
 
