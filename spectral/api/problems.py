@@ -3,9 +3,10 @@
     {"type": "/problems/stale-version", "title": "Stale version", "status": 412,
      "detail": "...", "instance": "/clusters/…", ...extensions}
 
-``type`` is a relative URI naming the kind of problem (the README lists them); ``detail`` says
-what to do. A problem never repeats the request's input back (a 422 lists *where* the input is
-wrong and why, not the value), and a server error never shows internals (they go to the log).
+``type`` is a relative URI naming the kind of problem (docs/reference/http-api.md lists them);
+``detail`` says what to do. A problem never repeats the request's input back (a 422 lists *where*
+the input is wrong and why, not the value), and a server error never shows internals (they go to the
+log).
 """
 
 from __future__ import annotations

@@ -301,7 +301,8 @@ def router(  # noqa: C901 - one nested function per route
             raise ProblemError(
                 501,
                 f"this API's database login may not run {d.name!r}'s handler: replay dry runs "
-                "need the deployment's role granted to it (see the README, HTTP API)",
+                "need the deployment's role granted to it (see "
+                "docs/howto/secure/api-roles-and-proxy.md)",
                 slug="dry-run-not-configured",
             ) from None
         except ValueError as exc:  # a range naming partitions the topics do not have
