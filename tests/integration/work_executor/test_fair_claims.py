@@ -8,7 +8,7 @@ import asyncio
 from collections import Counter
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from uuid import UUID
 
 import asyncpg
@@ -82,7 +82,10 @@ async def test_priorities_order_a_tenant_s_items_and_a_waiting_item_ages_past_ne
     database_url: str, settings: Settings
 ) -> None:
     async with harness(database_url) as h, _claims(database_url) as claims:
-        commands = WorkCommands(h.producer, priority_step_seconds=0.2)
+        # Enqueue times are the commands' clock, set here: the order is decided by them alone,
+        # however slowly a loaded machine runs the commands.
+        at = [datetime.now(UTC) - timedelta(seconds=10)]
+        commands = WorkCommands(h.producer, priority_step_seconds=0.2, clock=lambda: at[0])
         await commands.put_document(PROJECT, "doc", backlog("L", "N", "H", "Late high"))
         for epic, priority in (
             ("E1", Priority.LOW),
@@ -90,7 +93,8 @@ async def test_priorities_order_a_tenant_s_items_and_a_waiting_item_ages_past_ne
             ("E3", Priority.HIGH),
         ):
             await commands.generate_epic(GenerateEpic(PROJECT, "doc", epic, priority=priority))
-        await asyncio.sleep(0.8)  # E1 (low) ranks 0.6 s after it was enqueued: it has aged
+            at[0] += timedelta(milliseconds=10)
+        at[0] += timedelta(seconds=0.8)  # E1 (low) ranks 0.6 s after it was enqueued: it has aged
         await commands.generate_epic(GenerateEpic(PROJECT, "doc", "E4", priority=Priority.HIGH))
         order = []
         for n in range(1, 5):
@@ -149,6 +153,8 @@ async def test_under_a_sustained_flood_only_items_within_a_head_start_overtake(
             "SELECT work_item_id FROM work.work_items WHERE thread_id = $1", low.thread_id
         )
         try:
+            while await h.admin.fetchval("SELECT count(*) FROM work.work_items") < 4:
+                await asyncio.sleep(0.01)  # the flood is under way before the first claim
             while low_item not in claimed:
                 jobs = (await claims.claim(1, UUID(int=len(claimed) + 1), "w")).jobs
                 claimed += [item for item, _ in jobs]
