@@ -64,7 +64,7 @@ from producers.work.schemas import (
 )
 from spectral.api.auth import requires
 from spectral.api.cursor import decode_keyset, encode_cursor, utc_timestamp, uuid_text
-from spectral.api.problems import COMMON, ProblemError, responses
+from spectral.api.problems import COMMON, ProblemError, ProblemType, not_found, responses
 from spectral.api.resources import Resources
 from spectral.auth.tokens import Principal
 from spectral.errors import TransientError
@@ -80,9 +80,10 @@ _ENQUEUED: Final[dict[int | str, dict[str, Any]]] = {
     },
 }
 
-
-def _unknown(exc: UnknownTargetError) -> ProblemError:
-    return ProblemError(404, str(exc), slug="not-found")
+DOCUMENT_IMMUTABLE: Final = "document-immutable"
+"""The problem type of a put that would change a document (documents change by mutation)."""
+INVALID_DOCUMENT: Final = "invalid-document"
+"""The problem type of a document that does not validate."""
 
 
 def _enqueued(response: Response, body: CommandResponse) -> CommandResponse:
@@ -160,7 +161,7 @@ def router(resources: Resources) -> APIRouter:  # noqa: C901 - one nested functi
                 )
             )
         except UnknownTargetError as exc:
-            raise _unknown(exc) from None
+            raise not_found(str(exc)) from None
         return _enqueued(response, CommandResponse.of(result))
 
     @api.post(
@@ -186,7 +187,7 @@ def router(resources: Resources) -> APIRouter:  # noqa: C901 - one nested functi
                 )
             )
         except UnknownTargetError as exc:
-            raise _unknown(exc) from None
+            raise not_found(str(exc)) from None
         return _enqueued(response, CommandResponse.of(result))
 
     @api.get(
@@ -198,7 +199,7 @@ def router(resources: Resources) -> APIRouter:  # noqa: C901 - one nested functi
     async def get_thread(*, thread_id: UUID, _: Principal = reader) -> ThreadOut:
         view = await work_reader().thread(thread_id)
         if view is None:
-            raise ProblemError(404, f"no thread {thread_id}", slug="not-found")
+            raise not_found(f"no thread {thread_id}")
         return ThreadOut.of_view(view)
 
     @api.get(
@@ -210,7 +211,7 @@ def router(resources: Resources) -> APIRouter:  # noqa: C901 - one nested functi
     async def get_thread_history(*, thread_id: UUID, _: Principal = reader) -> HistoryOut:
         entries = await work_reader().thread_ledger(thread_id)
         if entries is None:
-            raise ProblemError(404, f"no thread {thread_id}", slug="not-found")
+            raise not_found(f"no thread {thread_id}")
         return HistoryOut.of(thread_id, entries, reconstruct(entries))
 
     @api.get(
@@ -258,12 +259,12 @@ def router(resources: Resources) -> APIRouter:  # noqa: C901 - one nested functi
             raise ProblemError(
                 409,
                 f"{exc}: documents change only through mutations (generate commands), never by PUT",
-                slug="document-immutable",
+                slug=DOCUMENT_IMMUTABLE,
                 current_version=exc.current_version,
                 document=f"/documents/{document_id}",
             ) from None
         except InvalidDocumentError as exc:
-            raise ProblemError(422, str(exc)[:300], slug="invalid-document") from None
+            raise ProblemError(422, str(exc)[:300], slug=INVALID_DOCUMENT) from None
         if ref.created:
             response.status_code = status.HTTP_201_CREATED
             response.headers["Location"] = f"/documents/{document_id}"
@@ -284,7 +285,7 @@ def router(resources: Resources) -> APIRouter:  # noqa: C901 - one nested functi
     ) -> DocumentOut:
         view = await work_reader().document(document_id)
         if view is None:
-            raise ProblemError(404, f"no document {document_id!r}", slug="not-found")
+            raise not_found(f"no document {document_id!r}")
         response.headers["ETag"] = f'"{view.version}"'
         return _document_out(view)
 
@@ -326,7 +327,7 @@ def _governance(api: APIRouter, resources: Resources) -> None:  # noqa: C901 - a
                 requested_by=principal.actor,
             )
         except UnknownThreadError as exc:
-            raise ProblemError(404, str(exc), slug="not-found") from None
+            raise not_found(str(exc)) from None
         if result.disposition is CancelDisposition.CANCELING or (
             result.disposition is CancelDisposition.ALREADY_REQUESTED and not result.status.terminal
         ):
@@ -353,7 +354,7 @@ def _governance(api: APIRouter, resources: Resources) -> None:  # noqa: C901 - a
     async def get_budget(*, org_id: IdentifierPath, _: Principal = reader) -> BudgetOut:
         view = await BudgetCommands(resources.operator).get(org_id)
         if view is None:
-            raise ProblemError(404, f"org {org_id!r} has no budget (not limited)", slug="not-found")
+            raise not_found(f"org {org_id!r} has no budget (not limited)")
         return BudgetOut.of(view)
 
     @api.put(
@@ -374,7 +375,7 @@ def _governance(api: APIRouter, resources: Resources) -> None:  # noqa: C901 - a
                 requested_by=principal.actor,
             )
         except ValueError as exc:
-            raise ProblemError(422, str(exc), slug="invalid-request") from None
+            raise ProblemError(422, str(exc), slug=ProblemType.INVALID_REQUEST) from None
         return BudgetChangeOut.of(change)
 
     @api.delete(
@@ -390,5 +391,5 @@ def _governance(api: APIRouter, resources: Resources) -> None:  # noqa: C901 - a
             org_id, requested_by=principal.actor
         )
         if change is None:
-            raise ProblemError(404, f"org {org_id!r} has no budget", slug="not-found")
+            raise not_found(f"org {org_id!r} has no budget")
         return BudgetChangeOut.of(change)
