@@ -5,8 +5,9 @@ Commands (scope ``work:submit``; the token's principal is recorded on the thread
         -> {thread_id, status, disposition}: 202 + Location: /threads/{id} when work was
            enqueued, 200 when an existing thread answers (idempotent by semantic identity)
     PUT  /projects/{project_id}/documents/{document_id}
-        -> 201 created, 200 identical content again; 409 ``document-immutable`` for other
-           content: documents change only through mutations (ADR-035 §5.4), never by PUT
+        -> 201 created, 200 content identical to the current version; 409
+           ``document-immutable`` (with ``current_version``) for any other content, at any
+           version: documents change only through mutations (ADR-035 §5.4), never by PUT
 Cancellation (scope ``work:cancel``):
     POST /threads/{thread_id}/cancel {reason?}
         -> 200 when the thread is closed (canceled now, or already closed), 202 while items in
@@ -211,7 +212,10 @@ def router(resources: Resources) -> APIRouter:  # noqa: C901 - one nested functi
     @api.put(
         "/projects/{project_id}/documents/{document_id}",
         tags=["documents"],
-        summary="Create a story backlog (version 1); identical content again is a no-op.",
+        summary=(
+            "Create a story backlog (version 1); the current content again is a no-op, any "
+            "other content 409."
+        ),
         responses={
             201: {"description": "Created (version 1).", "model": DocumentOut},
             **responses(*COMMON, 409),
@@ -228,14 +232,12 @@ def router(resources: Resources) -> APIRouter:  # noqa: C901 - one nested functi
         content: dict[str, Any] = body.model_dump(mode="json")
         try:
             ref = await commands().put_document(project_id, document_id, content)
-        except DocumentConflictError:
-            current = await work_reader().document(document_id)
+        except DocumentConflictError as exc:
             raise ProblemError(
                 409,
-                f"document {document_id!r} exists with other content or in another project: "
-                "documents change only through mutations (generate commands), never by PUT",
+                f"{exc}: documents change only through mutations (generate commands), never by PUT",
                 slug=DOCUMENT_IMMUTABLE,
-                current_version=current.version if current is not None else None,
+                current_version=exc.current_version,
                 document=f"/documents/{document_id}",
             ) from None
         except InvalidDocumentError as exc:
