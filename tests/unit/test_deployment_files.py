@@ -127,6 +127,22 @@ def test_every_alert_has_a_runbook_line() -> None:
             assert annotations.get("runbook"), f"{rule['alert']} says nothing to do"
 
 
+def test_every_alert_has_a_promtool_case_that_fires_it() -> None:
+    """An alert no test has seen fire may never fire: each rule is expected, with its labels, by
+    at least one case of the rules' unit tests."""
+    yaml = YAML(typ="safe")
+    rules = yaml.load((ROOT / "deploy/prometheus/spectral-alerts.yaml").read_text())
+    alerts = {rule["alert"] for group in rules["groups"] for rule in group["rules"]}
+    cases = yaml.load((ROOT / "deploy/prometheus/tests/spectral-alerts.test.yaml").read_text())
+    fired = {
+        check["alertname"]
+        for case in cases["tests"]
+        for check in case.get("alert_rule_test", [])
+        if check.get("exp_alerts")
+    }
+    assert alerts <= fired, sorted(alerts - fired)
+
+
 def test_the_alert_rules_pass_their_promtool_unit_tests() -> None:
     promtool = shutil.which("promtool")
     if promtool is None:
