@@ -54,14 +54,13 @@ from spectral.devstack.kafka_jars import (
     default_cache_dir,
     find_java,
     kafka_home_jars,
-    locked,
     maven_jars,
     package_file,
     tail,
 )
 from spectral.devstack.kafka_probe import probe
 from spectral.devstack.ports import free_port, port_answers, port_is_free
-from spectral.devstack.process import freeze, pid_alive, terminate, thaw
+from spectral.devstack.process import freeze, locked, pid_alive, terminate, thaw
 from spectral.errors import ConfigurationError, TransientError
 
 __all__ = ["KAFKA_VERSION", "KafkaStatus", "LocalKafka", "default_cache_dir"]

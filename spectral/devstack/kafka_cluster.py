@@ -43,8 +43,8 @@ from spectral.devstack.kafka_config import (
     new_cluster_id,
     parse_cluster_file,
 )
-from spectral.devstack.kafka_jars import locked
 from spectral.devstack.ports import free_port
+from spectral.devstack.process import locked
 from spectral.errors import ConfigurationError
 
 __all__ = ["ClusterFile", "LocalKafkaCluster", "NodeStatus", "local_kafka", "parse_cluster_file"]

@@ -9,15 +9,12 @@ are and Maven is not needed.
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import json
 import os
 import re
 import shutil
 import subprocess
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -28,6 +25,7 @@ from spectral.devstack.kafka_config import (
     required_java,
     uses_log4j2,
 )
+from spectral.devstack.process import locked
 from spectral.errors import ConfigurationError
 from spectral.settings import load_settings
 
@@ -225,15 +223,3 @@ def tail(path: Path, lines: int) -> str:
         return f"({path} does not exist)"
     last = text.splitlines()[-lines:]
     return "\n".join(last) if last else f"({path} is empty)"
-
-
-@contextmanager
-def locked(path: Path) -> Iterator[None]:
-    """An exclusive advisory lock on ``path`` for the duration of the block (between processes)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)

@@ -22,7 +22,7 @@ from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
 from spectral.devstack.ports import free_port, port_answers, port_is_free
-from spectral.devstack.process import pid_alive, terminate
+from spectral.devstack.process import locked, pid_alive, terminate
 from spectral.errors import ConfigurationError, TransientError
 
 SHARED_ROOT = Path("/var/lib/spectral")
@@ -88,7 +88,13 @@ class LocalPostgres:
     # -- public API -----------------------------------------------------------------------
 
     def ensure_running(self, timeout: float = 60.0) -> str:
-        """Start the cluster unless it already runs; return its connection URL."""
+        """Start the cluster unless it already runs; return its connection URL. Two callers at
+        once (two test workers, two terminals) take turns: the second finds it running."""
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        with locked(self.state_dir / "postgres.lock"):
+            return self._ensure_running(timeout)
+
+    def _ensure_running(self, timeout: float) -> str:
         status = self.status()
         if status.running and status.url:
             return status.url

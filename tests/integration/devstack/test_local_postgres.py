@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import asyncpg
@@ -45,6 +48,39 @@ async def test_start_twice_reuses_the_server_and_stop_leaves_no_process(tmp_path
         # Started again: same port, same data.
         assert server.start() == url
         assert await _answers(url)
+    finally:
+        server.stop(wipe=True)
+
+
+def test_two_processes_starting_the_stopped_server_at_once_take_turns(tmp_path: Path) -> None:
+    """Two test workers (or two terminals) run `dev up` on a stopped stack at the same time: one
+    starts the server, the other finds it running; neither fails on the other's lock file."""
+    state = tmp_path / "state"
+    server = LocalPostgres(state)
+    try:
+        url = server.ensure_running()
+        server.stop()
+        # Each process imports first, then waits for the same instant: the starts overlap.
+        script = (
+            "import sys, time; from pathlib import Path; "
+            "from spectral.devstack.postgres import LocalPostgres; "
+            "time.sleep(max(0.0, float(sys.argv[2]) - time.time())); "
+            "print(LocalPostgres(Path(sys.argv[1])).ensure_running())"
+        )
+        at = str(time.time() + 8)
+        starts = [
+            subprocess.Popen(
+                [sys.executable, "-c", script, str(state), at],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            for _ in range(3)
+        ]
+        answers = [start.communicate(timeout=180) for start in starts]
+        assert [start.returncode for start in starts] == [0, 0, 0], answers
+        assert {out.strip() for out, _ in answers} == {url}
+        assert server.status().running
     finally:
         server.stop(wipe=True)
 
