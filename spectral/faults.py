@@ -14,6 +14,11 @@ in the consumer engine, the outbox relay, the work executor and the maintenance 
   fail again; a read-only session, a missing privilege or an outage are not this.
 * **permanent** — anything else.
 
+:func:`refusal_of` picks, among the permanent faults of a send, the broker's refusal of the record
+itself (too large for its topic, a topic the producer may not write, an invalid topic or
+record): no outage, the broker is answering, and the same record is refused again until an
+operator changes the topic or the grants.
+
 :func:`component_of` names the server a transient fault came from (``database``, ``kafka``),
 for the outage it belongs to (observability/outages.py).
 """
@@ -25,7 +30,19 @@ from enum import StrEnum
 from typing import Final
 
 import asyncpg
-from aiokafka.errors import KafkaError, KafkaTimeoutError, RequestTimedOutError
+from aiokafka.errors import (
+    CorruptRecordException,
+    InvalidTimestampError,
+    InvalidTopicError,
+    KafkaError,
+    KafkaTimeoutError,
+    MessageSizeTooLargeError,
+    PolicyViolationError,
+    RecordListTooLargeError,
+    RecordTooLargeError,
+    RequestTimedOutError,
+    TopicAuthorizationFailedError,
+)
 
 from spectral.errors import ConfigurationError, SpectralError, TransientError
 
@@ -115,6 +132,35 @@ def _by_sqlstate(state: str) -> Fault:
     if state.startswith(_DATA_CLASSES):
         return Fault.DATA
     return Fault.PERMANENT
+
+
+class Refusal(StrEnum):
+    """Why Kafka refused a record for good (a bounded metric label)."""
+
+    TOO_LARGE = "too_large"
+    NOT_AUTHORIZED = "not_authorized"
+    INVALID = "invalid"
+
+
+_REFUSALS: Final[tuple[tuple[type[KafkaError], Refusal], ...]] = (
+    (MessageSizeTooLargeError, Refusal.TOO_LARGE),
+    (RecordTooLargeError, Refusal.TOO_LARGE),
+    (RecordListTooLargeError, Refusal.TOO_LARGE),
+    (TopicAuthorizationFailedError, Refusal.NOT_AUTHORIZED),
+    (InvalidTopicError, Refusal.INVALID),
+    (CorruptRecordException, Refusal.INVALID),
+    (InvalidTimestampError, Refusal.INVALID),
+    (PolicyViolationError, Refusal.INVALID),
+)
+
+
+def refusal_of(exc: BaseException) -> Refusal | None:
+    """Why the broker refused this record for good, or None when ``exc`` is no such refusal
+    (an outage, or any other failure of the client)."""
+    for kind, refusal in _REFUSALS:
+        if isinstance(exc, kind):
+            return refusal
+    return None
 
 
 def is_transient(exc: BaseException) -> bool:

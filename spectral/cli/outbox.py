@@ -60,7 +60,9 @@ def relay(  # noqa: PLR0917 - typer maps each parameter to an option
     """Publish outbox rows (idempotent producer, acks=all), in id order per key, at least once.
 
     Several relays may run at once: keys are split into shards guarded by advisory locks.
-    SIGTERM/SIGINT finish the batch in flight and exit 0.
+    SIGTERM/SIGINT finish the batch in flight and exit 0. A row Kafka refuses for good (too
+    large for its topic, a topic the relay may not write) holds its key back and is tried again
+    later; with --once the run then exits 1.
     """
     current = settings()
     endpoints = resolve_endpoints(current)
@@ -86,8 +88,13 @@ def relay(  # noqa: PLR0917 - typer maps each parameter to an option
         published=report.published,
         batches=report.batches,
         sessions=report.sessions,
+        refused=report.refused,
     )
-    summary(f"published={report.published} batches={report.batches}")
+    summary(f"published={report.published} batches={report.batches} refused={report.refused}")
+    if once and report.refused:
+        # A one-shot run that left rows Kafka refused for good (their keys wait) did not do
+        # its job: the log says which rows and why.
+        raise typer.Exit(code=1)
 
 
 @app.command()

@@ -6,7 +6,7 @@ from enum import StrEnum
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from spectral.faults import Component
+from spectral.faults import Component, Refusal
 from spectral.kafka.freshness import LATENCY_BUCKETS
 
 _DURATION_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
@@ -69,3 +69,18 @@ class RelayMetrics:
             registry=registry,
         )
         self.errors = {component: errors.labels(component.value) for component in Component}
+        refused = Counter(
+            "spectral_outbox_relay_refused_total",
+            "Sends Kafka refused for good (the record too large for its topic, a topic the relay "
+            "may not write, an invalid topic or record), by reason: the row stays unpublished "
+            "and its key waits.",
+            ["reason"],
+            registry=registry,
+        )
+        self.refused = {reason: refused.labels(reason.value) for reason in Refusal}
+        self.keys_held_back = Gauge(
+            "spectral_outbox_relay_keys_held_back",
+            "Record keys this relay leaves out of its batches until their next try, their first "
+            "unpublished row refused by Kafka for good.",
+            registry=registry,
+        )

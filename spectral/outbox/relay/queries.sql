@@ -52,13 +52,15 @@ FROM unnest($2::int[]) AS s
 -- The next publishable rows of the held shards, in id order, each with the time it became
 -- publishable (its write, or its available_at when delayed). A row waits while an earlier
 -- unpublished row of its key is not yet available (available_at in the future): a key's rows
--- leave strictly in id order even when some of them are delayed.
+-- leave strictly in id order even when some of them are delayed. The keys of $4 are left out
+-- (keys whose first row Kafka refused, waiting for their next try).
 SELECT o.id, o.slot, o.event_type, o.record_key, o.idempotency_key, o.envelope,
        greatest(o.created_at, o.available_at) AS ready_at
 FROM core.outbox AS o
 WHERE o.published_at IS NULL
   AND o.available_at <= now()
   AND (('x' || left(md5(o.record_key), 7))::bit(28)::int % $1::int) = ANY($2::int[])
+  AND o.record_key <> ALL($4::text[])
   AND NOT EXISTS (
       SELECT 1
       FROM core.outbox AS earlier

@@ -19,6 +19,16 @@ while it works. Each
 record carries the header ``outbox.ready_at`` (when its row became publishable, RFC 3339, the
 database's clock): consumers measure end-to-end freshness from it.
 
+A record Kafka refuses for good (too large for its topic, a topic the relay may not write, an
+invalid topic or record: ``spectral.faults.refusal_of``) is no outage: the broker answers, the
+session goes on. The row stays unpublished, its key is left out of the batches until its next
+try (a capped backoff per key) so the other keys keep flowing, and its later rows wait behind it,
+never skipped: a try sends the refused row alone (only a follower sent in the very batch that met
+the refusal reached its topic; it is published again once the row is taken). Counted in
+``spectral_outbox_relay_refused_total{reason}``, the keys waiting in
+``spectral_outbox_relay_keys_held_back``; logged once per reason, then at most once a minute with
+a count. Once the operator fixed the topic or the grants, the next try publishes the row.
+
 Faults (database or broker unavailable) end the session — its locks are released with it — and
 the relay starts a new one after a capped exponential backoff: a supervised loop
 (``spectral.service``), so an outage is logged when it starts, now and then while it lasts, and
@@ -44,7 +54,7 @@ import random
 import signal
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from itertools import zip_longest
 
@@ -54,13 +64,14 @@ from aiokafka.errors import KafkaError
 from contracts import MAX_PRODUCE_BYTES, format_utc
 from spectral.db.connect import ping
 from spectral.errors import TransientError
-from spectral.faults import Component, describe
+from spectral.faults import Component, Refusal, describe, refusal_of
 from spectral.kafka.config import producer_kwargs
 from spectral.kafka.freshness import READY_AT_HEADER
 from spectral.kafka.probe import KafkaProbe
 from spectral.kafka.topics import topic_for
 from spectral.observability.health import Health
 from spectral.observability.logging import get_logger
+from spectral.observability.outages import REMIND_EVERY
 from spectral.outbox.relay.metrics import RelayMetrics, Wakeup
 from spectral.outbox.relay.repository import (
     RELAY_ROLE,
@@ -123,6 +134,52 @@ class _Idle:
             await repo.release_doorbell(slot)
 
 
+@dataclass
+class HeldBack:
+    """Keys whose first unpublished row Kafka refused for good, each with its refusals in a row
+    and the time of its next try: until then the batches leave the key out."""
+
+    backoff: Backoff
+    clock: Callable[[], float] = time.monotonic
+    keys: dict[str, tuple[int, float]] = field(default_factory=dict)
+
+    def refused(self, key: str) -> float:
+        """Hold ``key`` back once more; the seconds until its next try."""
+        refusals = self.keys.get(key, (0, 0.0))[0] + 1
+        delay = self.backoff.delay(refusals)
+        self.keys[key] = (refusals, self.clock() + delay)
+        return delay
+
+    def published(self, key: str) -> bool:
+        """``key``'s row went out: release it; whether it was held back."""
+        return self.keys.pop(key, None) is not None
+
+    def on_trial(self, rows: Sequence[OutboxRow]) -> set[int]:
+        """The rows of ``rows`` to hold back from the send: those behind the first row of a key
+        being tried again (sent only once it is taken, so a refused row's followers do not
+        reach their topics again at every try)."""
+        seen: set[str] = set()
+        hold: set[int] = set()
+        for row in rows:
+            if row.record_key in self.keys:
+                if row.record_key in seen:
+                    hold.add(row.id)
+                seen.add(row.record_key)
+        return hold
+
+    def waiting(self) -> list[str]:
+        """The keys to leave out of the next batch (their next try still ahead). Keys long past
+        their try (published by another relay meanwhile) are forgotten."""
+        now = self.clock()
+        for key in [k for k, (_, at) in self.keys.items() if at < now - FORGET_AFTER]:
+            del self.keys[key]
+        return sorted(k for k, (_, at) in self.keys.items() if at > now)
+
+
+FORGET_AFTER = 600.0
+"""Seconds past its try after which a held-back key nobody refused again is forgotten."""
+
+
 class BrokerUnavailableError(TransientError):
     """Kafka did not acknowledge (part of) a batch."""
 
@@ -144,6 +201,8 @@ class RelayOptions:
     whole batch (5 ms did, at every batch)."""
     max_batch_bytes: int = 512 * 1024
     backoff: Backoff = field(default_factory=lambda: Backoff(base=0.5, cap=10.0))
+    refusal_backoff: Backoff = field(default_factory=lambda: Backoff(base=1.0, cap=60.0))
+    """Between tries of a key whose row Kafka refused for good."""
     # Test-only fault hook: exit abruptly right after Kafka acknowledged the first batch and
     # before it is marked published (what a SIGKILL at the worst moment leaves behind).
     crash_after_publish: bool = False
@@ -154,6 +213,8 @@ class RelayReport:
     published: int = 0
     batches: int = 0
     sessions: int = 0
+    refused: int = 0
+    """Sends Kafka refused for good (each try of a refused row counts)."""
 
 
 class OutboxRelay:
@@ -179,6 +240,8 @@ class OutboxRelay:
         """Set by the doorbell's notifications, and by ``stop``."""
         self._offset = random.randrange(SHARD_COUNT)  # noqa: S311 - spreads first picks, not security
         self._report = RelayReport()
+        self._held_back = HeldBack(self.options.refusal_backoff)
+        self._refusal_lines: dict[Refusal, tuple[float, int]] = {}
         self._sessions = Supervised(
             "outbox-relay",
             self._session_step,
@@ -282,7 +345,9 @@ class OutboxRelay:
                 next_rebalance = now + self.options.rebalance_interval
             started = time.perf_counter()
             with self._call(Component.DATABASE, "fetch a batch"):
-                rows = await repo.fetch_batch(sorted(held), self.options.batch)
+                rows = await repo.fetch_batch(
+                    sorted(held), self.options.batch, leave_out=self._held_back.waiting()
+                )
             if not rows:
                 if self.options.once:
                     await self._refresh_stats(repo)
@@ -326,7 +391,11 @@ class OutboxRelay:
         report: RelayReport,
     ) -> None:
         with self._call(Component.KAFKA, "publish"):
-            acked, failure = await self._publish(producer, rows)
+            results, failure = await self._publish(producer, rows, self._held_back.on_trial(rows))
+        acked, _ = safe_to_mark(rows, results)
+        outage = failure or next(
+            (r for r in results if isinstance(r, BaseException) and refusal_of(r) is None), None
+        )
         if self.options.crash_after_publish:
             sys.stderr.write("relay: crash hook: exiting after publish, before mark\n")
             sys.stderr.flush()
@@ -342,10 +411,54 @@ class OutboxRelay:
                 self.metrics.publish_delay.observe(max(0.0, acked_at - row.ready_at.timestamp()))
         report.published += len(acked)
         report.batches += 1
-        if failure is not None:
-            raise BrokerUnavailableError(
-                f"Kafka did not acknowledge a batch: {failure}"
-            ) from failure
+        self._settle_refusals(rows, results, marked, report)
+        if outage is not None:
+            raise BrokerUnavailableError(f"Kafka did not acknowledge a batch: {outage}") from outage
+
+    def _settle_refusals(
+        self,
+        rows: Sequence[OutboxRow],
+        results: Sequence[object],
+        marked: set[int],
+        report: RelayReport,
+    ) -> None:
+        """Hold back the keys of the rows Kafka refused for good; release the keys whose row
+        went out at last."""
+        for row, result in zip(rows, results, strict=False):
+            refusal = refusal_of(result) if isinstance(result, BaseException) else None
+            if refusal is not None and isinstance(result, BaseException):
+                report.refused += 1
+                self.metrics.refused[refusal].inc()
+                retry_in = self._held_back.refused(row.record_key)
+                self._log_refusal(row, result, refusal, retry_in)
+            elif row.id in marked and self._held_back.published(row.record_key):
+                log.info(
+                    "refused record published at last",
+                    outbox_id=row.id,
+                    event_type=row.event_type,
+                )
+        self.metrics.keys_held_back.set(len(self._held_back.waiting()))
+
+    def _log_refusal(
+        self, row: OutboxRow, exc: BaseException, refusal: Refusal, retry_in: float
+    ) -> None:
+        """The first refusal of a kind, then at most one line a minute with a count."""
+        now = time.monotonic()
+        logged_at, unlogged = self._refusal_lines.get(refusal, (None, 0))
+        if logged_at is not None and now - logged_at < REMIND_EVERY:
+            self._refusal_lines[refusal] = (logged_at, unlogged + 1)
+            return
+        self._refusal_lines[refusal] = (now, 0)
+        log.error(
+            "Kafka refused a record; its key waits",
+            outbox_id=row.id,
+            event_type=row.event_type,
+            topic=topic_for(row.event_type, self._settings.topic_prefix),
+            reason=refusal.value,
+            error=describe(exc),
+            refusals_since_last_line=unlogged + 1,
+            retry_in=round(retry_in, 1),
+        )
 
     async def _rebalance(self, repo: RelayRepository, held: set[int]) -> None:
         members = await repo.count_relays()
@@ -407,16 +520,20 @@ class OutboxRelay:
         return producer
 
     async def _publish(
-        self, producer: AIOKafkaProducer, rows: Sequence[OutboxRow]
-    ) -> tuple[list[int], BaseException | None]:
-        """Send every row, wait for every ack; return the ids safe to mark and the first fault.
-
-        Safe = acknowledged, and every earlier row of the same key in this batch acknowledged too.
-        """
+        self, producer: AIOKafkaProducer, rows: Sequence[OutboxRow], hold: set[int]
+    ) -> tuple[list[object], BaseException | None]:
+        """Send every row but those of ``hold``, wait for every ack; return each row's outcome
+        in order (its acknowledgement, its fault, or None when it was not sent) and the fault
+        that stopped the sending, if any (the rows after it were not sent). A record the
+        producer refuses for good before sending it (too large) is that row's outcome; the rows
+        after it are sent."""
         prefix = self._settings.topic_prefix
-        pending: list[asyncio.Future[object]] = []
+        sent: list[asyncio.Future[object] | BaseException | None] = []
         failure: BaseException | None = None
         for row in rows:
+            if row.id in hold:
+                sent.append(None)
+                continue
             try:
                 fut = await producer.send(
                     topic_for(row.event_type, prefix),
@@ -425,12 +542,18 @@ class OutboxRelay:
                     headers=_headers(row),
                 )
             except KafkaError as exc:
-                failure = exc
-                break
-            pending.append(fut)
-        results = await asyncio.gather(*pending, return_exceptions=True)
-        acked, first_fault = safe_to_mark(rows, results)
-        return acked, failure or first_fault
+                if refusal_of(exc) is None:
+                    failure = exc
+                    break
+                sent.append(exc)
+                continue
+            sent.append(fut)
+        acks = iter(
+            await asyncio.gather(
+                *(f for f in sent if isinstance(f, asyncio.Future)), return_exceptions=True
+            )
+        )
+        return [next(acks) if isinstance(f, asyncio.Future) else f for f in sent], failure
 
     async def _sleep(self, seconds: float) -> None:
         await self._sessions.sleep(seconds)

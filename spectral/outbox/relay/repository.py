@@ -92,12 +92,17 @@ class RelayRepository:
                 lambda: self._conn.fetch(_SQL["unlock_shards"], LOCK_CLASS, list(shards)),
             )
 
-    async def fetch_batch(self, shards: Sequence[int], limit: int) -> list[OutboxRow]:
+    async def fetch_batch(
+        self, shards: Sequence[int], limit: int, *, leave_out: Sequence[str] = ()
+    ) -> list[OutboxRow]:
+        """The next publishable rows of ``shards`` in id order, none of the keys ``leave_out``."""
         if not shards:
             return []
         rows = await guarded(
             "fetch outbox batch",
-            lambda: self._conn.fetch(_SQL["fetch_batch"], SHARD_COUNT, sorted(shards), limit),
+            lambda: self._conn.fetch(
+                _SQL["fetch_batch"], SHARD_COUNT, sorted(shards), limit, list(leave_out)
+            ),
         )
         return [
             OutboxRow(

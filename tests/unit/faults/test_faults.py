@@ -8,12 +8,15 @@ import pytest
 from aiokafka.errors import (
     CommitFailedError,
     IllegalStateError,
+    InvalidTopicError,
     KafkaConnectionError,
     KafkaError,
     KafkaTimeoutError,
     MessageSizeTooLargeError,
     NodeNotReadyError,
     NotEnoughReplicasError,
+    RecordTooLargeError,
+    TopicAuthorizationFailedError,
 )
 from hypothesis import given
 from hypothesis import strategies as st
@@ -23,11 +26,13 @@ from spectral.faults import (
     DATABASE_LOCK,
     Component,
     Fault,
+    Refusal,
     classify,
     component_of,
     is_configuration,
     is_data_error,
     is_transient,
+    refusal_of,
 )
 
 
@@ -113,3 +118,42 @@ def test_the_server_a_fault_came_from() -> None:
     assert component_of(OSError("which one?"), default="database") == "database"
     assert component_of(KafkaError()) == Component.KAFKA
     assert component_of(ValueError()) is None
+
+
+def _retriable_kafka_errors() -> list[type[KafkaError]]:
+    import aiokafka.errors  # noqa: PLC0415
+
+    return [
+        kind
+        for kind in vars(aiokafka.errors).values()
+        if isinstance(kind, type)
+        and issubclass(kind, KafkaError)
+        and getattr(kind, "retriable", False)
+    ]
+
+
+@pytest.mark.parametrize(
+    ("exc", "refusal"),
+    [
+        (MessageSizeTooLargeError(), Refusal.TOO_LARGE),
+        (RecordTooLargeError(), Refusal.TOO_LARGE),
+        (TopicAuthorizationFailedError(), Refusal.NOT_AUTHORIZED),
+        (InvalidTopicError(), Refusal.INVALID),
+        (KafkaTimeoutError(), None),
+        (KafkaConnectionError(), None),
+        (TransientError("away"), None),
+        (ValueError("not kafka"), None),
+    ],
+)
+def test_a_refusal_of_the_record_is_told_from_an_outage(
+    exc: BaseException, refusal: Refusal | None
+) -> None:
+    assert refusal_of(exc) == refusal
+
+
+@pytest.mark.parametrize("kind", _retriable_kafka_errors())
+def test_no_error_the_client_retries_is_a_refusal(kind: type[KafkaError]) -> None:
+    """What the Kafka client calls retriable is an outage (waited out), never a refusal."""
+    exc = kind()
+    assert refusal_of(exc) is None
+    assert classify(exc) is Fault.TRANSIENT
