@@ -137,6 +137,12 @@ class Settings(BaseSettings):
         description="Interface of the --metrics-port endpoint (/metrics, /healthz, /readyz); "
         "0.0.0.0 in a container.",
     )
+    metrics_pushgateway: str | None = Field(
+        default=None,
+        description="A Prometheus Pushgateway (host:port or URL) that a one-shot `spectral "
+        "maintenance` (a CronJob, which nothing scrapes) pushes its spectral_* series to when "
+        "it ends, as job spectral-maintenance; unset: no push.",
+    )
     liveness_timeout_seconds: float = Field(
         default=30.0,
         gt=0,

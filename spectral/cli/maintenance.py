@@ -13,9 +13,9 @@ import asyncio
 import contextlib
 import json
 import signal
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from datetime import timedelta
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from prometheus_client import REGISTRY
@@ -30,10 +30,15 @@ from spectral.cli._common import (
 )
 from spectral.cli.deployments import what_each_reads
 from spectral.db.connect import ping
-from spectral.devstack import resolve_endpoints
+from spectral.devstack import Endpoints, resolve_endpoints
 from spectral.faults import Component
 from spectral.kafka.retention import BrokerRetention, describe_retention
-from spectral.maintenance.metrics import MaintenanceMetrics, RunOutcome
+from spectral.maintenance.metrics import (
+    LAST_SUCCESS,
+    MAINTENANCE_JOB,
+    MaintenanceMetrics,
+    RunOutcome,
+)
 from spectral.maintenance.repository import MaintenanceRepository
 from spectral.maintenance.retention import (
     DeadLetterTable,
@@ -45,6 +50,7 @@ from spectral.maintenance.retention import (
 from spectral.maintenance.run import MaintenanceOptions, MaintenanceReport, maintain
 from spectral.observability.health import run_with_health
 from spectral.observability.logging import get_logger
+from spectral.observability.metrics import push
 from spectral.plugins import retention_factories
 from spectral.retry import Backoff
 from spectral.service import Supervised
@@ -85,7 +91,39 @@ def maintenance(
     reported, not failed.
     """
     current = settings()
-    endpoints = resolve_endpoints(current)
+    metrics = MaintenanceMetrics(REGISTRY)
+    if every is not None:
+        endpoints = resolve_endpoints(current)
+        one_pass = _passes(current, endpoints, metrics, dry_run=dry_run)
+        health = serve_health(current, metrics_port, metrics_host)
+        health.probe("database", lambda: ping(endpoints.database_url))
+        run(run_with_health(health, _every(one_pass, every, metrics, as_json=as_json)))
+        return
+    report: MaintenanceReport | None = None
+    try:
+        endpoints = resolve_endpoints(current)
+        serve_health(current, metrics_port, metrics_host)
+        report = run(_passes(current, endpoints, metrics, dry_run=dry_run)())
+    except Exception:
+        metrics.runs[RunOutcome.FAILED].inc()
+        raise
+    finally:
+        # A CronJob's pass is scraped by nobody: its series go to the Pushgateway, the last
+        # success's timestamp only when this pass is one.
+        push(
+            current.metrics_pushgateway,
+            MAINTENANCE_JOB,
+            leave_out=() if report is not None and report.ok else (LAST_SUCCESS,),
+        )
+    _print(report, as_json=as_json)
+    if not report.ok:
+        raise typer.Exit(EXIT_FAILURE)
+
+
+def _passes(
+    current: Settings, endpoints: Endpoints, metrics: MaintenanceMetrics, *, dry_run: bool
+) -> Callable[[], Coroutine[Any, Any, MaintenanceReport]]:
+    """One maintenance pass, ready to run (once, or every so often)."""
     options = MaintenanceOptions(
         outbox_retention=timedelta(seconds=current.outbox_retention_seconds),
         min_dedup_horizon=timedelta(seconds=current.dedup_min_horizon_seconds),
@@ -94,9 +132,6 @@ def maintenance(
         dry_run=dry_run,
     )
     consumers = deployment_topics(current, endpoints.database_url)
-    metrics = MaintenanceMetrics(REGISTRY)
-    health = serve_health(current, metrics_port, metrics_host)
-    health.probe("database", lambda: ping(endpoints.database_url))
 
     async def describe(topics: Sequence[str]) -> BrokerRetention:
         return await describe_retention(current, endpoints.kafka_bootstrap, topics)
@@ -110,13 +145,7 @@ def maintenance(
         finally:
             await repo.close()
 
-    if every is None:
-        report = run(one_pass())
-        _print(report, as_json=as_json)
-        if not report.ok:
-            raise typer.Exit(EXIT_FAILURE)
-        return
-    run(run_with_health(health, _every(one_pass, every, metrics, as_json=as_json)))
+    return one_pass
 
 
 def retention_tasks(

@@ -10,6 +10,9 @@ from spectral.maintenance.policy import Hold
 from spectral.maintenance.retention import Pruned
 
 TABLES = ("core.event_handled", "core.outbox")
+LAST_SUCCESS = "spectral_maintenance_last_success_timestamp_seconds"
+MAINTENANCE_JOB = "spectral-maintenance"
+"""The scrape job (and Pushgateway job) of `spectral maintenance`, as the alert rules name it."""
 _DURATION_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
 
 
@@ -30,7 +33,7 @@ class MaintenanceMetrics:
         )
         self.runs = {outcome: runs.labels(outcome.value) for outcome in RunOutcome}
         self.last_success = Gauge(
-            "spectral_maintenance_last_success_timestamp_seconds",
+            LAST_SUCCESS,
             "When a maintenance pass last completed (Unix time).",
             registry=registry,
         )

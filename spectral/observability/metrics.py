@@ -9,6 +9,9 @@ It serves, from a daemon thread (so it answers even when the event loop is wedge
   naming each check;
 * 404 for anything else (a probe of a wrong path must not look healthy).
 
+A one-shot command that nothing scrapes (``spectral maintenance`` as a CronJob) pushes its
+series to a Pushgateway instead (:func:`push`, ``SPECTRAL_METRICS_PUSHGATEWAY``).
+
 The interface is ``SPECTRAL_METRICS_HOST`` (default 127.0.0.1; 0.0.0.0 in a container, so the
 scraper and the orchestrator's probes can reach it) or ``--metrics-host``.
 """
@@ -17,10 +20,19 @@ from __future__ import annotations
 
 import json
 import threading
+from collections.abc import Collection, Iterable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, generate_latest
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    REGISTRY,
+    CollectorRegistry,
+    generate_latest,
+    pushadd_to_gateway,
+)
+from prometheus_client.metrics_core import Metric
+from prometheus_client.registry import Collector
 
 from spectral.observability.health import Health
 from spectral.observability.logging import get_logger
@@ -91,3 +103,45 @@ def serve_metrics(
     server.readiness = health.collector() if health is not None else None
     threading.Thread(target=server.serve_forever, name="metrics-http", daemon=True).start()
     return server
+
+
+PUSH_TIMEOUT = 10.0
+"""Seconds a push to the Pushgateway may take."""
+
+
+class _Pushed(Collector):
+    """The spectral_* families of a registry, but those left out."""
+
+    def __init__(self, registry: CollectorRegistry, leave_out: Collection[str]) -> None:
+        self._registry = registry
+        self._leave_out = frozenset(leave_out)
+
+    def collect(self) -> Iterable[Metric]:
+        for family in self._registry.collect():
+            if family.name.startswith("spectral_") and family.name not in self._leave_out:
+                yield family
+
+
+def push(
+    gateway: str | None,
+    job: str,
+    registry: CollectorRegistry = REGISTRY,
+    *,
+    leave_out: Collection[str] = (),
+) -> bool:
+    """Push the ``spectral_*`` series of ``registry`` to the Pushgateway ``gateway`` under
+    ``job`` (no-op when None), leaving out the families ``leave_out`` (so a failed pass keeps
+    the last success's timestamp there). Series of the same names replace those the job pushed
+    before, the others stay (a POST). A push that fails is logged, never raised: the command's
+    outcome is its work's. Returns whether it was pushed."""
+    if not gateway:
+        return False
+    pushed = CollectorRegistry(auto_describe=True)
+    pushed.register(_Pushed(registry, leave_out))
+    try:
+        pushadd_to_gateway(gateway, job=job, registry=pushed, timeout=PUSH_TIMEOUT)
+    except OSError as exc:
+        log.warning("metrics not pushed", gateway=gateway, job=job, error=str(exc)[:300])
+        return False
+    log.info("metrics pushed", gateway=gateway, job=job)
+    return True

@@ -10,10 +10,15 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
+import time
 import urllib.request
+from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from tests.integration.maintenance.support import generations
 from tests.support import eventually
@@ -105,3 +110,56 @@ async def test_every_runs_passes_serves_metrics_and_stops_on_sigterm(
         if proc.poll() is None:
             proc.kill()
     assert [r["generation"] for r in await generations(database_url)] == [1, 2]
+
+
+class _Pushgateway(BaseHTTPRequestHandler):
+    """Records each push (method, path, body) the way a Pushgateway receives it."""
+
+    pushes: ClassVar[list[tuple[str, str, str]]] = []
+
+    def do_POST(self) -> None:
+        body = self.rfile.read(int(self.headers.get("Content-Length", "0"))).decode()
+        self.pushes.append(("POST", self.path, body))
+        self.send_response(200)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - stdlib's name
+        """Quiet."""
+
+
+def _pushed_sample(body: str, name: str) -> float | None:
+    for family in text_string_to_metric_families(body):
+        for sample in family.samples:
+            if sample.name == name:
+                return float(sample.value)
+    return None
+
+
+def test_a_one_shot_pass_pushes_its_series_and_a_failed_one_keeps_the_last_success(
+    spectral_env: dict[str, str], tmp_path: Path
+) -> None:
+    """A CronJob's pass is scraped by nobody: it pushes its spectral_* series (no process_*
+    series of a process that is gone) to the Pushgateway; a failed pass pushes its failure but
+    not a success timestamp, so the one of the last success stays there for the alert."""
+    _Pushgateway.pushes = []
+    gateway = HTTPServer(("127.0.0.1", 0), _Pushgateway)
+    threading.Thread(target=gateway.serve_forever, daemon=True).start()
+    env = {**spectral_env, "SPECTRAL_METRICS_PUSHGATEWAY": f"127.0.0.1:{gateway.server_port}"}
+    try:
+        done = _maintenance(env, tmp_path)
+        assert done.returncode == 0, done.stderr
+        # A database that is not there: the pass fails before it starts.
+        down = {**env, "SPECTRAL_DATABASE_URL": f"postgresql://x@127.0.0.1:{_free_port()}/x"}
+        failed = _maintenance(down, tmp_path)
+        assert failed.returncode != 0
+    finally:
+        gateway.shutdown()
+    [(method, path, ok), (_, _, bad)] = _Pushgateway.pushes
+    assert (method, path) == ("POST", "/metrics/job/spectral-maintenance")
+    last_success = "spectral_maintenance_last_success_timestamp_seconds"
+    assert (_pushed_sample(ok, last_success) or 0) > time.time() - 120
+    assert _pushed_sample(ok, "spectral_maintenance_runs_total") == 1
+    assert "process_" not in ok
+    assert _pushed_sample(bad, last_success) is None
+    assert 'spectral_maintenance_runs_total{outcome="failed"} 1.0' in bad
