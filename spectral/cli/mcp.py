@@ -37,7 +37,7 @@ from spectral.db.connect import ping
 from spectral.devstack import resolve_endpoints
 from spectral.kafka.topics import group_for
 from spectral.mcp.tools import BearerVerifier, Caller
-from spectral.observability.health import run_with_health
+from spectral.observability.health import HealthASGI, run_with_health
 from spectral.observability.http import HttpMetrics, ObservedASGI
 from spectral.observability.metrics import listening
 from spectral.ops import tools as ops_tools
@@ -139,7 +139,9 @@ def mcp(
             assert sock is not None  # noqa: S101 - bound above for HTTP
             listening("mcp", host, int(sock.getsockname()[1]), endpoint="/mcp")
             config = uvicorn.Config(
-                ObservedASGI(app, HttpMetrics(REGISTRY, "mcp")),
+                # /healthz and /readyz on MCP's port too, as on the API's (the heartbeat
+                # already runs beside serve())
+                HealthASGI(ObservedASGI(app, HttpMetrics(REGISTRY, "mcp")), health, beats=False),
                 host=host,
                 port=port,
                 log_level="warning",

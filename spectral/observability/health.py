@@ -295,19 +295,21 @@ async def run_with_health(health: Health | None, main: Awaitable[Any]) -> Any:
 
 class HealthASGI:
     """An ASGI app answering ``/healthz`` and ``/readyz`` from ``health`` in front of ``app``
-    (the HTTP API): no authentication, not in the OpenAPI document, and so without the checks'
-    error texts (which name hosts, ports and logins; the metrics port, an operators' interface,
-    and the log keep them). The heartbeat starts with
-    the server's lifespan, on its event loop, so a wedged loop stops answering here and turns
-    ``/healthz`` red on the metrics port."""
+    (the HTTP API, MCP over HTTP): no authentication, not in the OpenAPI document, and so
+    without the checks' error texts (which name hosts, ports and logins; the metrics port, an
+    operators' interface, and the log keep them). The heartbeat starts with the server's
+    lifespan, on its event loop, so a wedged loop stops answering here and turns ``/healthz``
+    red on the metrics port."""
 
-    def __init__(self, app: Any, health: Health) -> None:
+    def __init__(self, app: Any, health: Health, *, beats: bool = True) -> None:
         self.app = app
         self.health = health
+        self._beats = beats
+        """Start the heartbeat with the lifespan (False: the process runs it already)."""
         self._heartbeat: asyncio.Task[None] | None = None
 
     async def __call__(self, scope: MutableMapping[str, Any], receive: Any, send: Any) -> None:
-        if scope["type"] == "lifespan" and self._heartbeat is None:
+        if scope["type"] == "lifespan" and self._beats and self._heartbeat is None:
             self._heartbeat = asyncio.create_task(self.health.heartbeat(), name="health")
         if scope["type"] == "http" and scope.get("path") in {"/healthz", "/readyz"}:
             ok, body = self.health.live() if scope["path"] == "/healthz" else self.health.ready()

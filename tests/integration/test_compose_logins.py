@@ -188,7 +188,10 @@ async def test_the_api_with_its_compose_login_is_not_flagged_and_the_owner_is(
 
 
 async def test_the_first_token_made_the_documented_way_opens_the_api(
-    compose_logins: dict[str, Any], database_url: str, spectral_env: dict[str, str]
+    compose_logins: dict[str, Any],
+    database_url: str,
+    spectral_env: dict[str, str],
+    tmp_path: Path,
 ) -> None:
     """compose.yaml's header: `docker compose run --rm admin spectral tokens create …` (the
     admin service acts as the owner); the API, running as its own compose login, accepts it."""
@@ -213,13 +216,13 @@ async def test_the_first_token_made_the_documented_way_opens_the_api(
     proc = await asyncio.create_subprocess_exec(
         spectral, "api", "--host", "127.0.0.1", "--port", str(port),
         env={**spectral_env, "SPECTRAL_DATABASE_URL": api_url},
-        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.DEVNULL, stderr=(tmp_path / "api.log").open("wb"),
     )  # fmt: skip
     try:
         async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as client:
 
             async def answers() -> bool:
-                assert proc.returncode is None, "the API exited"
+                assert proc.returncode is None, (tmp_path / "api.log").read_text()
                 with contextlib.suppress(httpx.HTTPError):
                     return (await client.get("/readyz")).status_code == 200
                 return False

@@ -15,6 +15,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from unittest.mock import ANY
 
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
@@ -223,6 +224,13 @@ async def test_mcp_over_http_counts_its_requests_and_refusals(
                 headers={"Authorization": "Bearer spt_not-a-real-token"},
             )
             assert refused.status_code == 401
+            # answered in front of MCP, unauthenticated, the checks without their error texts
+            deadline = time.monotonic() + 30
+            while (ready := http.get(f"http://127.0.0.1:{port}/readyz")).status_code != 200:
+                assert time.monotonic() < deadline, ready.text  # the first probe is under way
+                time.sleep(0.2)
+            assert ready.json()["checks"]["database"] == {"ok": True, "age_seconds": ANY}
+            assert http.get(f"http://127.0.0.1:{port}/healthz").status_code == 200
         samples = _samples(metrics_port)
     assert (
         _value(
