@@ -94,7 +94,7 @@ class MemoryBroker:
         self.reachable = True
         self._topics: dict[str, list[list[MemoryRecord]]] = {}
         self._groups: dict[str, _Group] = {}
-        self._arrived = asyncio.Condition()
+        self._arrived = asyncio.Event()
 
     # -- topics -----------------------------------------------------------------------------
 
@@ -168,23 +168,16 @@ class MemoryBroker:
         return partitions[tp.partition][start : start + count]
 
     def _notify(self) -> None:
-        async def wake() -> None:
-            async with self._arrived:
-                self._arrived.notify_all()
-
-        try:
-            loop = asyncio.get_running_loop()
-        except RuntimeError:
-            return  # written outside a loop: fetchers poll again within their timeout
-        task = loop.create_task(wake())
-        _WAKING.add(task)
-        task.add_done_callback(_WAKING.discard)
+        """Wake every fetch waiting for a record or a rebalance."""
+        arrived, self._arrived = self._arrived, asyncio.Event()
+        arrived.set()
 
     async def _wait(self, seconds: float) -> None:
         """Until a record arrives or a member joins or leaves, at most ``seconds``."""
-        async with self._arrived:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._arrived.wait(), seconds)
+        arrived = self._arrived
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(seconds):
+                await arrived.wait()
 
     def _reachable(self) -> None:
         if not self.reachable:
@@ -217,9 +210,6 @@ class MemoryBroker:
             del group.owners[tp]
         _spread(group)
         self._notify()
-
-
-_WAKING: set[asyncio.Task[None]] = set()
 
 
 class _RefusedError(Exception):

@@ -146,12 +146,12 @@ def _names(partitions: Collection[TopicPartition]) -> list[str]:
 
 def offsets_after(records: Sequence[Record]) -> dict[TopicPartition, int]:
     """The offset to commit per partition: one past the last of ``records`` on it."""
-    ends: dict[TopicPartition, int] = {}
-    for record in records:
-        where = TopicPartition(record.topic, record.partition)
+    ends: dict[tuple[str, int], int] = {}
+    for record in records:  # plain tuples here: a named tuple per record costs ~0.3 us
+        where = (record.topic, record.partition)
         if record.offset >= ends.get(where, 0):
             ends[where] = record.offset + 1
-    return ends
+    return {TopicPartition(topic, partition): end for (topic, partition), end in ends.items()}
 
 
 class RecordSource(ABC):

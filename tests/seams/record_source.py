@@ -120,7 +120,7 @@ class RecordSourceContract:
         source = world.source(Subscription(world.group()), FetchOptions(max_records=7))
         await source.start([topic], Recorder())
         try:
-            sizes = []
+            sizes: list[int] = []
             deadline = time.monotonic() + BOUND
             while sum(sizes) < 25 and time.monotonic() < deadline:
                 batch = await source.fetch(200)
