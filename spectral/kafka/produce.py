@@ -12,8 +12,8 @@ caller re-sends each refused record alone with :func:`send_alone` before conclud
 record itself is refused.
 
 :class:`Sender` is the same two calls as a seam a dead-letter sink produces through, whatever
-the transport: :class:`AiokafkaSender` (an ``AIOKafkaProducer`` it owns), the confluent
-transport's, and the in-memory broker's (spectral.kafka.memory).
+the transport: :class:`AiokafkaSender` (an ``AIOKafkaProducer`` it owns) and the in-memory
+broker's (spectral.kafka.memory).
 """
 
 from __future__ import annotations

@@ -23,8 +23,7 @@ engine's event loop, one call at a time):
 2. ``rebalance.assigned(partitions)`` once ``partitions`` arrived (possibly none: the member
    joined and got nothing).
 
-Implementations: :mod:`spectral.kafka.aiokafka_source` (the default client),
-:mod:`spectral.kafka.confluent_source` (librdkafka, with the broker-driven group protocol) and
+Implementations: :mod:`spectral.kafka.aiokafka_source` (the default client) and
 :mod:`spectral.kafka.memory` (an in-memory broker for tests). ``tests/seams/`` holds the
 contract suite every one of them passes.
 """
@@ -85,7 +84,7 @@ class Transport(Protocol):
     senders a consumer run needs, each owning its client."""
 
     name: str
-    """How it is named in settings and logs (``aiokafka``, ``confluent``, ``memory``)."""
+    """How it is named in settings and logs (``aiokafka``, ``memory``)."""
 
     def source(self, reading: Reading, options: FetchOptions) -> RecordSource:
         """A record source reading ``reading`` (not started)."""
