@@ -65,6 +65,9 @@ def build_app(
         docs_url=None,
         redoc_url=None,
         generate_unique_id_function=operation_id,
+        # Relative: the API answers wherever it is served (behind a proxy, under its host).
+        servers=[{"url": "/", "description": "This server."}],
+        license_info={"name": "Apache-2.0", "identifier": "Apache-2.0"},
         separate_input_output_schemas=False,
     )
     problems.install(app)

@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import http.client
 import re
-import threading
-import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -21,7 +19,6 @@ from urllib.parse import quote_from_bytes
 
 import orjson
 import pytest
-import uvicorn
 from fastapi import FastAPI
 from fastapi.routing import APIRoute
 from hypothesis import HealthCheck, given, settings
@@ -33,9 +30,8 @@ from producers.work.plugin import WORK_BUDGET, WORK_CANCEL, WORK_SUBMIT
 from spectral.auth.scopes import OPS_REDRIVE
 from spectral.cli.api import compose_app, deployment_topics
 from spectral.devstack import Endpoints
-from spectral.devstack.ports import free_port
 from spectral.settings import Settings
-from tests.integration.api.support import mint, seed_clusters
+from tests.integration.api.support import mint, seed_clusters, served
 from tests.integration.work.support import DOCUMENT, PROJECT, backlog
 
 pytestmark = pytest.mark.integration
@@ -169,27 +165,13 @@ class RawClient:
 def client(
     settings: Settings, database_url: str, kafka_bootstrap: str, topics: dict[str, Any]
 ) -> Iterator[RawClient]:
-    """The composed app served by uvicorn in a thread of its own (its own event loop and
-    lifespan), on a real socket."""
     app = compose_app(settings, Endpoints(kafka_bootstrap, database_url), topics)
-    port = free_port()
-    server = uvicorn.Server(
-        uvicorn.Config(app, port=port, log_level="warning", lifespan="on", proxy_headers=False)
-    )
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 60
-    while not server.started:
-        assert thread.is_alive(), "the API did not start"
-        assert time.monotonic() < deadline, "the API did not start within 60 s"
-        time.sleep(0.05)
-    raw = RawClient(app, port)
-    try:
-        yield raw
-    finally:
-        raw.conn.close()
-        server.should_exit = True
-        thread.join(timeout=30)
+    with served(app) as port:
+        raw = RawClient(app, port)
+        try:
+            yield raw
+        finally:
+            raw.conn.close()
 
 
 @pytest.fixture
