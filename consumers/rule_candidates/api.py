@@ -45,12 +45,15 @@ from spectral.api.conditional import (
     versions_in,
 )
 from spectral.api.cursor import Cursors, bigint, decimal_text, uuid_text
-from spectral.api.problems import COMMON, ProblemError, responses
+from spectral.api.problems import COMMON, ProblemError, ProblemType, not_found, responses
 from spectral.api.resources import Resources
 from spectral.auth.tokens import Principal
 
 NOTES_MAX_CHARS: Final = 10_000
 _CURSOR_KIND: Final = "clusters"
+
+TRANSITION_REFUSED: Final = "transition-refused"
+"""The problem type of a triage status change the workflow does not allow."""
 
 
 class _Out(BaseModel):
@@ -160,14 +163,16 @@ def parse_if_match(value: str | None) -> int | None:
         raise ProblemError(
             428,
             "send If-Match with the ETag of the cluster you edited (or '*' to overwrite)",
-            slug="if-match-required",
+            slug=ProblemType.IF_MATCH_REQUIRED,
         )
     wildcard, versions = versions_in(value, strong_only=True)
     if wildcard:
         return None
     if versions:
         return versions[0]
-    raise ProblemError(412, "If-Match names no version of this cluster", slug="stale-version")
+    raise ProblemError(
+        412, "If-Match names no version of this cluster", slug=ProblemType.STALE_VERSION
+    )
 
 
 def to_change(body: TriageIn) -> TriageChange:
@@ -187,22 +192,18 @@ def to_change(body: TriageIn) -> TriageChange:
         raise ProblemError(
             422,
             "nothing to change: give status, assigned_to, notes or deleted",
-            slug="invalid-request",
+            slug=ProblemType.INVALID_REQUEST,
             title="Invalid request",
             invalid_params=[{"location": ["body"], "message": "no field given", "type": "empty"}],
         )
     return change
 
 
-def not_found(exc: ClusterNotFoundError) -> ProblemError:
-    return ProblemError(404, str(exc), slug="not-found")
-
-
 def refused_transition(exc: TransitionError) -> ProblemError:
     return ProblemError(
         409,
         str(exc),
-        slug="transition-refused",
+        slug=TRANSITION_REFUSED,
         current_status=exc.current.value,
         allowed_statuses=[s.value for s in exc.allowed],
     )
@@ -212,7 +213,7 @@ def stale(exc: VersionConflictError) -> ProblemError:
     return ProblemError(
         412,
         str(exc),
-        slug="stale-version",
+        slug=ProblemType.STALE_VERSION,
         headers={"ETag": etag_of(exc.current)},
         current_version=exc.current,
     )
@@ -332,7 +333,7 @@ def router(resources: Resources) -> APIRouter:
         try:
             detail = await load_detail(resources, cluster_id)
         except ClusterNotFoundError as exc:
-            raise not_found(exc) from None
+            raise not_found(str(exc)) from None
         if not_modified(if_none_match, detail.triage_version):
             return not_modified_response(detail.triage_version)
         response.headers["ETag"] = etag_of(detail.triage_version)
@@ -364,7 +365,7 @@ def router(resources: Resources) -> APIRouter:
                 resources, cluster_id, change, expected_version=expected, actor=principal.actor
             )
         except ClusterNotFoundError as exc:
-            raise not_found(exc) from None
+            raise not_found(str(exc)) from None
         except VersionConflictError as exc:
             raise stale(exc) from None
         except TransitionError as exc:

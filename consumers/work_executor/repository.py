@@ -48,12 +48,13 @@ from producers.work.domain.payloads import (
 from producers.work.domain.rows import entry_from_row, item_from_row
 from producers.work.domain.types import Conn
 from spectral.db.queries import load_queries
+from spectral.errors import SpectralError
 from spectral.outbox.writer import OutboxItem, enqueue
 
 _SQL = load_queries(Path(__file__).with_name("queries.sql"))
 
 
-class LeaseLostError(Exception):
+class LeaseLostError(SpectralError):
     """The lease was re-claimed by another worker: this one must stop touching the item."""
 
 

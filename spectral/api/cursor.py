@@ -26,7 +26,7 @@ from uuid import UUID
 
 import orjson
 
-from spectral.api.problems import ProblemError
+from spectral.api.problems import ProblemError, ProblemType
 
 _MAX_CHARS: Final = 512
 _MAC_BYTES: Final = 16
@@ -56,7 +56,7 @@ def _invalid() -> ProblemError:
         400,
         "the cursor is not one this listing returned (pass next_cursor unchanged, with the "
         "same sort)",
-        slug="invalid-cursor",
+        slug=ProblemType.INVALID_CURSOR,
     )
 
 

@@ -147,7 +147,7 @@ async def check_logins(resources: Resources) -> None:
         log.warning(
             "the API's database login can do more than the API needs",
             reason=why,
-            fix=f"run it as a login granted {API_ROLE} (README, 'Operator and agent surfaces')",
+            fix=f"run it as a login granted {API_ROLE} (docs/howto/secure/api-roles-and-proxy.md)",
         )
 
 

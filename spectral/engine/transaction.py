@@ -26,6 +26,7 @@ from typing import Any, Final, Protocol, cast
 
 import asyncpg
 
+from contracts import RefusalReason
 from spectral.db.connect import is_transient
 from spectral.db.queries import load_queries
 from spectral.engine.handler import Delivery, Handler, HandlerResult
@@ -99,7 +100,7 @@ class BatchTransaction:
             DeadLetter.of(
                 r.delivery,
                 consumer=self._handler.name,
-                reason="handler_rejected",
+                reason=RefusalReason.HANDLER_REJECTED,
                 detail=f"{r.reason}: {r.detail}",
             )
             for r in result.rejected
@@ -174,7 +175,7 @@ class BatchTransaction:
                     DeadLetter.of(
                         delivery,
                         consumer=self._handler.name,
-                        reason="handler_error",
+                        reason=RefusalReason.HANDLER_ERROR,
                         detail=str(exc),
                     )
                 )
