@@ -46,9 +46,14 @@ def _b64(raw: bytes) -> str:
 
 
 def _unb64(text: str) -> bytes:
+    """The bytes of unpadded base64url ``text`` in its one canonical spelling (a last character
+    whose unused bits are set would decode to the same bytes: an altered cursor that reads)."""
     if not _PART.fullmatch(text):
         raise ValueError("not base64url")
-    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+    raw = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+    if _b64(raw) != text:
+        raise ValueError("not canonical base64url")
+    return raw
 
 
 def _invalid() -> ProblemError:
