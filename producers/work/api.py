@@ -34,8 +34,6 @@ from producers.work.cancel import Disposition as CancelDisposition
 from producers.work.cancel import UnknownThreadError, cancel_thread
 from producers.work.commands import (
     DocumentConflictError,
-    GenerateAll,
-    GenerateEpic,
     UnknownTargetError,
     WorkCommands,
 )
@@ -157,17 +155,7 @@ def router(resources: Resources) -> APIRouter:  # noqa: C901 - one nested functi
         *, body: GenerateEpicRequest, response: Response, principal: Principal = submitter
     ) -> CommandResponse:
         try:
-            result = await commands().generate_epic(
-                GenerateEpic(
-                    project_id=body.project_id,
-                    document_id=body.story_backlog_id,
-                    epic_id=body.epic_id,
-                    force=body.force,
-                    org_id=body.org_id,
-                    requested_by=principal.actor,
-                    priority=body.priority,
-                )
-            )
+            result = await commands().generate_epic(body.command(principal.actor))
         except UnknownTargetError as exc:
             raise not_found(str(exc)) from None
         return _enqueued(response, CommandResponse.of(result))
@@ -182,18 +170,7 @@ def router(resources: Resources) -> APIRouter:  # noqa: C901 - one nested functi
         *, body: GenerateAllRequest, response: Response, principal: Principal = submitter
     ) -> CommandResponse:
         try:
-            result = await commands().generate_all(
-                GenerateAll(
-                    project_id=body.project_id,
-                    document_id=body.story_backlog_id,
-                    epic_ids=tuple(body.epic_ids) if body.epic_ids is not None else None,
-                    continue_on_error=body.continue_on_error,
-                    force=body.force,
-                    org_id=body.org_id,
-                    requested_by=principal.actor,
-                    priority=body.priority,
-                )
-            )
+            result = await commands().generate_all(body.command(principal.actor))
         except UnknownTargetError as exc:
             raise not_found(str(exc)) from None
         return _enqueued(response, CommandResponse.of(result))
