@@ -100,7 +100,7 @@ def _moment(value: datetime | None) -> str | None:
     """A timestamp for a report; None for none, and for the beginning of time (an outbox
     generation that started at -infinity holds the cutoff there: nothing may be forgotten yet,
     which the hold says, not a date of year 1)."""
-    if value is None or value.year == datetime.min.year:
+    if value is None or value.year == 1:  # datetime.min, which -infinity reads as
         return None
     return value.isoformat()
 
