@@ -21,7 +21,9 @@ from mcp.server.auth.settings import AuthSettings
 from mcp.server.mcpserver import MCPServer
 from prometheus_client import REGISTRY
 
+from spectral.api.proxy import ForwardedHeaders, TrustedProxies
 from spectral.api.resources import Resources
+from spectral.api.settings import ApiSettings
 from spectral.cli._common import (
     EXIT_CONFIGURATION,
     MAX_PORT,
@@ -138,10 +140,15 @@ def mcp(
             app = build_mcp(resources, deployments, http_url=url).streamable_http_app(host=host)
             assert sock is not None  # noqa: S101 - bound above for HTTP
             listening("mcp", host, int(sock.getsockname()[1]), endpoint="/mcp")
+            trusted = TrustedProxies(ApiSettings.of(current).forwarded_allow_ips)
+            observed = ObservedASGI(
+                ForwardedHeaders(app, trusted=trusted), HttpMetrics(REGISTRY, "mcp")
+            )
             config = uvicorn.Config(
                 # /healthz and /readyz on MCP's port too, as on the API's (the heartbeat
                 # already runs beside serve())
-                HealthASGI(ObservedASGI(app, HttpMetrics(REGISTRY, "mcp")), health, beats=False),
+                HealthASGI(observed, health, beats=False),
+                proxy_headers=False,  # believed from SPECTRAL_FORWARDED_ALLOW_IPS only
                 host=host,
                 port=port,
                 log_level="warning",

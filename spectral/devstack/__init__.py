@@ -147,6 +147,17 @@ def up(settings: Settings, *, brokers: int | None = None) -> Endpoints:
     return Endpoints(bootstrap, database_url)
 
 
+def database_up(settings: Settings) -> str:
+    """Only the database: the settings' URL, else the local PostgreSQL, started if needed
+    (idempotent; no broker is started — tests on spectral.testing's in-memory Kafka). A URL
+    that names the stack's own server (what ``dev up`` printed) starts it again if needed."""
+    if settings.database_url is not None and not owns_postgres(settings, remembered=False):
+        return settings.database_url.get_secret_value()
+    url = _postgres(settings, remembered=False).ensure_running()
+    _remember(state_dir(settings, remembered=False))
+    return url
+
+
 def down(settings: Settings, *, wipe: bool = False) -> list[Path]:
     """Stop the local stack's processes (never an external cluster or server); ``wipe`` also
     deletes everything the stack created: Kafka's data, the PostgreSQL cluster (which lives
