@@ -137,7 +137,7 @@ def _by_sqlstate(state: str) -> Fault:
 class Refusal(StrEnum):
     """Why Kafka refused a record for good (a bounded metric label)."""
 
-    TOO_LARGE = "too_large"
+    TOO_LARGE = "message_too_large"
     NOT_AUTHORIZED = "not_authorized"
     INVALID = "invalid"
 

@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from collections.abc import Iterable
-from typing import Final
+from collections.abc import Iterable, MutableMapping
+from typing import Any, Final
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -87,13 +87,15 @@ class ForwardedHeaders:
         headers: list[tuple[bytes, bytes]] = list(scope.get("headers", ()))
         client = scope.get("client")
         peer = client[0] if client else None
-        scope = dict(scope)
+        # Rewritten in place, as uvicorn's proxy middleware does: what the app's router adds to
+        # the scope (the matched route) stays visible to the middleware around it (the HTTP
+        # metrics' route template).
         if peer in self.trusted:
             self._apply(scope, headers)
         scope["headers"] = [(k, v) for k, v in headers if not _is_forwarded(k)]
         await self.app(scope, receive, send)
 
-    def _apply(self, scope: dict[str, object], headers: list[tuple[bytes, bytes]]) -> None:
+    def _apply(self, scope: MutableMapping[str, Any], headers: list[tuple[bytes, bytes]]) -> None:
         proto = (_last(headers, b"x-forwarded-proto") or "").split(",")[-1].strip().lower()
         if proto in _SCHEMES:
             scheme = _SCHEMES[proto] if scope["type"] == "http" else _WS_SCHEMES[proto]

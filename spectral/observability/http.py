@@ -96,20 +96,42 @@ def route_template(
         if inner.startswith(outer):
             path = inner[len(outer) :] + path
     if not isinstance(path, str) or not path:
-        path = next(
-            (route.path for route in routes if _matches(route, request or scope)),  # type: ignore[attr-defined]
-            None,
-        )
+        # The router's scope may be a copy (a middleware that rewrites it, such as the
+        # forwarded-headers guard, passes a new dict on): match the request as it came.
+        path = _matched(routes, request or scope)
     if not isinstance(path, str) or not path:
         return UNMATCHED
     return path[:200]
 
 
-def _matches(route: BaseRoute, scope: Scope) -> bool:
-    if not isinstance(getattr(route, "path", None), str):
-        return False
-    match, _ = route.matches(scope)
-    return match is not Match.NONE
+def _routes_of(app: object) -> Sequence[BaseRoute]:
+    """The routes of ``app``, or of the app a middleware wraps (its ``app``), however deep."""
+    for _ in range(20):
+        routes = getattr(app, "routes", None)
+        if routes is not None:
+            return list(routes)
+        app = getattr(app, "app", None)
+        if app is None:
+            break
+    return ()
+
+
+def _matched(routes: Sequence[BaseRoute], scope: Scope, prefix: str = "") -> str | None:
+    """The template of the first of ``routes`` matching ``scope``, through mounts."""
+    for route in routes:
+        path = getattr(route, "path", None)
+        if not isinstance(path, str):
+            continue
+        match, child = route.matches(scope)
+        if match is Match.NONE:
+            continue
+        inner: Sequence[BaseRoute] | None = getattr(route, "routes", None)
+        if inner is None:
+            return prefix + path
+        found = _matched(inner, {**scope, **child}, prefix + path)
+        if found:
+            return found
+    return None
 
 
 class ObservedASGI:
@@ -119,7 +141,7 @@ class ObservedASGI:
         self.app = app
         self.metrics = metrics
         self.access_log = access_log
-        self.routes: Sequence[BaseRoute] = getattr(app, "routes", ())
+        self.routes = _routes_of(app)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":

@@ -119,7 +119,10 @@ async def test_a_refused_record_holds_back_its_key_only_and_goes_out_once_the_to
         await eventually(others_published, timeout=60)
 
         async def refused_again() -> bool:
-            return _sample(registry, "spectral_outbox_relay_refused_total", reason="too_large") >= 3
+            return (
+                _sample(registry, "spectral_outbox_relay_refused_total", reason="message_too_large")
+                >= 3
+            )
 
         await eventually(refused_again, timeout=30)
         # The broker answers: no outage, no new session, the relay stays ready.
@@ -135,10 +138,12 @@ async def test_a_refused_record_holds_back_its_key_only_and_goes_out_once_the_to
         assert _poison_seqs(await read_topic(kafka_bootstrap, topic_prefix + EVENT_TYPE)) == [1]
         # A row of the key written now waits behind the refused one, try after try.
         await enqueue_numbered(database_url, [(POISON, 2)])
-        tries = _sample(registry, "spectral_outbox_relay_refused_total", reason="too_large")
+        tries = _sample(registry, "spectral_outbox_relay_refused_total", reason="message_too_large")
 
         async def tried_twice_more() -> bool:
-            now = _sample(registry, "spectral_outbox_relay_refused_total", reason="too_large")
+            now = _sample(
+                registry, "spectral_outbox_relay_refused_total", reason="message_too_large"
+            )
             return now >= tries + 2
 
         await eventually(tried_twice_more, timeout=30)
