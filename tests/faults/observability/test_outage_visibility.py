@@ -207,6 +207,8 @@ async def _outage_is_visible_and_its_log_bounded(
         )
         assert deployment.metrics()["spectral_ready"] == 1
     await asyncio.sleep(3)  # what a process says right after the outage counts too
+    counts = {d.name: len(d.lines()) - before[d.name] for d in deployments}
+    print(f"{component} outage of {outage:.0f} s, log lines per process: {counts}")  # noqa: T201
     for deployment in deployments:
         lines = deployment.lines()[before[deployment.name] :]
         assert len(lines) <= MOST_LINES, deployment.tail()
