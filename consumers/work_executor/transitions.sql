@@ -1,5 +1,5 @@
 -- Queries of consumers/work_executor/transitions.py: the transitions a lease holder writes.
--- Every one of them is guarded by work.held_items (migration 0020): the items whose lease is
+-- Every one of them is guarded by work.held_items (migration 0021): the items whose lease is
 -- still the caller's token, claimed or running, cancellation asked for or not, row-locked in id
 -- order. A worker whose lease was re-claimed (stale recovery) changes nothing any more.
 

@@ -73,6 +73,18 @@ class DocumentConflictError(PermanentError):
         self.current_version = current_version
 
 
+def _check_target(
+    project_id: str, document_id: str, epic_ids: Sequence[str], org_id: str | None
+) -> None:
+    """The identifiers a generate command names are identifiers (ValueError otherwise)."""
+    check_identifier(project_id, "project id")
+    check_identifier(document_id, "document id")
+    for epic in epic_ids:
+        check_identifier(epic, "epic id")
+    if org_id is not None:
+        check_identifier(org_id, "org id")
+
+
 @dataclass(frozen=True)
 class GenerateEpic:
     project_id: str
@@ -86,11 +98,7 @@ class GenerateEpic:
     """How its item ranks among its tenant's waiting items (producers/work/domain/priority.py)."""
 
     def __post_init__(self) -> None:
-        check_identifier(self.project_id, "project id")
-        check_identifier(self.document_id, "document id")
-        check_identifier(self.epic_id, "epic id")
-        if self.org_id is not None:
-            check_identifier(self.org_id, "org id")
+        _check_target(self.project_id, self.document_id, (self.epic_id,), self.org_id)
 
 
 @dataclass(frozen=True)
@@ -107,12 +115,7 @@ class GenerateAll:
     """How its items rank among their tenant's waiting items (producers/work/domain/priority.py)."""
 
     def __post_init__(self) -> None:
-        check_identifier(self.project_id, "project id")
-        check_identifier(self.document_id, "document id")
-        for epic in self.epic_ids or ():
-            check_identifier(epic, "epic id")
-        if self.org_id is not None:
-            check_identifier(self.org_id, "org id")
+        _check_target(self.project_id, self.document_id, self.epic_ids or (), self.org_id)
 
 
 @dataclass(frozen=True)

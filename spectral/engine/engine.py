@@ -34,7 +34,7 @@ from spectral.engine.metrics import ConsumerMetrics
 from spectral.engine.retrying import Retrying
 from spectral.engine.source import GroupSource, RecordSource
 from spectral.engine.transaction import (
-    Applied,
+    BatchOutcome,
     BatchTransaction,
     Connections,
     PoolConnections,
@@ -106,7 +106,7 @@ class _Staged:
     dead: list[DeadLetter]
     counts: dict[Outcome, int]
     facts: dict[str, int] = field(default_factory=dict)
-    applied: Applied | None = None
+    applied: BatchOutcome | None = None
     seconds: float = 0.0
     """Time spent decoding and in the transaction (not waiting for the batches before it)."""
 

@@ -64,7 +64,7 @@ class PoolConnections:
 
 
 @dataclass(frozen=True, slots=True)
-class Applied:
+class BatchOutcome:
     """What became of a batch's deliveries."""
 
     result: HandlerResult[Any]
@@ -81,7 +81,7 @@ class BatchTransaction:
         self._connections = connections
         self._retrying = retrying
 
-    async def apply(self, deliveries: Sequence[Delivery]) -> Applied:
+    async def apply(self, deliveries: Sequence[Delivery]) -> BatchOutcome:
         """Apply the batch in one transaction; fall back to one-by-one on a data error."""
         # First occurrence of each key wins inside a batch; later ones are duplicates.
         unique: dict[str, Delivery] = {}
@@ -105,7 +105,7 @@ class BatchTransaction:
             )
             for r in result.rejected
         )
-        return Applied(result, fresh, duplicates, tuple(failed))
+        return BatchOutcome(result, fresh, duplicates, tuple(failed))
 
     async def _run(self, unique: dict[str, Delivery]) -> tuple[HandlerResult[Any], int]:
         """One transaction: claim the keys (``unique``: each delivery by its idempotency key),

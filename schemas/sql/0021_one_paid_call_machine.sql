@@ -1,4 +1,4 @@
--- 0020 one machine for paid calls: the suggested rule stub of a failure cluster becomes work on
+-- 0021 one machine for paid calls: the suggested rule stub of a failure cluster becomes work on
 -- the ledger (the work function 'rule_stub', run by the work executor like story generation:
 -- one lease, one attempt counter, one retry policy, one response journal), and the lease guard
 -- of the executor's transitions becomes one function.
