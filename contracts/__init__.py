@@ -15,7 +15,7 @@ from contracts.canonical import (
     snapshot_hash,
 )
 from contracts.envelope import EventEnvelope
-from contracts.errors import DecodeError, DecodeReason
+from contracts.errors import DecodeError, DecodeReason, RefusalReason
 from contracts.failure_cluster import (
     FAILURE_CLUSTER_DETECTED,
     FAILURE_CLUSTER_SCHEMA_VERSION,
@@ -91,6 +91,7 @@ __all__ = [
     "FailureRef",
     "LedgerEntryAppendedPayload",
     "LedgerEntryType",
+    "RefusalReason",
     "Severity",
     "ThreadOpenedPayload",
     "UtcDatetime",

@@ -22,7 +22,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
-from contracts.dead_letters import DEAD_LETTER_HEADERS, REDRIVE_HEADERS, REFUSALS, Refusal
+from contracts.dead_letters import (
+    DEAD_LETTER_HEADERS,
+    DLQ_SUFFIX,
+    REDRIVE_HEADERS,
+    REFUSALS,
+    Refusal,
+)
+from contracts.errors import RefusalReason
 from contracts.fields import NO_NUL_PATTERN
 from contracts.schemas import envelope_json_schema, render_schema
 from contracts.wire import MAX_RECORD_BYTES
@@ -33,7 +40,6 @@ if TYPE_CHECKING:
 
 ASYNCAPI_FILE_NAME: Final = "asyncapi.json"
 KAFKA_BINDING_VERSION: Final = "0.5.0"
-DLQ_SUFFIX: Final = ".dlq"
 _BINDING_SETTINGS: Final = ("cleanup.policy", "retention.ms", "max.message.bytes")
 """The topic settings the Kafka channel binding has fields for."""
 
@@ -367,7 +373,7 @@ def _dead_letter_message() -> dict[str, Any]:
 
 def _unique_reasons() -> list[Refusal]:
     """Each reason once, with every step it is refused at (``invalid_envelope`` is two)."""
-    merged: dict[str, list[str]] = {}
+    merged: dict[RefusalReason, list[str]] = {}
     for refusal in REFUSALS:
         merged.setdefault(refusal.reason, []).append(refusal.when)
     return [Refusal(reason, "; or ".join(whens)) for reason, whens in merged.items()]

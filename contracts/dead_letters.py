@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Final
 
-from contracts.errors import DecodeReason
+from contracts.errors import RefusalReason
 
 
 @dataclass(frozen=True, slots=True)
@@ -19,61 +19,64 @@ class Refusal:
     """One step of reading a record: the reason a record failing it is refused with, and when
     (Markdown, as the spec's table and the AsyncAPI descriptions show it)."""
 
-    reason: str
+    reason: RefusalReason
     when: str
 
 
 REFUSALS: Final = (
-    Refusal(DecodeReason.TOO_LARGE, "the value is over 1 MiB (checked before parsing)"),
+    Refusal(RefusalReason.TOO_LARGE, "the value is over 1 MiB (checked before parsing)"),
     Refusal(
-        DecodeReason.NOT_JSON,
+        RefusalReason.NOT_JSON,
         "not UTF-8 I-JSON text: syntax, encoding, byte order mark, lone surrogate escape, "
         "`NaN`/`Infinity`, a number overflowing a double, a raw control character in a string, "
         "trailing content, nesting deeper than 1,024 levels; or no text at all: an empty value, "
         "or none (a tombstone: the topics are not compacted, so a null value carries no event)",
     ),
-    Refusal(DecodeReason.NOT_AN_OBJECT, "the top level is not an object"),
-    Refusal(DecodeReason.INVALID_ENVELOPE, "`event_type` is missing or not a string"),
+    Refusal(RefusalReason.NOT_AN_OBJECT, "the top level is not an object"),
+    Refusal(RefusalReason.INVALID_ENVELOPE, "`event_type` is missing or not a string"),
     Refusal(
-        DecodeReason.UNKNOWN_EVENT_TYPE,
+        RefusalReason.UNKNOWN_EVENT_TYPE,
         "no payload model for `event_type` (whatever the other envelope fields hold: they are "
         "checked once the type is known)",
     ),
     Refusal(
-        DecodeReason.INVALID_ENVELOPE,
+        RefusalReason.INVALID_ENVELOPE,
         "an envelope field breaks its rule (section 1): missing, of the wrong type or spelling; "
         "`payload` missing or not an object (`null`, an array, a string, a number); a string "
         "outside the payload holding U+0000. An envelope error wins over a payload error",
     ),
     Refusal(
-        DecodeReason.INVALID_PAYLOAD,
+        RefusalReason.INVALID_PAYLOAD,
         "a member of the payload object breaks its rule (type, bound, spelling, first > last), "
         "a string in it holds U+0000, or (failure clusters) a number is not an integer in range "
         "or the payload nests deeper than 64 levels",
     ),
     Refusal(
-        DecodeReason.HASH_MISMATCH,
+        RefusalReason.HASH_MISMATCH,
         "failure clusters: `snapshot_hash` is not the hash of the payload as written",
     ),
-    Refusal(DecodeReason.KEY_MISMATCH, "`idempotency_key` is not the key of section 3"),
+    Refusal(RefusalReason.KEY_MISMATCH, "`idempotency_key` is not the key of section 3"),
     Refusal(
-        DecodeReason.RECORD_KEY_MISMATCH,
+        RefusalReason.RECORD_KEY_MISMATCH,
         "the Kafka record key is null, empty or not the UTF-8 bytes of the key of section 3 "
         "(bytes that are not UTF-8 included)",
     ),
-    Refusal("unexpected_event_type", "a valid record on the topic of another event type"),
     Refusal(
-        "decode_error",
+        RefusalReason.UNEXPECTED_EVENT_TYPE,
+        "a valid record on the topic of another event type",
+    ),
+    Refusal(
+        RefusalReason.DECODE_ERROR,
         "the reader itself failed on the record in a way none of the reasons above names (a "
         "defect of the reader, kept from stopping the partition; the detail names the error)",
     ),
     Refusal(
-        "handler_rejected",
+        RefusalReason.HANDLER_REJECTED,
         "the consumer's projection refuses a valid record for a data reason of its own (none "
         "of spectral's consumers does today)",
     ),
     Refusal(
-        "handler_error",
+        RefusalReason.HANDLER_ERROR,
         "the projection failed on this record alone (it failed again when applied on its own "
         "transaction, after its batch failed)",
     ),
@@ -82,7 +85,10 @@ REFUSALS: Final = (
 is the reason). ``invalid_envelope`` is two steps: before and after the type is looked up."""
 
 DEAD_LETTER_REASONS: Final = frozenset(refusal.reason for refusal in REFUSALS)
-"""Every ``dlq.reason`` a consumer writes."""
+"""Every ``dlq.reason`` a consumer writes (every :class:`RefusalReason`; a test holds it)."""
+
+DLQ_SUFFIX: Final = ".dlq"
+"""The dead letters of topic ``T`` go to ``T.dlq``: the one spelling of the suffix."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,6 +134,7 @@ its original ones: informational, like every header (readers use the envelope)."
 __all__ = [
     "DEAD_LETTER_HEADERS",
     "DEAD_LETTER_REASONS",
+    "DLQ_SUFFIX",
     "REDRIVE_HEADERS",
     "REFUSALS",
     "DeadLetterHeader",

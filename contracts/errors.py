@@ -7,7 +7,7 @@ label) and keep :attr:`DecodeError.detail` (human text) for people.
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 from contracts.fields import TIMESTAMP_ERROR, timestamp_refusal
 
@@ -16,8 +16,11 @@ if TYPE_CHECKING:
     from pydantic_core import ErrorDetails
 
 
-class DecodeReason(StrEnum):
-    """The fixed set of reasons a record is rejected; the values are the wire/DLQ spelling."""
+class RefusalReason(StrEnum):
+    """Every reason a record is refused with, the one set of dead-letter reasons: the decoder's,
+    then the consumer's, spelled as the ``dlq.reason`` header spells them (a bounded set, safe as
+    a metric label). The first ones are what :class:`DecodeError` carries; the consumer adds the
+    last four. (A work item's dead-letter reasons are another thing: the work executor's.)"""
 
     NOT_JSON = "not_json"
     """Not UTF-8 JSON text (syntax error, invalid UTF-8, lone surrogate escape, NaN, BOM)."""
@@ -40,12 +43,36 @@ class DecodeReason(StrEnum):
     RECORD_KEY_MISMATCH = "record_key_mismatch"
     """The Kafka record key is missing, empty or not the key the event type derives from its
     payload (its events would leave their entity's partition and order)."""
+    UNEXPECTED_EVENT_TYPE = "unexpected_event_type"
+    """A valid record on the topic of another event type."""
+    DECODE_ERROR = "decode_error"
+    """The reader itself failed on the record in a way no other reason names."""
+    HANDLER_REJECTED = "handler_rejected"
+    """The consumer's projection refused a valid record for a data reason of its own."""
+    HANDLER_ERROR = "handler_error"
+    """The projection failed on this record alone."""
+
+
+DecodeReason = RefusalReason
+"""The name the extension API has always given the reasons (``DecodeError.reason``)."""
+
+CONSUMER_REASONS: Final = frozenset(
+    {
+        RefusalReason.UNEXPECTED_EVENT_TYPE,
+        RefusalReason.DECODE_ERROR,
+        RefusalReason.HANDLER_REJECTED,
+        RefusalReason.HANDLER_ERROR,
+    }
+)
+"""The reasons only a consumer refuses with; decoding refuses with the others."""
 
 
 class DecodeError(ValueError):
     """A record that cannot be accepted; ``reason`` says why, ``detail`` says where."""
 
-    def __init__(self, reason: DecodeReason, detail: str, *, event_type: str | None = None) -> None:
+    def __init__(
+        self, reason: RefusalReason, detail: str, *, event_type: str | None = None
+    ) -> None:
         super().__init__(f"{reason.value}: {detail}")
         self.reason = reason
         self.detail = detail
@@ -56,7 +83,7 @@ class DecodeError(ValueError):
         return (_rebuild, (self.reason, self.detail, self.event_type))
 
 
-def _rebuild(reason: DecodeReason, detail: str, event_type: str | None) -> DecodeError:
+def _rebuild(reason: RefusalReason, detail: str, event_type: str | None) -> DecodeError:
     return DecodeError(reason, detail, event_type=event_type)
 
 

@@ -68,7 +68,6 @@ MAX_EVENT_TYPE_CHARS: Final = 200
 
 _PLUGIN_NAME: Final = re.compile(r"[a-z0-9][a-z0-9_.-]{0,62}")
 _EVENT_TYPE: Final = re.compile(r"[a-z0-9][a-z0-9_-]*(?:\.[a-z0-9][a-z0-9_-]*)+")
-_DLQ_SUFFIX: Final = ".dlq"
 
 
 def _where(entry: EntryPoint) -> str:
@@ -268,6 +267,8 @@ def plugin_event_sources(plugins: Iterable[InstalledPlugin]) -> tuple[EventSourc
 
 
 def _check_event_type(plugin: str, spec: EventSpec[Any], reserved: set[str]) -> None:
+    from contracts.dead_letters import DLQ_SUFFIX  # noqa: PLC0415 - with the registry's import
+
     event_type = spec.event_type
     problem = None
     if len(event_type) > MAX_EVENT_TYPE_CHARS or not _EVENT_TYPE.fullmatch(event_type):
@@ -275,8 +276,8 @@ def _check_event_type(plugin: str, spec: EventSpec[Any], reserved: set[str]) -> 
             "an event type is a lowercase dotted name of at least two parts ([a-z0-9_-]), at "
             f"most {MAX_EVENT_TYPE_CHARS} characters: it names a Kafka topic"
         )
-    elif event_type.endswith(_DLQ_SUFFIX):
-        problem = f"names ending in {_DLQ_SUFFIX!r} are dead-letter topics"
+    elif event_type.endswith(DLQ_SUFFIX):
+        problem = f"names ending in {DLQ_SUFFIX!r} are dead-letter topics"
     elif event_type.split(".", 1)[0] in reserved:
         namespaces = ", ".join(f"{n}." for n in sorted(reserved))
         problem = f"the namespaces {namespaces} are spectral's own"

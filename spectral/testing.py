@@ -42,7 +42,7 @@ from prometheus_client import CollectorRegistry
 
 from contracts import EventEnvelope
 from spectral import devstack
-from spectral.cli.deployments import factory
+from spectral.cli.deployments import handler_factory
 from spectral.db.migrate import migrate
 from spectral.devstack import Endpoints
 from spectral.dlq.records import DeadLetterRecord, scan_dead_letters
@@ -195,8 +195,7 @@ class Harness:
 
     def handler_factory(self, deployment: str) -> Callable[[str], Handler[Any]]:
         """A ``database_url -> Handler`` of the installed deployment ``deployment``."""
-        build = factory(deployment)
-        return lambda url: build(self.settings, url, CollectorRegistry())
+        return handler_factory(deployment, self.settings)
 
     async def run_until_idle(
         self, deployment: str, *, idle: float = 1.0, group: str | None = None

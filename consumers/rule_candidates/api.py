@@ -37,12 +37,15 @@ from consumers.rule_candidates.triage import (
 )
 from spectral.api.auth import requires
 from spectral.api.cursor import bigint, decimal_text, decode_keyset, encode_cursor, uuid_text
-from spectral.api.problems import COMMON, ProblemError, responses
+from spectral.api.problems import COMMON, ProblemError, ProblemType, not_found, responses
 from spectral.api.resources import Resources
 from spectral.auth.tokens import Principal
 
 NOTES_MAX_CHARS: Final = 10_000
 _CURSOR_KIND: Final = "clusters"
+
+TRANSITION_REFUSED: Final = "transition-refused"
+"""The problem type of a triage status change the workflow does not allow."""
 
 
 class _Out(BaseModel):
@@ -156,7 +159,7 @@ def parse_if_match(value: str | None) -> int | None:
         raise ProblemError(
             428,
             "send If-Match with the ETag of the cluster you edited (or '*' to overwrite)",
-            slug="if-match-required",
+            slug=ProblemType.IF_MATCH_REQUIRED,
         )
     tags = [tag.strip() for tag in value.split(",")]
     if "*" in tags:
@@ -165,7 +168,9 @@ def parse_if_match(value: str | None) -> int | None:
         inner = tag[1:-1] if len(tag) >= 2 and tag[0] == tag[-1] == '"' else ""  # noqa: PLR2004
         if inner.isdigit() and len(inner) < 19:  # noqa: PLR2004 - fits a bigint
             return int(inner)
-    raise ProblemError(412, "If-Match names no version of this cluster", slug="stale-version")
+    raise ProblemError(
+        412, "If-Match names no version of this cluster", slug=ProblemType.STALE_VERSION
+    )
 
 
 def to_change(body: TriageIn) -> TriageChange:
@@ -185,22 +190,18 @@ def to_change(body: TriageIn) -> TriageChange:
         raise ProblemError(
             422,
             "nothing to change: give status, assigned_to, notes or deleted",
-            slug="invalid-request",
+            slug=ProblemType.INVALID_REQUEST,
             title="Invalid request",
             invalid_params=[{"location": ["body"], "message": "no field given", "type": "empty"}],
         )
     return change
 
 
-def not_found(exc: ClusterNotFoundError) -> ProblemError:
-    return ProblemError(404, str(exc), slug="not-found")
-
-
 def refused_transition(exc: TransitionError) -> ProblemError:
     return ProblemError(
         409,
         str(exc),
-        slug="transition-refused",
+        slug=TRANSITION_REFUSED,
         current_status=exc.current.value,
         allowed_statuses=[s.value for s in exc.allowed],
     )
@@ -210,7 +211,7 @@ def stale(exc: VersionConflictError) -> ProblemError:
     return ProblemError(
         412,
         str(exc),
-        slug="stale-version",
+        slug=ProblemType.STALE_VERSION,
         headers={"ETag": etag_of(exc.current)},
         current_version=exc.current,
     )
@@ -316,7 +317,7 @@ def router(resources: Resources) -> APIRouter:
         try:
             detail = await load_detail(resources, cluster_id)
         except ClusterNotFoundError as exc:
-            raise not_found(exc) from None
+            raise not_found(str(exc)) from None
         response.headers["ETag"] = etag_of(detail.triage_version)
         return ClusterDetail.of_detail(detail)
 
@@ -346,7 +347,7 @@ def router(resources: Resources) -> APIRouter:
                 resources, cluster_id, change, expected_version=expected, actor=principal.actor
             )
         except ClusterNotFoundError as exc:
-            raise not_found(exc) from None
+            raise not_found(str(exc)) from None
         except VersionConflictError as exc:
             raise stale(exc) from None
         except TransitionError as exc:

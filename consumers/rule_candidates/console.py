@@ -14,7 +14,7 @@ from uuid import UUID
 from fastapi import APIRouter, Depends, Form, Query, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
-from consumers.rule_candidates.api import NOTES_MAX_CHARS, decode_page_cursor, not_found
+from consumers.rule_candidates.api import NOTES_MAX_CHARS, decode_page_cursor
 from consumers.rule_candidates.plugin import TRIAGE_READ, TRIAGE_WRITE
 from consumers.rule_candidates.transitions import Status, TransitionError, allowed_from
 from consumers.rule_candidates.triage import (
@@ -28,7 +28,7 @@ from consumers.rule_candidates.triage import (
 )
 from spectral.api.auth import check_csrf, console_requires
 from spectral.api.cursor import encode_cursor
-from spectral.api.problems import ProblemError
+from spectral.api.problems import ProblemError, ProblemType, not_found
 from spectral.api.resources import Resources
 from spectral.auth.tokens import Principal
 from spectral.console.site import PREFIX, Console
@@ -62,7 +62,9 @@ def router(console: Console, resources: Resources) -> APIRouter:  # noqa: C901
             where_severity = Severity(severity) if severity else None
             order = Sort(sort) if sort else Sort.SEVERITY
         except ValueError:
-            raise ProblemError(422, "unknown filter value", slug="invalid-request") from None
+            raise ProblemError(
+                422, "unknown filter value", slug=ProblemType.INVALID_REQUEST
+            ) from None
         after = decode_page_cursor(cursor or None, order, _CURSOR_KIND)
         where = ListFilter(
             status=where_status,
@@ -108,7 +110,7 @@ def router(console: Console, resources: Resources) -> APIRouter:  # noqa: C901
             async with resources.operator.acquire() as conn:
                 detail = await TriageRepository(conn).get(cluster_id)
         except ClusterNotFoundError as exc:
-            raise not_found(exc) from None
+            raise not_found(str(exc)) from None
         return console.page(
             request,
             "cluster.html",
@@ -170,7 +172,7 @@ def router(console: Console, resources: Resources) -> APIRouter:  # noqa: C901
                     cluster_id, change, expected_version=version, actor=principal.actor
                 )
         except ClusterNotFoundError as exc:
-            raise not_found(exc) from None
+            raise not_found(str(exc)) from None
         except VersionConflictError:
             return await detail_page(
                 request,

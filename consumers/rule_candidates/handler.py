@@ -21,8 +21,9 @@ Clusters are keyed by their UUID's wire text (a ``str``: its hash is computed on
 where ``UUID.__hash__`` and ``__eq__`` are Python code, and collapse hashes every delivery's
 cluster at least twice).
 
-Metrics are counted in ``after_commit`` from ``HandlerResult.facts`` (a rolled-back attempt
-counts nothing; facts survive the engine's one-by-one fallback, which merges them).
+Metrics are counted in ``after_commit`` from the typed counts ``apply`` carries
+(``HandlerResult.carry``: a rolled-back attempt counts nothing; the engine's one-by-one fallback
+merges them); ``HandlerResult.facts`` keeps the totals the batch log line shows.
 """
 
 from __future__ import annotations
@@ -30,7 +31,8 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
-from typing import Final, get_args
+from enum import StrEnum
+from typing import Final
 
 import asyncpg
 
@@ -44,7 +46,6 @@ from consumers.rule_candidates.repository import RuleCandidatesRepository, Snaps
 from contracts.failure_cluster import (
     FAILURE_CLUSTER_DETECTED,
     FailureClusterView,
-    Severity,
 )
 from spectral.db.connect import Conn
 from spectral.engine.handler import Delivery, Handler, HandlerResult, Rebuild
@@ -55,26 +56,30 @@ log = get_logger(__name__)
 CONSUMER_NAME: Final = "rule-candidates"
 DATABASE_ROLE: Final = "spectral_projector"
 
-# Fact names (HandlerResult.facts). Totals appear in the engine's batch log line; the
-# severity-qualified ones ("applied:high", ...) feed the metrics in after_commit.
-INSERTED: Final = "inserted"
-UPDATED: Final = "updated"
+
+class Counted(StrEnum):
+    """What became of a snapshot, as the metrics count it by severity."""
+
+    INSERTED = "inserted"
+    UPDATED = "updated"
+    RESURFACED = "resurfaced"
+    APPLIED = "applied"
+    STALE = "stale"
+
+
+Counts = Counter[tuple[Counted, str]]
+"""What one ``apply`` did, by (what, severity): carried to ``after_commit``."""
+
+# Fact names (HandlerResult.facts): the totals of the engine's batch log line and reports.
+INSERTED: Final = Counted.INSERTED.value
+UPDATED: Final = Counted.UPDATED.value
 SUPERSEDED: Final = "superseded"
-RESURFACED: Final = "resurfaced"
-_APPLIED: Final = "applied"
-_STALE: Final = "stale"
-_SEP: Final = ":"
-_FACT: Final = {
-    (kind, severity): f"{kind}{_SEP}{severity}"
-    for kind in (INSERTED, UPDATED, RESURFACED, _APPLIED, _STALE)
-    for severity in get_args(Severity)
-}
-"""Severity-qualified fact names, built once (not one f-string per event)."""
+RESURFACED: Final = Counted.RESURFACED.value
 
 
-class RuleCandidatesHandler(Handler[None]):
+class RuleCandidatesHandler(Handler[Counts]):
     """The ``rule-candidates`` deployment's handler (see spectral/engine/handler.py): no
-    background work and nothing carried to ``after_commit`` but its facts."""
+    background work; it carries its counts by severity to ``after_commit``."""
 
     name = CONSUMER_NAME
     event_types = (FAILURE_CLUSTER_DETECTED,)
@@ -94,8 +99,8 @@ class RuleCandidatesHandler(Handler[None]):
 
     # -- the batch -------------------------------------------------------------------------
 
-    async def apply(self, conn: Conn, deliveries: Sequence[Delivery]) -> HandlerResult[None]:
-        result: HandlerResult[None] = HandlerResult()
+    async def apply(self, conn: Conn, deliveries: Sequence[Delivery]) -> HandlerResult[Counts]:
+        result: HandlerResult[Counts] = HandlerResult()
         now = datetime.now(UTC)
         keys: dict[int, OrderKey] = {}  # by id(delivery): the batch holds every delivery alive
         entries: list[tuple[str, OrderKey, Delivery]] = []
@@ -127,6 +132,7 @@ class RuleCandidatesHandler(Handler[None]):
         }
 
         facts: Counter[str] = Counter()
+        counts: Counts = Counter()
         stale: list[Delivery] = list(collapsed.stale)
         for cluster, winner in collapsed.winners.items():
             earlier = collapsed.superseded.get(cluster, ())
@@ -142,34 +148,34 @@ class RuleCandidatesHandler(Handler[None]):
                     (stale if keys[id(delivery)] <= row.prior else newer).append(delivery)
                 earlier = newer
             severity = _severity(winner)
-            kind = INSERTED if row.inserted else UPDATED
-            facts[kind] += 1
-            facts[_FACT[kind, severity]] += 1
+            kind = Counted.INSERTED if row.inserted else Counted.UPDATED
+            facts[kind.value] += 1
+            counts[kind, severity] += 1
             facts[SUPERSEDED] += len(earlier)
             if row.resurfaced:
                 facts[RESURFACED] += 1
-                facts[_FACT[RESURFACED, severity]] += 1
-            facts[_FACT[_APPLIED, severity]] += 1
+                counts[Counted.RESURFACED, severity] += 1
+            counts[Counted.APPLIED, severity] += 1
             for delivery in earlier:
-                facts[_FACT[_APPLIED, delivery.payload.severity]] += 1
+                counts[Counted.APPLIED, delivery.payload.severity] += 1
         for delivery in stale:
-            facts[_FACT[_STALE, delivery.payload.severity]] += 1
+            counts[Counted.STALE, delivery.payload.severity] += 1
         result.stale = {delivery.idempotency_key for delivery in stale}
         result.facts = {name: count for name, count in facts.items() if count}
         result.facts.setdefault(RESURFACED, 0)
+        result.carry.append(counts)
         return result
 
-    async def after_commit(self, result: HandlerResult[None]) -> None:
+    async def after_commit(self, result: HandlerResult[Counts]) -> None:
         """Count what the committed transaction did (never a rolled-back attempt)."""
-        by_kind: dict[str, dict[str, int]] = {}
-        for fact, count in result.facts.items():
-            kind, sep, severity = fact.partition(_SEP)
-            if sep:
-                by_kind.setdefault(kind, {})[severity] = count
-        self.metrics.count_snapshots(_APPLIED, by_kind.get(_APPLIED, {}))
-        self.metrics.count_snapshots(_STALE, by_kind.get(_STALE, {}))
-        self.metrics.count_new_clusters(by_kind.get(INSERTED, {}))
-        self.metrics.count_resurfaced(by_kind.get(RESURFACED, {}))
+        by_kind: dict[Counted, dict[str, int]] = {kind: {} for kind in Counted}
+        for counts in result.carry:
+            for (kind, severity), count in counts.items():
+                by_kind[kind][severity] = by_kind[kind].get(severity, 0) + count
+        self.metrics.count_snapshots(Counted.APPLIED, by_kind[Counted.APPLIED])
+        self.metrics.count_snapshots(Counted.STALE, by_kind[Counted.STALE])
+        self.metrics.count_new_clusters(by_kind[Counted.INSERTED])
+        self.metrics.count_resurfaced(by_kind[Counted.RESURFACED])
 
     def rebuild(self) -> Rebuild:
         """The inbox rebuilt from the topic, operator columns kept (rebuild.py)."""

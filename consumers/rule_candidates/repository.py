@@ -43,7 +43,7 @@ class SnapshotRows:
 
 
 @dataclass(frozen=True, slots=True)
-class Applied:
+class WrittenSnapshot:
     """A cluster whose snapshot was written (not stale)."""
 
     cluster_id: str
@@ -64,7 +64,7 @@ class RuleCandidatesRepository:
     def __init__(self) -> None:
         self._sql = load_queries(QUERIES)
 
-    async def upsert(self, conn: Conn, rows: SnapshotRows) -> list[Applied]:
+    async def upsert(self, conn: Conn, rows: SnapshotRows) -> list[WrittenSnapshot]:
         """Upsert one snapshot per cluster; returns the clusters actually written."""
         if not rows.cluster_id:
             return []
@@ -86,7 +86,7 @@ class RuleCandidatesRepository:
             ),
         )
         return [
-            Applied(
+            WrittenSnapshot(
                 r["cluster_id"],
                 r["inserted"],
                 r["resurfaced"],

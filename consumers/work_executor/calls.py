@@ -19,7 +19,7 @@ from spectral.llm.router import RouteError
 from spectral.llm.seam import SynthesisRequest, SynthesisResponse
 
 
-class PermanentItemError(Exception):
+class PermanentItemError(PermanentError):
     """The item cannot be executed as asked (missing document or epic): no paid call."""
 
 

@@ -43,6 +43,7 @@ from consumers.work_executor.schedule import (
 )
 from producers.work.domain.budgets import budgets
 from producers.work.domain.types import Conn
+from spectral.db.locks import LockClass
 from spectral.db.queries import load_queries
 from spectral.llm.limits import ProviderLimits
 
@@ -52,8 +53,8 @@ TENANTS_PER_ITEM: Final = 4
 """A claim of n items reads the candidates of the 4n tenants next in line at most (tenants
 blocked by a route, a budget or their cap make room for the next ones)."""
 
-SCHEDULER_LOCK: Final = 0x574B0003
-"""The advisory lock kind of claims ("WK" 3; producers/work/domain/locks.py has kinds 1 and 2)."""
+SCHEDULER_LOCK: Final = LockClass.WORK_SCHEDULER
+"""The advisory lock class of claims (spectral/db/locks.py)."""
 
 
 @dataclass(frozen=True)

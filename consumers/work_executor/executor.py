@@ -1,84 +1,11 @@
 """Claimed work items, a batch at a time (ADR-035 §7.1 executed per ADR-0008 and ADR-0023).
 
-Every item of a batch goes through the same steps as if it were alone; the batch only shares
-the statements and transactions of each step (one statement per kind of change, over arrays):
-
-    lease (claimed)          the conditional claim in the consumer's transaction, or the sweep
-    -> load                  the items, their ledgers and documents: one read for the batch
-    -> prompt + attempt n    ONE transaction for all the batch's starts, committed BEFORE any
-                             paid call (the items that fail before a call — unknown outcome,
-                             attempts exhausted, no such document — end in it too)
-    -> paid calls            concurrently, one per started item:
-                             synthesizer.synthesize(..., idempotency_key="{item}:{n}")
-    -> response              recorded as soon as it arrives, lease or no lease (paid work is
-                             never dropped): answers that arrive together share one statement,
-                             none waits for a call still running
-    -> parse_report          validate the answers that came in (a "wave")
-    -> mutation_report       one transaction per wave: the target locks of its items, once each
-                             in ascending scope order; per document, its items' mutations one
-                             after the other — each its own mutation row, document version and
-                             reports — and the document written once at its last version; items
-                             applied, threads complete; retries and dead letters of the wave
-    -> parents settled       after the batch, once per parent, each under its project lock in
-                             its own transaction (lock order: never the project lock while
-                             holding a target lock)
-
-A batch of one (``run_item``) takes exactly the same path.
-
-Per item, not per batch: every write of a lease holder is guarded by the item's lease token, so
-an item whose lease was lost is skipped while the others go on; a permanent failure
-dead-letters its item only; a transient one schedules that item's retry.
-
-Whatever happens while an item is planned, answered or concluded, it ends that item alone:
-
-* a database outage is waited out (patience.py), at every step: the batch resumes where it
-  was when the database is back, nothing is dropped and nothing is paid again;
-* anything else — an answer that cannot be read (however deep, long or strange), a document
-  write the database refuses, an exception nobody foresaw while planning or validating one
-  item — dead-letters that item with the reason (the statement of a batch that fails for a data
-  reason is retried item by item, so only the bad item's changes are refused; an item whose own
-  changes still cannot be written is dead-lettered with an ``error`` entry saying why);
-* a paid answer is recorded before anything else can fail (recorder.py): in the local response
-  journal, fsync'd, then in the ledger, losslessly (``producers.work.domain.payloads``) — it
-  survives a database outage of any length and a restart (the journal is replayed by the next
-  sweep of any executor sharing the directory, before stale leases are recovered);
-* an item this process is still driving is never taken for stale by its own sweep (a long
-  outage ages every lease of the batches waiting it out).
-
-Unknown-outcome rule (decided here, enforced by plan.py and the ledger's unique index):
-
-* an attempt is counted when it starts — the ``prompt`` entry and ``attempt = n`` commit
-  together before the call; the database refuses a second prompt for (item, n), so there is
-  never more than one paid call per attempt number;
-* a call whose worker dies (or loses its lease) before a response is recorded has an *unknown*
-  outcome. Its attempt is used up: the stale-lease recovery records an ``error`` entry
-  (``outcome_unknown``) and schedules attempt n+1 with the normal backoff, or dead-letters the
-  item if n was the last attempt. So the total number of paid calls never exceeds the attempt
-  limit, even across crashes;
-* it is never re-sent under the same attempt number (a gateway without idempotency support
-  would charge twice). Each attempt sends its own key ``work_item_id:attempt``; a gateway that
-  honours ``Idempotency-Key`` deduplicates a transport-level resend of that one attempt;
-* if the unknown call's answer arrives later, it is still recorded (under its attempt) and the
-  next holder of the lease reuses it instead of paying again, if no newer call was started.
-
-Failures: transient (timeouts, 5xx, an unexpected exception of the call) -> retry with
-backoff until the attempt limit; permanent (4xx, no route, an unreadable or invalid answer, a
-mutation the document refuses) -> dead_letter with an ``error`` entry. A dead-lettered item
-fails its thread, never its siblings or its parent (which closes when all its children are
-terminal, ADR-035 §7.2). A 429 (the gateway had no capacity; nothing done, nothing charged) is
-retried after its ``Retry-After``, pauses the model route for every executor until then, and
-is not counted as an attempt (retry.py).
-
-Spend (claims.py reserves it): an attempt starts only against the reservation its claim made —
-an item leased without one (a recovered lease whose reservation was released) is handed back
-to the queue, nothing counted. A response settles its reservation from its usage in the
-transaction that records it; a call that failed with an answer from the provider releases it;
-one whose outcome is unknown keeps it counted.
-
-Cancellation (asked for by a command: ``cancel_requested_at``): an item this process holds
-ends ``canceled`` at its next step — before its attempt starts (no call), or after its call
-(the answer is recorded, the mutation is not applied). Every guarded transition of the
-repository checks it too, so a cancellation that arrives between two steps is never missed.
+Each item goes lease -> load -> prompt + attempt n (committed before any paid call) -> paid call
+-> response (journaled, then recorded) -> parse_report -> mutation_report -> parents settled; a
+batch only shares each step's statements and transactions. Every failure ends its own item
+alone; an attempt is counted when it starts, so there is never more than one paid call per
+attempt. The steps, the unknown-outcome rule, failures, spend and cancellation are explained in
+docs/explanation/work-ledger.md ("How the executor runs a batch").
 """
 
 from __future__ import annotations

@@ -48,12 +48,13 @@ from producers.work.domain.payloads import (
 from producers.work.domain.rows import entry_from_row, item_from_row
 from producers.work.domain.types import Conn
 from spectral.db.queries import load_queries
+from spectral.errors import SpectralError
 from spectral.outbox.writer import OutboxItem, enqueue
 
 _SQL = load_queries(Path(__file__).with_name("queries.sql"))
 
 
-class LeaseLostError(Exception):
+class LeaseLostError(SpectralError):
     """The lease was re-claimed by another worker: this one must stop touching the item."""
 
 
@@ -94,7 +95,7 @@ class LoadedBatch:
 
 
 @dataclass(frozen=True)
-class Applied:
+class AppliedMutation:
     mutation_id: UUID
     base_version: int
     result_version: int
@@ -231,7 +232,7 @@ class BatchWritten:
     """What ``write`` did, per item."""
 
     started: set[UUID] = field(default_factory=set)
-    applied: dict[UUID, Applied] = field(default_factory=dict)
+    applied: dict[UUID, AppliedMutation] = field(default_factory=dict)
     refused: dict[UUID, str] = field(default_factory=dict)
     """Mutations the document refused (or whose document is gone): nothing was written for
     them; the caller dead-letters them."""
@@ -825,7 +826,7 @@ def _message(error: Mapping[str, Any]) -> str:
 
 @dataclass
 class _MutationPlan:
-    applied: dict[UUID, Applied] = field(default_factory=dict)
+    applied: dict[UUID, AppliedMutation] = field(default_factory=dict)
     refused: dict[UUID, str] = field(default_factory=dict)
     mutations: list[tuple[MutationApply, int]] = field(default_factory=list)
     """New mutation rows, each with its base version."""
@@ -869,12 +870,12 @@ def _plan_mutations(
             plan.mutations.append((apply, version))
             version += 1
             plan.versions.append((document_id, version, *last, apply.mutation.mutation_id))
-            plan.applied[apply.loaded.item.work_item_id] = Applied(
+            plan.applied[apply.loaded.item.work_item_id] = AppliedMutation(
                 apply.mutation.mutation_id, version - 1, version
             )
         for apply in group:
             if before.get(apply.loaded.item.work_item_id):  # a mutation id is applied once
-                plan.applied[apply.loaded.item.work_item_id] = Applied(
+                plan.applied[apply.loaded.item.work_item_id] = AppliedMutation(
                     apply.mutation.mutation_id, read, read, already_applied=True
                 )
         if last is not None:
@@ -882,7 +883,7 @@ def _plan_mutations(
     return plan
 
 
-def _report_applied(apply: MutationApply, result: Applied, changes: _Changes) -> None:
+def _report_applied(apply: MutationApply, result: AppliedMutation, changes: _Changes) -> None:
     """parse_report and mutation_report entries, the applied state event, the thread closing."""
     loaded, item, mutation = apply.loaded, apply.loaded.item, apply.mutation
     report = mutation_report_payload(

@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, StringConstraints, ValidationError
 from contracts.failure_cluster import MAX_FAILURE_ID_CHARS, MAX_SUMMARY_CHARS
 from contracts.fields import UtcDatetime
 from producers.clusters.severity import Criticality
+from spectral.errors import PermanentError
 
 MAX_SIGNATURE_CHARS: Final = 512
 
@@ -67,7 +68,7 @@ class FailureObservation(BaseModel):
         return dict(self.model_extra or {})
 
 
-class InvalidLineError(ValueError):
+class InvalidLineError(PermanentError, ValueError):
     """A line of ingest input that is not a valid failure observation."""
 
 

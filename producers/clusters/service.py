@@ -1,40 +1,11 @@
 """FailureClusterService: failures in, cluster snapshots out through the outbox (ADR-057).
 
-``ingest`` records failures idempotently and mints cluster ids (repository.py). ``tick``
-re-evaluates the clusters that gained failures and puts a snapshot in the outbox when its hash
-differs from the last one published — in the same transaction that records the new state, while
-holding the cluster's row lock (so a cluster's outbox rows are in commit order). Any number of
-replicas may tick at once: a tick locks the clusters it evaluates with SKIP LOCKED, so replicas
-split the work instead of repeating it, and the published-hash check under the lock makes a
-repeat harmless anyway.
-
-The optional model-written ``suggested_rule_stub`` follows ADR-0023 lease-then-LLM:
-
-1. the snapshot is built without a stub; its hash is the *content hash*, the lease key;
-2. a finalized stub for (cluster_id, content hash) is read from the read path (no pending
-   rows); if there is one, the snapshot with the stub is published at once;
-3. otherwise the replica INSERTs a pending lease row ON CONFLICT DO NOTHING; a loser skips the
-   cluster (no call — the winner publishes it); the winner calls the synthesizer outside any
-   transaction, finalizes the lease by UPDATE (usage recorded in the same transaction, only if
-   the UPDATE finalized a pending row), then publishes the snapshot with the stub;
-4. at the start of every tick the recovery clause re-stamps pending leases older than the
-   timeout; the re-stamping replica asks the same question again (or finalizes the lease as
-   superseded, without a call, if the cluster has moved on since).
-
-ADR-0008 hardening of the stub worker: an attempt is counted when its lease is claimed or
-re-stamped (``attempts``); a failed attempt is recorded on its lease at once with its reason and
-the paid answer, if there was one (kept losslessly: ``spectral.llm.answers``); a transient
-failure is retried after ``min(base * 2^(n-1), base * 10)`` (``retry_at``, picked up by the
-recovery clause), a permanent one — or a failure of attempt ``stub_max_attempts``, or a stale
-lease on its last attempt — stamps the permanent marker (``generation_mode = 'failed'``) and
-the cluster is published without a stub; nobody pays for that content again. A failed model
-call never holds the triage signal back: the snapshot is published without a stub at once, and
-a stub found later goes out as a new snapshot.
-
-Whatever a stub's answer holds (U+0000 and lone surrogates are shown as U+FFFD in the stub) and
-whatever fails while one cluster's stub is concluded, it ends that cluster's attempt only: a tick
-fails only when the database does (``TransientError``), never because of one answer, and
-``run`` (``tick --every``) goes on after any failure but a configuration error.
+``ingest`` records failures idempotently and mints cluster ids; ``tick`` publishes a changed
+cluster's snapshot to the outbox in the transaction that records its state, replicas splitting
+the clusters with SKIP LOCKED. The optional ``suggested_rule_stub`` is paid for under a lease
+(ADR-0023) and hardened per ADR-0008; a failed call never holds a snapshot back, and one
+cluster's answer never fails a tick. Explained in docs/explanation/clusters-and-outbox.md ("How
+a tick works", "The stub worker's hardening").
 """
 
 from __future__ import annotations

@@ -5,8 +5,9 @@ Commands (scope ``work:submit``; the token's principal is recorded on the thread
         -> {thread_id, status, disposition}: 202 + Location: /threads/{id} when work was
            enqueued, 200 when an existing thread answers (idempotent by semantic identity)
     PUT  /projects/{project_id}/documents/{document_id}
-        -> 201 created, 200 identical content again; 409 ``document-immutable`` for other
-           content: documents change only through mutations (ADR-035 §5.4), never by PUT
+        -> 201 created, 200 content identical to the current version; 409
+           ``document-immutable`` (with ``current_version``) for any other content, at any
+           version: documents change only through mutations (ADR-035 §5.4), never by PUT
 Cancellation (scope ``work:cancel``):
     POST /threads/{thread_id}/cancel {reason?}
         -> 200 when the thread is closed (canceled now, or already closed), 202 while items in
@@ -33,8 +34,6 @@ from producers.work.cancel import Disposition as CancelDisposition
 from producers.work.cancel import UnknownThreadError, cancel_thread
 from producers.work.commands import (
     DocumentConflictError,
-    GenerateAll,
-    GenerateEpic,
     UnknownTargetError,
     WorkCommands,
 )
@@ -63,7 +62,7 @@ from producers.work.schemas import (
 )
 from spectral.api.auth import requires
 from spectral.api.cursor import decode_keyset, encode_cursor, utc_timestamp, uuid_text
-from spectral.api.problems import COMMON, ProblemError, responses
+from spectral.api.problems import COMMON, ProblemError, ProblemType, not_found, responses
 from spectral.api.resources import Resources
 from spectral.auth.tokens import Principal
 from spectral.errors import TransientError
@@ -79,9 +78,10 @@ _ENQUEUED: Final[dict[int | str, dict[str, Any]]] = {
     },
 }
 
-
-def _unknown(exc: UnknownTargetError) -> ProblemError:
-    return ProblemError(404, str(exc), slug="not-found")
+DOCUMENT_IMMUTABLE: Final = "document-immutable"
+"""The problem type of a put that would change a document (documents change by mutation)."""
+INVALID_DOCUMENT: Final = "invalid-document"
+"""The problem type of a document that does not validate."""
 
 
 def _enqueued(response: Response, body: CommandResponse) -> CommandResponse:
@@ -147,19 +147,9 @@ def router(resources: Resources) -> APIRouter:  # noqa: C901 - one nested functi
         *, body: GenerateEpicRequest, response: Response, principal: Principal = submitter
     ) -> CommandResponse:
         try:
-            result = await commands().generate_epic(
-                GenerateEpic(
-                    project_id=body.project_id,
-                    document_id=body.story_backlog_id,
-                    epic_id=body.epic_id,
-                    force=body.force,
-                    org_id=body.org_id,
-                    requested_by=principal.actor,
-                    priority=body.priority,
-                )
-            )
+            result = await commands().generate_epic(body.command(principal.actor))
         except UnknownTargetError as exc:
-            raise _unknown(exc) from None
+            raise not_found(str(exc)) from None
         return _enqueued(response, CommandResponse.of(result))
 
     @api.post(
@@ -172,20 +162,9 @@ def router(resources: Resources) -> APIRouter:  # noqa: C901 - one nested functi
         *, body: GenerateAllRequest, response: Response, principal: Principal = submitter
     ) -> CommandResponse:
         try:
-            result = await commands().generate_all(
-                GenerateAll(
-                    project_id=body.project_id,
-                    document_id=body.story_backlog_id,
-                    epic_ids=tuple(body.epic_ids) if body.epic_ids is not None else None,
-                    continue_on_error=body.continue_on_error,
-                    force=body.force,
-                    org_id=body.org_id,
-                    requested_by=principal.actor,
-                    priority=body.priority,
-                )
-            )
+            result = await commands().generate_all(body.command(principal.actor))
         except UnknownTargetError as exc:
-            raise _unknown(exc) from None
+            raise not_found(str(exc)) from None
         return _enqueued(response, CommandResponse.of(result))
 
     @api.get(
@@ -197,7 +176,7 @@ def router(resources: Resources) -> APIRouter:  # noqa: C901 - one nested functi
     async def get_thread(*, thread_id: UUID, _: Principal = reader) -> ThreadOut:
         view = await work_reader().thread(thread_id)
         if view is None:
-            raise ProblemError(404, f"no thread {thread_id}", slug="not-found")
+            raise not_found(f"no thread {thread_id}")
         return ThreadOut.of_view(view)
 
     @api.get(
@@ -209,7 +188,7 @@ def router(resources: Resources) -> APIRouter:  # noqa: C901 - one nested functi
     async def get_thread_history(*, thread_id: UUID, _: Principal = reader) -> HistoryOut:
         entries = await work_reader().thread_ledger(thread_id)
         if entries is None:
-            raise ProblemError(404, f"no thread {thread_id}", slug="not-found")
+            raise not_found(f"no thread {thread_id}")
         return HistoryOut.of(thread_id, entries, reconstruct(entries))
 
     @api.get(
@@ -233,7 +212,10 @@ def router(resources: Resources) -> APIRouter:  # noqa: C901 - one nested functi
     @api.put(
         "/projects/{project_id}/documents/{document_id}",
         tags=["documents"],
-        summary="Create a story backlog (version 1); identical content again is a no-op.",
+        summary=(
+            "Create a story backlog (version 1); the current content again is a no-op, any "
+            "other content 409."
+        ),
         responses={
             201: {"description": "Created (version 1).", "model": DocumentOut},
             **responses(*COMMON, 409),
@@ -250,18 +232,16 @@ def router(resources: Resources) -> APIRouter:  # noqa: C901 - one nested functi
         content: dict[str, Any] = body.model_dump(mode="json")
         try:
             ref = await commands().put_document(project_id, document_id, content)
-        except DocumentConflictError:
-            current = await work_reader().document(document_id)
+        except DocumentConflictError as exc:
             raise ProblemError(
                 409,
-                f"document {document_id!r} exists with other content or in another project: "
-                "documents change only through mutations (generate commands), never by PUT",
-                slug="document-immutable",
-                current_version=current.version if current is not None else None,
+                f"{exc}: documents change only through mutations (generate commands), never by PUT",
+                slug=DOCUMENT_IMMUTABLE,
+                current_version=exc.current_version,
                 document=f"/documents/{document_id}",
             ) from None
         except InvalidDocumentError as exc:
-            raise ProblemError(422, str(exc)[:300], slug="invalid-document") from None
+            raise ProblemError(422, str(exc)[:300], slug=INVALID_DOCUMENT) from None
         if ref.created:
             response.status_code = status.HTTP_201_CREATED
             response.headers["Location"] = f"/documents/{document_id}"
@@ -282,7 +262,7 @@ def router(resources: Resources) -> APIRouter:  # noqa: C901 - one nested functi
     ) -> DocumentOut:
         view = await work_reader().document(document_id)
         if view is None:
-            raise ProblemError(404, f"no document {document_id!r}", slug="not-found")
+            raise not_found(f"no document {document_id!r}")
         response.headers["ETag"] = f'"{view.version}"'
         return _document_out(view)
 
@@ -324,7 +304,7 @@ def _governance(api: APIRouter, resources: Resources) -> None:  # noqa: C901 - a
                 requested_by=principal.actor,
             )
         except UnknownThreadError as exc:
-            raise ProblemError(404, str(exc), slug="not-found") from None
+            raise not_found(str(exc)) from None
         if result.disposition is CancelDisposition.CANCELING or (
             result.disposition is CancelDisposition.ALREADY_REQUESTED and not result.status.terminal
         ):
@@ -351,7 +331,7 @@ def _governance(api: APIRouter, resources: Resources) -> None:  # noqa: C901 - a
     async def get_budget(*, org_id: IdentifierPath, _: Principal = reader) -> BudgetOut:
         view = await BudgetCommands(resources.operator).get(org_id)
         if view is None:
-            raise ProblemError(404, f"org {org_id!r} has no budget (not limited)", slug="not-found")
+            raise not_found(f"org {org_id!r} has no budget (not limited)")
         return BudgetOut.of(view)
 
     @api.put(
@@ -372,7 +352,7 @@ def _governance(api: APIRouter, resources: Resources) -> None:  # noqa: C901 - a
                 requested_by=principal.actor,
             )
         except ValueError as exc:
-            raise ProblemError(422, str(exc), slug="invalid-request") from None
+            raise ProblemError(422, str(exc), slug=ProblemType.INVALID_REQUEST) from None
         return BudgetChangeOut.of(change)
 
     @api.delete(
@@ -388,5 +368,5 @@ def _governance(api: APIRouter, resources: Resources) -> None:  # noqa: C901 - a
             org_id, requested_by=principal.actor
         )
         if change is None:
-            raise ProblemError(404, f"org {org_id!r} has no budget", slug="not-found")
+            raise not_found(f"org {org_id!r} has no budget")
         return BudgetChangeOut.of(change)

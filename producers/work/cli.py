@@ -18,7 +18,12 @@ import typer
 
 from producers.work.budgets import BudgetChange, BudgetCommands
 from producers.work.cancel import UnknownThreadError, cancel_thread
-from producers.work.commands import GenerateAll, GenerateEpic, WorkCommands
+from producers.work.commands import (
+    DocumentConflictError,
+    GenerateAll,
+    GenerateEpic,
+    WorkCommands,
+)
 from producers.work.domain.budgets import Period
 from producers.work.domain.history import reconstruct
 from producers.work.domain.model import Priority
@@ -76,14 +81,18 @@ def put_document(
     project: Annotated[str, typer.Option("--project", help="Project id.")],
     document: Annotated[str, typer.Option("--document", help="Document (story backlog) id.")],
 ) -> None:
-    """Create a story backlog document (version 1); identical content again is a no-op."""
+    """Create a story backlog document (version 1); content identical to the current version
+    is a no-op, any other content is refused (exit 1): documents change only by mutations."""
     try:
         content = json.loads(path.read_text(encoding="utf-8"))
     except ValueError as exc:
         fail(f"{path}: not JSON: {exc}")
-    ref = _with_pool(
-        PRODUCER, lambda pool: WorkCommands(pool).put_document(project, document, content)
-    )
+    try:
+        ref = _with_pool(
+            PRODUCER, lambda pool: WorkCommands(pool).put_document(project, document, content)
+        )
+    except DocumentConflictError as exc:
+        fail(f"{exc}: documents change only through mutations (generate commands), never by put")
     typer.echo(f"{ref.document_id} version {ref.version} {'created' if ref.created else 'exists'}")
 
 

@@ -63,7 +63,24 @@ class UnknownTargetError(PermanentError):
 
 
 class DocumentConflictError(PermanentError):
-    """A document with this id exists with other content (documents change only by mutation)."""
+    """A document with this id exists with other content or in another project (documents
+    change only by mutation). ``current_version``: the version stored now."""
+
+    def __init__(self, message: str, *, current_version: int) -> None:
+        super().__init__(message)
+        self.current_version = current_version
+
+
+def _check_target(
+    project_id: str, document_id: str, epic_ids: Sequence[str], org_id: str | None
+) -> None:
+    """The identifiers a generate command names are identifiers (ValueError otherwise)."""
+    check_identifier(project_id, "project id")
+    check_identifier(document_id, "document id")
+    for epic in epic_ids:
+        check_identifier(epic, "epic id")
+    if org_id is not None:
+        check_identifier(org_id, "org id")
 
 
 @dataclass(frozen=True)
@@ -79,11 +96,7 @@ class GenerateEpic:
     """How its item ranks among its tenant's waiting items (producers/work/domain/priority.py)."""
 
     def __post_init__(self) -> None:
-        check_identifier(self.project_id, "project id")
-        check_identifier(self.document_id, "document id")
-        check_identifier(self.epic_id, "epic id")
-        if self.org_id is not None:
-            check_identifier(self.org_id, "org id")
+        _check_target(self.project_id, self.document_id, (self.epic_id,), self.org_id)
 
 
 @dataclass(frozen=True)
@@ -100,12 +113,7 @@ class GenerateAll:
     """How its items rank among their tenant's waiting items (producers/work/domain/priority.py)."""
 
     def __post_init__(self) -> None:
-        check_identifier(self.project_id, "project id")
-        check_identifier(self.document_id, "document id")
-        for epic in self.epic_ids or ():
-            check_identifier(epic, "epic id")
-        if self.org_id is not None:
-            check_identifier(self.org_id, "org id")
+        _check_target(self.project_id, self.document_id, self.epic_ids or (), self.org_id)
 
 
 @dataclass(frozen=True)
@@ -169,8 +177,10 @@ class WorkCommands:
     async def put_document(
         self, project_id: str, document_id: str, content: Mapping[str, Any]
     ) -> DocumentRef:
-        """Create a story backlog (version 1). Idempotent for identical content; other content
-        for an existing id is refused — documents change only through mutations."""
+        """Create a story backlog (version 1). Content identical to the version stored now is a
+        no-op (``created`` False, at that version); any other content — at any version, the
+        first one included — is refused with ``DocumentConflictError`` naming the current
+        version: documents change only through mutations."""
         check_identifier(project_id, "project id")
         check_identifier(document_id, "document id")
         canonical = validate_backlog(content).model_dump(mode="json")
@@ -191,11 +201,15 @@ class WorkCommands:
                 existing = await self._repo.document(conn, document_id)
             if existing is None:
                 raise TransientError("document vanished while being created; try again")
-            if existing.project_id != project_id or (
-                existing.version == 1 and existing.content_hash != digest
-            ):
+            if existing.project_id != project_id:
                 raise DocumentConflictError(
-                    f"document {document_id!r} exists with other content or project"
+                    f"document {document_id!r} exists in another project",
+                    current_version=existing.version,
+                )
+            if existing.content_hash != digest:
+                raise DocumentConflictError(
+                    f"document {document_id!r} is at version {existing.version} with other content",
+                    current_version=existing.version,
                 )
             return DocumentRef(document_id, existing.version, created=False)
 

@@ -22,7 +22,7 @@ from producers.work.domain.read import WorkReader
 from producers.work.plugin import WORK_BUDGET, WORK_CANCEL, WORK_READ
 from producers.work.schemas import BudgetOut, EntryOut, HistoryOut, ThreadBrief, ThreadOut
 from spectral.api.auth import check_csrf, console_requires
-from spectral.api.problems import ProblemError
+from spectral.api.problems import ProblemError, ProblemType, not_found
 from spectral.api.resources import Resources
 from spectral.auth.tokens import Principal
 from spectral.console.site import PREFIX, Console
@@ -63,7 +63,7 @@ def router(console: Console, resources: Resources) -> APIRouter:
         work = WorkReader(resources.operator)
         view = await work.thread(thread_id)
         if view is None:
-            raise ProblemError(404, f"no thread {thread_id}", slug="not-found")
+            raise not_found(f"no thread {thread_id}")
         entries = await work.thread_ledger(thread_id) or []
         history = HistoryOut.of(thread_id, entries, reconstruct(entries))
         by_item: dict[str, list[EntryOut]] = {}
@@ -108,7 +108,7 @@ def _governance(pages: APIRouter, console: Console, resources: Resources) -> Non
                 requested_by=principal.actor,
             )
         except UnknownThreadError as exc:
-            raise ProblemError(404, str(exc), slug="not-found") from None
+            raise not_found(str(exc)) from None
         return RedirectResponse(f"{PREFIX}/threads/{thread_id}", status_code=303)
 
     @pages.get("/budgets")
@@ -148,6 +148,6 @@ def _governance(pages: APIRouter, console: Console, resources: Resources) -> Non
             )
         except (ValueError, InvalidOperation) as exc:
             raise ProblemError(
-                422, f"the budget was not set: {exc}", slug="invalid-request"
+                422, f"the budget was not set: {exc}", slug=ProblemType.INVALID_REQUEST
             ) from None
         return RedirectResponse(f"{PREFIX}/budgets", status_code=303)

@@ -12,7 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
 from producers.work.budgets import BudgetChange
 from producers.work.cancel import MAX_REASON_CHARS, CancelResult
-from producers.work.commands import CommandResult
+from producers.work.commands import CommandResult, GenerateAll, GenerateEpic
 from producers.work.domain.budgets import BudgetView, Period
 from producers.work.domain.history import History, describe
 from producers.work.domain.identity import IDENTIFIER_PATTERN
@@ -37,7 +37,7 @@ class GenerateEpicRequest(_Model):
     """Generate the stories of one epic of a story backlog."""
 
     project_id: Identifier
-    story_backlog_id: Identifier
+    document_id: Identifier = Field(alias="story_backlog_id")
     epic_id: Identifier
     force: bool = Field(default=False, description="Run again even if a complete thread exists.")
     org_id: Identifier | None = Field(
@@ -51,14 +51,20 @@ class GenerateEpicRequest(_Model):
         "waiting long enough overtakes newer items of a higher priority (ageing).",
     )
 
+    def command(self, requested_by: str) -> GenerateEpic:
+        """The command this request asks for, on behalf of ``requested_by``."""
+        return GenerateEpic(**self.model_dump(), requested_by=requested_by)
+
 
 class GenerateAllRequest(_Model):
     """Generate the stories of every epic (or the listed ones): a parent thread with one child
     thread per epic."""
 
     project_id: Identifier
-    story_backlog_id: Identifier
-    epic_ids: list[Identifier] | None = Field(default=None, description="Default: every epic.")
+    document_id: Identifier = Field(alias="story_backlog_id")
+    epic_ids: tuple[Identifier, ...] | None = Field(
+        default=None, description="Default: every epic."
+    )
     continue_on_error: bool = Field(
         default=True,
         description="False: a failed child cancels the siblings that have not started.",
@@ -66,6 +72,10 @@ class GenerateAllRequest(_Model):
     force: bool = False
     org_id: Identifier | None = None
     priority: Priority = Priority.NORMAL
+
+    def command(self, requested_by: str) -> GenerateAll:
+        """The command this request asks for, on behalf of ``requested_by``."""
+        return GenerateAll(**self.model_dump(), requested_by=requested_by)
 
 
 class CancelRequest(_Model):

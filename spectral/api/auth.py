@@ -21,7 +21,7 @@ from typing import Annotated, Final
 from fastapi import Request, Security
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
-from spectral.api.problems import ProblemError
+from spectral.api.problems import ProblemError, ProblemType
 from spectral.api.resources import Resources
 from spectral.auth.tokens import Principal
 from spectral.declaration import Scope
@@ -43,7 +43,7 @@ def unauthenticated(detail: str, *, token_given: bool) -> ProblemError:
     return ProblemError(
         401,
         detail,
-        slug="unauthenticated",
+        slug=ProblemType.UNAUTHENTICATED,
         headers={"WWW-Authenticate": challenge},
     )
 
@@ -52,7 +52,7 @@ def missing_scope(principal: Principal, scope: Scope) -> ProblemError:
     return ProblemError(
         403,
         f"token {principal.name!r} lacks the scope {scope.name!r} this operation needs",
-        slug="missing-scope",
+        slug=ProblemType.MISSING_SCOPE,
         required_scope=scope.name,
         granted_scopes=sorted(principal.scopes),
     )
@@ -113,4 +113,4 @@ def console_requires(resources: Resources, scope: Scope | None = None) -> Consol
 def check_csrf(request: Request, given: str | None) -> None:
     token = session_token(request)
     if not token or not given or not hmac.compare_digest(csrf_token(token), given):
-        raise ProblemError(403, "the form's CSRF field is missing or wrong", slug="csrf")
+        raise ProblemError(403, "the form's CSRF field is missing or wrong", slug=ProblemType.CSRF)

@@ -21,7 +21,7 @@ from uuid import UUID
 
 import orjson
 
-from spectral.api.problems import ProblemError
+from spectral.api.problems import ProblemError, ProblemType
 
 _MAX_CHARS: Final = 512
 _BIGINT: Final = 2**63
@@ -43,7 +43,7 @@ def _invalid() -> ProblemError:
         400,
         "the cursor is not one this listing returned (pass next_cursor unchanged, with the "
         "same sort)",
-        slug="invalid-cursor",
+        slug=ProblemType.INVALID_CURSOR,
     )
 
 

@@ -26,7 +26,7 @@ from urllib.parse import unquote_to_bytes
 import orjson
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from spectral.api.problems import problem_response
+from spectral.api.problems import ProblemType, problem_response
 
 DEFAULT_MAX_BODY_BYTES: Final = 1024 * 1024
 DEFAULT_BODY_TIMEOUT: Final = 30.0
@@ -72,7 +72,7 @@ class RequestGuard:
                     raise _Refused(
                         408,
                         f"the request body did not arrive within {self.body_timeout:g} seconds",
-                        "body-timeout",
+                        ProblemType.BODY_TIMEOUT,
                     ) from None
                 _check_body(_content_type(scope), body)
                 body_receive = _replay(body, receive)
@@ -90,7 +90,9 @@ class RequestGuard:
             try:
                 length = int(declared)
             except ValueError:
-                raise _Refused(400, "Content-Length is not a number", "bad-request") from None
+                raise _Refused(
+                    400, "Content-Length is not a number", ProblemType.BAD_REQUEST
+                ) from None
             if length > self.max_body_bytes:
                 raise self._too_large()
         chunks: list[bytes] = []
@@ -112,7 +114,7 @@ class RequestGuard:
         return _Refused(
             413,
             f"the request body is larger than {self.max_body_bytes} bytes",
-            "body-too-large",
+            ProblemType.BODY_TOO_LARGE,
             max_body_bytes=self.max_body_bytes,
         )
 
@@ -145,11 +147,11 @@ def _check_text(raw: bytes, where: str) -> None:
     """Percent-decoded ``raw`` must be UTF-8 without NUL."""
     decoded = unquote_to_bytes(raw.replace(b"+", b" "))
     if b"\x00" in decoded:
-        raise _Refused(400, f"the {where} contains a NUL character", "nul-character")
+        raise _Refused(400, f"the {where} contains a NUL character", ProblemType.NUL_CHARACTER)
     try:
         decoded.decode("utf-8")
     except UnicodeDecodeError:
-        raise _Refused(400, f"the {where} is not valid UTF-8", "not-utf8") from None
+        raise _Refused(400, f"the {where} is not valid UTF-8", ProblemType.NOT_UTF8) from None
 
 
 def _check_body(content_type: str, body: bytes) -> None:
@@ -163,14 +165,14 @@ def _check_body(content_type: str, body: bytes) -> None:
                 400,
                 "the body is not valid JSON in UTF-8 (lone surrogates and nesting deeper than "
                 "1,024 levels are refused too)",
-                "invalid-json",
+                ProblemType.INVALID_JSON,
             ) from None
         where = _nul_in(value, ["body"])
         if where is not None:
             raise _Refused(
                 422,
                 "text must not contain NUL (U+0000)",
-                "invalid-request",
+                ProblemType.INVALID_REQUEST,
                 title="Invalid request",
                 invalid_params=[
                     {"location": where, "message": "contains NUL (U+0000)", "type": "nul"}
@@ -182,7 +184,7 @@ def _check_body(content_type: str, body: bytes) -> None:
         raise _Refused(
             415,
             "forms are sent as application/x-www-form-urlencoded (nothing here takes uploads)",
-            "unsupported-media-type",
+            ProblemType.UNSUPPORTED_MEDIA_TYPE,
         )
 
 

@@ -3,14 +3,16 @@
     {"type": "/problems/stale-version", "title": "Stale version", "status": 412,
      "detail": "...", "instance": "/clusters/…", ...extensions}
 
-``type`` is a relative URI naming the kind of problem (the README lists them); ``detail`` says
-what to do. A problem never repeats the request's input back (a 422 lists *where* the input is
-wrong and why, not the value), and a server error never shows internals (they go to the log).
+``type`` is a relative URI naming the kind of problem (docs/reference/http-api.md lists them);
+``detail`` says what to do. A problem never repeats the request's input back (a 422 lists *where*
+the input is wrong and why, not the value), and a server error never shows internals (they go to the
+log).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from enum import StrEnum
 from http import HTTPStatus
 from typing import Any, Final
 
@@ -21,7 +23,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from spectral.errors import PermanentError, TransientError
+from spectral.errors import PermanentError, SpectralError, TransientError
 from spectral.observability.logging import get_logger
 
 log = get_logger(__name__)
@@ -53,7 +55,35 @@ class Problem(BaseModel):
     )
 
 
-class ProblemError(Exception):
+class ProblemType(StrEnum):
+    """The kinds of problem the framework answers with: the last part of a document's ``type``
+    (``/problems/not-found``). A feature names a kind of its own with a constant beside its
+    routes (``TRANSITION_REFUSED``, ...)."""
+
+    NOT_FOUND = "not-found"
+    INVALID_REQUEST = "invalid-request"
+    STALE_VERSION = "stale-version"
+    IF_MATCH_REQUIRED = "if-match-required"
+    UNAUTHENTICATED = "unauthenticated"
+    MISSING_SCOPE = "missing-scope"
+    CSRF = "csrf"
+    CROSS_ORIGIN = "cross-origin"
+    INVALID_CURSOR = "invalid-cursor"
+    BAD_REQUEST = "bad-request"
+    BODY_TIMEOUT = "body-timeout"
+    BODY_TOO_LARGE = "body-too-large"
+    INVALID_JSON = "invalid-json"
+    NUL_CHARACTER = "nul-character"
+    NOT_UTF8 = "not-utf8"
+    UNSUPPORTED_MEDIA_TYPE = "unsupported-media-type"
+    DRY_RUN_BUSY = "dry-run-busy"
+    DRY_RUN_NOT_CONFIGURED = "dry-run-not-configured"
+    UNAVAILABLE = "unavailable"
+    REFUSED = "refused"
+    INTERNAL = "internal"
+
+
+class ProblemError(SpectralError):
     """Raise to answer with a problem document."""
 
     def __init__(
@@ -73,6 +103,11 @@ class ProblemError(Exception):
         self.title = title or HTTPStatus(status).phrase
         self.headers = dict(headers or {})
         self.extensions = extensions
+
+
+def not_found(detail: str) -> ProblemError:
+    """404: what the request names does not exist (``detail`` says what)."""
+    return ProblemError(404, detail, slug=ProblemType.NOT_FOUND)
 
 
 def problem_response(
@@ -143,7 +178,7 @@ def install(app: FastAPI) -> None:
             request,
             422,
             "the request is not valid; see invalid_params",
-            slug="invalid-request",
+            slug=ProblemType.INVALID_REQUEST,
             title="Invalid request",
             invalid_params=invalid_params(exc.errors()),
         )
@@ -160,7 +195,7 @@ def install(app: FastAPI) -> None:
             request,
             503,
             "a backing service (database or broker) is unavailable; retry later",
-            slug="unavailable",
+            slug=ProblemType.UNAVAILABLE,
             headers={"Retry-After": "2"},
         )
 
@@ -171,7 +206,7 @@ def install(app: FastAPI) -> None:
             # request. The driver's text stays in the log.
             return await crashed(request, exc)
         log.info("request refused", path=request.url.path, error=str(exc))
-        return problem_response(request, 400, _first_line(str(exc)), slug="refused")
+        return problem_response(request, 400, _first_line(str(exc)), slug=ProblemType.REFUSED)
 
     @app.exception_handler(Exception)
     async def crashed(request: Request, exc: Exception) -> JSONResponse:
@@ -182,7 +217,10 @@ def install(app: FastAPI) -> None:
             exc_info=exc,
         )
         return problem_response(
-            request, 500, "the server failed to answer; the error is logged", slug="internal"
+            request,
+            500,
+            "the server failed to answer; the error is logged",
+            slug=ProblemType.INTERNAL,
         )
 
 

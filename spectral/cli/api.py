@@ -16,7 +16,6 @@ from typing import Annotated
 import typer
 import uvicorn
 from fastapi import APIRouter, FastAPI
-from prometheus_client import CollectorRegistry
 
 from spectral.api.app import build_app
 from spectral.api.guard import DEFAULT_MAX_BODY_BYTES
@@ -33,7 +32,7 @@ from spectral.cli._common import (
     serve_health,
     settings,
 )
-from spectral.cli.deployments import deployments, factory, what_each_reads
+from spectral.cli.deployments import deployments, handler_factory, what_each_reads
 from spectral.console.site import Console
 from spectral.db.connect import ping
 from spectral.declaration import NavEntry
@@ -120,11 +119,11 @@ async def deployment_topics(current: Settings, database_url: str) -> dict[str, t
 
 
 def _replay_dry_run(name: str, current: Settings, endpoints: Endpoints) -> ReplayDryRun:
-    build = factory(name)
+    make_handler = handler_factory(name, current)
 
     async def dry_run(start: Start, stop: Stop | None) -> ReplayReport:
         return await run_replay(
-            lambda url: build(current, url, CollectorRegistry()),
+            make_handler,
             current,
             kafka_bootstrap=endpoints.kafka_bootstrap,
             database_url=endpoints.database_url,
@@ -147,7 +146,7 @@ async def check_logins(resources: Resources) -> None:
         log.warning(
             "the API's database login can do more than the API needs",
             reason=why,
-            fix=f"run it as a login granted {API_ROLE} (README, 'Operator and agent surfaces')",
+            fix=f"run it as a login granted {API_ROLE} (docs/howto/secure/api-roles-and-proxy.md)",
         )
 
 

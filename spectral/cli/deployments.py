@@ -9,13 +9,15 @@ factory does no I/O (spectral/engine/deployments.py). Who reads which event is k
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cache
+from typing import Any
 
 from prometheus_client import CollectorRegistry
 
 from spectral.engine.deployments import Deployments, Factory
+from spectral.engine.handler import Handler
 from spectral.kafka.topics import topic_for
 from spectral.plugins import installed_deployment_targets
 from spectral.settings import Settings
@@ -29,6 +31,13 @@ def deployments() -> Deployments:
 def factory(name: str) -> Factory:
     """The factory of deployment ``name`` (ConfigurationError naming the known ones)."""
     return deployments().factory(name)
+
+
+def handler_factory(name: str, current: Settings) -> Callable[[str], Handler[Any]]:
+    """``database_url -> Handler`` of deployment ``name``, each handler with a metrics registry
+    of its own (what replays, rebuilds and dry runs build their handlers with)."""
+    build = factory(name)
+    return lambda database_url: build(current, database_url, CollectorRegistry())
 
 
 @dataclass(frozen=True)

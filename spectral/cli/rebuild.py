@@ -4,16 +4,14 @@ columns: consumers/rule_candidates/rebuild.py)."""
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
-from prometheus_client import CollectorRegistry
 
-from spectral.cli._common import DEPLOYMENT_HELP, fail, run, settings
-from spectral.cli.deployments import factory
-from spectral.cli.replay import EXIT_INCOMPLETE, print_report, progress_bar
+from spectral.cli._common import DEPLOYMENT_HELP, settings
+from spectral.cli.deployments import handler_factory
+from spectral.cli.replay import run_and_report
 from spectral.devstack import resolve_endpoints
-from spectral.engine.handler import Handler
 from spectral.replay.offsets import GroupBusyError
 from spectral.replay.rebuild import rebuild as run_rebuild
 
@@ -41,26 +39,19 @@ def rebuild(
     group has members, and for a deployment whose handler gives no rebuild."""
     current = settings()
     endpoints = resolve_endpoints(current)
-    build = factory(name)
-
-    def make_handler(database_url: str) -> Handler[Any]:
-        return build(current, database_url, CollectorRegistry())
-
-    with progress_bar(f"rebuild {name}") as progress:
-        try:
-            report = run(
-                run_rebuild(
-                    make_handler,
-                    current,
-                    kafka_bootstrap=endpoints.kafka_bootstrap,
-                    database_url=endpoints.database_url,
-                    group=group,
-                    dry_run=dry_run,
-                    progress=progress,
-                )
-            )
-        except GroupBusyError as exc:
-            fail(str(exc), 1)
-    print_report(report, as_json=as_json)
-    if not report.complete:
-        raise typer.Exit(EXIT_INCOMPLETE)
+    make_handler = handler_factory(name, current)
+    run_and_report(
+        f"rebuild {name}",
+        lambda progress: run_rebuild(
+            make_handler,
+            current,
+            kafka_bootstrap=endpoints.kafka_bootstrap,
+            database_url=endpoints.database_url,
+            group=group,
+            dry_run=dry_run,
+            progress=progress,
+        ),
+        refused=GroupBusyError,
+        code=1,
+        as_json=as_json,
+    )

@@ -8,12 +8,11 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Coroutine, Iterator
 from contextlib import contextmanager
 from typing import Annotated, Any
 
 import typer
-from prometheus_client import CollectorRegistry
 from rich.console import Console
 from rich.progress import (
     BarColumn,
@@ -35,9 +34,9 @@ from spectral.cli._common import (
     settings,
     timestamp_option,
 )
-from spectral.cli.deployments import factory
+from spectral.cli.deployments import handler_factory
 from spectral.devstack import resolve_endpoints
-from spectral.engine.handler import Handler, Outcome
+from spectral.engine.handler import Outcome
 from spectral.replay.range import check_order, start_of, stop_of
 from spectral.replay.replay import Mode, ReplayReport, ReplayRequest
 from spectral.replay.replay import Progress as ProgressCallback
@@ -105,11 +104,7 @@ def replay(
     deployment = deployment_name(name, consumer, "replay")
     current = settings()
     endpoints = resolve_endpoints(current)
-    build = factory(deployment)
-
-    def make_handler(database_url: str) -> Handler[Any]:
-        return build(current, database_url, CollectorRegistry())
-
+    make_handler = handler_factory(deployment, current)
     request = ReplayRequest(
         start=start,
         stop=stop,
@@ -117,20 +112,37 @@ def replay(
         max_batch=max_batch,
         beyond_horizon=beyond_horizon,
     )
-    with progress_bar(f"replay {deployment}") as progress:
+    run_and_report(
+        f"replay {deployment}",
+        lambda progress: run_replay(
+            make_handler,
+            current,
+            kafka_bootstrap=endpoints.kafka_bootstrap,
+            database_url=endpoints.database_url,
+            request=request,
+            progress=progress,
+        ),
+        refused=ValueError,  # a range naming partitions the topics do not have
+        code=2,
+        as_json=as_json,
+    )
+
+
+def run_and_report(
+    title: str,
+    job: Callable[[ProgressCallback | None], Coroutine[Any, Any, ReplayReport]],
+    *,
+    refused: type[Exception],
+    code: int,
+    as_json: bool,
+) -> None:
+    """Run a replay (or a rebuild) behind a progress bar and print its report; ``refused`` is
+    the error it may expect (one line, exit ``code``); an incomplete run exits 1."""
+    with progress_bar(title) as progress:
         try:
-            report = run(
-                run_replay(
-                    make_handler,
-                    current,
-                    kafka_bootstrap=endpoints.kafka_bootstrap,
-                    database_url=endpoints.database_url,
-                    request=request,
-                    progress=progress,
-                )
-            )
-        except ValueError as exc:  # a range naming partitions the topics do not have
-            fail(str(exc), 2)
+            report = run(job(progress))
+        except refused as exc:
+            fail(str(exc), code)
     print_report(report, as_json=as_json)
     if not report.complete:
         raise typer.Exit(EXIT_INCOMPLETE)

@@ -22,7 +22,7 @@ from fastapi.staticfiles import StaticFiles
 from jinja2 import ChoiceLoader, Environment, PackageLoader, select_autoescape
 
 from spectral.api.auth import SESSION_COOKIE, check_csrf, csrf_token, session_token
-from spectral.api.problems import ProblemError, invalid_params
+from spectral.api.problems import ProblemError, ProblemType, invalid_params
 from spectral.api.resources import Resources
 from spectral.auth.tokens import Principal
 from spectral.declaration import NavEntry
@@ -208,7 +208,9 @@ def same_origin(request: Request) -> None:
         return
     ours = {request.headers.get("host"), request.headers.get("x-forwarded-host")}  # behind a proxy
     if origin == "null" or urlsplit(origin).netloc not in ours:
-        raise ProblemError(403, "the form was posted from another site", slug="cross-origin")
+        raise ProblemError(
+            403, "the form was posted from another site", slug=ProblemType.CROSS_ORIGIN
+        )
 
 
 def _local(target: str) -> str:

@@ -74,7 +74,7 @@ def translate(exc: BaseException, what: str) -> SpectralError:
 
 def _translate_login(exc: BaseException, what: str, role: str | None) -> SpectralError:
     """``translate``, and a login that may not act as ``role`` is a configuration error too:
-    the deployment's login lacks the grant the README asks for."""
+    the deployment's login lacks the grant docs/howto/deploy/production.md asks for."""
     if role and isinstance(exc, asyncpg.InsufficientPrivilegeError):
         return ConfigurationError(
             f"{what}: the database login may not act as the role {role} ({exc}); grant it: "

@@ -35,6 +35,7 @@ import asyncpg
 
 from spectral import resources
 from spectral.db.connect import connect, translate
+from spectral.db.locks import MIGRATION_KEY
 from spectral.db.queries import load_queries
 from spectral.errors import ConfigurationError, PermanentError, SpectralError
 from spectral.plugins import SPECTRAL, MigrationTrack, installed_migration_tracks
@@ -44,7 +45,6 @@ SPECTRAL_SCHEMAS: Final = ("clusters", "core", "platform", "work")
 """The schemas spectral's migrations create: no plugin migration may change what is in them
 (a test keeps this list equal to what spectral's track creates)."""
 _FILE = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
-_LOCK_KEY = 0x5350454354524C  # "SPECTRL": one advisory lock key for every migrator
 _SQL: Final = load_queries(Path(__file__).with_name("migrate.sql"))
 
 
@@ -146,7 +146,7 @@ async def _spectral_track(
     already: list[str] = []
     for migration in migrations:
         async with conn.transaction():
-            await conn.execute(_SQL["lock"], _LOCK_KEY)
+            await conn.execute(_SQL["lock"], MIGRATION_KEY)
             await conn.execute(_SQL["bootstrap"])
             recorded = await conn.fetchval(_SQL["spectral_checksum"], migration.version)
             if recorded is not None:
@@ -168,7 +168,7 @@ async def _plugin_track(
     already: list[str] = []
     for migration in migrations:
         async with conn.transaction():
-            await conn.execute(_SQL["lock"], _LOCK_KEY)
+            await conn.execute(_SQL["lock"], MIGRATION_KEY)
             if not await conn.fetchval(_SQL["plugin_record_exists"]):
                 raise ConfigurationError(
                     f"plugin {plugin}: spectral's migrations are not all applied (no "

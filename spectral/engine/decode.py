@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from contracts import DecodeError, EventRegistry
+from contracts import DecodeError, EventRegistry, RefusalReason
 from spectral.engine.handler import Delivery
 from spectral.kafka.dlq import DeadLetter
 
@@ -48,13 +48,16 @@ class RecordDecoder:
                 )
                 event_type = envelope.event_type
         except DecodeError as exc:
-            return self._dead(record, exc.reason.value, exc.detail)
+            return self._dead(record, exc.reason, exc.detail)
         except Exception as exc:  # noqa: BLE001 - no record's bytes may stop the partition
-            return self._dead(record, "decode_error", f"{type(exc).__name__}: {exc}"[:1000])
+            detail = f"{type(exc).__name__}: {exc}"[:1000]
+            return self._dead(record, RefusalReason.DECODE_ERROR, detail)
         expected = self._topics.get(record.topic)
         if event_type != expected:
             return self._dead(
-                record, "unexpected_event_type", f"{event_type!r} on the topic of {expected!r}"
+                record,
+                RefusalReason.UNEXPECTED_EVENT_TYPE,
+                f"{event_type!r} on the topic of {expected!r}",
             )
         return Delivery(
             payload,
@@ -81,5 +84,5 @@ class RecordDecoder:
                 dead.append(decoded)  # type: ignore[arg-type]
         return deliveries, dead
 
-    def _dead(self, record: Any, reason: str, detail: str) -> DeadLetter:
+    def _dead(self, record: Any, reason: RefusalReason, detail: str) -> DeadLetter:
         return DeadLetter.of(record, consumer=self._consumer, reason=reason, detail=detail)

@@ -1,42 +1,11 @@
 """The idempotent consumer engine.
 
-Runs one handler (a consumer deployment) and guarantees:
-
-* exactly-once effects: the dedup row in ``core.event_handled`` is written in the same
-  transaction as the handler's effect, and offsets are committed only after that commit;
-* nothing lost: every fetched record ends applied, deduplicated, stale, or dead-lettered with
-  its reason (``T.dlq``, or the table ``core.dead_letters`` when the broker refuses even a
-  reference) before its offset is committed; no record's key, headers, size or bytes stop its
-  partition;
-* infrastructure faults pause and retry (capped exponential backoff) — they never dead-letter.
-
-The engine composes four seams, each chosen once:
-
-* the record source (source.py): a live group member, or a fixed range (replays);
-* the decode step (decode.py): a record → a delivery or a dead letter;
-* the batch transaction (transaction.py): dedup + the handler's effect, with its one-by-one
-  fallback, on connections lent by the pool (each batch commits) or by a held transaction (each
-  batch a savepoint: dry runs, rebuilds);
-* the dead-letter sink (dead_letters.py): Kafka with its fallbacks, or a report.
-
-Pipelining: while batch N's transaction runs (a task holding ``batch_lock``), the loop fetches
-and decodes the next batches, up to :data:`PIPELINE_DEPTH` batches ahead, yielding to the event
-loop every few dozen records so N's statements keep moving. A batch has two steps: its
-transaction, then its acknowledgement (dead letters, offset commit, ``after_commit``). Batch
-N+1's transaction starts as soon as N's database commit returned, while N is acknowledged behind
-it, so a slow offset commit (a Kafka round trip) delays no transaction. Both steps stay in
-order: a transaction starts only after the one before it committed, an acknowledgement only
-after the one before it succeeded — offsets move forward only past records committed in the
-database whose dead letters are durable, and after a failure nothing later is acknowledged (a
-later batch may have committed in the database: its records are redelivered and deduplicated,
-as after a crash between a commit and its offsets). Before a transaction starts, its records of
-partitions revoked in the meantime are dropped (their new owner reads them from the committed
-offset); a revocation waits for the running transaction and for every committed batch's
-acknowledgement before it lets the partitions go.
-
-The handler's lifecycle (handler.py): ``start`` and ``periodic`` only for a live member;
-``after_commit`` only when batches commit; ``drain`` at the end of an applying range;
-``close`` at the end of every run. Log lines carry ``consumer`` (bound once per run).
+Runs one handler (a consumer deployment) with exactly-once effects (the dedup row is written in
+the handler's transaction; offsets are committed only after it), nothing lost (every record ends
+applied, deduplicated, stale or dead-lettered before its offset moves) and infrastructure faults
+paused and retried, never dead-lettered. It composes four seams chosen once (source, decode,
+batch transaction, dead-letter sink) around a pipelined loop. The guarantees, the seams and the
+pipelining are explained in docs/explanation/consumer-engine.md.
 """
 
 from __future__ import annotations
@@ -65,7 +34,7 @@ from spectral.engine.metrics import ConsumerMetrics
 from spectral.engine.retrying import Retrying
 from spectral.engine.source import GroupSource, RecordSource
 from spectral.engine.transaction import (
-    Applied,
+    BatchOutcome,
     BatchTransaction,
     Connections,
     PoolConnections,
@@ -137,7 +106,7 @@ class _Staged:
     dead: list[DeadLetter]
     counts: dict[Outcome, int]
     facts: dict[str, int] = field(default_factory=dict)
-    applied: Applied | None = None
+    applied: BatchOutcome | None = None
     seconds: float = 0.0
     """Time spent decoding and in the transaction (not waiting for the batches before it)."""
 

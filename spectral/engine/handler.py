@@ -1,50 +1,12 @@
 """The contract between the consumer engine and the projections it runs.
 
-The engine owns Kafka, decoding, dedup, transactions, dead letters and offsets. A handler owns
-only its effect: given the deliveries that are new for it, inside the engine's transaction, it
-applies them with set-based SQL and says per event whether it was applied or stale, and which
-deliveries it refuses for a data reason. It never publishes to Kafka directly; events it wants to
-emit go to the outbox in the same transaction.
-
-A handler is a subclass of :class:`Handler`: one abstract step, :meth:`Handler.apply`, and
-every other lifecycle step a documented method with a no-op default (the anchor is
-eventsourcing's ``Follower.policy``). Which steps run depends on how the engine runs it:
-
-=================  ============================  =======================  ======================
-step               ``spectral consume`` (live)   replay (applying)        dry run / rebuild
-=================  ============================  =======================  ======================
-``start``          once, before the first fetch  never                    never
-``periodic``       every ``periodic_interval``   never                    never
-``apply``          every batch                   every batch              every batch
-``after_commit``   after each batch's commit     after each commit        never (nothing commits
-                                                                          per batch)
-``drain``          never (``close`` bounds it)   once, at the end         never
-``close``          once, at the end              once, at the end         once, at the end
-=================  ============================  =======================  ======================
-
-``rebuild`` is not a step of a run: it says how ``spectral rebuild NAME`` resets the projection
-(:class:`Rebuild`); a handler without one cannot be rebuilt.
-
-So background work (the executor's sweeper) starts only in ``start``: a replay does only what
-its records ask for.
-
-Flow of one batch (see engine.py and transaction.py):
-  1. decode every record; undecodable ones are dead-lettered with the decode reason;
-  2. BEGIN; insert (consumer, idempotency_key) into core.event_handled for the batch with
-     ON CONFLICT DO NOTHING RETURNING — the returned keys are new, the rest are duplicates
-     (the insert also serialises two members racing on the same key);
-  3. ``handler.apply(conn, fresh_deliveries)`` → HandlerResult;
-  4. keys the handler marks stale get outcome 'stale'; rejected deliveries lose their
-     event_handled row (they were not applied) and are dead-lettered;
-  5. COMMIT; then, behind the batch before it (while the next batch's transaction may already
-     run), dead letters are produced and acknowledged and offsets are committed;
-  6. ``handler.after_commit(result)`` runs post-commit work (after the offsets, too: work it
-     starts must tolerate the process dying right after, the transaction recorded what it
-     needs).
-If ``apply`` raises a non-transient error, the engine retries the batch one delivery at a time so
-one bad record cannot fail its batch-mates; the one that still fails is dead-lettered with reason
-``handler_error``. The results of the deliveries that succeed are merged
-(:meth:`HandlerResult.merge`), their ``carry`` included.
+The engine owns Kafka, decoding, dedup, transactions, dead letters and offsets; a handler owns
+only its effect: ``apply`` writes the new deliveries with set-based SQL inside the engine's
+transaction and says which were stale and which it refuses. Every other lifecycle step
+(``start``, ``periodic``, ``after_commit``, ``drain``, ``close``, ``rebuild``) is a documented
+method with a no-op default. Which steps run in a live consumer, a replay, a dry run or a
+rebuild, and the flow of one batch: docs/explanation/consumer-engine.md ("The handler
+contract").
 """
 
 from __future__ import annotations

@@ -18,16 +18,13 @@ from prometheus_client.core import HistogramMetricFamily
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
-from contracts import DecodeReason
+from contracts.dead_letters import DEAD_LETTER_REASONS
 from spectral.engine.handler import Outcome
 from spectral.kafka.freshness import LATENCY_BUCKETS
 
-# The decode reasons of the contracts plus the engine's own: a fixed label set.
-ENGINE_REASONS = ("unexpected_event_type", "decode_error", "handler_rejected", "handler_error")
 FALLBACKS = ("reference", "table")
 """Where a dead letter went when the broker refused it whole: a reference on the dead-letter
 topic, or (refused too) the database table core.dead_letters."""
-DEAD_LETTER_REASONS = frozenset({reason.value for reason in DecodeReason} | set(ENGINE_REASONS))
 _BATCH_BUCKETS = (1, 10, 50, 100, 250, 500, 1000, 2500, 5000, 10000)
 _DURATION_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
 

@@ -2,8 +2,8 @@
 
 -- name: claim_keys
 -- Record every key of the batch as handled; the keys returned are the new ones.
--- core.event_handled is a ring of two slots (migration bounded_state; README, "Bounded
--- state"): the current generation's slot and the previous one's. A key is new when neither slot
+-- core.event_handled is a ring of two slots (migration bounded_state;
+-- docs/explanation/bounded-state.md): the current generation's slot and the previous one's. A key is new when neither slot
 -- holds it: the previous slot is probed first (one index probe per key, LATERAL ... LIMIT 1 keeps
 -- it a probe whatever the plan), then the insert into the current slot settles races (a
 -- concurrent transaction inserting the same key waits on this row and then finds it). This

@@ -26,6 +26,7 @@ from typing import Any, Final, Protocol, cast
 
 import asyncpg
 
+from contracts import RefusalReason
 from spectral.db.connect import is_transient
 from spectral.db.queries import load_queries
 from spectral.engine.handler import Delivery, Handler, HandlerResult
@@ -63,7 +64,7 @@ class PoolConnections:
 
 
 @dataclass(frozen=True, slots=True)
-class Applied:
+class BatchOutcome:
     """What became of a batch's deliveries."""
 
     result: HandlerResult[Any]
@@ -80,7 +81,7 @@ class BatchTransaction:
         self._connections = connections
         self._retrying = retrying
 
-    async def apply(self, deliveries: Sequence[Delivery]) -> Applied:
+    async def apply(self, deliveries: Sequence[Delivery]) -> BatchOutcome:
         """Apply the batch in one transaction; fall back to one-by-one on a data error."""
         # First occurrence of each key wins inside a batch; later ones are duplicates.
         unique: dict[str, Delivery] = {}
@@ -99,12 +100,12 @@ class BatchTransaction:
             DeadLetter.of(
                 r.delivery,
                 consumer=self._handler.name,
-                reason="handler_rejected",
+                reason=RefusalReason.HANDLER_REJECTED,
                 detail=f"{r.reason}: {r.detail}",
             )
             for r in result.rejected
         )
-        return Applied(result, fresh, duplicates, tuple(failed))
+        return BatchOutcome(result, fresh, duplicates, tuple(failed))
 
     async def _run(self, unique: dict[str, Delivery]) -> tuple[HandlerResult[Any], int]:
         """One transaction: claim the keys (``unique``: each delivery by its idempotency key),
@@ -174,7 +175,7 @@ class BatchTransaction:
                     DeadLetter.of(
                         delivery,
                         consumer=self._handler.name,
-                        reason="handler_error",
+                        reason=RefusalReason.HANDLER_ERROR,
                         detail=str(exc),
                     )
                 )

@@ -19,9 +19,9 @@ def client_kwargs(settings: Settings, bootstrap: str) -> dict[str, Any]:
     and asks the cluster again, which moved the broker's leaderships and group coordination
     elsewhere once its session expired (seconds). Measured on a 3-broker cluster with a
     broker frozen for 50 s: with 40 s the relay stalled 40 s and the consumer whose group the
-    broker coordinated stalled for the whole 50 s; with 15 s the relay stalls 15-30 s (README,
-    "Replication and delivery"). It stays above the consumer group's rebalance timeout
-    (aiokafka: the 10 s session timeout), the longest a broker may rightly hold a JoinGroup
+    broker coordinated stalled for the whole 50 s; with 15 s the relay stalls 15-30 s
+    (docs/explanation/replication-and-delivery.md). It stays above the consumer group's rebalance
+    timeout (aiokafka: the 10 s session timeout), the longest a broker may rightly hold a JoinGroup
     request."""
     kwargs: dict[str, Any] = {
         "bootstrap_servers": bootstrap,

@@ -1,11 +1,11 @@
 """How long the broker can keep a record readable: the topic settings that bound it.
 
-``spectral maintenance`` forgets a dedup key only once no record that carries it can still be
-read (README, "Bounded state"). Kafka deletes a record with its whole log segment, at the first
+``spectral maintenance`` forgets a dedup key only once no record that carries it can still be read
+(docs/explanation/bounded-state.md). Kafka deletes a record with its whole log segment, at the first
 retention check after the segment's largest timestamp is older than ``retention.ms``. A segment
 rolls ``segment.ms`` (+ ``segment.jitter.ms``) after its first record at the latest, and a record
-may carry a timestamp up to ``message.timestamp.after.max.ms`` in the future, so a record
-appended at time *a* can be read until, at most,
+may carry a timestamp up to ``message.timestamp.after.max.ms`` in the future, so a record appended
+at time *a* can be read until, at most,
 
     a + retention.ms + segment.ms + segment.jitter.ms + message.timestamp.after.max.ms
       + log.retention.check.interval.ms (broker)

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-DLQ_SUFFIX = ".dlq"
+from contracts.dead_letters import DLQ_SUFFIX
+
+__all__ = ["DLQ_SUFFIX", "dlq_topic", "group_for", "is_dlq", "topic_for"]
 
 
 def topic_for(event_type: str, prefix: str = "") -> str:

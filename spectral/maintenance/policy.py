@@ -11,7 +11,7 @@ rows, the broker's retention and ``now``:
   current generation started before the cutoff: the previous one, all of whose keys were handled
   before that start, is forgotten and its slot becomes the current one).
 
-The cutoff (README, "Bounded state", has the argument in full):
+The cutoff (docs/explanation/bounded-state.md has the argument in full):
 
     cutoff = min(now - horizon, start of every outbox generation still "hot")
 

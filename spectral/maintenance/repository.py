@@ -16,6 +16,7 @@ from typing import Final, TypeVar
 import asyncpg
 
 from spectral.db.connect import close_session, connect, guarded
+from spectral.db.locks import LockClass
 from spectral.db.queries import load_queries
 from spectral.errors import SpectralError
 from spectral.maintenance.policy import (
@@ -28,7 +29,7 @@ from spectral.maintenance.policy import (
 
 _SQL: Final = load_queries(Path(__file__).with_name("queries.sql"))
 MAINTAINER_ROLE: Final = "spectral_maintainer"
-LOCK_CLASS: Final = 0x53504D54  # "SPMT": classid of maintenance's advisory lock
+LOCK_CLASS: Final = LockClass.MAINTENANCE
 RUN_LOCK: Final = 1
 T = TypeVar("T")
 

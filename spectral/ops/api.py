@@ -27,7 +27,7 @@ from fastapi import APIRouter, Depends, Query
 from pydantic import BaseModel, ConfigDict, Field
 
 from spectral.api.auth import missing_scope, requires
-from spectral.api.problems import COMMON, ProblemError, responses
+from spectral.api.problems import COMMON, ProblemError, ProblemType, not_found, responses
 from spectral.api.resources import Resources
 from spectral.auth.scopes import OPS_READ, OPS_REDRIVE
 from spectral.auth.tokens import Principal
@@ -160,7 +160,9 @@ def _position(after: str | None) -> Position | None:
     try:
         return None if after is None else parse_position(after)
     except ValueError as exc:
-        raise ProblemError(422, str(exc), slug="invalid-request", title="Invalid request") from None
+        raise ProblemError(
+            422, str(exc), slug=ProblemType.INVALID_REQUEST, title="Invalid request"
+        ) from None
 
 
 def router(  # noqa: C901 - one nested function per route
@@ -176,16 +178,14 @@ def router(  # noqa: C901 - one nested function per route
         found = by_name.get(name)
         if found is None:
             known = ", ".join(sorted(by_name))
-            raise ProblemError(
-                404, f"no consumer deployment {name!r}; known: {known}", slug="not-found"
-            )
+            raise not_found(f"no consumer deployment {name!r}; known: {known}")
         return found
 
     def topics_of(name: str) -> Topics:
         try:
             return find_topics(deployments, name)
         except UnknownTopicError as exc:
-            raise ProblemError(404, str(exc), slug="not-found") from None
+            raise not_found(str(exc)) from None
 
     @api.get(
         "/consumers",
@@ -271,7 +271,7 @@ def router(  # noqa: C901 - one nested function per route
             raise ProblemError(
                 409,
                 f"a replay dry run of {d.name!r} is running; retry when it has finished",
-                slug="dry-run-busy",
+                slug=ProblemType.DRY_RUN_BUSY,
                 headers={"Retry-After": "10"},
             )
         async with running:
@@ -279,7 +279,7 @@ def router(  # noqa: C901 - one nested function per route
 
     async def _dry_run(d: Deployment, body: ReplayIn) -> dict[str, Any]:
         if d.replay_dry_run is None:
-            raise ProblemError(404, f"{d.name!r} offers no replay here", slug="not-found")
+            raise not_found(f"{d.name!r} offers no replay here")
         try:
             start = start_of(
                 from_beginning=body.from_beginning,
@@ -290,7 +290,7 @@ def router(  # noqa: C901 - one nested function per route
             check_order(start, stop)
         except ValueError as exc:
             raise ProblemError(
-                422, str(exc)[:300], slug="invalid-request", title="Invalid request"
+                422, str(exc)[:300], slug=ProblemType.INVALID_REQUEST, title="Invalid request"
             ) from None
         try:
             report = await d.replay_dry_run(start, stop)
@@ -301,12 +301,13 @@ def router(  # noqa: C901 - one nested function per route
             raise ProblemError(
                 501,
                 f"this API's database login may not run {d.name!r}'s handler: replay dry runs "
-                "need the deployment's role granted to it (see the README, HTTP API)",
-                slug="dry-run-not-configured",
+                "need the deployment's role granted to it (see "
+                "docs/howto/secure/api-roles-and-proxy.md)",
+                slug=ProblemType.DRY_RUN_NOT_CONFIGURED,
             ) from None
         except ValueError as exc:  # a range naming partitions the topics do not have
             raise ProblemError(
-                422, str(exc)[:300], slug="invalid-request", title="Invalid request"
+                422, str(exc)[:300], slug=ProblemType.INVALID_REQUEST, title="Invalid request"
             ) from None
         return report.to_json()
 

@@ -11,7 +11,7 @@ from fastapi import APIRouter, Depends, Form, Request
 from fastapi.responses import HTMLResponse
 
 from spectral.api.auth import check_csrf, console_requires, missing_scope
-from spectral.api.problems import ProblemError
+from spectral.api.problems import not_found
 from spectral.api.resources import Resources
 from spectral.auth.scopes import OPS_READ, OPS_REDRIVE
 from spectral.auth.tokens import Principal
@@ -65,7 +65,7 @@ def router(console: Console, resources: Resources, deployments: Sequence[Deploym
         try:
             topics = find_topics(deployments, topic)
         except UnknownTopicError as exc:
-            raise ProblemError(404, str(exc), slug="not-found") from None
+            raise not_found(str(exc)) from None
         report = await redrive_topic(resources, topics, reason=reason or None, dry_run=dry_run)
         return console.page(
             request,

@@ -1,7 +1,7 @@
 """The replay guard: a replay must not read records whose dedup keys may have been forgotten.
 
-When maintenance forgets a dedup generation it records ``copies_before``: every record that
-carried one of its keys had been appended before that time (policy.py, README "Bounded state").
+When maintenance forgets a dedup generation it records ``copies_before``: every record that carried
+one of its keys had been appended before that time (policy.py, docs/explanation/bounded-state.md).
 So a record appended at or after the latest ``copies_before`` carries no forgotten key, and a
 replay that starts there applies nothing twice. A range that reaches further back can only
 contain such records if a topic now keeps records longer than it did when the keys were

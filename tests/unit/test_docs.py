@@ -210,3 +210,18 @@ def test_every_dependency_says_why_it_is_there() -> None:
     page = (DOCS / "reference" / "dependencies.md").read_text("utf-8").lower()
     assert len(names) > 20
     assert sorted(name for name in names if name not in page) == []
+
+
+MODULE_DOCSTRING_MAX_LINES: Final = 40
+"""A module docstring says what the module is and links to the explanation; a design essay
+belongs on a docs page (docs/explanation/)."""
+
+
+def test_no_module_docstring_is_a_design_essay() -> None:
+    long = []
+    for folder in ("spectral", "contracts", "producers", "consumers"):
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            docstring = ast.get_docstring(ast.parse(path.read_text("utf-8")), clean=False)
+            if docstring and len(docstring.splitlines()) > MODULE_DOCSTRING_MAX_LINES:
+                long.append(f"{path.relative_to(ROOT)}: {len(docstring.splitlines())} lines")
+    assert long == []

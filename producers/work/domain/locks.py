@@ -29,18 +29,22 @@ from enum import IntEnum
 from pathlib import Path
 
 from producers.work.domain.types import Conn
+from spectral.db.locks import LockClass
 from spectral.db.queries import load_queries
+from spectral.errors import SpectralError
 
 _SQL = load_queries(Path(__file__).with_name("queries.sql"))
 
 
-class LockOrderError(RuntimeError):
+class LockOrderError(SpectralError):
     """A programming error: the lock-order rule of ADR-035 §9 would be broken."""
 
 
 class LockKind(IntEnum):
-    PROJECT = 0x574B0001  # "WK" 1
-    TARGET = 0x574B0002  # "WK" 2
+    """The lock classes of the work domain (spectral/db/locks.py holds every class)."""
+
+    PROJECT = LockClass.WORK_PROJECT
+    TARGET = LockClass.WORK_TARGET
 
 
 @dataclass(frozen=True, order=True)

@@ -10,9 +10,16 @@ A command gives its items one of three priorities (``high``, ``normal``, ``low``
 This is ageing by construction: an item's rank never moves, while newer items rank later, so a
 waiting item is overtaken only by items enqueued less than (its delay - theirs) after it — a
 ``low`` item by ``normal`` items of the next 2 steps and by ``high`` items of the next 3 steps,
-never by anything later. Low priority cannot starve: with the default step of 60 s, a ``low``
-item is at most 3 minutes "behind" a stream of ``high`` ones. A retried item keeps its rank (it
-is ahead of newer items once its backoff has passed), and so does a resumed parked one.
+never by anything later, however long the backlog grows. Low priority cannot starve.
+
+The bound is a *count*, not a time: what goes before a waiting item is exactly its tenant's
+items ranked before it — those enqueued before it (at no longer a delay) and those of a higher
+priority enqueued within its head start. Under a sustained flood of ``high`` items at r per
+second, a ``low`` item is overtaken by at most r x 3 steps of them; how long it waits is how
+long the executors take to serve what ranks before it (tests/integration/work_executor/
+test_fair_claims.py holds this under a flood the claims cannot keep up with). A retried item
+keeps its rank (it is ahead of newer items once its backoff has passed), and so does a resumed
+parked one.
 
 Priorities order items *within* a tenant; across tenants claims are fair (round-robin, see
 consumers/work_executor/schedule.py), so one tenant's ``high`` items never starve another

@@ -22,9 +22,13 @@ from __future__ import annotations
 import hashlib
 import math
 from dataclasses import dataclass
+from typing import Final
+
+from spectral.db.locks import LockClass
 
 SHARD_COUNT = 16
-LOCK_CLASS = 0x53504F58  # "SPOX": classid of the relay's advisory locks
+LOCK_CLASS: Final = LockClass.OUTBOX_RELAY
+"""The classid of the relay's advisory locks (spectral/db/locks.py)."""
 MEMBER_LOCK = 1 << 16  # objid of the shared membership lock (shards are 0..SHARD_COUNT-1)
 DOORBELL_BASE = 1 << 17
 """objids DOORBELL_BASE + 0..SHARD_COUNT-1: the doorbell slots (migration ``outbox_wakeup``, whose

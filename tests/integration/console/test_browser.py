@@ -5,7 +5,7 @@ An operator logs in with a token, triages a cluster and sees the change and its 
 second tab's stale edit is refused, a reader token cannot triage, the consumers page shows lag
 and dead letters by reason, a redrive dry run lists what would go and the confirmation redrives
 it, and a thread shows its child summary and ledger timeline. With SPECTRAL_SCREENSHOTS=DIR the
-main pages are saved there (the README's pictures come from this test).
+main pages are saved there (the docs' pictures, docs/screenshots, come from this test).
 """
 
 from __future__ import annotations

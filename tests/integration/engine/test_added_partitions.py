@@ -16,7 +16,7 @@ from spectral.engine.engine import ConsumerEngine, EngineOptions
 from spectral.kafka.topics import dlq_topic, topic_for
 from spectral.settings import Settings
 from tests.events import encode
-from tests.integration.engine.test_hostile_records import Applied
+from tests.integration.engine.test_hostile_records import KeysHandler
 from tests.kafka_support import cluster_event, create_topics
 from tests.support import eventually
 
@@ -53,7 +53,7 @@ async def test_a_partition_added_under_a_running_consumer_is_read_within_seconds
 ) -> None:
     topic = topic_for(FAILURE_CLUSTER_DETECTED, settings.topic_prefix)
     await create_topics(kafka_bootstrap, [topic, dlq_topic(topic)], partitions=1)
-    handler = Applied()
+    handler = KeysHandler()
     assert settings.database_url is not None
     engine = ConsumerEngine(
         handler,

@@ -21,7 +21,7 @@ from spectral.engine.handler import Outcome
 from spectral.kafka.topics import dlq_topic, topic_for
 from spectral.settings import Settings
 from tests.events import encode
-from tests.integration.engine.test_hostile_records import Applied
+from tests.integration.engine.test_hostile_records import KeysHandler
 from tests.kafka_support import cluster_event, create_topics, read_all
 
 pytestmark = pytest.mark.integration
@@ -87,7 +87,7 @@ async def test_batches_of_every_codec_from_two_clients_are_applied(
         expected += await _aiokafka(kafka_bootstrap, topic, codec)
         expected += await asyncio.to_thread(_java, kafka_bootstrap, topic, codec, tmp_path)
 
-    handler = Applied()
+    handler = KeysHandler()
     assert settings.database_url is not None
     summary = await ConsumerEngine(
         handler,

@@ -33,7 +33,7 @@ pytestmark = pytest.mark.integration
 BIG = {"max.message.bytes": str(10 * MIB)}
 
 
-class Applied(Handler[None]):
+class KeysHandler(Handler[None]):
     name = "hostile-test"
     event_types = (FAILURE_CLUSTER_DETECTED,)
 
@@ -48,7 +48,7 @@ class Applied(Handler[None]):
         return HandlerResult()
 
 
-async def _run(settings: Settings, handler: Applied, registry: CollectorRegistry) -> RunSummary:
+async def _run(settings: Settings, handler: KeysHandler, registry: CollectorRegistry) -> RunSummary:
     assert settings.kafka_bootstrap is not None
     assert settings.database_url is not None
     return await ConsumerEngine(
@@ -74,7 +74,7 @@ async def _accounted(
     topic: str,
     records: Sequence[Hostile],
     offsets: Sequence[int],
-    handler: Applied,
+    handler: KeysHandler,
 ) -> None:
     """Every record applied or dead-lettered (topic or table); offsets at the end."""
     assert settings.kafka_bootstrap is not None
@@ -116,7 +116,7 @@ async def test_any_key_headers_or_size_keeps_the_partition_flowing(
     offsets = await publish_hostile(kafka_bootstrap, topic, records)
 
     registry = CollectorRegistry()
-    handler = Applied()
+    handler = KeysHandler()
     summary = await _run(settings, handler, registry)
 
     assert summary.records == len(records)
@@ -148,7 +148,7 @@ async def test_what_the_broker_refuses_even_as_a_reference_is_kept_in_the_databa
     offsets = await publish_hostile(kafka_bootstrap, topic, records)
 
     registry = CollectorRegistry()
-    handler = Applied()
+    handler = KeysHandler()
     summary = await _run(settings, handler, registry)
 
     assert summary.counts[Outcome.APPLIED] == 2

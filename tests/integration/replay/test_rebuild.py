@@ -14,7 +14,7 @@ import asyncpg
 import pytest
 from prometheus_client import CollectorRegistry
 
-from consumers.rule_candidates.handler import RuleCandidatesHandler
+from consumers.rule_candidates.handler import Counts, RuleCandidatesHandler
 from consumers.rule_candidates.metrics import RuleCandidateMetrics
 from contracts import FAILURE_CLUSTER_DETECTED
 from spectral.db.connect import Conn
@@ -198,7 +198,7 @@ class _InterruptedHandler(RuleCandidatesHandler):
         super().__init__(RuleCandidateMetrics(CollectorRegistry()))
         self.batches = 0
 
-    async def apply(self, conn: Conn, deliveries: Sequence[Delivery]) -> HandlerResult[None]:
+    async def apply(self, conn: Conn, deliveries: Sequence[Delivery]) -> HandlerResult[Counts]:
         self.batches += 1
         if self.batches == 2:
             os.kill(os.getpid(), signal.SIGINT)

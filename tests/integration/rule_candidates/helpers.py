@@ -14,7 +14,7 @@ import asyncpg
 from prometheus_client import CollectorRegistry
 
 from consumers.rule_candidates.deployment import build
-from consumers.rule_candidates.handler import RuleCandidatesHandler
+from consumers.rule_candidates.handler import Counts, RuleCandidatesHandler
 from contracts import EventEnvelope, FailureRef, Severity, failure_cluster_detected_event
 from spectral.engine.decode import RecordDecoder
 from spectral.engine.handler import Delivery, HandlerResult
@@ -100,7 +100,7 @@ async def connected(database_url: str, role: str | None) -> AsyncIterator[asyncp
 
 async def apply(
     database_url: str, handler: RuleCandidatesHandler, batch: Sequence[Delivery]
-) -> HandlerResult[None]:
+) -> HandlerResult[Counts]:
     """One batch in one transaction as spectral_projector, then after_commit, like the engine."""
     async with connected(database_url, "spectral_projector") as conn:
         async with conn.transaction():

@@ -85,6 +85,15 @@ async def test_commands_and_observation_over_http(database_url: str, settings: S
         document = (await http.get(f"/documents/{DOCUMENT}")).json()
         assert document["version"] == 3
         assert model.total == 2
+        path = f"/projects/{PROJECT}/documents/{DOCUMENT}"
+        same = await http.put(path, json=document["content"])
+        assert (same.status_code, same.json()["version"]) == (200, 3)
+        for other in (backlog("A", "B"), backlog("A", "B", "C")):  # the first version, a new one
+            refused = await http.put(path, json=other)
+            assert refused.status_code == 409
+            assert refused.json()["type"] == "/problems/document-immutable"
+            assert refused.json()["current_version"] == 3
+        assert (await http.get(f"/documents/{DOCUMENT}")).json() == document
 
 
 async def test_errors_map_to_http_statuses(settings: Settings) -> None:

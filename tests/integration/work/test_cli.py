@@ -96,6 +96,12 @@ async def test_submit_show_and_history_from_the_command_line(
     replay = json.loads(_spectral(spectral_env, "threads", "history", parent_id, "--json").stdout)
     assert {i["outcome"] for i in replay["items"]} == {"applied"}
     assert all(i["paid_calls"] == 1 for i in replay["items"])
+    put_again = ["work", "put-document", str(document), "--project", PROJECT]
+    refused = _spectral(spectral_env, *put_again, "--document", DOCUMENT, check=False)
+    assert refused.returncode == 1  # the first version's content: the document is at version 3
+    assert "version 3" in refused.stderr
+    assert "created" not in refused.stdout
+    assert "exists" not in refused.stdout
     missing = _spectral(
         spectral_env, "threads", "show", "00000000-0000-0000-0000-000000000000", check=False
     )

@@ -5,9 +5,13 @@ from __future__ import annotations
 
 import asyncio
 import json
+from contextlib import AsyncExitStack
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import settings as hypothesis_settings
+from hypothesis import strategies as st
 
 from producers.work.commands import (
     DocumentConflictError,
@@ -17,7 +21,18 @@ from producers.work.commands import (
 )
 from producers.work.domain.model import ThreadStatus
 from producers.work.policy import ChildAction, Disposition
-from tests.integration.work.support import DOCUMENT, PROJECT, backlog, harness
+from spectral.settings import Settings
+from tests.integration.work.support import (
+    DOCUMENT,
+    PROJECT,
+    Harness,
+    ScriptedSynthesizer,
+    backlog,
+    executor,
+    executor_settings,
+    harness,
+    run_until_settled,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -167,3 +182,61 @@ async def test_generate_all_over_epics_already_done_closes_at_once(database_url:
         assert forced.thread_id != result.thread_id
         assert {c.action for c in forced.children} == {ChildAction.CREATE}
         assert len(await h.items()) == 4
+
+
+_titles = st.text(
+    alphabet=st.characters(blacklist_categories=("Cs", "Cc")), min_size=1, max_size=20
+).filter(str.strip)
+
+
+def test_a_document_changed_by_mutations_refuses_any_other_content(
+    database_url: str, settings: Settings
+) -> None:
+    """At version >= 2 a PUT of other content — the first version's included — is refused
+    with the current version; the current content again is a no-op (hypothesis draws the
+    other contents). A loop of the test's own: hypothesis drives examples synchronously."""
+    loop = asyncio.new_event_loop()
+    stack = AsyncExitStack()
+    try:
+        h = loop.run_until_complete(stack.enter_async_context(harness(database_url)))
+        current = loop.run_until_complete(_mutated_twice(h, settings, database_url))
+        seen: list[int] = []
+
+        @hypothesis_settings(max_examples=25, database=None)
+        @given(titles=st.lists(_titles, min_size=1, max_size=3))
+        def other(titles: list[str]) -> None:
+            with pytest.raises(DocumentConflictError) as refused:
+                loop.run_until_complete(
+                    h.commands.put_document(PROJECT, DOCUMENT, backlog(*titles))
+                )
+            seen.append(refused.value.current_version)
+
+        other()
+        assert len(seen) >= 10
+        assert set(seen) == {3}
+        stored = loop.run_until_complete(h.reader.document(DOCUMENT))
+        assert stored is not None
+        assert (stored.version, stored.content) == (3, current)
+    finally:
+        loop.run_until_complete(stack.aclose())
+        loop.close()
+
+
+async def _mutated_twice(h: Harness, settings: Settings, database_url: str) -> dict[str, Any]:
+    """A backlog at version 3 (two epics generated); the current content again is a no-op, the
+    first version's content is refused."""
+    first = backlog("Checkout", "Search")
+    await h.commands.put_document(PROJECT, DOCUMENT, first)
+    for epic in ("E1", "E2"):
+        await h.commands.generate_epic(GenerateEpic(PROJECT, DOCUMENT, epic))
+    async with executor(executor_settings(settings), database_url, ScriptedSynthesizer()) as w:
+        await run_until_settled(w, h.admin)
+    current = await h.reader.document(DOCUMENT)
+    assert current is not None
+    assert current.version == 3
+    again = await h.commands.put_document(PROJECT, DOCUMENT, current.content)
+    assert (again.version, again.created) == (3, False)
+    with pytest.raises(DocumentConflictError, match="version 3") as refused:
+        await h.commands.put_document(PROJECT, DOCUMENT, first)
+    assert refused.value.current_version == 3
+    return dict(current.content)

@@ -6,6 +6,8 @@ its reservation from the usage it reported."""
 
 from __future__ import annotations
 
+import asyncio
+import time
 from collections import Counter
 from decimal import Decimal
 
@@ -94,9 +96,21 @@ async def test_a_429_pauses_its_route_for_its_retry_after_and_is_not_an_attempt(
                 PROJECT, DOCUMENT, backlog("Busy [ratelimited:1:1]", "Later")
             )
             await h.commands.generate_all(GenerateAll(PROJECT, DOCUMENT))
+            # The later item is released only once the 429 has been served and its pause
+            # recorded, however late the busy item's call comes: from then on it waits for the
+            # route's Retry-After like every other call of the route.
             await h.admin.execute(
-                "UPDATE work.work_items SET not_before = now() + interval '300 milliseconds' "
-                "WHERE input->>'epic_id' = 'E2'"
+                "UPDATE work.work_items SET not_before = 'infinity' WHERE input->>'epic_id' = 'E2'"
+            )
+            deadline = time.monotonic() + 60
+            while not await h.admin.fetchval(
+                "SELECT rate_limited >= 1 FROM work.provider_routes WHERE model = 'fake-model'"
+            ):
+                assert time.monotonic() < deadline, "the 429 was never served"
+                await handler.sweep_once()
+                await asyncio.sleep(0.02)
+            await h.admin.execute(
+                "UPDATE work.work_items SET not_before = now() WHERE input->>'epic_id' = 'E2'"
             )
             await run_until_settled(handler, h.admin)
             items = {

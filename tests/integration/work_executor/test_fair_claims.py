@@ -8,6 +8,7 @@ import asyncio
 from collections import Counter
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from datetime import UTC, datetime, timedelta
 from uuid import UUID
 
 import asyncpg
@@ -81,7 +82,10 @@ async def test_priorities_order_a_tenant_s_items_and_a_waiting_item_ages_past_ne
     database_url: str, settings: Settings
 ) -> None:
     async with harness(database_url) as h, _claims(database_url) as claims:
-        commands = WorkCommands(h.producer, priority_step_seconds=0.2)
+        # Enqueue times are the commands' clock, set here: the order is decided by them alone,
+        # however slowly a loaded machine runs the commands.
+        at = [datetime.now(UTC) - timedelta(seconds=10)]
+        commands = WorkCommands(h.producer, priority_step_seconds=0.2, clock=lambda: at[0])
         await commands.put_document(PROJECT, "doc", backlog("L", "N", "H", "Late high"))
         for epic, priority in (
             ("E1", Priority.LOW),
@@ -89,7 +93,8 @@ async def test_priorities_order_a_tenant_s_items_and_a_waiting_item_ages_past_ne
             ("E3", Priority.HIGH),
         ):
             await commands.generate_epic(GenerateEpic(PROJECT, "doc", epic, priority=priority))
-        await asyncio.sleep(0.8)  # E1 (low) ranks 0.6 s after it was enqueued: it has aged
+            at[0] += timedelta(milliseconds=10)
+        at[0] += timedelta(seconds=0.8)  # E1 (low) ranks 0.6 s after it was enqueued: it has aged
         await commands.generate_epic(GenerateEpic(PROJECT, "doc", "E4", priority=Priority.HIGH))
         order = []
         for n in range(1, 5):
@@ -114,3 +119,71 @@ async def test_among_idle_tenants_the_longest_waiting_go_first(
         second = await claims.claim(2, UUID(int=2), "w")
         tenants = await _tenants(h.admin, [*first.jobs, *second.jobs])
         assert tenants == ["org:t11", "org:t10", "org:t9", "org:t8"]
+
+
+async def test_under_a_sustained_flood_only_items_within_a_head_start_overtake(
+    database_url: str, settings: Settings
+) -> None:
+    """The documented bound, under a flood the claims cannot keep up with: a ``low`` item is
+    overtaken by exactly the ``high`` items enqueued within its head start (three steps) — by
+    none enqueued later, however long the backlog grows. Its wait is bounded by what ranks
+    ahead of it, not by a time."""
+    step = 0.3
+    async with harness(database_url) as h, _claims(database_url) as claims:
+        commands = WorkCommands(h.producer, priority_step_seconds=step)
+        epics = [f"epic {n}" for n in range(120)]
+        await commands.put_document(PROJECT, "doc", backlog(*epics))
+        low = await commands.generate_epic(
+            GenerateEpic(PROJECT, "doc", "E1", priority=Priority.LOW)
+        )
+        flooding = True
+
+        async def flood() -> None:
+            for n in range(2, 121):
+                if not flooding:
+                    return
+                await commands.generate_epic(
+                    GenerateEpic(PROJECT, "doc", f"E{n}", priority=Priority.HIGH)
+                )
+                await asyncio.sleep(0.02)
+
+        flooder = asyncio.create_task(flood())
+        claimed: list[UUID] = []
+        low_item: UUID = await h.admin.fetchval(
+            "SELECT work_item_id FROM work.work_items WHERE thread_id = $1", low.thread_id
+        )
+        try:
+            while await h.admin.fetchval("SELECT count(*) FROM work.work_items") < 4:
+                await asyncio.sleep(0.01)  # the flood is under way before the first claim
+            while low_item not in claimed:
+                jobs = (await claims.claim(1, UUID(int=len(claimed) + 1), "w")).jobs
+                claimed += [item for item, _ in jobs]
+                await asyncio.sleep(0.15)  # slower than the flood: the backlog grows
+            backlog_then = await h.admin.fetchval(
+                "SELECT count(*) FROM work.work_items WHERE status = 'queued'"
+            )
+        finally:
+            flooding = False
+            await flooder
+        rows = await h.admin.fetch(
+            "SELECT work_item_id, rank_at, created_at, leased_at FROM work.work_items"
+        )
+        by_id = {r["work_item_id"]: r for r in rows}
+        mine = by_id[low_item]
+        head_start_end = mine["rank_at"]
+        before = claimed[: claimed.index(low_item)]
+        # Every item that went first was enqueued within the low item's head start ...
+        assert before
+        assert all(by_id[item]["rank_at"] <= head_start_end for item in before)
+        # ... and every one of those waiting when the low item was claimed went first (an
+        # item committed while that claim ran may not have been visible to it).
+        visible = mine["leased_at"] - timedelta(seconds=0.1)
+        within = {
+            item
+            for item, r in by_id.items()
+            if item != low_item and r["rank_at"] <= head_start_end and r["created_at"] < visible
+        }
+        assert within <= set(before)
+        # The flood kept coming after the head start, and outran the claims.
+        assert any(r["created_at"] > head_start_end for r in rows)
+        assert backlog_then > 0

@@ -1,5 +1,5 @@
 """The `spectral` command as a shell user meets it: version, -h, readable and fast help, options
-refused like their siblings, and the exit codes the README promises (2 configuration, 3 an
+refused like their siblings, and the exit codes the docs promise (2 configuration, 3 an
 unavailable server) for every command that talks to a server."""
 
 from __future__ import annotations

@@ -14,9 +14,8 @@ import pytest
 
 from contracts import envelope_json_schema
 from contracts.asyncapi import ASYNCAPI_FILE_NAME, record_key_of
-from contracts.dead_letters import DEAD_LETTER_HEADERS, REDRIVE_HEADERS
+from contracts.dead_letters import DEAD_LETTER_HEADERS, DEAD_LETTER_REASONS, REDRIVE_HEADERS
 from spectral.cli.contracts import DEFAULT_SCHEMA_DIR, published_files
-from spectral.engine.metrics import DEAD_LETTER_REASONS
 from spectral.kafka.dlq import DeadLetter, redrive_headers
 from tests.events import EVENTS
 

@@ -350,6 +350,11 @@ def test_reason_values_are_the_wire_spelling() -> None:
         "key_mismatch",
         "too_large",
         "record_key_mismatch",
+        # the consumer's (contracts.errors.CONSUMER_REASONS)
+        "unexpected_event_type",
+        "decode_error",
+        "handler_rejected",
+        "handler_error",
     }
 
 
