@@ -19,6 +19,10 @@ PYTEST_ARGS ?=
 # validates schemas/events/asyncapi.json with it.
 ASYNCAPI_DIR   := tests/asyncapi
 ASYNCAPI_STAMP := $(ASYNCAPI_DIR)/node_modules/.installed-stamp
+# Redocly's CLI (npm), pinned by tests/openapi/package-lock.json: the suite lints the HTTP API's
+# /openapi.json with it, beside openapi-spec-validator (PyPI).
+OPENAPI_DIR   := tests/openapi
+OPENAPI_STAMP := $(OPENAPI_DIR)/node_modules/.installed-stamp
 # `make up BROKERS=3` (or demo, test): a new local stack with a 3-broker Kafka cluster; an
 # existing stack keeps its size.
 BROKERS ?=
@@ -61,6 +65,11 @@ bench-tools: $(BENCH_STAMP) $(PEERS_STAMP)
 $(ASYNCAPI_STAMP): $(ASYNCAPI_DIR)/package.json $(ASYNCAPI_DIR)/package-lock.json
 	@command -v npm >/dev/null || { echo "npm is needed for the AsyncAPI check: apt-get install -y npm" >&2; exit 1; }
 	cd $(ASYNCAPI_DIR) && npm ci --no-audit --no-fund --ignore-scripts --loglevel=error
+	touch $@
+
+$(OPENAPI_STAMP): $(OPENAPI_DIR)/package.json $(OPENAPI_DIR)/package-lock.json
+	@command -v npm >/dev/null || { echo "npm is needed for the OpenAPI lint: apt-get install -y npm" >&2; exit 1; }
+	cd $(OPENAPI_DIR) && npm ci --no-audit --no-fund --ignore-scripts --loglevel=error
 	touch $@
 
 # The Helm chart's validation (deploy/helm, tests/helm): helm and kubeconform built from the Go
@@ -115,8 +124,9 @@ helm-tools: $(HELM_BIN) $(KUBECONFORM_BIN) $(HELM_SCHEMAS)
 	ln -sf $(notdir $(HELM_BIN)) $(HELM_TOOLS)/bin/helm
 	ln -sf $(notdir $(KUBECONFORM_BIN)) $(HELM_TOOLS)/bin/kubeconform
 
-# Test tooling outside Python: the AsyncAPI parser and the Helm chart's validators.
-tooling: $(ASYNCAPI_STAMP) helm-tools
+# Test tooling outside Python: the AsyncAPI parser, the OpenAPI linter and the Helm chart's
+# validators.
+tooling: $(ASYNCAPI_STAMP) $(OPENAPI_STAMP) helm-tools
 
 # The foreign producers of tests/interop, written from the contract alone: Go (franz-go) and Java
 # (kafka-clients, Jackson). Built here, before pytest and outside any test's timeout; a test only
@@ -253,4 +263,4 @@ soak: migrate
 # checkout (under /var/lib/spectral) when run as root.
 clean:
 	@if [ -x $(SPECTRAL) ]; then $(SPECTRAL) dev down --wipe; fi
-	rm -rf .spectral $(VENV) $(PEERS_VENV) $(ASYNCAPI_DIR)/node_modules build
+	rm -rf .spectral $(VENV) $(PEERS_VENV) $(ASYNCAPI_DIR)/node_modules $(OPENAPI_DIR)/node_modules build

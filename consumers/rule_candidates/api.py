@@ -36,7 +36,15 @@ from consumers.rule_candidates.triage import (
     VersionConflictError,
 )
 from spectral.api.auth import requires
-from spectral.api.cursor import bigint, decimal_text, decode_keyset, encode_cursor, uuid_text
+from spectral.api.conditional import (
+    ETAG_HEADER,
+    NOT_MODIFIED,
+    etag_of,
+    not_modified,
+    not_modified_response,
+    versions_in,
+)
+from spectral.api.cursor import Cursors, bigint, decimal_text, uuid_text
 from spectral.api.problems import COMMON, ProblemError, ProblemType, not_found, responses
 from spectral.api.resources import Resources
 from spectral.auth.tokens import Principal
@@ -149,10 +157,6 @@ class TriageIn(BaseModel):
     deleted: bool | None = Field(default=None, description="true: soft-delete; false: restore.")
 
 
-def etag_of(version: int) -> str:
-    return f'"{version}"'
-
-
 def parse_if_match(value: str | None) -> int | None:
     """The version named by If-Match (None for ``*``); 428 when absent, 412 when unusable."""
     if value is None or not value.strip():
@@ -161,13 +165,11 @@ def parse_if_match(value: str | None) -> int | None:
             "send If-Match with the ETag of the cluster you edited (or '*' to overwrite)",
             slug=ProblemType.IF_MATCH_REQUIRED,
         )
-    tags = [tag.strip() for tag in value.split(",")]
-    if "*" in tags:
+    wildcard, versions = versions_in(value, strong_only=True)
+    if wildcard:
         return None
-    for tag in tags:
-        inner = tag[1:-1] if len(tag) >= 2 and tag[0] == tag[-1] == '"' else ""  # noqa: PLR2004
-        if inner.isdigit() and len(inner) < 19:  # noqa: PLR2004 - fits a bigint
-            return int(inner)
+    if versions:
+        return versions[0]
     raise ProblemError(
         412, "If-Match names no version of this cluster", slug=ProblemType.STALE_VERSION
     )
@@ -218,24 +220,33 @@ def stale(exc: VersionConflictError) -> ProblemError:
 
 
 def decode_page_cursor(
-    cursor: str | None, sort: Sort, kind: str = _CURSOR_KIND
+    cursors: Cursors, cursor: str | None, sort: Sort, kind: str = _CURSOR_KIND
 ) -> tuple[int, str, UUID] | None:
     """The inbox keyset (k1, k2, cluster_id) of a cursor of listing ``kind`` in ``sort``; 400
     invalid-cursor for anything list_candidates could not have written."""
     if cursor is None:
         return None
-    k1, k2, cid = decode_keyset(cursor, f"{kind}:{sort.value}", bigint, decimal_text, uuid_text)
+    k1, k2, cid = cursors.decode_keyset(
+        cursor, f"{kind}:{sort.value}", bigint, decimal_text, uuid_text
+    )
     return (k1, k2, cid)
+
+
+def encode_page_cursor(
+    cursors: Cursors, key: tuple[int, str, UUID] | None, sort: Sort, kind: str = _CURSOR_KIND
+) -> str | None:
+    """The cursor of the page after ``key`` (None: there is none)."""
+    if key is None:
+        return None
+    k1, k2, cid = key
+    return cursors.encode(f"{kind}:{sort.value}", [k1, k2, str(cid)])
 
 
 async def load_page(resources: Resources, where: ListFilter) -> ClusterPage:
     """One page of the inbox as the API, the console and the MCP tools answer it."""
     async with resources.operator.acquire() as conn:
         page = await TriageRepository(conn).page(where)
-    next_cursor = None
-    if page.next_key is not None:
-        k1, k2, cid = page.next_key
-        next_cursor = encode_cursor(f"{_CURSOR_KIND}:{where.sort.value}", [k1, k2, str(cid)])
+    next_cursor = encode_page_cursor(resources.cursors, page.next_key, where.sort)
     return ClusterPage(clusters=[ClusterSummary.of(r) for r in page.rows], next_cursor=next_cursor)
 
 
@@ -299,25 +310,32 @@ def router(resources: Resources) -> APIRouter:
             assignee=assignee,
             unassigned_only=unassigned,
             sort=sort,
-            after=decode_page_cursor(cursor, sort),
+            after=decode_page_cursor(resources.cursors, cursor, sort),
         )
         return await load_page(resources, where)
 
     @api.get(
         "/clusters/{cluster_id}",
         summary="One cluster: snapshot, evidence, triage state and its audit trail.",
-        responses={
-            200: {"headers": {"ETag": {"description": "The triage version, for If-Match."}}},
-            **responses(*COMMON, 404),
-        },
+        response_model=ClusterDetail,
+        responses={200: {"headers": ETAG_HEADER}, **NOT_MODIFIED, **responses(*COMMON, 404)},
     )
     async def get_cluster_detail(
-        *, cluster_id: UUID, response: Response, _: Principal = reader
-    ) -> ClusterDetail:
+        *,
+        cluster_id: UUID,
+        response: Response,
+        _: Principal = reader,
+        if_none_match: Annotated[
+            str | None,
+            Header(description='An ETag you hold, e.g. "3": 304 while it is still current.'),
+        ] = None,
+    ) -> Any:
         try:
             detail = await load_detail(resources, cluster_id)
         except ClusterNotFoundError as exc:
             raise not_found(str(exc)) from None
+        if not_modified(if_none_match, detail.triage_version):
+            return not_modified_response(detail.triage_version)
         response.headers["ETag"] = etag_of(detail.triage_version)
         return ClusterDetail.of_detail(detail)
 
@@ -325,7 +343,7 @@ def router(resources: Resources) -> APIRouter:
         "/clusters/{cluster_id}",
         summary="Triage a cluster: status, assignee, notes, soft delete (If-Match required).",
         responses={
-            200: {"headers": {"ETag": {"description": "The new triage version."}}},
+            200: {"headers": ETAG_HEADER},
             **responses(*COMMON, 404, 409, 412, 428),
         },
     )

@@ -14,7 +14,11 @@ from uuid import UUID
 from fastapi import APIRouter, Depends, Form, Query, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
-from consumers.rule_candidates.api import NOTES_MAX_CHARS, decode_page_cursor
+from consumers.rule_candidates.api import (
+    NOTES_MAX_CHARS,
+    decode_page_cursor,
+    encode_page_cursor,
+)
 from consumers.rule_candidates.plugin import TRIAGE_READ, TRIAGE_WRITE
 from consumers.rule_candidates.transitions import Status, TransitionError, allowed_from
 from consumers.rule_candidates.triage import (
@@ -27,7 +31,6 @@ from consumers.rule_candidates.triage import (
     VersionConflictError,
 )
 from spectral.api.auth import check_csrf, console_requires
-from spectral.api.cursor import encode_cursor
 from spectral.api.problems import ProblemError, ProblemType, not_found
 from spectral.api.resources import Resources
 from spectral.auth.tokens import Principal
@@ -65,7 +68,7 @@ def router(console: Console, resources: Resources) -> APIRouter:  # noqa: C901
             raise ProblemError(
                 422, "unknown filter value", slug=ProblemType.INVALID_REQUEST
             ) from None
-        after = decode_page_cursor(cursor or None, order, _CURSOR_KIND)
+        after = decode_page_cursor(resources.cursors, cursor or None, order, _CURSOR_KIND)
         where = ListFilter(
             status=where_status,
             severity=where_severity,
@@ -76,10 +79,7 @@ def router(console: Console, resources: Resources) -> APIRouter:  # noqa: C901
         )
         async with resources.operator.acquire() as conn:
             page = await TriageRepository(conn).page(where)
-        next_cursor = None
-        if page.next_key is not None:
-            k1, k2, cid = page.next_key
-            next_cursor = encode_cursor(f"{_CURSOR_KIND}:{order.value}", [k1, k2, str(cid)])
+        next_cursor = encode_page_cursor(resources.cursors, page.next_key, order, _CURSOR_KIND)
         return console.page(
             request,
             "clusters.html",

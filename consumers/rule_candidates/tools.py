@@ -61,7 +61,7 @@ def register(server: MCPServer, caller: Caller) -> None:
             resurfaced_only=resurfaced,
             limit=max(1, min(limit, 200)),
             sort=order,
-            after=decode_page_cursor(cursor, order),
+            after=decode_page_cursor(resources.cursors, cursor, order),
         )
         return as_json(await load_page(resources, where))
 

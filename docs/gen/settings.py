@@ -54,13 +54,15 @@ TEST_VARIABLES: Final = {
 
 
 def settings_classes() -> list[type[BaseSettings]]:
-    """Every settings class spectral reads its environment through: the framework's, the LLM
-    gateway's and each installed plugin's section (spectral's built-in features among them)."""
-    from spectral.llm.settings import LlmSettings  # noqa: PLC0415 - imported when rendering
+    """Every settings class spectral reads its environment through: the framework's, the network
+    surfaces', the LLM gateway's and each installed plugin's section (spectral's built-in
+    features among them)."""
+    from spectral.api.settings import ApiSettings  # noqa: PLC0415 - imported when rendering
+    from spectral.llm.settings import LlmSettings  # noqa: PLC0415
     from spectral.plugins import settings_classes as plugin_sections  # noqa: PLC0415
     from spectral.settings import Settings  # noqa: PLC0415
 
-    return [Settings, LlmSettings, *plugin_sections()]
+    return [Settings, ApiSettings, LlmSettings, *plugin_sections()]
 
 
 def _type(annotation: Any) -> str:

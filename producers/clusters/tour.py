@@ -1,7 +1,9 @@
 """`spectral demo`: both streams end to end on the running stack, narrated for a newcomer.
 
 Every step is an ordinary `spectral` command run as its own process, printed (shell-quoted)
-before it runs, so what the demo shows is exactly what an operator would type:
+before it runs and followed by what it printed, so what the demo shows is exactly what an
+operator would type and see (a command run only to read its JSON is neither printed nor shown;
+a consumer's batches are narrated as what its records were, in that deployment's words):
 
 0. `topics apply` creates the topics with their declared settings (nothing is auto-created);
 1. failures in: `clusters ingest` a sample of rule-evaluation failures, `clusters tick` turns
@@ -60,7 +62,9 @@ def _show(args: list[str] | tuple[str, ...]) -> None:
 
 
 def _run(env: dict[str, str], *args: str, show: bool = True) -> str:
-    _show(args)
+    """Run ``spectral ARGS``; ``show``: print the command and its output (else neither)."""
+    if show:
+        _show(args)
     result = subprocess.run(  # noqa: S603 - our own executable with fixed arguments
         [_spectral_bin(), *args], env=env, capture_output=True, text=True, check=False
     )
@@ -72,9 +76,19 @@ def _run(env: dict[str, str], *args: str, show: bool = True) -> str:
             if line.strip() and not line.startswith("{"):
                 typer.echo(line)
     if result.returncode != 0:
+        if not show:
+            _show(args)
         typer.echo(result.stderr.rstrip(), err=True)
         raise typer.Exit(result.returncode)
     return result.stdout
+
+
+STALE_MEANS = {
+    "rule-candidates": "a snapshot no newer than the one the inbox holds",
+    "work-executor": "a wake-up for an item the executor had already claimed on its own poll "
+    "(the item ran once; `threads show` below has its outcome)",
+}
+"""What a record counted ``stale`` means for each deployment the demo runs."""
 
 
 def _consume_with_metrics(env: dict[str, str], name: str) -> None:
@@ -99,8 +113,14 @@ def _consume_with_metrics(env: dict[str, str], name: str) -> None:
     _, stderr = proc.communicate(timeout=300)
     batches = [json.loads(line) for line in stderr.splitlines() if '"event": "batch"' in line]
     for batch in batches:
-        counts = {k: batch[k] for k in ("applied", "deduplicated", "stale", "dead_lettered")}
-        typer.echo(f"  batch of {batch['records']}: {counts}")
+        counts = ", ".join(
+            f"{batch[k]} {k.replace('_', '-')}"
+            for k in ("applied", "deduplicated", "stale", "dead_lettered")
+            if batch[k]
+        )
+        typer.echo(f"  a batch of {batch['records']} records: {counts or 'nothing to do'}")
+    if any(batch["stale"] for batch in batches):
+        typer.echo(f"  (stale: {STALE_MEANS.get(name, 'superseded by what is already stored')})")
     if not batches:
         typer.echo("  (nothing new to apply: every event was already handled)")
     if proc.returncode != 0:
@@ -176,7 +196,7 @@ def demo() -> None:
     )
     _run(env, "outbox", "relay", "--once")
     _consume_with_metrics(env, "work-executor")
-    _run(env, "outbox", "relay", "--once", show=False)
+    _run(env, "outbox", "relay", "--once")
     _run(env, "threads", "show", str(submitted["thread_id"]))
     _run(env, "threads", "history", str(submitted["thread_id"]))
 

@@ -27,7 +27,7 @@ from __future__ import annotations
 from typing import Annotated, Any, Final
 from uuid import UUID
 
-from fastapi import APIRouter, Depends, Path, Query, Response, status
+from fastapi import APIRouter, Depends, Header, Path, Query, Response, status
 
 from producers.work.budgets import BudgetCommands
 from producers.work.cancel import Disposition as CancelDisposition
@@ -61,7 +61,14 @@ from producers.work.schemas import (
     ThreadOut,
 )
 from spectral.api.auth import requires
-from spectral.api.cursor import decode_keyset, encode_cursor, utc_timestamp, uuid_text
+from spectral.api.conditional import (
+    ETAG_HEADER,
+    NOT_MODIFIED,
+    etag_of,
+    not_modified,
+    not_modified_response,
+)
+from spectral.api.cursor import utc_timestamp, uuid_text
 from spectral.api.problems import COMMON, ProblemError, ProblemType, not_found, responses
 from spectral.api.resources import Resources
 from spectral.auth.tokens import Principal
@@ -70,10 +77,11 @@ from spectral.errors import TransientError
 _CURSOR_KIND: Final = "project-threads"
 IdentifierPath = Annotated[str, Path(pattern=IDENTIFIER_PATTERN, max_length=128)]
 
+_LOCATION: Final = {"description": "/threads/{thread_id}", "schema": {"type": "string"}}
 _ENQUEUED: Final[dict[int | str, dict[str, Any]]] = {
     202: {
         "description": "Work was enqueued (a new or reopened thread); poll Location.",
-        "headers": {"Location": {"description": "/threads/{thread_id}"}},
+        "headers": {"Location": _LOCATION},
         "model": CommandResponse,
     },
 }
@@ -108,7 +116,7 @@ async def project_threads_page(
     """One page of a project's threads, newest first (the API's and the MCP tool's answer)."""
     after = None
     if cursor is not None:
-        at, tid = decode_keyset(cursor, _CURSOR_KIND, utc_timestamp, uuid_text)
+        at, tid = resources.cursors.decode_keyset(cursor, _CURSOR_KIND, utc_timestamp, uuid_text)
         after = (at, tid)
     threads = await WorkReader(resources.operator).project_threads(
         project_id, active=active, limit=limit + 1, after=after
@@ -117,7 +125,7 @@ async def project_threads_page(
     next_cursor = None
     if len(threads) > limit:
         last = page[-1]
-        next_cursor = encode_cursor(
+        next_cursor = resources.cursors.encode(
             _CURSOR_KIND, [last.created_at.isoformat(), str(last.thread_id)]
         )
     return ThreadList(threads=[ThreadBrief.of(t) for t in page], next_cursor=next_cursor)
@@ -217,7 +225,15 @@ def router(resources: Resources) -> APIRouter:  # noqa: C901 - one nested functi
             "other content 409."
         ),
         responses={
-            201: {"description": "Created (version 1).", "model": DocumentOut},
+            200: {"headers": ETAG_HEADER},
+            201: {
+                "description": "Created (version 1).",
+                "model": DocumentOut,
+                "headers": {
+                    **ETAG_HEADER,
+                    "Location": {"description": "/documents/{id}", "schema": {"type": "string"}},
+                },
+            },
             **responses(*COMMON, 409),
         },
     )
@@ -248,22 +264,32 @@ def router(resources: Resources) -> APIRouter:  # noqa: C901 - one nested functi
         view = await work_reader().document(document_id)
         if view is None:
             raise TransientError("the document is not readable yet")
-        response.headers["ETag"] = f'"{view.version}"'
+        response.headers["ETag"] = etag_of(view.version)
         return _document_out(view, created=ref.created)
 
     @api.get(
         "/documents/{document_id}",
         tags=["documents"],
         summary="A document at its current version (ETag: the version).",
-        responses=responses(*COMMON, 404),
+        response_model=DocumentOut,
+        responses={200: {"headers": ETAG_HEADER}, **NOT_MODIFIED, **responses(*COMMON, 404)},
     )
     async def get_document(
-        *, document_id: IdentifierPath, response: Response, _: Principal = reader
-    ) -> DocumentOut:
+        *,
+        document_id: IdentifierPath,
+        response: Response,
+        _: Principal = reader,
+        if_none_match: Annotated[
+            str | None,
+            Header(description='An ETag you hold, e.g. "2": 304 while it is still current.'),
+        ] = None,
+    ) -> Any:
         view = await work_reader().document(document_id)
         if view is None:
             raise not_found(f"no document {document_id!r}")
-        response.headers["ETag"] = f'"{view.version}"'
+        if not_modified(if_none_match, view.version):
+            return not_modified_response(view.version)
+        response.headers["ETag"] = etag_of(view.version)
         return _document_out(view)
 
     _governance(api, resources)
@@ -285,6 +311,7 @@ def _governance(api: APIRouter, resources: Resources) -> None:  # noqa: C901 - a
                 "description": "Cancellation asked for: items whose call is in flight end "
                 "canceled when it answers (the answer is recorded, not applied).",
                 "model": CancelResponse,
+                "headers": {"Location": _LOCATION},
             },
             **responses(*COMMON, 404),
         },

@@ -5,7 +5,8 @@ them in front of it (unauthenticated, outside the OpenAPI document), as for ever
 command.
 
 ``build_app`` takes ready routers (each built beside its domain, composed in spectral/cli/api.py),
-wraps them in the request guard, problem documents for every error, an OpenAPI document that
+wraps them in the forwarded-header filter (spectral/api/proxy.py), the request guard, problem
+documents for every error, an OpenAPI document that
 names every operation and status, and interactive docs whose assets are served by the app itself
 (``/docs`` and ``/redoc`` load nothing from a CDN).
 """
@@ -25,7 +26,9 @@ from fastapi.staticfiles import StaticFiles
 
 from spectral.api import problems
 from spectral.api.guard import DEFAULT_MAX_BODY_BYTES, RequestGuard
+from spectral.api.proxy import ForwardedHeaders, TrustedProxies
 from spectral.api.resources import Resources
+from spectral.api.settings import ApiSettings
 
 DOCS_ASSETS: Final = "/_assets/docs"
 
@@ -62,6 +65,9 @@ def build_app(
         docs_url=None,
         redoc_url=None,
         generate_unique_id_function=operation_id,
+        # Relative: the API answers wherever it is served (behind a proxy, under its host).
+        servers=[{"url": "/", "description": "This server."}],
+        license_info={"name": "Apache-2.0", "identifier": "Apache-2.0"},
         separate_input_output_schemas=False,
     )
     problems.install(app)
@@ -72,6 +78,8 @@ def build_app(
     for setup in extra_setup:
         setup(app)
     app.add_middleware(RequestGuard, max_body_bytes=max_body_bytes)
+    trusted = TrustedProxies(ApiSettings.of(resources.settings).forwarded_allow_ips)
+    app.add_middleware(ForwardedHeaders, trusted=trusted)  # outermost: before anything reads
     return app
 
 

@@ -1,18 +1,23 @@
-"""Opaque pagination cursors: base64url of a small JSON object, checked when read back.
+"""Opaque pagination cursors: base64url of a small JSON object and its HMAC, checked when read.
 
 A cursor names the position after the last row of a page (a keyset, never an offset, so rows
-inserted meanwhile do not shift pages) and the kind of listing it belongs to.
+inserted meanwhile do not shift pages) and the kind of listing it belongs to. It is signed with
+the surfaces' cursor key (HMAC-SHA-256, ``core.surface_keys`` or ``SPECTRAL_CURSOR_KEY``), so a
+client can neither write one by hand nor alter one it was given: anything but a cursor a listing
+of this deployment handed out is a 400 ``invalid-cursor``. Every replica reads the same key, so
+a cursor from one pages on another.
 
-A cursor is not signed: a client can forge one. So :func:`decode_keyset` checks each value of
-the keyset against the type the listing's query binds it as (a bigint in range, a plain
-decimal, a hyphenated UUID, a UTC-convertible timestamp) before it reaches the database: any
-other cursor is a 400 ``invalid-cursor``, never a driver error (a 500).
+The keyset's values are still checked against the type the listing's query binds them as (a
+bigint in range, a plain decimal, a hyphenated UUID, a UTC-convertible timestamp) before they
+reach the database: a leaked key must not turn into a driver error (a 500) either.
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
+import hashlib
+import hmac
 import re
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -24,18 +29,31 @@ import orjson
 from spectral.api.problems import ProblemError, ProblemType
 
 _MAX_CHARS: Final = 512
+_MAC_BYTES: Final = 16
 _BIGINT: Final = 2**63
 _DECIMAL: Final = re.compile(r"-?[0-9]{1,20}(\.[0-9]{1,12})?")
 _UUID: Final = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+_PART: Final = re.compile(r"[A-Za-z0-9_-]+")
+MIN_KEY_BYTES: Final = 16
 
 Field = Callable[[Any], Any]
 """Checks and converts one value of a keyset; raises ValueError (or TypeError) when it is not
 a value the listing could have written."""
 
 
-def encode_cursor(kind: str, key: list[Any]) -> str:
-    raw = orjson.dumps({"k": kind, "p": key})
+def _b64(raw: bytes) -> str:
     return base64.urlsafe_b64encode(raw).rstrip(b"=").decode("ascii")
+
+
+def _unb64(text: str) -> bytes:
+    """The bytes of unpadded base64url ``text`` in its one canonical spelling (a last character
+    whose unused bits are set would decode to the same bytes: an altered cursor that reads)."""
+    if not _PART.fullmatch(text):
+        raise ValueError("not base64url")
+    raw = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+    if _b64(raw) != text:
+        raise ValueError("not canonical base64url")
+    return raw
 
 
 def _invalid() -> ProblemError:
@@ -47,33 +65,58 @@ def _invalid() -> ProblemError:
     )
 
 
-def decode_cursor(cursor: str, kind: str, arity: int) -> list[Any]:
-    """The keyset of ``cursor``; 400 invalid-cursor when it was not made by this listing."""
-    value = None
-    if len(cursor) <= _MAX_CHARS:
-        padded = cursor + "=" * (-len(cursor) % 4)
+class Cursors:
+    """Signs the cursors listings hand out and reads them back (the key never leaves it)."""
+
+    def __init__(self, key: bytes) -> None:
+        if len(key) < MIN_KEY_BYTES:
+            raise ValueError(f"a cursor key has at least {MIN_KEY_BYTES} bytes")
+        self._key = key
+
+    def __repr__(self) -> str:
+        return "Cursors(key=<hidden>)"
+
+    def _mac(self, body: bytes) -> bytes:
+        return hmac.new(self._key, body, hashlib.sha256).digest()[:_MAC_BYTES]
+
+    def encode(self, kind: str, key: list[Any]) -> str:
+        """The cursor of the position ``key`` in the listing ``kind``."""
+        body = orjson.dumps({"k": kind, "p": key})
+        return f"{_b64(body)}.{_b64(self._mac(body))}"
+
+    def decode(self, cursor: str, kind: str, arity: int) -> list[Any]:
+        """The keyset of ``cursor``; 400 invalid-cursor unless this deployment signed it for
+        the listing ``kind``."""
+        value = None
+        if len(cursor) <= _MAX_CHARS and cursor.isascii():
+            body_text, dot, mac_text = cursor.partition(".")
+            try:
+                body, mac = _unb64(body_text), _unb64(mac_text)
+            except (ValueError, binascii.Error):
+                raise _invalid() from None
+            if dot and hmac.compare_digest(mac, self._mac(body)):
+                try:
+                    value = orjson.loads(body)
+                except orjson.JSONDecodeError:
+                    value = None
+        if (
+            not isinstance(value, dict)
+            or value.get("k") != kind
+            or not isinstance(value.get("p"), list)
+            or len(value["p"]) != arity
+        ):
+            raise _invalid()
+        key: list[Any] = value["p"]
+        return key
+
+    def decode_keyset(self, cursor: str, kind: str, *fields: Field) -> tuple[Any, ...]:
+        """The keyset of ``cursor``, each value checked and converted by its field (in
+        order)."""
+        key = self.decode(cursor, kind, len(fields))
         try:
-            value = orjson.loads(base64.urlsafe_b64decode(padded.encode("ascii")))
-        except (ValueError, binascii.Error, UnicodeError):
-            value = None
-    if (
-        not isinstance(value, dict)
-        or value.get("k") != kind
-        or not isinstance(value.get("p"), list)
-        or len(value["p"]) != arity
-    ):
-        raise _invalid()
-    key: list[Any] = value["p"]
-    return key
-
-
-def decode_keyset(cursor: str, kind: str, *fields: Field) -> tuple[Any, ...]:
-    """The keyset of ``cursor``, each value checked and converted by its field (in order)."""
-    key = decode_cursor(cursor, kind, len(fields))
-    try:
-        return tuple(check(value) for check, value in zip(fields, key, strict=True))
-    except (TypeError, ValueError, OverflowError):
-        raise _invalid() from None
+            return tuple(check(value) for check, value in zip(fields, key, strict=True))
+        except (TypeError, ValueError, OverflowError):
+            raise _invalid() from None
 
 
 def bigint(value: Any) -> int:

@@ -3,7 +3,8 @@
 Each pool's sessions act as one role that can do no more than its callers need (invariant 8):
 ``operator`` (triage, reads of work, the redrive record), ``producer`` (work commands) and
 ``authenticator`` (token checks only). Routers receive this object when they are built and
-reach the pools only once the app has started.
+reach the pools only once the app has started, as they reach the key that signs their cursors
+(:attr:`Resources.cursors`).
 """
 
 from __future__ import annotations
@@ -15,10 +16,12 @@ from typing import Final
 
 import asyncpg
 
+from spectral.api.cursor import MIN_KEY_BYTES, Cursors
+from spectral.api.settings import ApiSettings
 from spectral.auth.tokens import AUTHENTICATOR_ROLE, TokenVerifier
 from spectral.db.connect import connect, create_pool, guarded
 from spectral.db.queries import load_queries
-from spectral.errors import TransientError
+from spectral.errors import ConfigurationError, TransientError
 from spectral.settings import Settings
 
 OPERATOR_ROLE: Final = "spectral_operator"
@@ -39,11 +42,13 @@ class Resources:
     """Whether the surface submits work (opens the ``producer`` pool); a surface that only reads
     and triages (``spectral mcp``) never holds a session that could write work or the outbox."""
     _pools: dict[str, asyncpg.Pool] = field(default_factory=dict)
+    _cursors: Cursors | None = None
 
     async def open(self) -> None:
         self._pools["authenticator"] = await create_pool(
             self.database_url, role=AUTHENTICATOR_ROLE, max_size=4
         )
+        self._cursors = Cursors(await self._cursor_key())
         if self.operator_database_url is not None:
             self._pools["operator"] = await create_pool(self.operator_database_url, max_size=8)
         else:
@@ -55,7 +60,29 @@ class Resources:
                 self.database_url, role=PRODUCER_ROLE, max_size=8
             )
 
+    async def _cursor_key(self) -> bytes:
+        configured = ApiSettings.of(self.settings).cursor_key
+        if configured is not None:
+            key = configured.get_secret_value().encode()
+            if len(key) < MIN_KEY_BYTES:
+                raise ConfigurationError(
+                    f"SPECTRAL_CURSOR_KEY must have at least {MIN_KEY_BYTES} bytes"
+                )
+            return key
+        pool = self._pools["authenticator"]
+
+        async def read() -> bytes | None:
+            async with pool.acquire() as conn:
+                found: bytes | None = await conn.fetchval(_SQL["surface_key"], "cursor")
+                return found
+
+        stored = await guarded("read the cursor key", read)
+        if stored is None:
+            raise ConfigurationError("core.surface_keys has no cursor key: run spectral db migrate")
+        return stored
+
     async def close(self) -> None:
+        self._cursors = None
         pools, self._pools = self._pools, {}
         for pool in pools.values():
             with contextlib.suppress(Exception):
@@ -82,6 +109,13 @@ class Resources:
         if pool is None:
             raise TransientError("the service is starting or stopping")
         return pool
+
+    @property
+    def cursors(self) -> Cursors:
+        """Signs and checks the cursors of every listing (the key read at start-up)."""
+        if self._cursors is None:
+            raise TransientError("the service is starting or stopping")
+        return self._cursors
 
     @property
     def operator(self) -> asyncpg.Pool:

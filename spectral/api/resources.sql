@@ -7,3 +7,7 @@ SELECT session_user AS login,
        pg_has_role(session_user, n.nspowner, 'MEMBER') AS owner
 FROM pg_roles AS r, pg_namespace AS n
 WHERE r.rolname = session_user AND n.nspname = 'core'
+
+-- name: surface_key
+-- A key the surfaces share (core.surface_keys), as the authenticator reads it.
+SELECT secret FROM core.surface_keys WHERE name = $1

@@ -1,7 +1,8 @@
 """API tokens: minted with 256 random bits, stored as their SHA-256 only, checked per request.
 
 A token reads ``spt_`` followed by 43 URL-safe characters. It is printed once, when it is
-created; the database keeps its hash, a short display prefix, its name and scopes. Verification
+created; the database keeps its hash, a fingerprint of the hash (``sha256:`` and 8 hex digits,
+what ``spectral tokens list`` shows: no character of the secret), its name and scopes. Verification
 is one indexed lookup by hash (no cache, so a revocation takes effect on the next request).
 """
 
@@ -30,7 +31,7 @@ AUTHENTICATOR_ROLE: Final = "spectral_authenticator"
 TOKEN_ADMIN_ROLE: Final = "spectral_token_admin"  # noqa: S105 - a role name
 TOKEN_PREFIX: Final = "spt_"  # noqa: S105 - the marker every token starts with
 _SECRET_BYTES: Final = 32
-_DISPLAY_CHARS: Final = 8
+_FINGERPRINT_HEX: Final = 8
 _MAX_TOKEN_CHARS: Final = 200
 _SQL: Final = load_queries(Path(__file__).with_name("tokens.sql"))
 NAME_PATTERN: Final = r"^[A-Za-z0-9][A-Za-z0-9._@-]{0,63}$"
@@ -68,7 +69,8 @@ class Principal:
 class TokenInfo:
     token_id: UUID
     name: str
-    display_prefix: str
+    fingerprint: str
+    """``sha256:`` and the first hex digits of the token's hash: recognisable, no secret."""
     scopes: tuple[str, ...]
     created_at: datetime
     created_by: str
@@ -83,7 +85,7 @@ class TokenInfo:
         return {
             "token_id": str(self.token_id),
             "name": self.name,
-            "display_prefix": self.display_prefix,
+            "fingerprint": self.fingerprint,
             "scopes": list(self.scopes),
             "created_at": self.created_at.isoformat(),
             "created_by": self.created_by,
@@ -103,6 +105,11 @@ class NewToken:
 
 def token_hash(token: str) -> str:
     return hashlib.sha256(token.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def fingerprint(token: str) -> str:
+    """How lists name a token: a prefix of its hash, never a character of the token."""
+    return f"sha256:{token_hash(token)[:_FINGERPRINT_HEX]}"
 
 
 def looks_like_token(token: str) -> bool:
@@ -159,7 +166,7 @@ class TokenAdmin:
                 uuid.uuid4(),
                 name,
                 token_hash(token),
-                token[: len(TOKEN_PREFIX) + _DISPLAY_CHARS],
+                fingerprint(token),
                 list(names),
                 expires_at,
             ),
@@ -185,7 +192,7 @@ class TokenAdmin:
                 matches = await self._conn.fetch(_SQL["live_tokens_matching"], name_or_id)
                 if len(matches) > 1:
                     listed = ", ".join(
-                        f"{m['name']} (token_id {m['token_id']}, {m['display_prefix']}…)"
+                        f"{m['name']} (token_id {m['token_id']}, {m['display_prefix']})"
                         for m in matches
                     )
                     raise AmbiguousTokenError(
@@ -207,7 +214,7 @@ def _info(row: asyncpg.Record) -> TokenInfo:
     return TokenInfo(
         token_id=row["token_id"],
         name=row["name"],
-        display_prefix=row["display_prefix"],
+        fingerprint=row["display_prefix"],
         scopes=tuple(row["scopes"]),
         created_at=row["created_at"],
         created_by=row["created_by"],

@@ -92,8 +92,33 @@ EXIT_CONFIGURATION = 2
 EXIT_UNAVAILABLE = 3
 
 
+def unwrap(text: str) -> str:
+    """Help text as a terminal should flow it: the line breaks a docstring was wrapped with
+    inside a paragraph become spaces (the help is re-wrapped to the terminal's width), while
+    paragraphs, indented lines (examples, tables) and click's ``\\b`` blocks keep theirs."""
+    paragraphs = []
+    for paragraph in text.strip().split("\n\n"):
+        lines = paragraph.split("\n")
+        if lines[0].strip() == "\b" or any(line.startswith((" ", "\t")) for line in lines[1:]):
+            paragraphs.append(paragraph)
+        else:
+            paragraphs.append(" ".join(line.strip() for line in lines))
+    return "\n\n".join(paragraphs)
+
+
+def _tidy(command: Any) -> None:
+    """One help style throughout: unwrap the help of ``command`` and of its subcommands."""
+    if command.help:
+        command.help = unwrap(command.help)
+    if command.short_help:
+        command.short_help = unwrap(command.short_help)
+    for sub in getattr(command, "commands", {}).values():
+        _tidy(sub)
+
+
 def load_command(name: str) -> TyperCommand | TyperGroup:
-    """Import the module of command ``name`` and build its click command."""
+    """Import the module of command ``name`` and build its click command (its help and its
+    subcommands' unwrapped: :func:`unwrap`)."""
     target, _ = commands()[name]
     module_name, attribute = target.split(":")
     found: Any = getattr(importlib.import_module(module_name), attribute)
@@ -104,10 +129,12 @@ def load_command(name: str) -> TyperCommand | TyperGroup:
         assert isinstance(group, TyperGroup)  # noqa: S101 - one sub-app makes a group
         sub = group.commands[name]
         assert isinstance(sub, TyperGroup)  # noqa: S101
+        _tidy(sub)
         return sub
     wrapper.command(name=name)(found)
     command = typer.main.get_command(wrapper)
     assert isinstance(command, TyperCommand)  # noqa: S101 - one function makes a command
+    _tidy(command)
     return command
 
 
@@ -147,7 +174,7 @@ app = typer.Typer(
     no_args_is_help=True,
     context_settings={"help_option_names": ["-h", "--help"]},
     pretty_exceptions_enable=False,  # errors are reported as one clear line (see main)
-    rich_markup_mode=None,
+    rich_markup_mode="rich",
 )
 
 

@@ -264,6 +264,9 @@ def api(  # noqa: PLR0917 - typer maps each parameter to an option
             log_level=current.log_level.lower(),
             log_config=None,  # uvicorn's lines go through spectral's logging (JSON, masked)
             access_log=False,
+            # Forwarded headers are the app's business (spectral/api/proxy.py): believed from
+            # SPECTRAL_FORWARDED_ALLOW_IPS only, and dropped from anyone else.
+            proxy_headers=False,
         )
     )
     server.run(sockets=[sock])

@@ -20,7 +20,9 @@ import uvicorn
 from mcp.server.auth.settings import AuthSettings
 from mcp.server.mcpserver import MCPServer
 
+from spectral.api.proxy import ForwardedHeaders, TrustedProxies
 from spectral.api.resources import Resources
+from spectral.api.settings import ApiSettings
 from spectral.cli._common import EXIT_CONFIGURATION, MAX_PORT, fail, listen, settings
 from spectral.cli.api import deployment_topics, resources_for
 from spectral.devstack import resolve_endpoints
@@ -116,8 +118,10 @@ def mcp(
                 return
             url = f"http://{host}:{port}"
             app = build_mcp(resources, deployments, http_url=url).streamable_http_app(host=host)
+            trusted = TrustedProxies(ApiSettings.of(current).forwarded_allow_ips)
             config = uvicorn.Config(
-                app,
+                ForwardedHeaders(app, trusted=trusted),
+                proxy_headers=False,  # believed from SPECTRAL_FORWARDED_ALLOW_IPS only
                 host=host,
                 port=port,
                 log_level="warning",

@@ -57,7 +57,7 @@ def _token_line(info: TokenInfo) -> str:
     expires = f", expires {info.expires_at.isoformat()}" if info.expires_at else ""
     used = info.last_used_at.isoformat() if info.last_used_at else "never"
     return (
-        f"{info.name:<24} {info.display_prefix}… {state:<7} {' '.join(info.scopes)} "
+        f"{info.name:<24} {info.fingerprint} {state:<7} {' '.join(info.scopes)} "
         f"(created {info.created_at.isoformat()} by {info.created_by}{expires}; last used {used})"
     )
 
@@ -100,7 +100,8 @@ def tokens_list(
     include_revoked: Annotated[bool, typer.Option("--all", help="Also revoked tokens.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="JSON on stdout.")] = False,
 ) -> None:
-    """The tokens (never their secret): name, prefix, scopes, creation, last use."""
+    """The tokens (never any part of their secret): name, fingerprint of the hash, scopes,
+    creation, last use."""
     found: Sequence[TokenInfo] = _with_admin(
         lambda admin: admin.list(include_revoked=include_revoked)
     )
@@ -119,4 +120,4 @@ def tokens_revoke(
     revoked = _with_admin(lambda admin: admin.revoke(name))
     if revoked is None:
         fail(f"no live token named {name!r}")
-    typer.echo(f"revoked {revoked.name} ({revoked.display_prefix}…)")
+    typer.echo(f"revoked {revoked.name} ({revoked.fingerprint})")

@@ -119,7 +119,9 @@ class RedriveReport:
             "dlq_topic": self.dlq_topic,
             "dry_run": self.dry_run,
             "examined": self.examined,
-            "redriven": self.total,
+            # A dry run redrives nothing: what it would redrive is named so.
+            "redriven": 0 if self.dry_run else self.total,
+            "would_redrive": self.total if self.dry_run else None,
             "skipped": self.skipped,
             "records": [r.to_json() for r in self.redriven],
             "records_truncated": self.truncated,

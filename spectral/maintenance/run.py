@@ -96,6 +96,15 @@ class OutboxReport:
         }
 
 
+def _moment(value: datetime | None) -> str | None:
+    """A timestamp for a report; None for none, and for the beginning of time (an outbox
+    generation that started at -infinity holds the cutoff there: nothing may be forgotten yet,
+    which the hold says, not a date of year 1)."""
+    if value is None or value.year == 1:  # datetime.min, which -infinity reads as
+        return None
+    return value.isoformat()
+
+
 @dataclass
 class DedupReport:
     hold: Hold = Hold.TOO_RECENT
@@ -116,7 +125,7 @@ class DedupReport:
             "hold": self.hold.value,
             "lifetime_seconds": self.lifetime_seconds,
             "horizon_seconds": self.horizon_seconds,
-            "cutoff": self.cutoff.isoformat() if self.cutoff else None,
+            "cutoff": _moment(self.cutoff),
             "consumers": self.consumers,
             "unknown_consumers": self.unknown_consumers,
             "unbounded_topics": self.unbounded_topics,

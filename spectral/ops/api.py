@@ -129,9 +129,15 @@ class RedriveOut(_Model):
     dlq_topic: str
     dry_run: bool
     examined: int
-    redriven: int
+    redriven: int = Field(description="How many were redriven (0 in a dry run).")
+    would_redrive: int | None = Field(
+        default=None, description="A dry run: how many a redrive would send; null otherwise."
+    )
     skipped: dict[str, int]
-    records: list[RedrivenOut] = Field(description="The first 1,000 of them, one by one.")
+    records: list[RedrivenOut] = Field(
+        description="The first 1,000 of them (redriven, or that a dry run would redrive), one "
+        "by one."
+    )
     records_truncated: bool = Field(
         default=False, description="`records` lists only the first of them."
     )

@@ -4,13 +4,16 @@ projection."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
-from contextlib import asynccontextmanager
+import threading
+import time
+from collections.abc import AsyncIterator, Iterator, Sequence
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from typing import Any
 from uuid import UUID
 
 import httpx
+import uvicorn
 from fastapi import FastAPI
 
 from consumers.rule_candidates.transitions import Status
@@ -19,6 +22,7 @@ from spectral.cli.api import compose_app, deployment_topics
 from spectral.db.connect import connect
 from spectral.declaration import Scope
 from spectral.devstack import Endpoints
+from spectral.devstack.ports import free_port
 from spectral.settings import Settings
 from tests.integration.rule_candidates.helpers import (
     apply,
@@ -57,6 +61,28 @@ class Surface:
             base_url="http://api",
             headers={"Authorization": f"Bearer {token}"},
         )
+
+
+@contextmanager
+def served(app: FastAPI) -> Iterator[int]:
+    """``app`` served by uvicorn on a real socket, in a thread of its own (its own event loop
+    and lifespan); yields the port."""
+    port = free_port()
+    server = uvicorn.Server(
+        uvicorn.Config(app, port=port, log_level="warning", lifespan="on", proxy_headers=False)
+    )
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 60
+    while not server.started:
+        assert thread.is_alive(), "the API did not start"
+        assert time.monotonic() < deadline, "the API did not start within 60 s"
+        time.sleep(0.05)
+    try:
+        yield port
+    finally:
+        server.should_exit = True
+        thread.join(timeout=30)
 
 
 @asynccontextmanager

@@ -1,6 +1,7 @@
 """What a caller who forges what the surfaces hand out gets back: a documented problem, never a
-500. Cursors are opaque but not signed, so a client can write any keyset into one; form bodies
-can come in any encoding a browser (or curl) can send."""
+500. Cursors are signed, so neither a hand-written one (any keyset, the unsigned form of
+before) nor an altered one is read; form bodies can come in any encoding a browser (or curl)
+can send; a forwarded Host from a peer that is no configured proxy is not believed."""
 
 from __future__ import annotations
 
@@ -76,8 +77,14 @@ async def test_a_forged_cursor_is_a_400_on_every_listing(
             )
             assert threads.status_code == 400, (key, threads.text)
             assert threads.json()["type"] == "/problems/invalid-cursor"
-        # The cursors the listings hand out still page.
+        # The cursors the listings hand out page; one altered anywhere is refused.
         first = await s.http.get("/clusters", params={"limit": "1"}, headers=bearer)
+        handed_out = first.json()["next_cursor"]
+        for where in range(len(handed_out)):
+            flipped = "A" if handed_out[where] != "A" else "B"
+            altered = handed_out[:where] + flipped + handed_out[where + 1 :]
+            refused = await s.http.get("/clusters", params={"cursor": altered}, headers=bearer)
+            assert refused.status_code == 400, (where, refused.text)
         again = await s.http.get(
             "/clusters",
             params={"limit": "1", "cursor": first.json()["next_cursor"]},
@@ -109,3 +116,55 @@ async def test_a_multipart_form_gets_the_same_text_checks_as_an_urlencoded_one(
             f"/clusters/{cluster}", headers={"Authorization": f"Bearer {token}"}
         )
         assert detail.json()["triage_version"] == 0
+
+
+async def test_a_current_copy_is_a_304_and_a_stale_one_the_resource(
+    settings: Settings, database_url: str, kafka_bootstrap: str
+) -> None:
+    (cluster,) = await seed_clusters(database_url, 1)
+    async with surface(settings, database_url, kafka_bootstrap) as s:
+        token = await s.token("cache", TRIAGE_WRITE)
+        bearer = {"Authorization": f"Bearer {token}"}
+        first = await s.http.get(f"/clusters/{cluster}", headers=bearer)
+        etag = first.headers["ETag"]
+        assert etag == '"0"'
+        for tag in (etag, f"W/{etag}", f'"7", {etag}', "*"):
+            again = await s.http.get(
+                f"/clusters/{cluster}", headers={**bearer, "If-None-Match": tag}
+            )
+            assert again.status_code == 304, tag
+            assert again.content == b""
+            assert again.headers["ETag"] == etag
+        changed = await s.http.patch(
+            f"/clusters/{cluster}",
+            json={"notes": "seen"},
+            headers={**bearer, "If-Match": etag},
+        )
+        assert changed.headers["ETag"] == '"1"'
+        stale = await s.http.get(f"/clusters/{cluster}", headers={**bearer, "If-None-Match": etag})
+        assert stale.status_code == 200
+        assert stale.json()["notes"] == "seen"
+        # Without a valid token a 304 never answers (it would confirm the version).
+        anonymous = await s.http.get(f"/clusters/{cluster}", headers={"If-None-Match": "*"})
+        assert anonymous.status_code == 401
+
+
+async def test_a_forwarded_host_counts_only_from_a_configured_proxy(
+    settings: Settings, database_url: str, kafka_bootstrap: str
+) -> None:
+    """The login form refuses a post from another site; a client may not pass its own site off
+    as ours with X-Forwarded-Host (the ASGI client of these requests is 127.0.0.1, so it is
+    trusted by default and untrusted once the setting names another address)."""
+    async with surface(settings, database_url, kafka_bootstrap) as s:
+        token = await s.token("login", TRIAGE_READ)
+        form = {"token": token, "next": ""}
+        spoofed = {"Origin": "https://evil.example", "X-Forwarded-Host": "evil.example"}
+        believed = await s.http.post("/console/login", data=form, headers=spoofed)
+        assert believed.status_code == 303  # a configured proxy said the host is evil.example
+    untrusting = settings.replace(forwarded_allow_ips="192.0.2.10")
+    async with surface(untrusting, database_url, kafka_bootstrap) as s:
+        refused = await s.http.post("/console/login", data=form, headers=spoofed)
+        assert refused.status_code == 403
+        assert "posted from another site" in refused.text  # the console's HTML problem page
+        ours = await s.http.post("/console/login", data=form, headers={"Origin": "http://api"})
+        assert ours.status_code == 303

@@ -41,7 +41,7 @@ async def test_the_database_refuses_a_scope_of_the_wrong_shape(
         with pytest.raises(asyncpg.CheckViolationError):
             await conn.execute(
                 "INSERT INTO core.api_tokens (token_id, name, token_hash, display_prefix, scopes)"
-                " VALUES ($1, 'shape', repeat('a', 64), 'spt_', $2)",
+                " VALUES ($1, 'shape', repeat('a', 64), 'sha256:aaaaaaaa', $2)",
                 uuid.uuid4(),
                 scopes,
             )

@@ -5,6 +5,7 @@ moment it is revoked."""
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 
 import asyncpg
@@ -47,8 +48,17 @@ async def test_create_use_list_and_revoke_a_token(
         assert listed[0]["scopes"] == ["triage:read"]
         assert listed[0]["last_used_at"] is not None
         assert listed[0]["created_by"].startswith("cli:")
-        assert token not in out
-        assert token[: len("spt_") + 8] == listed[0]["display_prefix"]
+        # No part of the secret: not its first characters (which ended up in lists before), not
+        # any 6 characters of it; a fingerprint of its hash instead.
+        secret = token.removeprefix("spt_")
+        assert not any(secret[i : i + 6] in out for i in range(len(secret) - 5))
+        assert (
+            listed[0]["fingerprint"] == "sha256:" + hashlib.sha256(token.encode()).hexdigest()[:8]
+        )
+        code, text, _ = await _cli(spectral_env, "tokens", "list")
+        assert code == 0
+        assert not any(secret[i : i + 6] in text for i in range(len(secret) - 5))
+        assert listed[0]["fingerprint"] in text
 
         # One live token per name; unknown scopes and bad names are refused.
         code, _, err = await _cli(

@@ -165,10 +165,12 @@ async def test_redrive_sends_every_selected_dead_letter_holding_one_batch_at_a_t
         await conn.close()
 
     report: Any = planned.to_json()
-    assert report["redriven"] == 20
+    assert report["would_redrive"] == 20
+    assert report["redriven"] == 0  # a dry run redrives nothing
     assert len(report["records"]) == 5
     assert report["records_truncated"] is True
     assert sent.to_json()["redriven"] == LETTERS
+    assert sent.to_json()["would_redrive"] is None
     assert sum((await end_offsets(kafka_bootstrap, topic)).values()) == LETTERS
     assert await fetchval(database_url, "SELECT count(*) FROM core.dlq_redrives") == LETTERS
     assert again.to_json()["redriven"] == 0

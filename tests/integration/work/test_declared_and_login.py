@@ -37,7 +37,8 @@ async def test_a_forged_declaration_is_recorded_beside_the_real_login(database_u
                 """
                 INSERT INTO core.api_tokens (token_id, name, token_hash, display_prefix, scopes,
                                              created_by_login)
-                VALUES ($1, 'forger', repeat('a', 64), 'spt_aaaa', ARRAY['ops:read'], 'forged')
+                VALUES ($1, 'forger', repeat('a', 64), 'sha256:aaaaaaaa', ARRAY['ops:read'],
+                        'forged')
                 """,
                 token,
             )

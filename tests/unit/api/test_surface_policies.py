@@ -1,4 +1,5 @@
-"""The pure parts of the surfaces: scopes, cursors, If-Match, and the request guard's checks."""
+"""The pure parts of the surfaces: scopes, cursors, conditional headers, forwarded headers, and
+the request guard's checks."""
 
 from __future__ import annotations
 
@@ -18,7 +19,8 @@ from consumers.rule_candidates.api import decode_page_cursor, parse_if_match
 from consumers.rule_candidates.plugin import TRIAGE_READ, TRIAGE_WRITE
 from consumers.rule_candidates.triage import Sort
 from producers.work.plugin import WORK_READ
-from spectral.api.cursor import decode_cursor, encode_cursor
+from spectral.api.conditional import not_modified, versions_in
+from spectral.api.cursor import Cursors
 from spectral.api.guard import RequestGuard, _check_body, _check_text, _nul_in, _Refused
 from spectral.api.problems import ProblemError, invalid_params
 from spectral.auth.scopes import OPS_READ, Vocabulary, installed_vocabulary
@@ -64,19 +66,52 @@ def test_a_scope_that_implies_an_undeclared_one_is_refused() -> None:
         Vocabulary([OPS_READ, OPS_READ])
 
 
+CURSORS = Cursors(b"k" * 32)
+OTHER_DEPLOYMENT = Cursors(b"o" * 32)
+
+
 @given(st.text(max_size=40), st.lists(json_values, min_size=1, max_size=3))
-def test_a_cursor_round_trips_and_is_bound_to_its_listing(kind: str, key: list[Any]) -> None:
-    cursor = encode_cursor(kind, key)
+def test_a_cursor_round_trips_and_is_bound_to_its_listing_and_key(
+    kind: str, key: list[Any]
+) -> None:
+    cursor = CURSORS.encode(kind, key)
     assert cursor.isascii()
     if len(cursor) <= 512:
-        assert decode_cursor(cursor, kind, len(key)) == json.loads(json.dumps(key))
+        assert CURSORS.decode(cursor, kind, len(key)) == json.loads(json.dumps(key))
     with pytest.raises(ProblemError):
-        decode_cursor(cursor, kind + "x", len(key))
+        CURSORS.decode(cursor, kind + "x", len(key))
+    with pytest.raises(ProblemError):
+        OTHER_DEPLOYMENT.decode(cursor, kind, len(key))
+
+
+@given(st.lists(json_values, min_size=3, max_size=3), st.data())
+def test_a_hand_written_or_altered_cursor_is_a_400(key: list[Any], data: st.DataObject) -> None:
+    """Without the key nobody writes a cursor: neither the old unsigned form, nor a body with
+    another MAC, nor a handed-out cursor with any character changed."""
+    body = base64.urlsafe_b64encode(
+        json.dumps({"k": "clusters:severity", "p": key}).encode()
+    ).decode()
+    for forged in (body, body.rstrip("="), body.rstrip("=") + ".AAAAAAAAAAAAAAAAAAAAAA"):
+        assert _status_of(CURSORS.decode, forged, "clusters:severity", 3) == 400
+    given_out = CURSORS.encode("clusters:severity", key)
+    if len(given_out) > 512:
+        return
+    where = data.draw(st.integers(0, len(given_out) - 1))
+    replacement = data.draw(st.sampled_from("ABCabc012-_.=+/ \u00e9"))
+    altered = given_out[:where] + replacement + given_out[where + 1 :]
+    if altered != given_out:
+        assert _status_of(CURSORS.decode, altered, "clusters:severity", 3) == 400
+
+
+def test_a_cursor_key_is_long_enough() -> None:
+    with pytest.raises(ValueError, match="at least 16 bytes"):
+        Cursors(b"short")
+    assert "kkkk" not in repr(CURSORS)
 
 
 keyset_values = (
     json_values
-    | st.integers()
+    | st.integers(-(2**63), 2**64 - 1)  # what JSON a cursor can carry (past bigint too)
     | st.floats(allow_nan=False, allow_infinity=False)
     | st.from_regex(r"-?[0-9]{1,25}(\.[0-9]{0,14})?(e[0-9]+)?", fullmatch=True)
     | st.uuids().map(str)
@@ -85,17 +120,15 @@ keyset_values = (
 
 
 @given(st.lists(keyset_values, min_size=3, max_size=3))
-def test_a_forged_inbox_cursor_is_a_400_or_a_keyset_the_query_can_bind(key: list[Any]) -> None:
-    """Whatever a client writes into a cursor, what reaches list_candidates is a bigint, a plain
-    decimal and a UUID (a forged value is a 400, never a driver error)."""
-    cursor = base64.urlsafe_b64encode(
-        json.dumps({"k": "clusters:severity", "p": key}).encode()
-    ).decode()
-    status = _status_of(decode_page_cursor, cursor, Sort.SEVERITY)
+def test_a_signed_inbox_cursor_is_a_400_or_a_keyset_the_query_can_bind(key: list[Any]) -> None:
+    """Even with the key (a leaked one), what reaches list_candidates is a bigint, a plain
+    decimal and a UUID (anything else is a 400, never a driver error)."""
+    cursor = CURSORS.encode("clusters:severity", key)
+    status = _status_of(decode_page_cursor, CURSORS, cursor, Sort.SEVERITY)
     assert status in (200, 400)
     if status == 400:
         return
-    decoded = decode_page_cursor(cursor, Sort.SEVERITY)
+    decoded = decode_page_cursor(CURSORS, cursor, Sort.SEVERITY)
     assert decoded is not None
     k1, k2, cid = decoded
     assert type(k1) is int
@@ -117,13 +150,40 @@ def _status_of(call: Any, *args: Any) -> int:
 
 
 @given(st.text(max_size=600))
-def test_any_text_as_a_cursor_is_a_400_or_a_key(text: str) -> None:
-    assert _status_of(decode_cursor, text, "clusters:severity", 3) in (200, 400)
+def test_any_text_as_a_cursor_is_a_400(text: str) -> None:
+    assert _status_of(CURSORS.decode, text, "clusters:severity", 3) == 400
 
 
-@given(st.text(max_size=200))
+header_text = st.binary(max_size=80).map(lambda raw: raw.decode("latin-1")) | st.text(max_size=80)
+
+
+@given(header_text)
 def test_if_match_never_crashes(value: str) -> None:
     assert _status_of(parse_if_match, value) in (200, 412, 428)
+
+
+@given(header_text)
+def test_a_tag_names_a_version_only_in_ascii_digits(value: str) -> None:
+    _, versions = versions_in(value)
+    assert all(0 <= v < 10**18 for v in versions)
+    assert not_modified(value, 3) in (True, False)
+
+
+def test_digits_of_other_scripts_name_no_version() -> None:
+    """Superscripts and other scripts' digits pass str.isdigit() but int() refuses them."""
+    for tag in ('"\u00b2"', '"\u00b3\u00b9"', '"\u0663"', '"\uff13"', '"\U0001d7d9"'):
+        assert versions_in(tag) == (False, [])
+        with pytest.raises(ProblemError) as refused:
+            parse_if_match(tag)
+        assert refused.value.status == 412
+
+
+def test_if_none_match_compares_weakly() -> None:
+    assert not_modified('W/"3"', 3)
+    assert not_modified('"1", "3"', 3)
+    assert not_modified("*", 3)
+    assert not not_modified('"4"', 3)
+    assert not not_modified(None, 3)
 
 
 def test_if_match_forms() -> None:

@@ -8,14 +8,16 @@ import os
 import socket
 import subprocess
 import sys
+from collections.abc import Iterator
 from importlib import metadata
 from pathlib import Path
+from typing import Any
 
 import pytest
 from typer.core import TyperGroup
 from typer.testing import CliRunner
 
-from spectral.cli import app, commands, load_command
+from spectral.cli import app, commands, load_command, unwrap
 
 SPECTRAL = str(Path(sys.executable).with_name("spectral"))
 ROOT = Path(__file__).resolve().parents[3]
@@ -196,3 +198,36 @@ def test_the_deprecated_spelling_must_agree_with_the_name() -> None:
     missing = runner.invoke(app, ["offsets", "reset", "--to-earliest"])
     assert missing.exit_code == 2
     assert "spectral offsets reset NAME" in missing.output
+
+
+def _tree(command: Any) -> Iterator[Any]:
+    yield command
+    for sub in getattr(command, "commands", {}).values():
+        yield from _tree(sub)
+
+
+def test_one_help_style_throughout() -> None:
+    """`spectral --help` uses the rich panels every subcommand's help uses."""
+    root = _spectral("--help", env={"COLUMNS": "100"})
+    assert "╭─ Commands" in root.stdout
+    assert "╭─ Options" in root.stdout
+    work = _spectral("work", "--help", env={"COLUMNS": "100"})
+    assert "╭─ Commands" in work.stdout
+
+
+@pytest.mark.parametrize("name", sorted(commands()))
+def test_no_help_breaks_a_line_mid_sentence(name: str) -> None:
+    """A docstring's wrapping is not the terminal's: inside a paragraph every line break is
+    gone (the help is re-wrapped to the terminal), so no listing breaks a sentence early."""
+    for command in _tree(load_command(name)):
+        for text in (command.help or "", command.short_help or ""):
+            for paragraph in text.split("\n\n"):
+                lines = paragraph.split("\n")
+                if lines[0] == "\b" or any(line.startswith((" ", "\t")) for line in lines[1:]):
+                    continue
+                assert "\n" not in paragraph, (command.name, paragraph)
+
+
+def test_unwrap_keeps_paragraphs_and_examples() -> None:
+    text = "One sentence\nwrapped.\n\n  $ spectral x\n  $ spectral y\n\nLast\npart."
+    assert unwrap(text) == "One sentence wrapped.\n\n  $ spectral x\n  $ spectral y\n\nLast part."
