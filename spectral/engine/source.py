@@ -10,6 +10,7 @@ is the one the settings name; a test passes spectral.testing's in-memory broker 
 from __future__ import annotations
 
 from spectral.kafka.aiokafka_source import AiokafkaTransport
+from spectral.kafka.confluent import ConfluentTransport
 from spectral.kafka.transport import (
     FetchOptions,
     FixedRange,
@@ -20,7 +21,7 @@ from spectral.kafka.transport import (
     Transport,
     UnreadableRecordsError,
 )
-from spectral.settings import Settings
+from spectral.settings import KafkaTransport, Settings
 
 __all__ = [
     "FetchOptions",
@@ -36,5 +37,8 @@ __all__ = [
 
 
 def configured_transport(settings: Settings, bootstrap: str) -> Transport:
-    """The transport of the settings on the cluster ``bootstrap``."""
+    """The transport of the settings (``SPECTRAL_KAFKA_TRANSPORT``) on the cluster
+    ``bootstrap``."""
+    if settings.kafka_transport is KafkaTransport.CONFLUENT:
+        return ConfluentTransport(settings, bootstrap)
     return AiokafkaTransport(settings, bootstrap)
