@@ -10,7 +10,6 @@ is the one the settings name; a test passes spectral.testing's in-memory broker 
 from __future__ import annotations
 
 from spectral.kafka.aiokafka_source import AiokafkaTransport
-from spectral.kafka.confluent import ConfluentTransport
 from spectral.kafka.transport import (
     FetchOptions,
     FixedRange,
@@ -40,5 +39,7 @@ def configured_transport(settings: Settings, bootstrap: str) -> Transport:
     """The transport of the settings (``SPECTRAL_KAFKA_TRANSPORT``) on the cluster
     ``bootstrap``."""
     if settings.kafka_transport is KafkaTransport.CONFLUENT:
+        from spectral.kafka.confluent import ConfluentTransport  # noqa: PLC0415 - librdkafka only when chosen
+
         return ConfluentTransport(settings, bootstrap)
     return AiokafkaTransport(settings, bootstrap)
