@@ -30,7 +30,6 @@ from uuid import UUID
 
 import asyncpg
 
-from consumers.work_executor.prompts import prompt_bytes_bound
 from consumers.work_executor.schedule import (
     Blocked,
     BudgetState,
@@ -42,6 +41,7 @@ from consumers.work_executor.schedule import (
     plan_claim,
 )
 from producers.work.domain.budgets import budgets
+from producers.work.domain.story.prompts import prompt_bytes_bound
 from producers.work.domain.types import Conn
 from spectral.db.locks import LockClass
 from spectral.db.queries import load_queries
@@ -123,7 +123,9 @@ class ClaimRepository:
                 function_key=row["function_key"],
                 rank_at=row["rank_at"],
                 attempt=row["attempt"],
-                prompt_bytes=prompt_bytes_bound(
+                prompt_bytes=row["prompt_bytes"]
+                if row["prompt_bytes"] is not None
+                else prompt_bytes_bound(
                     epic_id_bytes=row["epic_id_bytes"],
                     title_bytes=row["title_bytes"],
                     backlog_title_bytes=row["backlog_title_bytes"],
@@ -150,6 +152,8 @@ class ClaimRepository:
                 request_tat=_finite(row["request_tat"]),
                 token_tat=_finite(row["token_tat"]),
                 paused_until=_finite(row["paused_until"]),
+                reserve_ratio=row["reserve_ratio"],
+                suspended=row["suspended"],
             )
             for row in await conn.fetch(_SQL["route_states"], models)
         }
@@ -195,6 +199,7 @@ class ClaimRepository:
             [p.limits.completion_price for p in picks],
             token,
             worker,
+            [p.ratio for p in picks],
         )
         claimed = {row["work_item_id"] for row in rows}
         # In the order the plan chose them (fair order), which is the order they run in.

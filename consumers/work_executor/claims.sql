@@ -30,8 +30,9 @@ RETURNING w.work_item_id
 -- tenant, however many items each has) — of them the $2 with the fewest items leased, then
 -- the oldest best rank (the order the round-robin serves them in: a claim takes at most $1
 -- items, so tenants further down could not get one) — and each one's first $1 items due now
--- in rank order, with the UTF-8 lengths the prompt is rendered from (an upper bound of its
--- size is reserved).
+-- in rank order, with the upper bound of its prompt's UTF-8 length it was enqueued with (the
+-- spend reserved is computed from it) — or, for an item enqueued before items carried one, the
+-- UTF-8 lengths its story prompt is rendered from.
 WITH RECURSIVE tenants AS (
     (SELECT tenant FROM work.work_items WHERE status IN ('queued', 'failed')
      ORDER BY tenant LIMIT 1)
@@ -59,7 +60,7 @@ WITH RECURSIVE tenants AS (
     ORDER BY coalesce(b.leased, 0), best.rank_at, t.tenant
     LIMIT $2
 )
-SELECT c.work_item_id, c.tenant, c.org_id, c.function_key, c.rank_at, c.attempt,
+SELECT c.work_item_id, c.tenant, c.org_id, c.function_key, c.rank_at, c.attempt, c.prompt_bytes,
        octet_length(coalesce(c.input ->> 'epic_id', ''))::integer AS epic_id_bytes,
        octet_length(coalesce(d.content #>> ARRAY['epics', c.input ->> 'epic_id', 'title'], ''))::integer
            AS title_bytes,
@@ -68,17 +69,19 @@ SELECT c.work_item_id, c.tenant, c.org_id, c.function_key, c.rank_at, c.attempt,
                              ''))::integer AS description_bytes
 FROM served t
 CROSS JOIN LATERAL (
-    SELECT w.work_item_id, w.tenant, w.org_id, w.function_key, w.rank_at, w.attempt, w.input
+    SELECT w.work_item_id, w.tenant, w.org_id, w.function_key, w.rank_at, w.attempt, w.input,
+           w.prompt_bytes
     FROM work.work_items w
     WHERE w.tenant = t.tenant AND w.status IN ('queued', 'failed') AND w.not_before <= now()
     ORDER BY w.rank_at, w.work_item_id
     LIMIT $1
 ) c
-LEFT JOIN work.documents d ON d.document_id = c.input ->> 'document_id'
+LEFT JOIN work.documents d
+    ON c.prompt_bytes IS NULL AND d.document_id = c.input ->> 'document_id'
 
 -- name: candidates_of
 -- The candidates among these items only (those still waiting and due), as above.
-SELECT w.work_item_id, w.tenant, w.org_id, w.function_key, w.rank_at, w.attempt,
+SELECT w.work_item_id, w.tenant, w.org_id, w.function_key, w.rank_at, w.attempt, w.prompt_bytes,
        octet_length(coalesce(w.input ->> 'epic_id', ''))::integer AS epic_id_bytes,
        octet_length(coalesce(d.content #>> ARRAY['epics', w.input ->> 'epic_id', 'title'], ''))::integer
            AS title_bytes,
@@ -86,7 +89,8 @@ SELECT w.work_item_id, w.tenant, w.org_id, w.function_key, w.rank_at, w.attempt,
        octet_length(coalesce(d.content #>> ARRAY['epics', w.input ->> 'epic_id', 'description'],
                              ''))::integer AS description_bytes
 FROM work.work_items w
-LEFT JOIN work.documents d ON d.document_id = w.input ->> 'document_id'
+LEFT JOIN work.documents d
+    ON w.prompt_bytes IS NULL AND d.document_id = w.input ->> 'document_id'
 WHERE w.work_item_id = ANY($1::uuid[]) AND w.status IN ('queued', 'failed')
   AND w.not_before <= now()
 
@@ -102,7 +106,8 @@ FROM work.work_items w
 WHERE w.status IN ('claimed', 'running')
 
 -- name: route_states
-SELECT model, request_tat, token_tat, paused_until
+SELECT model, request_tat, token_tat, paused_until, reserve_ratio,
+       suspended_at IS NOT NULL AS suspended
 FROM work.provider_routes
 WHERE model = ANY($1::text[])
 
@@ -113,8 +118,8 @@ WHERE model = ANY($1::text[])
 WITH picked AS (
     SELECT *
     FROM unnest($1::uuid[], $2::text[], $3::bigint[], $4::numeric[], $5::numeric[],
-                $6::numeric[])
-        AS p (work_item_id, model, tokens, cost, prompt_price, completion_price)
+                $6::numeric[], $9::numeric[])
+        AS p (work_item_id, model, tokens, cost, prompt_price, completion_price, ratio)
 ), waiting AS (
     -- Row locks in id order, as every writer of several items takes them (no deadlock with a
     -- cancellation locking the same items).
@@ -137,15 +142,17 @@ WITH picked AS (
     WHERE t.thread_id IN (SELECT thread_id FROM claimed) AND t.status = 'open'
 ), reserved AS (
     INSERT INTO work.spend AS s (work_item_id, attempt, org_id, model, function_key, state,
-                                 reserved_tokens, reserved_cost, prompt_price, completion_price)
+                                 reserved_tokens, reserved_cost, prompt_price, completion_price,
+                                 reserve_ratio)
     SELECT c.work_item_id, c.attempt + 1, c.org_id, p.model, c.function_key, 'reserved',
-           p.tokens, p.cost, p.prompt_price, p.completion_price
+           p.tokens, p.cost, p.prompt_price, p.completion_price, p.ratio
     FROM claimed c
     JOIN picked p ON p.work_item_id = c.work_item_id
     ON CONFLICT (work_item_id, attempt) DO UPDATE
         SET state = 'reserved', model = excluded.model, reserved_tokens = excluded.reserved_tokens,
             reserved_cost = excluded.reserved_cost, prompt_price = excluded.prompt_price,
-            completion_price = excluded.completion_price, reserved_at = now()
+            completion_price = excluded.completion_price, reserve_ratio = excluded.reserve_ratio,
+            reserved_at = now()
         WHERE s.state = 'released'
 )
 SELECT work_item_id FROM claimed ORDER BY work_item_id

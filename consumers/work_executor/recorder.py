@@ -22,7 +22,7 @@ from typing import Generic, TypeVar
 
 from consumers.work_executor.journal import ResponseJournal, Ticket
 from consumers.work_executor.metrics import ExecutorMetrics, JournalEvent
-from consumers.work_executor.repository import ResponseRecord
+from consumers.work_executor.transitions import ResponseRecord
 from spectral.faults import is_data_error
 from spectral.observability.logging import get_logger
 

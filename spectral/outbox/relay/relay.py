@@ -19,15 +19,10 @@ while it works. Each
 record carries the header ``outbox.ready_at`` (when its row became publishable, RFC 3339, the
 database's clock): consumers measure end-to-end freshness from it.
 
-A record Kafka refuses for good (too large for its topic, a topic the relay may not write, an
-invalid topic or record: ``spectral.faults.refusal_of``) is no outage: the broker answers, the
-session goes on. The row stays unpublished, its key is left out of the batches until its next
-try (a capped backoff per key) so the other keys keep flowing, and its later rows wait behind it,
-never skipped: a try sends the refused row alone (only a follower sent in the very batch that met
-the refusal reached its topic; it is published again once the row is taken). Counted in
-``spectral_outbox_relay_refused_total{reason}``, the keys waiting in
-``spectral_outbox_relay_keys_held_back``; logged once per reason, then at most once a minute with
-a count. Once the operator fixed the topic or the grants, the next try publishes the row.
+A record Kafka refuses for good (too large for its topic, a topic the relay may not write: no
+outage, ``spectral.faults.refusal_of``) keeps the session going: its key is left out and tried
+again after a capped backoff, its first row alone, so nothing behind it is skipped (``HeldBack``;
+docs/howto/deploy/health-and-alerts.md says how it shows).
 
 Faults (database or broker unavailable) end the session — its locks are released with it — and
 the relay starts a new one after a capped exponential backoff: a supervised loop
