@@ -83,7 +83,7 @@ def _installed(tmp_path: Path) -> tuple[Path, Path]:
     return venv, outside
 
 
-@pytest.mark.timeout(600)
+@pytest.mark.timeout(900)  # a wheel build, a fresh environment and the demo, on a busy machine
 async def test_the_wheel_migrates_and_runs_the_demo_from_outside_the_checkout(
     tmp_path: Path, stack: object
 ) -> None:
