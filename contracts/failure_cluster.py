@@ -36,6 +36,7 @@ from datetime import datetime
 from typing import Annotated, Any, Final, Literal, Self, cast
 from uuid import UUID
 
+import msgspec
 from pydantic import (
     BaseModel,
     ConfigDict,
@@ -46,6 +47,7 @@ from pydantic import (
 )
 
 from contracts.canonical import (
+    MAX_SAFE_INTEGER,
     CanonicalizationError,
     check_json_values,
     snapshot_hash,
@@ -53,9 +55,15 @@ from contracts.canonical import (
 )
 from contracts.envelope import EventEnvelope
 from contracts.errors import DecodeError, DecodeReason, describe_validation_errors
-from contracts.fields import PositiveInt, UtcDatetime, Uuid
+from contracts.fields import (
+    PositiveInt,
+    UtcDatetime,
+    Uuid,
+    are_wire_uuids,
+    written_instants,
+)
 from contracts.spec import EventSpec
-from contracts.wire import find_nul, parse_json_object
+from contracts.wire import NUL_ESCAPE, find_nul, parse_json_object
 
 FAILURE_CLUSTER_DETECTED: Final = "platform.failure_cluster.detected"
 FAILURE_CLUSTER_SCHEMA_VERSION: Final = 1
@@ -164,6 +172,147 @@ def _verify_hash(raw: Mapping[str, Any], payload: FailureClusterDetectedPayload)
         )
 
 
+class FailureClusterView(msgspec.Struct, frozen=True, gc=False):
+    """A failure-cluster snapshot as handlers read it: the payload's fields, checked against
+    the contract like the pydantic model, in their lightest form — UUIDs as their one wire
+    spelling (``str``), timestamps as UTC datetimes, the evidence bundle as it was parsed from
+    the wire (a list of JSON objects, unknown members included). One C-built object per record
+    (no model tree, not tracked by the garbage collector); ``Delivery.envelope`` still gives the
+    full :class:`FailureClusterDetectedPayload` to whoever asks for it."""
+
+    cluster_id: str
+    snapshot_hash: str
+    rule_id: str
+    workspace_id: str
+    severity: Severity
+    failure_count: int
+    first_observed_at: datetime
+    last_observed_at: datetime
+    evidence_bundle: list[dict[str, Any]]
+    suggested_rule_stub: str | None
+
+
+_Text = Annotated[str, msgspec.Meta(min_length=1)]
+_Count = Annotated[int, msgspec.Meta(ge=1, le=MAX_SAFE_INTEGER)]
+
+
+class _WrittenRef(msgspec.Struct, forbid_unknown_fields=True, gc=False):
+    """A FailureRef in the form spectral writes (the layouts of its texts checked after)."""
+
+    failure_id: Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_FAILURE_ID_CHARS)]
+    observed_at: str
+    summary: Annotated[str, msgspec.Meta(max_length=MAX_SUMMARY_CHARS)]
+
+
+class _WrittenPayload(msgspec.Struct, forbid_unknown_fields=True, gc=False):
+    """The payload in the form spectral writes: the model's fields and bounds, no other member
+    (``snapshot_hash`` is left to the hash's comparison: a digest equal to the computed one has
+    the pattern's 32 lowercase hex digits)."""
+
+    cluster_id: str
+    snapshot_hash: str
+    rule_id: str
+    workspace_id: str
+    severity: Severity
+    failure_count: _Count
+    first_observed_at: str
+    last_observed_at: str
+    evidence_bundle: Annotated[list[_WrittenRef], msgspec.Meta(max_length=MAX_EVIDENCE_ITEMS)]
+    suggested_rule_stub: Annotated[str, msgspec.Meta(max_length=MAX_RULE_STUB_CHARS)] | None = None
+
+
+class _WrittenRecord(msgspec.Struct, forbid_unknown_fields=True, gc=False):
+    """The envelope in the form spectral writes (ENVELOPE_FIELDS, no other member)."""
+
+    event_id: str
+    event_type: str
+    schema_version: _Count
+    source: _Text
+    target: _Text
+    occurred_at: str
+    idempotency_key: _Text
+    payload: _WrittenPayload
+    correlation_id: str | None = None
+    causation_id: str | None = None
+
+
+_convert: Final = msgspec.convert
+_Invalid: Final = msgspec.ValidationError
+
+
+def _read_view(obj: dict[str, Any], data: bytes, key: bytes | None) -> FailureClusterView | None:
+    """The view of a record (``obj``: its value parsed, ``data``: its bytes, ``key``: its
+    record key) that passes every check of ``decode_record``, or None to let the full decode
+    decide. Only records in the form spectral writes take this path: no unknown member
+    anywhere, every timestamp in the written form, no escaped U+0000 in the text; anything
+    else goes the slow way, which also words the refusals. So whatever this accepts, the full
+    decode accepts with the same values (a property test holds the two together).
+
+    The members' types, bounds and presence are checked by ``msgspec.convert`` in C; the UUIDs'
+    spelling and the timestamps' layout by one regular expression each over all of them."""
+    try:
+        record = _convert(obj, _WrittenRecord)
+    except _Invalid:
+        return None
+    payload = record.payload
+    cluster_id = payload.cluster_id
+    uuids = [record.event_id, cluster_id, payload.rule_id, payload.workspace_id]
+    if record.correlation_id is not None:
+        uuids.append(record.correlation_id)
+    if record.causation_id is not None:
+        uuids.append(record.causation_id)
+    if key != cluster_id.encode() or not are_wire_uuids(uuids):
+        return None
+    stamps = [payload.first_observed_at, payload.last_observed_at, record.occurred_at]
+    stamps += [ref.observed_at for ref in payload.evidence_bundle]
+    instants = written_instants(stamps)
+    if (
+        instants is None
+        or instants[0] > instants[1]
+        or (data.find(b"\\") >= 0 and NUL_ESCAPE in data)  # memchr first
+    ):
+        return None
+    raw = obj["payload"]
+    digest = payload.snapshot_hash
+    try:
+        actual = snapshot_hash_prechecked(raw)
+    except CanonicalizationError:  # pragma: no cover - strings and bounded integers only
+        return None
+    if actual != digest or record.idempotency_key != f"{cluster_id}:{digest}":
+        return None
+    return FailureClusterView(
+        cluster_id,
+        digest,
+        payload.rule_id,
+        payload.workspace_id,
+        payload.severity,
+        payload.failure_count,
+        instants[0],
+        instants[1],
+        raw["evidence_bundle"],
+        payload.suggested_rule_stub,
+    )
+
+
+def _view_of(
+    envelope: EventEnvelope[FailureClusterDetectedPayload], raw: Mapping[str, Any]
+) -> FailureClusterView:
+    """The view of a record the full decode accepted (``raw``: its payload as parsed)."""
+    payload = envelope.payload
+    return FailureClusterView(
+        raw["cluster_id"],  # the wire text: the validated payload proved it is str(UUID)
+        payload.snapshot_hash,
+        raw["rule_id"],
+        raw["workspace_id"],
+        payload.severity,
+        payload.failure_count,
+        payload.first_observed_at,
+        payload.last_observed_at,
+        raw["evidence_bundle"],
+        payload.suggested_rule_stub,
+    )
+
+
 FAILURE_CLUSTER_SPEC: Final = EventSpec(
     event_type=FAILURE_CLUSTER_DETECTED,
     schema_version=FAILURE_CLUSTER_SCHEMA_VERSION,
@@ -178,6 +327,8 @@ FAILURE_CLUSTER_SPEC: Final = EventSpec(
     hashed_payload=True,
     idempotency_key_rule="{cluster_id}:{snapshot_hash}",
     record_key_rule="{cluster_id}",
+    read_view=_read_view,
+    view_of=_view_of,
 )
 
 _PLACEHOLDER_HASH: Final = "0" * 32

@@ -33,6 +33,8 @@ Text
 
 from __future__ import annotations
 
+import re
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Annotated, Final
 from uuid import UUID
@@ -97,15 +99,7 @@ def parse_utc(value: object) -> datetime:
     much as the parse it saved.)
     """
     if isinstance(value, str):
-        if (  # the written form, a case of the layout below (fromisoformat checks the rest)
-            len(value) == _WRITTEN_CHARS
-            and value[-1] == "Z"
-            and value[4:20:3] == _WRITTEN_SEPARATORS
-            and value[20:26].isdigit()
-            and value.isascii()
-            and "\x00" not in value
-            and _MIN_YEAR_TEXT <= value < _YEAR_AFTER_MAX_TEXT  # compares the first 4 characters
-        ):
+        if _written_layout(value):
             return datetime.fromisoformat(value)  # tzinfo is UTC: it reads Z as UTC
         if not _rfc3339_layout(value):
             raise ValueError(f"expected an RFC 3339 date-time such as {_EXAMPLE}")
@@ -116,6 +110,83 @@ def parse_utc(value: object) -> datetime:
     if isinstance(value, datetime):
         return _bounded(_to_utc(value))
     raise ValueError(f"expected an RFC 3339 date-time string such as {_EXAMPLE}")
+
+
+def _written_layout(value: str) -> bool:
+    """``value`` has the written form's layout (``YYYY-MM-DDTHH:MM:SS.ffffffZ``) with a year in
+    the bound: a case of :func:`_rfc3339_layout` (``fromisoformat`` checks the rest)."""
+    return (
+        len(value) == _WRITTEN_CHARS
+        and value[-1] == "Z"
+        and value[4:20:3] == _WRITTEN_SEPARATORS
+        and value[20:26].isdigit()
+        and value.isascii()
+        and "\x00" not in value
+        and _MIN_YEAR_TEXT <= value < _YEAR_AFTER_MAX_TEXT  # compares the first 4 characters
+    )
+
+
+def written_utc(value: object) -> datetime | None:
+    """The instant of a timestamp in the written form (``YYYY-MM-DDTHH:MM:SS.ffffffZ``, the
+    form spectral writes), or None for anything else — which may still be a timestamp the
+    contract accepts in another form (:func:`parse_utc` decides). Whatever this accepts, the
+    :data:`UtcDatetime` field accepts with the same value: the fast path of readers that
+    validate without building models (``EventSpec.read_view``)."""
+    if type(value) is not str or not _written_layout(value):
+        return None
+    try:
+        return datetime.fromisoformat(value)
+    except ValueError:
+        return None
+
+
+_UUID_HEX: Final = b"0123456789abcdef"
+_UUID_DASHES: Final = "----"
+
+
+def is_wire_uuid(value: object) -> bool:
+    """``value`` is text in the one UUID spelling (:data:`UUID_PATTERN`: lowercase hex,
+    hyphenated 8-4-4-4-12), checked without a regular expression: the four hyphens where the
+    pattern puts them, and nothing but lowercase hex digits besides them."""
+    return (
+        type(value) is str
+        and len(value) == _UUID_CHARS
+        and value[8:24:5] == _UUID_DASHES
+        and value.isascii()
+        and value.encode().translate(None, _UUID_HEX) == b"----"
+    )
+
+
+_UUID_CHARS: Final = 36
+_UUID_RUN: Final = re.compile(
+    "[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
+    "(?: [0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})*"
+).fullmatch
+_WRITTEN: Final = f"{_YEAR}-[0-9][0-9]-[0-9][0-9]T[0-9][0-9]:[0-9][0-9]:[0-9][0-9][.][0-9]{{6}}Z"
+_WRITTEN_RUN: Final = re.compile(f"{_WRITTEN}(?: {_WRITTEN})*").fullmatch
+_from_iso: Final = datetime.fromisoformat
+
+
+def are_wire_uuids(values: Sequence[str]) -> bool:
+    """Every one of ``values`` (at least one string) is a UUID in its one spelling
+    (:func:`is_wire_uuid`), checked by one match of them joined by spaces: the run matches only
+    if no piece holds a space, and with the length it holds exactly one UUID per piece."""
+    joined = " ".join(values)
+    return len(joined) == len(values) * (_UUID_CHARS + 1) - 1 and _UUID_RUN(joined) is not None
+
+
+def written_instants(values: Sequence[str]) -> list[datetime] | None:
+    """The instants of ``values`` (at least one string) when every one is a timestamp in the
+    written form (:func:`written_utc`), else None: one match of them joined by spaces checks
+    the layouts and the year bound (as :func:`are_wire_uuids` does), ``fromisoformat`` the
+    calendar."""
+    joined = " ".join(values)
+    if len(joined) != len(values) * (_WRITTEN_CHARS + 1) - 1 or _WRITTEN_RUN(joined) is None:
+        return None
+    try:
+        return list(map(_from_iso, values))
+    except ValueError:
+        return None
 
 
 _MIN_YEAR_TEXT: Final = f"{MIN_YEAR:04d}"
