@@ -9,10 +9,7 @@ report.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import json
-import signal
 from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from datetime import timedelta
 from typing import Annotated, Any
@@ -33,6 +30,7 @@ from spectral.db.connect import ping
 from spectral.devstack import Endpoints, resolve_endpoints
 from spectral.faults import Component
 from spectral.kafka.retention import BrokerRetention, describe_retention
+from spectral.lifecycle import stopping_on_signals
 from spectral.maintenance.metrics import (
     LAST_SUCCESS,
     MAINTENANCE_JOB,
@@ -202,11 +200,8 @@ async def _every(
         retries_any_failure=True,
         on_fault=failed,
     )
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
-            loop.add_signal_handler(sig, passes.stop_soon)
-    await passes.run()
+    with stopping_on_signals(passes.stop_soon):
+        await passes.run()
     log.info("maintenance stopped")
 
 

@@ -35,6 +35,7 @@ LAYERS: Final[tuple[tuple[str, ...], ...]] = (
         "spectral.resources",
         "spectral.retry",
         "spectral.faults",
+        "spectral.lifecycle",
         "spectral.observability",
         "spectral.service",
         "spectral.plugins",

@@ -46,7 +46,6 @@ import asyncio
 import contextlib
 import os
 import random
-import signal
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -64,6 +63,7 @@ from spectral.kafka.config import producer_kwargs
 from spectral.kafka.freshness import READY_AT_HEADER
 from spectral.kafka.probe import KafkaProbe
 from spectral.kafka.topics import topic_for
+from spectral.lifecycle import stopping_on_signals
 from spectral.observability.health import Health
 from spectral.observability.logging import get_logger
 from spectral.observability.outages import REMIND_EVERY
@@ -258,19 +258,12 @@ class OutboxRelay:
     async def run(self) -> RelayReport:
         """Run sessions until stopped (or, ``once``, until nothing is publishable)."""
         self._report = report = RelayReport()
-        loop = asyncio.get_running_loop()
-        installed: list[signal.Signals] = []
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
-                loop.add_signal_handler(sig, self.stop)
-                installed.append(sig)
         watch = self._watch()
         try:
-            await self._sessions.run()
+            with stopping_on_signals(self.stop):
+                await self._sessions.run()
         finally:
             await watch.aclose()
-            for sig in installed:
-                loop.remove_signal_handler(sig)
         return report
 
     def _watch(self) -> _Watch:
