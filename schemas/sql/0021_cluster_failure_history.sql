@@ -4,6 +4,6 @@
 -- bucket (one row per cluster per signalled hour, as before: no more writes on the hot path), and
 -- prunes it with the buckets (8 days). Buckets written before this migration have none.
 ALTER TABLE platform.cluster_signal_hours
-    ADD COLUMN failure_count integer NULL CHECK (failure_count >= 1);
+    ADD COLUMN failure_count bigint NULL CHECK (failure_count >= 1);
 COMMENT ON COLUMN platform.cluster_signal_hours.failure_count IS
     'The cluster''s failure_count in the first snapshot applied in this hour (NULL before 0021).';
