@@ -24,7 +24,7 @@ from playwright.async_api import Browser, BrowserContext, Page, async_playwright
 
 from consumers.rule_candidates.plugin import TRIAGE_READ, TRIAGE_WRITE
 from contracts import FAILURE_CLUSTER_DETECTED
-from producers.work.plugin import WORK_READ
+from producers.work.plugin import WORK_BUDGET, WORK_READ
 from spectral.auth.scopes import OPS_READ, OPS_REDRIVE
 from spectral.cli.api import compose_app, deployment_topics
 from spectral.devstack import Endpoints
@@ -47,6 +47,8 @@ from tests.kafka_support import cluster_event, create_topics, publish, publish_e
 from tests.support import unique_name
 
 pytestmark = pytest.mark.integration
+
+ORG = "acme"
 
 CHROMIUM_FLAGS = [
     "--no-sandbox",
@@ -91,7 +93,7 @@ async def site(settings: Settings, database_url: str, kafka_bootstrap: str) -> A
         from producers.work.commands import GenerateAll  # noqa: PLC0415
 
         parent = await h.commands.generate_all(
-            GenerateAll(PROJECT, DOCUMENT, requested_by="token:planner")
+            GenerateAll(PROJECT, DOCUMENT, requested_by="token:planner", org_id=ORG)
         )
         async with executor(executor_settings(settings), database_url, ScriptedSynthesizer()) as w:
             await run_until_settled(w, h.admin)
@@ -111,7 +113,9 @@ async def site(settings: Settings, database_url: str, kafka_bootstrap: str) -> A
     try:
         yield Site(
             url=f"http://127.0.0.1:{port}",
-            operator=await mint(database_url, "ops-alice", TRIAGE_WRITE, OPS_REDRIVE, WORK_READ),
+            operator=await mint(
+                database_url, "ops-alice", TRIAGE_WRITE, OPS_REDRIVE, WORK_READ, WORK_BUDGET
+            ),
             reader=await mint(database_url, "viewer-bob", TRIAGE_READ, OPS_READ),
             clusters=[str(e.payload.cluster_id) for e in events],
             parent_thread=str(parent.thread_id),
@@ -227,9 +231,15 @@ async def test_an_operator_works_through_the_console(  # noqa: PLR0915 - one ope
     assert after.count("(1 redriven)") == 2, after
     assert await page.locator("#dead-letters form.dry-run").count() == 0  # nothing left
 
-    # A thread: child summary and the ledger timeline of its items.
-    await page.goto(f"{site.url}/console/threads?project={PROJECT}")
+    # The projects lead to their threads.
+    await page.goto(f"{site.url}/console/threads")
+    project = page.locator(f'#projects tr[data-project="{PROJECT}"]')
+    assert await project.locator("td.num").first.inner_text() == "1"  # one top-level thread
+    await shot(page, "projects")
+    await project.locator("a").first.click()
+    await page.wait_for_selector("#threads")
     assert await page.locator("#threads tbody tr").count() == 3
+    # A thread: child summary and the ledger timeline of its items.
     await page.goto(f"{site.url}/console/threads/{site.parent_thread}")
     assert await page.inner_text("#thread-status") == "complete"
     assert "complete 2" in await page.inner_text("#child-summary")
@@ -242,6 +252,19 @@ async def test_an_operator_works_through_the_console(  # noqa: PLR0915 - one ope
         assert entry in timeline
     assert await page.locator("#child-summary").count() == 0  # a child has no children
     await shot(page, "item-ledger")
+
+    # Budgets: the org's spend over the period, drawn from its spend record, against the limit.
+    await page.goto(f"{site.url}/console/budgets")
+    await page.fill("#b-org", ORG)
+    await page.fill("#b-tokens", "5000")
+    await page.click("#set-budget button[type=submit]")
+    await page.wait_for_url("**/console/budgets")
+    chart = page.locator(f"#spend-{ORG} svg.chart")
+    assert await chart.locator(".chart-limit").count() == 1
+    described = await chart.locator("desc").text_content() or ""
+    assert "samples of tokens" in described, described
+    assert not described.endswith("highest 0."), described  # the calls' tokens are in it
+    await shot(page, "budgets")
     await context.close()
 
 
