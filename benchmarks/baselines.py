@@ -26,7 +26,7 @@ from benchmarks.statements import ENGINE_SQL, PROJECTION_SQL
 from consumers.rule_candidates.collapse import ordered_at
 from consumers.rule_candidates.handler import CONSUMER_NAME, DATABASE_ROLE
 from contracts import DecodeError
-from spectral.engine.engine import FETCH_MAX_BYTES, PARTITION_FETCH_BYTES
+from spectral.kafka.aiokafka_source import FETCH_MAX_BYTES, PARTITION_FETCH_BYTES
 from spectral.plugins import installed_registry
 
 BATCH = 2000

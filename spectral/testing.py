@@ -1,4 +1,5 @@
-"""``spectral.testing``: a pytest plugin to test a projection against the real local stack.
+"""``spectral.testing``: a pytest plugin to test a projection against the real local stack, and
+an in-memory Kafka to test it with no broker at all.
 
 Enable it in the ``conftest.py`` of your tests (it is never enabled by installing spectral)::
 
@@ -25,11 +26,23 @@ Fixtures (all function-scoped unless said):
                            consumer group, until no record arrived for ``idle`` seconds),
                            ``await spectral.rebuild("my-deployment")``, ``await
                            spectral.dead_letters(event_type)`` and ``spectral.connect()``.
+
+Without a broker (PostgreSQL only: River's ``rivertest.Worker.Work``, FastStream's
+``TestKafkaBroker``): :class:`MemoryKafka` is an in-memory Kafka behind the same transport seam
+as the real clients. ``await MemoryKafka().apply(handler, conn, *envelopes)`` — or the
+shortcut :func:`apply` — runs ``envelopes`` through the real engine (decode, dedup in
+``core.event_handled``, the handler, the dead letters with their fallbacks) on the test's own
+connection ``conn``: inside its open transaction each batch is a savepoint, so the test sees
+the effects and rolls everything back. :meth:`MemoryKafka.run_until_idle` runs a live group
+member on a pool instead (commits, ``after_commit``, ``periodic``). Hostile records go in with
+:meth:`MemoryKafka.publish_raw`. The ``spectral_database_url`` fixture starts no broker
+(``spectral_postgres``: ``SPECTRAL_DATABASE_URL``, else the local stack's PostgreSQL alone).
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 import uuid
 from collections.abc import Callable, Iterator, Sequence
@@ -40,15 +53,18 @@ import asyncpg
 import pytest
 from prometheus_client import CollectorRegistry
 
-from contracts import EventEnvelope
+from contracts import EventEnvelope, EventRegistry, envelope_headers
 from spectral import devstack
 from spectral.cli.deployments import handler_factory
 from spectral.db.migrate import migrate
 from spectral.devstack import Endpoints
 from spectral.dlq.records import DeadLetterRecord, scan_dead_letters
 from spectral.engine.engine import ConsumerEngine, EngineOptions, RunSummary
-from spectral.engine.handler import Handler
+from spectral.engine.handler import Handler, Outcome
+from spectral.engine.transaction import BorrowedConnection
+from spectral.kafka.memory import MemoryBroker, MemoryRecord, MemoryTransport
 from spectral.kafka.topics import dlq_topic, topic_for
+from spectral.kafka.transport import FixedRange, TopicPartition
 from spectral.outbox.relay import OutboxRelay, RelayMetrics, RelayOptions
 from spectral.outbox.writer import OutboxItem, enqueue
 from spectral.plugins import installed_registry
@@ -56,7 +72,16 @@ from spectral.replay.rebuild import rebuild
 from spectral.replay.replay import ReplayReport
 from spectral.settings import Settings, load_settings
 
-__all__ = ["DeadLetterRecord", "Harness"]
+__all__ = [
+    "Consumed",
+    "DeadLetterRecord",
+    "Harness",
+    "MemoryBroker",
+    "MemoryKafka",
+    "MemoryRecord",
+    "MemoryTransport",
+    "apply",
+]
 
 
 def _with_database(url: str, database: str) -> str:
@@ -90,10 +115,20 @@ def spectral_stack() -> Endpoints:
 
 
 @pytest.fixture(scope="session")
-def spectral_template(spectral_stack: Endpoints) -> Iterator[str]:
+def spectral_postgres() -> str:
+    """An admin database URL for the session: ``SPECTRAL_DATABASE_URL``, else the local stack's
+    PostgreSQL (started if needed). No broker is started for it."""
+    try:
+        return devstack.database_up(load_settings())
+    except Exception as exc:  # noqa: BLE001 - whatever stops the server, the test fails with it
+        pytest.fail(f"no PostgreSQL for the tests: {exc}", pytrace=False)
+
+
+@pytest.fixture(scope="session")
+def spectral_template(spectral_postgres: str) -> Iterator[str]:
     """A database migrated once (spectral's track and the installed plugins'), cloned per test."""
     name = f"spectral_tpl_{os.getpid()}_{uuid.uuid4().hex[:6]}"
-    url = spectral_stack.database_url
+    url = spectral_postgres
     asyncio.run(_admin(url, f'CREATE DATABASE "{name}"'))
     try:
         asyncio.run(migrate(_with_database(url, name)))
@@ -103,10 +138,11 @@ def spectral_template(spectral_stack: Endpoints) -> Iterator[str]:
 
 
 @pytest.fixture
-def spectral_database_url(spectral_stack: Endpoints, spectral_template: str) -> Iterator[str]:
-    """A fresh, migrated database of the test's own, dropped afterwards."""
+def spectral_database_url(spectral_postgres: str, spectral_template: str) -> Iterator[str]:
+    """A fresh, migrated database of the test's own, dropped afterwards (PostgreSQL only: a
+    test on :class:`MemoryKafka` starts no broker)."""
     name = _unique("spectral_t_")
-    url = spectral_stack.database_url
+    url = spectral_postgres
     asyncio.run(_admin(url, f'CREATE DATABASE "{name}" TEMPLATE "{spectral_template}"'))
     try:
         yield _with_database(url, name)
@@ -124,6 +160,7 @@ def spectral_topic_prefix() -> str:
 def spectral_settings(
     spectral_stack: Endpoints, spectral_database_url: str, spectral_topic_prefix: str
 ) -> Settings:
+    """Settings for the test's database, topic prefix and the stack's broker."""
     return load_settings(
         kafka_bootstrap=spectral_stack.kafka_bootstrap,
         database_url=spectral_database_url,
@@ -234,3 +271,150 @@ class Harness:
             async for batch in scan_dead_letters(self.settings, self.kafka_bootstrap, topic)
             for record in batch
         ]
+
+
+@dataclasses.dataclass(frozen=True)
+class Consumed:
+    """What :meth:`MemoryKafka.apply` did with the records it ran."""
+
+    summary: RunSummary
+    dead_letters: tuple[DeadLetterRecord, ...]
+    """The dead letters produced by this run, in order (``.reason``, ``.dlq``, ``.decoded()``)."""
+
+    def count(self, outcome: Outcome | str) -> int:
+        """Records that ended ``outcome`` (``applied``, ``deduplicated``, ``stale``,
+        ``dead_lettered``)."""
+        return self.summary.counts[Outcome(outcome)]
+
+
+class MemoryKafka:
+    """An in-memory Kafka for one test: publish envelopes (or raw records) to it, then run a
+    handler over them through the real engine (see the module docstring)."""
+
+    def __init__(
+        self,
+        settings: Settings | None = None,
+        *,
+        events: EventRegistry | None = None,
+        partitions: int = 1,
+        max_message_bytes: int | None = None,
+    ) -> None:
+        """``partitions``: of every topic (created by its first record);
+        ``max_message_bytes``: the largest record the broker takes (Kafka's default)."""
+        self.settings = settings or Settings()
+        self.events = events or installed_registry()
+        broker = MemoryBroker(partitions=partitions)
+        if max_message_bytes is not None:
+            broker.max_message_bytes = max_message_bytes
+        self.broker = broker
+        self.transport = MemoryTransport(broker)
+        self._read: dict[TopicPartition, int] = {}
+        """How far :meth:`apply` read each partition."""
+
+    def topic(self, event_type: str) -> str:
+        """The topic of ``event_type`` under the settings' prefix."""
+        return topic_for(event_type, self.settings.topic_prefix)
+
+    def publish(self, *envelopes: EventEnvelope[Any]) -> list[MemoryRecord]:
+        """Write ``envelopes`` as a producer does: encoded, keyed by their entity, with the
+        ``event_type`` and ``idempotency_key`` headers."""
+        return [
+            self.broker.append(
+                self.topic(e.event_type),
+                self.events.encode(e),
+                key=self.events.record_key(e),
+                headers=envelope_headers(e),
+            )
+            for e in envelopes
+        ]
+
+    def publish_raw(
+        self,
+        event_type: str,
+        value: bytes | None,
+        *,
+        key: bytes | None = None,
+        headers: Sequence[tuple[str, bytes | None]] = (),
+    ) -> MemoryRecord:
+        """Write any bytes to ``event_type``'s topic (a hostile or foreign producer)."""
+        return self.broker.append(self.topic(event_type), value, key=key, headers=headers)
+
+    async def apply(
+        self, handler: Handler[Any], conn: asyncpg.Connection, *envelopes: EventEnvelope[Any]
+    ) -> Consumed:
+        """Publish ``envelopes``, then run ``handler`` over every record of its topics not run
+        yet, on ``conn`` (inside its open transaction each batch is a savepoint: nothing
+        commits; without one each batch commits). Returns when they are all done."""
+        self.publish(*envelopes)
+        topics = [self.topic(t) for t in handler.event_types]
+        dlq_before = {t: len(self.broker.records(dlq_topic(t))) for t in topics}
+        end: dict[TopicPartition, int] = {}
+        for topic in topics:
+            self.broker.create_topic(topic)
+            for partition in range(self.broker.partitions(topic)):
+                tp = TopicPartition(topic, partition)
+                end[tp] = self.broker.end_offset(tp)
+        start = {tp: self._read.get(tp, 0) for tp in end}
+        engine = ConsumerEngine(
+            handler,
+            self.settings,
+            transport=self.transport,
+            reading=FixedRange(start, end),
+            connections=BorrowedConnection(conn),
+            registry=CollectorRegistry(),
+            events=self.events,
+        )
+        summary = await engine.run()
+        self._read.update(end)
+        dead = [
+            _dead_letter(record)
+            for topic in topics
+            for record in self.broker.records(dlq_topic(topic))[dlq_before[topic] :]
+        ]
+        return Consumed(summary, tuple(dead))
+
+    async def run_until_idle(
+        self,
+        handler: Handler[Any],
+        database_url: str,
+        *,
+        idle: float = 0.5,
+        group: str | None = None,
+    ) -> RunSummary:
+        """Run ``handler`` as ``spectral consume`` does — a member of its consumer group on a
+        pool of ``database_url``, committing each batch — until no record arrived for ``idle``
+        seconds."""
+        engine = ConsumerEngine(
+            handler,
+            self.settings,
+            transport=self.transport,
+            database_url=database_url,
+            options=EngineOptions(group=group, stop_when_idle=idle, poll_timeout_ms=50),
+            registry=CollectorRegistry(),
+            events=self.events,
+        )
+        return await engine.run()
+
+    def dead_letters(self, event_type: str) -> list[DeadLetterRecord]:
+        """Every dead letter of ``event_type``'s topic so far."""
+        return [_dead_letter(r) for r in self.broker.records(dlq_topic(self.topic(event_type)))]
+
+
+def _dead_letter(record: MemoryRecord) -> DeadLetterRecord:
+    return DeadLetterRecord(
+        record.topic,
+        record.partition,
+        record.offset,
+        record.timestamp,
+        record.key,
+        record.value or b"",
+        record.headers,
+    )
+
+
+async def apply(
+    handler: Handler[Any], conn: asyncpg.Connection, *envelopes: EventEnvelope[Any]
+) -> Consumed:
+    """Run ``envelopes`` through ``handler`` on ``conn`` with an in-memory Kafka of their own
+    (:meth:`MemoryKafka.apply`)."""
+    return await MemoryKafka().apply(handler, conn, *envelopes)

@@ -115,6 +115,16 @@ def up(settings: Settings, *, brokers: int | None = None) -> Endpoints:
     return Endpoints(bootstrap, database_url)
 
 
+def database_up(settings: Settings) -> str:
+    """Only the database: the settings' URL, else the local PostgreSQL, started if needed
+    (idempotent; no broker is started — tests on spectral.testing's in-memory Kafka)."""
+    if settings.database_url is not None:
+        return settings.database_url.get_secret_value()
+    url = _postgres(settings, remembered=False).ensure_running()
+    _remember(state_dir(settings, remembered=False))
+    return url
+
+
 def down(settings: Settings, *, wipe: bool = False) -> None:
     """Stop the local stack's processes (never an external cluster or server); ``wipe`` also
     deletes everything the stack created: Kafka's data, the PostgreSQL cluster (which lives

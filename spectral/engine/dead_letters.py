@@ -14,7 +14,9 @@ are committed.
    and as much of it as fits, counted as fallback ``table`` and logged as an error.
 
 So the partition keeps flowing and nothing is lost. A fault of the infrastructure (broker or
-database unreachable) is raised instead, and the engine retries the whole step.
+database unreachable) is raised instead, and the engine retries the whole step. It produces
+through a :class:`~spectral.kafka.produce.Sender` it owns (started and stopped with the sink),
+so the rules hold on every transport.
 
 :class:`ReportedDeadLetters` (dry runs, rebuilds) produces nothing and keeps the first
 :data:`NOTED` dead letters for the report.
@@ -22,17 +24,16 @@ database unreachable) is raised instead, and the engine retries the whole step.
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
-from typing import Any, Protocol
-
-from aiokafka import AIOKafkaProducer
+from typing import Any
 
 from spectral.dlq import store
 from spectral.engine.metrics import ConsumerMetrics
 from spectral.kafka.dlq import DETAIL_LIMIT, DeadLetter
-from spectral.kafka.produce import Message, Refused, send_alone, send_each
+from spectral.kafka.produce import Message, Refused, Sender
 from spectral.kafka.topics import dlq_topic
 from spectral.observability.logging import get_logger
 
@@ -42,31 +43,47 @@ NOTED = 100
 """A report lists at most this many dead letters (all are counted)."""
 
 
-class DeadLetterSink(Protocol):
+class DeadLetterSink(ABC):
+    """Where a run's dead letters go; ``start`` before the first ``put``, ``close`` at the end
+    (both no-ops unless the sink holds a client)."""
+
+    async def start(self) -> None:  # noqa: B027 - a documented no-op default, overridden by sinks with a client
+        """Connect (a transient failure raises; calling again retries)."""
+
+    @abstractmethod
     async def put(self, letters: Sequence[DeadLetter]) -> None:
         """Take one batch's dead letters (in source order); return once they are durable."""
+
+    async def close(self) -> None:  # noqa: B027 - a documented no-op default, as ``start``
+        """Release what ``start`` took (safe after a failed or no ``start``)."""
 
 
 def _message(letter: DeadLetter) -> Message:
     return Message(dlq_topic(letter.source_topic), letter.key, letter.value, letter.headers())
 
 
-class KafkaDeadLetters:
+class KafkaDeadLetters(DeadLetterSink):
     """Dead letters to ``T.dlq``, falling back to a reference, then to ``core.dead_letters``."""
 
     def __init__(
         self,
-        producer: AIOKafkaProducer,
+        sender: Sender,
         connections: Callable[[], AbstractAsyncContextManager[Any]],
         metrics: ConsumerMetrics,
     ) -> None:
         """``connections()`` lends a database connection (the engine's pool) for the table."""
-        self._producer = producer
+        self._sender = sender
         self._connections = connections
         self._metrics = metrics
 
+    async def start(self) -> None:
+        await self._sender.start()
+
+    async def close(self) -> None:
+        await self._sender.stop()
+
     async def put(self, letters: Sequence[DeadLetter]) -> None:
-        outcomes = await send_each(self._producer, [_message(d) for d in letters])
+        outcomes = await self._sender.send_each([_message(d) for d in letters])
         unsent: list[store.Refused] = []
         for letter, outcome in zip(letters, outcomes, strict=True):
             if isinstance(outcome, Refused):
@@ -88,11 +105,11 @@ class KafkaDeadLetters:
 
     async def _fall_back(self, letter: DeadLetter, refused: Refused) -> store.Refused | None:
         """Steps 2 and 3 for one refused dead letter; what is left for the table (step 4)."""
-        alone = await send_alone(self._producer, _message(letter))
+        alone = await self._sender.send_alone(_message(letter))
         if not isinstance(alone, Refused):
             return None
         reference = letter.as_reference(alone.why)
-        sent = await send_alone(self._producer, _message(reference))
+        sent = await self._sender.send_alone(_message(reference))
         if not isinstance(sent, Refused):
             self._metrics.fallbacks["reference"].inc()
             log.warning(
@@ -115,7 +132,7 @@ class DeadLetterNote:
         return {"reason": self.reason, "detail": self.detail, "source": self.source}
 
 
-class ReportedDeadLetters:
+class ReportedDeadLetters(DeadLetterSink):
     """Dry runs and rebuilds: dead letters are remembered for the report, never produced."""
 
     def __init__(self) -> None:

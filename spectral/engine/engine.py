@@ -4,8 +4,10 @@ Runs one handler (a consumer deployment) with exactly-once effects (the dedup ro
 the handler's transaction; offsets are committed only after it), nothing lost (every record ends
 applied, deduplicated, stale or dead-lettered before its offset moves) and infrastructure faults
 paused and retried, never dead-lettered. It composes four seams chosen once (source, decode,
-batch transaction, dead-letter sink) around a pipelined loop. The guarantees, the seams and the
-pipelining are explained in docs/explanation/consumer-engine.md.
+batch transaction, dead-letter sink) around a pipelined loop; the record source owns its client
+and tells the engine that partitions move through the one-way rebalance protocol the engine
+implements (:class:`_Membership`). The guarantees, the seams and the pipelining are explained in
+docs/explanation/consumer-engine.md, the transport seam in docs/explanation/transport.md.
 """
 
 from __future__ import annotations
@@ -16,13 +18,12 @@ import contextlib
 import signal
 import time
 from collections import Counter
-from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Awaitable, Callable, Collection, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import asyncpg
 import structlog
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from prometheus_client import REGISTRY, CollectorRegistry
 
 from contracts import EventRegistry
@@ -32,7 +33,13 @@ from spectral.engine.decode import RecordDecoder
 from spectral.engine.handler import BatchReport, Delivery, Handler, Outcome
 from spectral.engine.metrics import ConsumerMetrics
 from spectral.engine.retrying import Retrying
-from spectral.engine.source import GroupSource, RecordSource
+from spectral.engine.source import (
+    FetchOptions,
+    Reading,
+    Subscription,
+    Transport,
+    configured_transport,
+)
 from spectral.engine.transaction import (
     BatchOutcome,
     BatchTransaction,
@@ -40,11 +47,10 @@ from spectral.engine.transaction import (
     PoolConnections,
 )
 from spectral.kafka.codecs import require_codecs
-from spectral.kafka.config import client_kwargs, refusable_producer_kwargs
-from spectral.kafka.dlq import MAX_REQUEST_BYTES, DeadLetter
+from spectral.kafka.dlq import DeadLetter
 from spectral.kafka.freshness import ready_at
-from spectral.kafka.partitions import stop_consumer
 from spectral.kafka.topics import group_for, topic_for
+from spectral.kafka.transport import TopicPartition
 from spectral.observability.logging import get_logger
 from spectral.observability.progress import EngineHook
 from spectral.plugins import installed_registry
@@ -59,11 +65,6 @@ each of the in-flight batch's statement replies waits at most that long for the 
 PIPELINE_DEPTH = 2
 """Batches fetched and decoded ahead of the one being applied. With one, the loop idled while
 a batch it had already decoded waited for the previous one's database round trips."""
-FETCH_MAX_BYTES = 64 * 1024 * 1024
-PARTITION_FETCH_BYTES = 1024 * 1024
-"""Per partition and fetch (Kafka's default). The fetcher prefetches every assigned partition,
-so this bounds what waits in memory: 8 MiB here kept ~70 MiB more resident on a 6-partition
-topic for no throughput. A record batch larger than this is still returned whole."""
 POOL_SIZE = 3
 """Connections of the engine's pool: one batch's transaction, beside it the batch before it
 acknowledging (its dead letters fall back to a table when the broker refuses them), and the
@@ -95,7 +96,20 @@ class _Decoded:
     """Time spent decoding (counted in the batch's duration; the wait for the batch before
     it is not)."""
     epoch: int
-    """The source's epoch when the records were fetched."""
+    """The engine's revocation count when the records were fetched."""
+
+    def without(self, gone: Collection[TopicPartition]) -> _Decoded:
+        """This batch less its records of the partitions ``gone``."""
+
+        def kept(topic: str, partition: int) -> bool:
+            return TopicPartition(topic, partition) not in gone
+
+        return replace(
+            self,
+            records=[r for r in self.records if kept(r.topic, r.partition)],
+            deliveries=[d for d in self.deliveries if kept(d.topic, d.partition)],
+            dead=[d for d in self.dead if kept(d.source_topic, d.source_partition)],
+        )
 
 
 @dataclass
@@ -147,6 +161,20 @@ class RunSummary:
         self.dead_letter_reasons.update(report.dead_letter_reasons)
 
 
+class _Membership:
+    """The engine's side of the rebalance protocol (spectral.kafka.transport.Rebalance): the
+    only way a source tells the engine that partitions move."""
+
+    def __init__(self, engine: ConsumerEngine) -> None:
+        self._engine = engine
+
+    async def revoking(self, partitions: Collection[TopicPartition]) -> None:
+        await self._engine._revoking(partitions)  # noqa: SLF001 - the engine's own helper
+
+    def assigned(self, partitions: Collection[TopicPartition]) -> None:
+        self._engine._assigned(partitions)  # noqa: SLF001 - the engine's own helper
+
+
 class ConsumerEngine:
     """Consume the handler's topics and apply each event exactly once."""
 
@@ -155,22 +183,25 @@ class ConsumerEngine:
         handler: Handler[Any],
         settings: Settings,
         *,
-        kafka_bootstrap: str,
-        database_url: str,
+        kafka_bootstrap: str | None = None,
+        database_url: str | None = None,
         options: EngineOptions | None = None,
         registry: CollectorRegistry = REGISTRY,
         events: EventRegistry | None = None,
-        source: RecordSource | None = None,
+        transport: Transport | None = None,
+        reading: Reading | None = None,
         connections: Connections | None = None,
         dead_letter_sink: DeadLetterSink | None = None,
         hook: EngineHook | None = None,
     ) -> None:
-        """``source``: a live member of ``options.group`` unless given (a RangeSource for a
-        replay); ``connections``: the engine's pool unless given (a held transaction);
-        ``dead_letter_sink``: Kafka with its fallbacks unless given (a report); ``hook``: where
-        the engine reports its start, partitions, commits and stop (a progress monitor);
-        ``events``: the event types records are decoded with (spectral's and the installed
-        plugins' unless given)."""
+        """``transport``: the settings' Kafka client on ``kafka_bootstrap`` unless given (the
+        in-memory broker of a test); ``reading``: a live member of ``options.group`` unless
+        given (a fixed range for a replay); ``connections``: a pool of ``database_url`` unless
+        given (a held transaction, a test's own connection: then the engine holds no pool and
+        runs no ``periodic`` chores); ``dead_letter_sink``: ``T.dlq`` through the transport,
+        with its fallbacks, unless given (a report); ``hook``: where the engine reports its
+        start, partitions, commits and stop (a progress monitor); ``events``: the event types
+        records are decoded with (spectral's and the installed plugins' unless given)."""
         self.handler = handler
         self.hook = hook or EngineHook()
         self.settings = settings
@@ -178,15 +209,23 @@ class ConsumerEngine:
         self.metrics = ConsumerMetrics(registry, handler.name)
         self.batch_lock = asyncio.Lock()
         self.summary = RunSummary()
-        group = self.options.group or group_for(handler.name, settings.topic_prefix)
-        self.source = source or GroupSource(
-            group,
-            self.batch_lock,
-            revoked=self._revoked,
-            assigned=self._assigned,
-            acknowledged=self._acknowledged,
+        if transport is None:
+            if kafka_bootstrap is None:
+                msg = "a Kafka bootstrap is needed unless a transport is given"
+                raise ValueError(msg)
+            transport = configured_transport(settings, kafka_bootstrap)
+        if reading is None:
+            group = self.options.group or group_for(handler.name, settings.topic_prefix)
+            reading = Subscription(group, self.options.auto_offset_reset)
+        self.transport = transport
+        self.source = transport.source(
+            reading,
+            FetchOptions(client_id=f"spectral-{handler.name}", max_records=self.options.max_batch),
         )
-        self._bootstrap = kafka_bootstrap
+        self._epoch = 0
+        """Revocations so far: a batch remembers it at its fetch."""
+        self._revoked_at: dict[TopicPartition, int] = {}
+        """The epoch each partition was last revoked in."""
         self._database_url = database_url
         self._stop = asyncio.Event()
         self._retrying = Retrying(self.options.backoff, self.metrics, self._stop)
@@ -195,8 +234,6 @@ class ConsumerEngine:
         self._connections = connections
         self._sink = dead_letter_sink
         self._pool: asyncpg.Pool | None = None
-        self._consumer: AIOKafkaConsumer | None = None
-        self._producer: AIOKafkaProducer | None = None
         self._transaction: BatchTransaction | None = None
         self._in_flight: collections.deque[_InFlight] = collections.deque()
         self._busy_at = time.monotonic()
@@ -206,13 +243,26 @@ class ConsumerEngine:
         self._outage = False
         """The last idle probe found the broker or the database unreachable."""
 
-    def _revoked(self, partitions: list[TopicPartition]) -> None:
-        self._busy_at = time.monotonic()
-        self.hook.revoked(partitions)
+    async def _revoking(self, partitions: Collection[TopicPartition]) -> None:
+        """``partitions`` are about to leave: wait for the running transaction and for every
+        batch whose transaction committed to commit its offsets (while this member still owns
+        them), then start a new epoch: what was fetched of them before is dropped."""
+        self.hook.revoking(partitions)
+        async with self.batch_lock:
+            await self._acknowledged()
+            self._epoch += 1
+            for tp in partitions:
+                self._revoked_at[tp] = self._epoch
+            self._busy_at = time.monotonic()
+            self.hook.revoked(partitions)
 
-    def _assigned(self, partitions: list[TopicPartition]) -> None:
+    def _assigned(self, partitions: Collection[TopicPartition]) -> None:
         self._busy_at = time.monotonic()
         self.hook.assigned(partitions)
+
+    def _revoked_since(self, epoch: int) -> set[TopicPartition]:
+        """The partitions revoked after epoch ``epoch``."""
+        return {tp for tp, at in self._revoked_at.items() if at > epoch}
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -255,58 +305,33 @@ class ConsumerEngine:
 
     async def _start(self) -> None:
         require_codecs()
-        role = self.handler.database_role
-        self._pool = await self._retrying(
-            "database",
-            lambda: create_pool(
-                self._database_url,
-                role=role,
-                min_size=1,
-                max_size=POOL_SIZE,
-                session=self._session(),
-            ),
-        )
-        self._transaction = BatchTransaction(self.handler, self._lender(), self._retrying)
-        kafka = client_kwargs(self.settings, self._bootstrap)
-        refresh_ms = int(self.settings.kafka_metadata_refresh_seconds * 1000)
-        if self._sink is None:
-            self._producer = AIOKafkaProducer(
-                **refusable_producer_kwargs(self.settings, self._bootstrap),
-                linger_ms=5,
-                max_request_size=MAX_REQUEST_BYTES,  # dead letters carry the original bytes
-                metadata_max_age_ms=refresh_ms,
+        if self._database_url is not None:
+            database_url, role = self._database_url, self.handler.database_role
+            self._pool = await self._retrying(
+                "database",
+                lambda: create_pool(
+                    database_url,
+                    role=role,
+                    min_size=1,
+                    max_size=POOL_SIZE,
+                    session=self._session(),
+                ),
             )
-            await self._retrying("kafka", self._producer.start)
-            await self._retrying("kafka", self._track_known_topics)
-            self._sink = KafkaDeadLetters(self._producer, self._pool.acquire, self.metrics)
-        self._consumer = AIOKafkaConsumer(
-            **kafka,
-            group_id=self.source.group_id(self.handler.name),
-            client_id=f"spectral-{self.handler.name}",
-            enable_auto_commit=False,
-            auto_offset_reset=self.options.auto_offset_reset,
-            max_poll_records=self.options.max_batch,
-            fetch_max_bytes=FETCH_MAX_BYTES,
-            max_partition_fetch_bytes=PARTITION_FETCH_BYTES,
-            max_poll_interval_ms=600_000,
-            metadata_max_age_ms=refresh_ms,
-            isolation_level="read_committed",
-        )
-        await self._retrying("kafka", self._consumer.start)
-        await self.source.attach(self._consumer, list(self._topics))
-        await self.hook.started(self._consumer, self._pool)
+        elif self._connections is None:
+            msg = "a database URL is needed unless connections are given"
+            raise ValueError(msg)
+        self._transaction = BatchTransaction(self.handler, self._lender(), self._retrying)
+        if self._sink is None:
+            sender = self.transport.sender(list(self._topics))
+            self._sink = KafkaDeadLetters(sender, self._lender().lend, self.metrics)
+        await self._retrying("kafka", self._sink.start)
+        membership = _Membership(self)
+        topics = list(self._topics)
+        await self._retrying("kafka", lambda: self.source.start(topics, membership))
+        await self.hook.started(self.source, self._pool)
         if self.source.live:
             await self.handler.start()
         log.info("consumer started", topics=sorted(self._topics))
-
-    async def _track_known_topics(self) -> None:
-        """Point the dead-letter producer's metadata at the handler's topics. A producer that
-        has sent nothing tracks no topic, and aiokafka then refreshes the metadata of every
-        topic of the cluster (each ``metadata_max_age_ms``): on a cluster of 5,600 topics that
-        was 84 ms of CPU every 5 s, a stall of the whole event loop. The consumer asks for the
-        same topics anyway; a dead letter's topic is added when it is first sent."""
-        assert self._producer is not None  # noqa: S101 - started just before
-        await self._producer.client.set_topics(sorted(self._topics))
 
     def _lender(self) -> Connections:
         if self._connections is None:
@@ -322,12 +347,11 @@ class ConsumerEngine:
             await self.handler.close()
         except Exception as exc:  # noqa: BLE001 - closing: report, then close the rest
             log.warning("handler close failed", error=str(exc))
-        if self._consumer is not None:
-            with contextlib.suppress(Exception):  # closing: nothing left to do about it
-                await stop_consumer(self._consumer)  # leaves the group
-        if self._producer is not None:
+        with contextlib.suppress(Exception):  # closing: nothing left to do about it
+            await self.source.stop()  # leaves the group
+        if self._sink is not None:
             with contextlib.suppress(Exception):
-                await self._producer.stop()
+                await self._sink.close()
         if self._pool is not None:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self._pool.close(), timeout=5)
@@ -338,12 +362,11 @@ class ConsumerEngine:
         )
 
     async def _loop(self) -> None:
-        consumer = self._consumer
-        assert consumer is not None  # noqa: S101 - started above
+        source = self.source
         last_record = time.monotonic()
         last_periodic = 0.0
         while not self._stop.is_set():
-            if await self.source.finished(consumer):
+            if await source.finished():
                 self.summary.complete = True
                 return
             while self._in_flight and self._in_flight[0].task.done():
@@ -355,16 +378,14 @@ class ConsumerEngine:
                 await self._settle_all()  # periodic chores never run beside a batch
                 await self._periodic()
                 last_periodic = time.monotonic()
-            records = await self.source.fetch(
-                consumer, self.options.poll_timeout_ms, self.options.max_batch
-            )
+            records = await source.fetch(self.options.poll_timeout_ms)
             if not records:
                 if await self._idle(last_record):
                     log.info("idle; stopping", idle_seconds=self.options.stop_when_idle)
                     return
                 continue
             last_record = time.monotonic()
-            epoch = self.source.epoch
+            epoch = self._epoch
             decoded = await self._decode_batch(records, epoch, cooperative=bool(self._in_flight))
             while len(self._in_flight) >= PIPELINE_DEPTH:
                 await self._settle()
@@ -417,22 +438,15 @@ class ConsumerEngine:
     async def _unreachable(self) -> str | None:
         """The component ("kafka", "database") that does not answer within IDLE_PROBE_SECONDS,
         or None when both do."""
-        consumer, pool = self._consumer, self._pool
-        assert consumer is not None  # noqa: S101 - started in _start
-        assert pool is not None  # noqa: S101 - started in _start
-        assigned = list(consumer.assignment())
+        lender = self._lender()
 
-        async def kafka() -> object:
-            # The end offsets of this member's own partitions: one request to their leaders.
-            # ``topics()`` read the metadata of every topic of the cluster (84 ms of CPU at
-            # 5,600 topics); it stays the probe of a member that holds no partition.
-            if assigned:
-                return await consumer.end_offsets(assigned)
-            return await consumer.topics()
+        async def database() -> object:
+            async with lender.lend() as conn:
+                return await conn.fetchval("SELECT 1")
 
         probes: list[tuple[str, Callable[[], Awaitable[object]]]] = [
-            ("kafka", kafka),
-            ("database", lambda: pool.fetchval("SELECT 1")),
+            ("kafka", self.source.probe),
+            ("database", database),
         ]
         for component, probe in probes:
             try:
@@ -466,7 +480,7 @@ class ConsumerEngine:
 
     async def _periodic(self) -> None:
         if self._pool is None:
-            return
+            return  # the test's own connection: no chores beside it
         try:
             await self.handler.periodic(self._pool)
         except Exception as exc:  # noqa: BLE001 - periodic chores never stop consumption
@@ -503,7 +517,8 @@ class ConsumerEngine:
         Its transaction starts once ``previous``'s committed (``applied`` then tells the next
         batch whether this one's did), under ``batch_lock``: a revocation waits for it, then for
         every batch whose transaction committed to be acknowledged, before it starts a new
-        epoch. Its acknowledgement waits for ``previous``'s and happens only if that one
+        epoch. Its records of partitions revoked since their fetch are dropped. Its
+        acknowledgement waits for ``previous``'s and happens only if that one
         succeeded: after a failure, committing this batch's offsets would skip the failed
         batch's records (its own effects, already committed, are deduplicated when they are
         redelivered)."""
@@ -515,15 +530,15 @@ class ConsumerEngine:
             async with self.batch_lock:
                 if previous is not None and _failed(previous.task):
                     raise asyncio.CancelledError  # its acknowledgement failed meanwhile
-                if decoded.records and decoded.epoch == self.source.epoch:
-                    staged = await self._apply(decoded)
-                elif decoded.records:
+                if decoded.epoch != self._epoch:
                     # Fetched before partitions were revoked: their owner now (maybe this
                     # member again) reads them from the committed offset.
-                    log.info(
-                        "dropping records fetched before a rebalance",
-                        records=len(decoded.records),
-                    )
+                    kept = decoded.without(self._revoked_since(decoded.epoch))
+                    if dropped := len(decoded.records) - len(kept.records):
+                        log.info("dropping records fetched before a rebalance", records=dropped)
+                    decoded = kept
+                if decoded.records:
+                    staged = await self._apply(decoded)
             committed = True
         finally:
             applied.set_result(committed)
@@ -573,8 +588,8 @@ class ConsumerEngine:
         started = time.perf_counter()
         records, counts, facts = staged.records, staged.counts, staged.facts
         reasons = await self._dead_letter(staged.dead)
-        if self._consumer is not None:
-            committed = await self.source.commit(self._consumer, records, self._retrying)
+        if self.source.live:
+            committed = await self._retrying("kafka", lambda: self.source.commit(records))
             if committed:
                 self.hook.committed(committed)
         applied = staged.applied

@@ -11,15 +11,17 @@ dedup rows) is the deployment's configuration, never a record's: the batch rolls
 is dead-lettered and the engine stops with a :class:`~spectral.errors.ConfigurationError`
 saying what to grant.
 
-Connections come from a :class:`Connections` lender: the engine's pool (each batch commits) or
-a :class:`~spectral.replay.held_transaction.HeldTransaction` (each batch a savepoint of one
-transaction held across the run: nothing commits per batch).
+Connections come from a :class:`Connections` lender: the engine's pool (each batch commits), a
+:class:`~spectral.replay.held_transaction.HeldTransaction` (each batch a savepoint of one
+transaction held across the run: nothing commits per batch) or a :class:`BorrowedConnection`
+(a test's own connection, inside its transaction).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from contextlib import AbstractAsyncContextManager
+import asyncio
+from collections.abc import AsyncIterator, Sequence
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, Protocol, cast
@@ -61,6 +63,26 @@ class PoolConnections:
     def lend(self) -> AbstractAsyncContextManager[asyncpg.Connection]:
         # A pool connection proxy behaves as the connection it lends.
         return cast("AbstractAsyncContextManager[asyncpg.Connection]", self._pool.acquire())
+
+
+class BorrowedConnection:
+    """The caller's own connection for every batch (spectral.testing's in-memory runs): inside
+    the caller's open transaction each batch is a savepoint and nothing commits; without one,
+    each batch commits. One batch at a time uses it (a dead letter's table fallback waits for
+    the next batch's transaction)."""
+
+    def __init__(self, conn: asyncpg.Connection) -> None:
+        self.conn = conn
+        self._turn = asyncio.Lock()
+
+    @property
+    def commits(self) -> bool:
+        return not self.conn.is_in_transaction()
+
+    @asynccontextmanager
+    async def lend(self) -> AsyncIterator[asyncpg.Connection]:
+        async with self._turn:
+            yield self.conn
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,6 +10,10 @@ moving, timeouts) still raise, to be retried.
 One refusal can take its batch-mates with it (the broker rejects a whole produce batch); so a
 caller re-sends each refused record alone with :func:`send_alone` before concluding that the
 record itself is refused.
+
+:class:`Sender` is the same two calls as a seam a dead-letter sink produces through, whatever
+the transport: :class:`AiokafkaSender` (an ``AIOKafkaProducer`` it owns) and the in-memory
+broker's (spectral.kafka.memory).
 """
 
 from __future__ import annotations
@@ -17,10 +21,14 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from aiokafka import AIOKafkaProducer
 from aiokafka.errors import KafkaError, KafkaTimeoutError, RequestTimedOutError
+
+from spectral.kafka.config import refusable_producer_kwargs
+from spectral.kafka.dlq import MAX_REQUEST_BYTES
+from spectral.settings import Settings
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,3 +111,69 @@ async def send_each(producer: AIOKafkaProducer, messages: Sequence[Message]) -> 
 async def send_alone(producer: AIOKafkaProducer, message: Message) -> Outcome:
     """One record on its own (no batch-mate can take it down); a fault raises."""
     return (await send_each(producer, [message]))[0]
+
+
+class Sender(Protocol):
+    """Produces records whose content is not ours to choose (see the module docstring)."""
+
+    async def start(self) -> None:
+        """Connect (a transient failure raises; calling again retries)."""
+
+    async def send_each(self, messages: Sequence[Message]) -> list[Outcome]:
+        """One outcome per message, in order; a fault of the infrastructure raises once every
+        delivery settled."""
+
+    async def send_alone(self, message: Message) -> Outcome:
+        """One record on its own; a fault raises."""
+
+    async def stop(self) -> None:
+        """Flush and close (safe to call again, and after a failed or no ``start``)."""
+
+
+class AiokafkaSender:
+    """A :class:`Sender` on an ``AIOKafkaProducer`` of its own: ``acks=all``, no idempotence
+    (:func:`~spectral.kafka.config.refusable_producer_kwargs` says why)."""
+
+    def __init__(self, settings: Settings, bootstrap: str, *, topics: Sequence[str] = ()) -> None:
+        """``topics``: the topics whose metadata the producer tracks from the start."""
+        self._settings = settings
+        self._bootstrap = bootstrap
+        self._topics = sorted(topics)
+        self._producer: AIOKafkaProducer | None = None
+        self._started = False
+
+    async def start(self) -> None:
+        if self._started:
+            return
+        if self._producer is None:
+            self._producer = AIOKafkaProducer(
+                **refusable_producer_kwargs(self._settings, self._bootstrap),
+                linger_ms=5,
+                max_request_size=MAX_REQUEST_BYTES,  # dead letters carry the original bytes
+                metadata_max_age_ms=int(self._settings.kafka_metadata_refresh_seconds * 1000),
+            )
+        await self._producer.start()
+        # A producer that has sent nothing tracks no topic, and aiokafka then refreshes the
+        # metadata of every topic of the cluster (each ``metadata_max_age_ms``): on a cluster of
+        # 5,600 topics that was 84 ms of CPU every 5 s, a stall of the whole event loop. A dead
+        # letter's topic is added when it is first sent.
+        await self._producer.client.set_topics(self._topics)
+        self._started = True
+
+    def _client(self) -> AIOKafkaProducer:
+        if self._producer is None or not self._started:
+            msg = "the sender was not started"
+            raise RuntimeError(msg)
+        return self._producer
+
+    async def send_each(self, messages: Sequence[Message]) -> list[Outcome]:
+        return await send_each(self._client(), messages)
+
+    async def send_alone(self, message: Message) -> Outcome:
+        return await send_alone(self._client(), message)
+
+    async def stop(self) -> None:
+        producer, self._producer = self._producer, None
+        self._started = False
+        if producer is not None:
+            await producer.stop()

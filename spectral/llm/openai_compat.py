@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 from typing import Any, Final
@@ -110,9 +111,10 @@ class OpenAICompatSynthesizer:
         }
         if request.max_tokens is not None:
             body["max_tokens"] = request.max_tokens
+        headers["Content-Type"] = "application/json"
         try:
             async with asyncio.timeout(self._timeout):  # the whole call, not each phase
-                response = await self._client.post(self._url, json=body, headers=headers)
+                response = await self._client.post(self._url, content=_json(body), headers=headers)
         except (httpx.TimeoutException, TimeoutError) as exc:
             raise TransientError(f"model call timed out ({type(exc).__name__})") from exc
         except httpx.TransportError as exc:
@@ -132,6 +134,15 @@ class OpenAICompatSynthesizer:
                 f"model endpoint refused the call: {status} {_excerpt(response)}", status=status
             )
         return _parse(response, resolved.model)
+
+
+def _json(body: Mapping[str, Any]) -> bytes:
+    """The request body: UTF-8 JSON, or, when the prompt holds a lone surrogate (any ``str`` is
+    a prompt, and UTF-8 cannot carry one), with non-ASCII characters escaped as JSON allows."""
+    try:
+        return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
+    except UnicodeEncodeError:
+        return json.dumps(body, ensure_ascii=True, separators=(",", ":")).encode()
 
 
 def retry_after(value: str | None, now: datetime | None = None) -> float | None:

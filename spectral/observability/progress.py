@@ -1,9 +1,9 @@
 """Consumer progress: lag on a timer, last progress per partition, stalled partitions, readiness.
 
-The consumer engine calls an :class:`EngineHook` at five points — started (with its Kafka
-consumer and database pool), partitions assigned, partitions revoked, offsets committed,
-stopped — and knows nothing else about this module. :class:`ProgressMonitor` is the hook a
-`spectral consume` process uses; the base class, which observes nothing, is the default.
+The consumer engine calls an :class:`EngineHook` at six points — started (with its record
+source and database pool), partitions assigned, partitions being revoked and revoked, offsets
+committed, stopped — and knows nothing else about this module. :class:`ProgressMonitor` is the
+hook a `spectral consume` process uses; the base class, which observes nothing, is the default.
 
 Every ``interval`` seconds the monitor asks the broker for the end offsets of the assigned
 partitions and computes, per partition:
@@ -46,11 +46,15 @@ class EngineHook:
     """What the consumer engine reports, all calls from its event loop. The defaults observe
     nothing; :class:`ProgressMonitor` overrides them."""
 
-    async def started(self, consumer: Any, pool: Any) -> None:
-        """The Kafka consumer (subscribed) and the database pool are up."""
+    async def started(self, source: Any, pool: Any) -> None:
+        """The record source (spectral.kafka.transport.RecordSource, started) and the database
+        pool (None when the run borrows a connection) are up."""
 
     def assigned(self, partitions: Collection[TopicPartition]) -> None:
         """The group gave this member ``partitions`` (possibly none)."""
+
+    def revoking(self, partitions: Collection[TopicPartition]) -> None:
+        """``partitions`` are about to leave: the engine now waits for its batches in flight."""
 
     def revoked(self, partitions: Collection[TopicPartition]) -> None:
         """``partitions`` left this member (after its in-flight batch committed)."""
@@ -129,17 +133,18 @@ class ProgressMonitor(EngineHook):
         self._stall_after = stall_after
         self._now = wall_clock
         self._partitions: dict[TopicPartition, _Partition] = {}
-        self._consumer: Any = None
+        self._source: Any = None
         self._task: asyncio.Task[None] | None = None
 
     # -- the hook ---------------------------------------------------------------------------
 
-    async def started(self, consumer: Any, pool: Any) -> None:
-        self._consumer = consumer
+    async def started(self, source: Any, pool: Any) -> None:
+        self._source = source
         if self._health is not None:
             self._health.set_check("group", ok=False, detail="joining the consumer group")
             self._health.set_check("kafka", ok=False, detail="not measured yet")
-            self._health.probe("database", lambda: pool.fetchval("SELECT 1"))
+            if pool is not None:
+                self._health.probe("database", lambda: pool.fetchval("SELECT 1"))
         self._task = asyncio.create_task(self._measure_forever(), name="progress-monitor")
 
     def assigned(self, partitions: Collection[TopicPartition]) -> None:
@@ -190,18 +195,18 @@ class ProgressMonitor(EngineHook):
 
     async def measure(self) -> None:
         """One measurement of every assigned partition (public for tests)."""
-        consumer = self._consumer
-        if consumer is None:
+        source = self._source
+        if source is None:
             return
-        tps = [tp for tp in consumer.assignment() if tp in self._partitions]
+        tps = [tp for tp in source.assignment() if tp in self._partitions]
         if not tps:
             # A member with no partitions (scaled out past the partition count) is a standby,
             # not a fault: there is nothing to measure, and the group it joined answered its
             # heartbeats (a broker lost meanwhile shows as a rebalance, the group check).
-            if self._health is not None and not consumer.assignment():
+            if self._health is not None and not source.assignment():
                 self._health.set_check("kafka", ok=True, detail="no partitions to measure")
             return
-        ends = await consumer.end_offsets(tps)
+        ends = await source.end_offsets(tps)
         if self._health is not None:
             self._health.set_check("kafka", ok=True)
         await self._start(tps, ends)
@@ -211,7 +216,7 @@ class ProgressMonitor(EngineHook):
         never = [
             tp for tp in tps if tp in self._partitions and self._partitions[tp].committed is None
         ]
-        firsts = await consumer.beginning_offsets(never) if never else {}
+        firsts = await source.beginning_offsets(never) if never else {}
         for tp in tps:
             state = self._partitions.get(tp)
             if state is not None:  # else revoked meanwhile
@@ -230,7 +235,7 @@ class ProgressMonitor(EngineHook):
 
     async def _starting_offset(self, tp: TopicPartition) -> int | None:
         """The group's committed offset when the partition came (None: nothing committed)."""
-        committed = await self._consumer.committed(tp)
+        committed = await self._source.committed(tp)
         return int(committed) if committed is not None else None
 
     def _update(self, tp: TopicPartition, state: _Partition, end: int, first: int = 0) -> None:

@@ -2,7 +2,7 @@
 
 The records go through the same path as in the live consumer — decode, dedup in
 ``core.event_handled``, the handler's stale guard, dead letters — because it IS the engine
-(spectral/engine/engine.py), given a :class:`~spectral.engine.source.RangeSource`:
+(spectral/engine/engine.py), given a :class:`~spectral.kafka.transport.FixedRange` source:
 
 * no consumer group at all: the partitions are assigned by hand, read from the range's start
   and never committed, so the live group's offsets are untouched and there is no throwaway
@@ -50,7 +50,7 @@ from spectral.db.connect import connect
 from spectral.engine.dead_letters import DeadLetterNote, ReportedDeadLetters
 from spectral.engine.engine import ConsumerEngine, EngineOptions
 from spectral.engine.handler import Handler, Outcome
-from spectral.engine.source import RangeSource
+from spectral.engine.source import FixedRange
 from spectral.engine.transaction import Connections
 from spectral.observability.logging import get_logger
 from spectral.replay.guard import BeyondHorizonError, check_replay_horizon
@@ -290,7 +290,7 @@ async def _engine_run(
         database_url=run.database_url,
         options=EngineOptions(max_batch=request.max_batch, stop_when_idle=request.idle_timeout),
         registry=CollectorRegistry(),  # a replay's counts never mix with the live consumer's
-        source=RangeSource(
+        reading=FixedRange(
             start={TopicPartition(r.topic, r.partition): r.start for r in ranges},
             end={TopicPartition(r.topic, r.partition): r.end for r in ranges},
         ),

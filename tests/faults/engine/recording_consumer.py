@@ -25,6 +25,7 @@ from prometheus_client import CollectorRegistry
 from contracts import FAILURE_CLUSTER_DETECTED
 from spectral.engine.engine import ConsumerEngine, EngineOptions
 from spectral.engine.handler import Delivery, Handler, HandlerResult
+from spectral.kafka.transport import offsets_after
 from spectral.observability.logging import configure_logging
 from spectral.observability.progress import EngineHook
 from spectral.settings import load_settings
@@ -66,15 +67,16 @@ class HeldCommit(EngineHook):
         self.handler = handler
         self.then_hold = then_hold
 
-    async def started(self, consumer: Any, pool: Any) -> None:  # noqa: ARG002
-        async def held(offsets: Mapping[Any, int]) -> None:
+    async def started(self, source: Any, pool: Any) -> None:  # noqa: ARG002
+        async def held(records: Sequence[Any]) -> Mapping[Any, int]:
             self.handler.hold_seconds = self.then_hold
             written = self.marker.with_name(self.marker.name + ".part")
-            written.write_text(str(sum(offsets.values())))
+            written.write_text(str(sum(offsets_after(records).values())))
             written.replace(self.marker)  # whole, or not there
             await asyncio.Event().wait()
+            return {}
 
-        consumer.commit = held
+        source.commit = held
 
 
 async def main() -> int:

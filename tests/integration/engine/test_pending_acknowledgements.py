@@ -24,10 +24,10 @@ from contracts import FAILURE_CLUSTER_DETECTED
 from spectral.engine.dead_letters import DeadLetterSink
 from spectral.engine.engine import ConsumerEngine, EngineOptions
 from spectral.engine.handler import Delivery, HandlerResult
-from spectral.engine.source import GroupSource
 from spectral.errors import ConfigurationError
 from spectral.kafka.dlq import DeadLetter
 from spectral.kafka.topics import dlq_topic, topic_for
+from spectral.kafka.transport import offsets_after
 from spectral.observability.progress import EngineHook
 from spectral.settings import Settings
 from tests.integration.engine.test_engine import (  # the same handler and effects table
@@ -80,10 +80,10 @@ class Group:
 
 
 class Member(EngineHook):
-    """Wraps a member's ``commit``: every record below the offsets is committed in the
-    database, offsets never go back across the group, and the partitions are this member's
-    (between a revocation and the next assignment it owns none). ``hold(call)``: a predicate on
-    the offsets of each call; the first call it accepts waits for ``release``."""
+    """Wraps a member's record source's ``commit``: every record below the offsets is committed
+    in the database, offsets never go back across the group, and the partitions are this
+    member's (between a revocation and the next assignment it owns none). ``hold(call)``: a
+    predicate on the offsets of each call; the first call it accepts waits for ``release``."""
 
     def __init__(
         self,
@@ -98,31 +98,39 @@ class Member(EngineHook):
         self.release = asyncio.Event()
         self.owned: set[TopicPartition] = set()
         self.revocations = 0
+        self.revocation_started = asyncio.Event()
         self.calls: list[dict[TopicPartition, int]] = []
         self._conn: asyncpg.Connection
 
     def assigned(self, partitions: Collection[TopicPartition]) -> None:
         self.owned |= set(partitions)
 
+    def revoking(self, partitions: Collection[TopicPartition]) -> None:  # noqa: ARG002
+        self.revocation_started.set()
+
     def revoked(self, partitions: Collection[TopicPartition]) -> None:
         self.owned -= set(partitions)
         self.revocations += 1
 
-    async def started(self, consumer: Any, pool: Any) -> None:  # noqa: ARG002
+    async def started(self, source: Any, pool: Any) -> None:  # noqa: ARG002
         self._conn = await asyncpg.connect(self.database_url)
-        commit: Callable[[Mapping[TopicPartition, int]], Awaitable[None]] = consumer.commit
+        commit: Callable[[Sequence[Any]], Awaitable[Mapping[TopicPartition, int]]] = source.commit
 
-        async def checked(offsets: Mapping[TopicPartition, int]) -> None:
-            if self.hold is not None and self.hold(offsets):
+        async def checked(records: Sequence[Any]) -> Mapping[TopicPartition, int]:
+            assigned = source.assignment()
+            offsets = {tp: o for tp, o in offsets_after(records).items() if tp in assigned}
+            if offsets and self.hold is not None and self.hold(offsets):
                 self.hold = None
                 self.holding.set()
                 await asyncio.wait_for(self.release.wait(), timeout=BOUND)
             await self._check(offsets)
-            self.calls.append(dict(offsets))
-            await commit(offsets)
-            self.group.committed.update(offsets)
+            committed = await commit(records)
+            if committed:
+                self.calls.append(dict(committed))
+            self.group.committed.update(committed)
+            return committed
 
-        consumer.commit = checked
+        source.commit = checked
 
     async def stopped(self) -> None:
         await self._conn.close()
@@ -216,22 +224,13 @@ async def test_a_revocation_while_a_committed_batch_awaits_its_offsets(
     second = Member(database_url, group)
     member_a = _engine(settings, first, idle=None)
     member_b = _engine(settings, second, idle=None)
-    assert isinstance(member_a.source, GroupSource)
-    revoking = asyncio.Event()
-    acknowledged = member_a.source.acknowledged
-
-    async def revocation_waits() -> None:
-        revoking.set()
-        await acknowledged()
-
-    member_a.source.acknowledged = revocation_waits
     runs = [asyncio.create_task(member_a.run())]
     try:
         await asyncio.wait_for(first.holding.wait(), timeout=BOUND)
         # A later batch's transaction commits beside the held acknowledgement.
         assert await _until(lambda: _handled_more(conn, 2 * BATCH))
         runs.append(asyncio.create_task(member_b.run()))
-        await asyncio.wait_for(revoking.wait(), timeout=BOUND)
+        await asyncio.wait_for(first.revocation_started.wait(), timeout=BOUND)
         first.release.set()
 
         async def caught_up() -> bool:
@@ -317,7 +316,7 @@ async def test_stop_when_idle_does_not_count_a_pending_offset_commit_as_idle(
     assert await committed_offsets(kafka_bootstrap, _group(settings), topic) == {0: events + BATCH}
 
 
-class FailingOnce:
+class FailingOnce(DeadLetterSink):
     """A dead-letter sink whose first batch fails (a permanent fault) once a later batch of the
     run committed in the database: the failing acknowledgement overlaps the next transaction."""
 

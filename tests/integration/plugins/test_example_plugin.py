@@ -70,6 +70,62 @@ def plugin_path(tmp_path_factory: pytest.TempPathFactory) -> str:
     return str(target)
 
 
+LEGACY_ENTRY_POINTS: Final = """
+[project.entry-points."spectral.events"]
+deploy-tracker = "deploy_tracker.events:SPECS"
+
+[project.entry-points."spectral.deployments"]
+deploy-tracker = "deploy_tracker.projection:build"
+
+[project.entry-points."spectral.migrations"]
+deploy-tracker = "deploy_tracker.migrations"
+"""
+
+LEGACY_PROBE: Final = """
+from spectral.cli.deployments import deployments, factory
+from spectral.plugins import installed_migration_tracks, installed_plugins, installed_registry
+assert "deploy-tracker" not in {p.name for p in installed_plugins()}  # no declaration
+assert "deploys.deploy.finished" in installed_registry().event_types()
+assert [t.plugin for t in installed_migration_tracks()] == ["deploy-tracker"]
+assert not deployments().is_own("deploy-tracker")
+print(factory("deploy-tracker").__module__)
+"""
+
+
+@pytest.fixture(scope="module")
+def legacy_plugin_path(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """The example as a plugin written against the first extension API installs it: the three
+    entry-point groups spectral.events, spectral.deployments and spectral.migrations."""
+    target = tmp_path_factory.mktemp("legacy-deploy-tracker-site")
+    source = tmp_path_factory.mktemp("legacy-deploy-tracker-src") / "deploy-tracker"
+    shutil.copytree(EXAMPLE, source)
+    pyproject = source / "pyproject.toml"
+    text = pyproject.read_text("utf-8")
+    declared = (
+        '[project.entry-points."spectral.plugins"]\n'
+        'deploy-tracker = "deploy_tracker.plugin:PLUGIN"\n'
+    )
+    assert declared in text
+    pyproject.write_text(text.replace(declared, LEGACY_ENTRY_POINTS), "utf-8")
+    subprocess.run(
+        [BIN / "pip", "install", "--quiet", "--no-deps", "--target", target, source],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
+    return str(target)
+
+
+def test_a_plugin_of_the_first_api_still_adds_its_events_deployment_and_migrations(
+    spectral_env: dict[str, str], legacy_plugin_path: str
+) -> None:
+    env = {**spectral_env, "PYTHONPATH": legacy_plugin_path}
+    assert _run(env, BIN / "python", "-c", LEGACY_PROBE).strip() == "deploy_tracker.projection"
+    migrated = _spectral(env, "db", "migrate")
+    assert "deploy-tracker" in migrated
+    assert "0002_outcomes_readers" in migrated
+
+
 def _run(env: dict[str, str], *args: str | Path, cwd: Path = ROOT) -> str:
     result = subprocess.run(
         [str(a) for a in args],
@@ -235,4 +291,26 @@ def test_the_example_passes_its_own_tests_through_spectral_testing(
         "PYTHONPATH": plugin_path,
     }
     out = _run(env, BIN / "pytest", "-q", "-p", "no:cacheprovider", "tests", cwd=EXAMPLE)
-    assert "2 passed" in out
+    assert "3 passed" in out
+
+
+def test_the_examples_projection_is_tested_with_no_broker_at_all(
+    spectral_env: dict[str, str], plugin_path: str
+) -> None:
+    """Its in-memory test (spectral.testing.MemoryKafka) needs PostgreSQL only: with the Kafka
+    address pointing where nothing listens, it passes all the same."""
+    env = {
+        **{k: v for k, v in spectral_env.items() if k != "SPECTRAL_TOPIC_PREFIX"},
+        "SPECTRAL_KAFKA_BOOTSTRAP": "127.0.0.1:1",
+        "PYTHONPATH": plugin_path,
+    }
+    out = _run(
+        env,
+        BIN / "pytest",
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        "tests/test_projection_in_memory.py",
+        cwd=EXAMPLE,
+    )
+    assert "1 passed" in out

@@ -1,0 +1,230 @@
+"""The consumer engine on the in-memory transport (spectral.kafka.memory) and the real
+PostgreSQL: the pipeline's order rules through the engine's public ``run`` (no private step is
+driven), members joining, leaving and crashing with an incremental rebalance, and a property
+test over batch sizes, partitions and crash points — every record applied exactly once, the
+group's offsets at the end."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import asyncpg
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from prometheus_client import CollectorRegistry
+
+from contracts import FAILURE_CLUSTER_DETECTED
+from spectral.engine.dead_letters import DeadLetterSink
+from spectral.engine.engine import ConsumerEngine, EngineOptions
+from spectral.engine.handler import Delivery, HandlerResult, Outcome
+from spectral.errors import ConfigurationError
+from spectral.kafka.dlq import DeadLetter
+from spectral.kafka.memory import MemoryBroker, MemoryTransport
+from spectral.kafka.topics import topic_for
+from spectral.kafka.transport import TopicPartition
+from spectral.settings import Settings, load_settings
+from tests.events import encode, record_key
+from tests.integration.engine.test_engine import (  # the same handler and effects table
+    RecordingHandler,
+    _effects,
+    effects_table,  # noqa: F401 - a fixture
+)
+from tests.kafka_support import cluster_event
+
+pytestmark = pytest.mark.integration
+
+GROUP = "memory-engine"
+
+
+def _topic(settings: Settings) -> str:
+    return topic_for(FAILURE_CLUSTER_DETECTED, settings.topic_prefix)
+
+
+def _publish(broker: MemoryBroker, topic: str, count: int, **stubs: int) -> list[str]:
+    """``count`` events (the one at index ``stubs[stub]`` carries that stub); their keys."""
+    by_index = {index: stub for stub, index in stubs.items()}
+    keys = []
+    for index in range(count):
+        event = cluster_event(stub=by_index.get(index))
+        broker.append(topic, encode(event), key=record_key(event))
+        keys.append(event.idempotency_key)
+    return keys
+
+
+def _engine(
+    settings: Settings,
+    broker: MemoryBroker,
+    database_url: str,
+    *,
+    max_batch: int = 10,
+    idle: float | None = 0.5,
+    sink: DeadLetterSink | None = None,
+    handler: RecordingHandler | None = None,
+) -> ConsumerEngine:
+    return ConsumerEngine(
+        handler or RecordingHandler(),
+        settings,
+        transport=MemoryTransport(broker),
+        database_url=database_url,
+        options=EngineOptions(
+            group=GROUP, max_batch=max_batch, stop_when_idle=idle, poll_timeout_ms=20
+        ),
+        registry=CollectorRegistry(),
+        dead_letter_sink=sink,
+    )
+
+
+async def _exactly_once(database_url: str, keys: Sequence[str]) -> None:
+    effects = await _effects(database_url)
+    assert set(effects) == set(keys)
+    assert set(effects.values()) == {1}
+
+
+def _at_end(broker: MemoryBroker, topic: str) -> bool:
+    ends = {
+        TopicPartition(topic, p): broker.end_offset(TopicPartition(topic, p))
+        for p in range(broker.partitions(topic))
+    }
+    return broker.committed(GROUP) == {tp: end for tp, end in ends.items() if end}
+
+
+class RefusedHandler(RecordingHandler):
+    """A delivery whose stub is "forbid" runs as a role the database refuses (the deployment's
+    configuration, not the record's): the engine stops with a ConfigurationError."""
+
+    async def apply(
+        self, conn: asyncpg.Connection, deliveries: Sequence[Delivery]
+    ) -> HandlerResult[None]:
+        if any(d.envelope.payload.suggested_rule_stub == "forbid" for d in deliveries):
+            await conn.execute("SET LOCAL ROLE spectral_projector")
+            await conn.execute("SELECT count(*) FROM engine_effects")
+        return await super().apply(conn, deliveries)
+
+
+class FailingSink(DeadLetterSink):
+    """Refuses every dead letter for good (a permanent fault of the sink)."""
+
+    async def put(self, letters: Sequence[DeadLetter]) -> None:  # noqa: ARG002
+        raise RuntimeError("dead-letter sink refused by the test")
+
+
+@pytest.mark.usefixtures("effects_table")
+async def test_nothing_after_a_failed_transaction_is_applied_or_committed(
+    settings: Settings, database_url: str
+) -> None:
+    broker, topic = MemoryBroker(), _topic(settings)
+    _publish(broker, topic, 60, forbid=25)
+    with pytest.raises(ConfigurationError, match="refused a privilege"):
+        await _engine(settings, broker, database_url, handler=RefusedHandler()).run()
+    effects = await _effects(database_url)
+    committed = broker.committed(GROUP).get(TopicPartition(topic, 0), 0)
+    assert committed <= 20  # the batch of the refused record and those after it: not committed
+    assert len(effects) <= 20  # nor applied (the batches behind it never started)
+    assert committed == len(effects)
+
+
+@pytest.mark.usefixtures("effects_table")
+async def test_after_a_failed_dead_letter_step_no_later_offset_moves_and_a_rerun_loses_nothing(
+    settings: Settings, database_url: str
+) -> None:
+    broker, topic = MemoryBroker(), _topic(settings)
+    keys = _publish(broker, topic, 60, reject=25)
+    with pytest.raises(RuntimeError, match="refused by the test"):
+        await _engine(settings, broker, database_url, sink=FailingSink()).run()
+    assert broker.committed(GROUP).get(TopicPartition(topic, 0), 0) <= 20
+
+    summary = await _engine(settings, broker, database_url).run()
+    rejected = keys[25]
+    await _exactly_once(database_url, [k for k in keys if k != rejected])
+    assert summary.counts[Outcome.DEAD_LETTERED] == 1
+    [letter] = broker.records(topic + ".dlq")
+    assert dict(letter.headers)["dlq.source.offset"] == b"25"
+    assert _at_end(broker, topic)
+
+
+@pytest.mark.usefixtures("effects_table")
+async def test_a_member_joining_and_leaving_moves_only_some_partitions_and_loses_nothing(
+    settings: Settings, database_url: str
+) -> None:
+    """The in-memory group rebalances incrementally: when b joins, a keeps the partitions it
+    is not asked to give, and the records a fetched of the moved ones are dropped, not lost."""
+    broker, topic = MemoryBroker(), _topic(settings)
+    broker.create_topic(topic, 4)
+    keys = _publish(broker, topic, 400)
+    a = _engine(settings, broker, database_url, idle=None, max_batch=5)
+    b = _engine(settings, broker, database_url, idle=None, max_batch=5)
+    runs = [asyncio.create_task(a.run())]
+    await asyncio.sleep(0.3)
+    runs.append(asyncio.create_task(b.run()))
+    await asyncio.sleep(0.3)
+    a.stop()  # leaves: b takes everything
+    await asyncio.wait_for(runs[0], 30)
+    keys += _publish(broker, topic, 40)
+    deadline = asyncio.get_running_loop().time() + 30
+    while not _at_end(broker, topic) and asyncio.get_running_loop().time() < deadline:
+        await asyncio.sleep(0.1)
+    b.stop()
+    await asyncio.wait_for(runs[1], 30)
+    await _exactly_once(database_url, keys)
+    assert _at_end(broker, topic)
+
+
+@dataclass(frozen=True)
+class Scenario:
+    partitions: int
+    events: int
+    max_batch: int
+    crashes: list[float]
+    """Seconds each round of members runs before it is cancelled (a crash)."""
+    members: int
+
+
+@settings(max_examples=12, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    st.builds(
+        Scenario,
+        partitions=st.integers(1, 4),
+        events=st.integers(1, 120),
+        max_batch=st.integers(1, 50),
+        crashes=st.lists(st.floats(0.0, 0.3), max_size=3),
+        members=st.integers(1, 3),
+    )
+)
+def test_any_batching_and_any_crash_apply_every_record_exactly_once(
+    database_url: str, scenario: Scenario
+) -> None:
+    """Members crash (their runs cancelled mid-batch) at random moments, others run beside
+    them; a last member runs until idle: each record applied once, the offsets at the end."""
+    asyncio.run(_crashing_runs(database_url, scenario))
+
+
+async def _crashing_runs(database_url: str, scenario: Scenario) -> None:
+    settings = load_settings(topic_prefix=f"p{scenario.partitions}x{scenario.events}.")
+    conn = await asyncpg.connect(database_url)
+    try:
+        await conn.execute(
+            "DROP TABLE IF EXISTS engine_effects; "
+            "CREATE TABLE engine_effects (idempotency_key text NOT NULL, part int, off bigint); "
+            "DELETE FROM core.event_handled"
+        )
+    finally:
+        await conn.close()
+    broker, topic = MemoryBroker(), _topic(settings)
+    broker.create_topic(topic, scenario.partitions)
+    keys = _publish(broker, topic, scenario.events)
+    batch = scenario.max_batch
+    for after in scenario.crashes:
+        runs = [
+            asyncio.create_task(_engine(settings, broker, database_url, max_batch=batch).run())
+            for _ in range(scenario.members)
+        ]
+        await asyncio.sleep(after)
+        for run in runs:
+            run.cancel()  # a crash: whatever was in flight is abandoned
+        await asyncio.gather(*runs, return_exceptions=True)
+    await _engine(settings, broker, database_url, max_batch=batch, idle=0.3).run()
+    await _exactly_once(database_url, keys)
+    assert _at_end(broker, topic)

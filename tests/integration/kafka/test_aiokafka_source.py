@@ -1,0 +1,102 @@
+"""The aiokafka transport passes the seams' contract suites against the real broker."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Sequence
+
+import pytest
+from aiokafka import AIOKafkaProducer
+
+from spectral.kafka.aiokafka_source import AiokafkaTransport
+from spectral.kafka.produce import AiokafkaSender, Sender
+from spectral.kafka.transport import FetchOptions, FixedRange, Reading, RecordSource, TopicPartition
+from spectral.settings import Settings
+from tests.kafka_support import create_topics
+from tests.seams.record_source import Headers, Recorder, RecordSourceContract, SourceWorld, drain
+from tests.seams.sender import SenderContract, SenderWorld
+from tests.support import unique_name
+
+pytestmark = pytest.mark.integration
+
+
+class KafkaWorld(SourceWorld, SenderWorld):
+    def __init__(self, settings: Settings, bootstrap: str, producer: AIOKafkaProducer) -> None:
+        self.settings = settings
+        self.bootstrap = bootstrap
+        self.transport = AiokafkaTransport(settings, bootstrap)
+        self._producer = producer
+
+    async def topic(self, partitions: int = 1, *, max_message_bytes: int | None = None) -> str:
+        name = unique_name(self.settings.topic_prefix + "contract.")
+        configs = {"max.message.bytes": str(max_message_bytes)} if max_message_bytes else None
+        await create_topics(self.bootstrap, [name], partitions=partitions, configs=configs)
+        return name
+
+    async def produce(
+        self,
+        topic: str,
+        partition: int,
+        records: Sequence[tuple[bytes | None, bytes | None, Headers]],
+    ) -> list[int]:
+        offsets = []
+        for key, value, headers in records:
+            meta = await self._producer.send_and_wait(
+                topic, value=value, key=key, headers=list(headers), partition=partition
+            )
+            offsets.append(meta.offset)
+        return offsets
+
+    def source(self, reading: Reading, options: FetchOptions) -> RecordSource:
+        return self.transport.source(reading, options)
+
+    def sender(self) -> Sender:
+        return self.transport.sender([])
+
+    async def read(self, topic: str) -> list[tuple[int, bytes | None, bytes | None, Headers]]:
+        tp = TopicPartition(topic, 0)
+        probe = self.source(FixedRange({tp: 0}, {tp: 0}), FetchOptions())
+        await probe.start([topic], Recorder())
+        try:
+            end = (await probe.end_offsets([tp]))[tp]
+        finally:
+            await probe.stop()
+        reader = self.source(FixedRange({tp: 0}, {tp: end}), FetchOptions())
+        await reader.start([topic], Recorder())
+        try:
+            records = await drain(reader, end)
+        finally:
+            await reader.stop()
+        return [(r.partition, r.key, r.value, tuple(r.headers or ())) for r in records]
+
+
+@pytest.fixture
+async def world(settings: Settings, kafka_bootstrap: str) -> AsyncIterator[KafkaWorld]:
+    producer = AIOKafkaProducer(bootstrap_servers=kafka_bootstrap, acks="all")
+    await producer.start()
+    try:
+        yield KafkaWorld(settings, kafka_bootstrap, producer)
+    finally:
+        await producer.stop()
+
+
+class TestAiokafkaSource(RecordSourceContract):
+    pass
+
+
+class TestAiokafkaSender(SenderContract):
+    pass
+
+
+async def test_the_sender_tracks_only_its_topics_metadata(
+    world: KafkaWorld, settings: Settings, kafka_bootstrap: str
+) -> None:
+    """A producer that has sent nothing tracks no topic, and aiokafka then refreshes the metadata
+    of every topic of the cluster each ``metadata_max_age_ms`` (84 ms of CPU at 5,600 topics):
+    the sender tracks the topics it was given from the start."""
+    topic = await world.topic()
+    sender = AiokafkaSender(settings, kafka_bootstrap, topics=[topic])
+    await sender.start()
+    try:
+        assert sender._client().client._topics == {topic}
+    finally:
+        await sender.stop()
