@@ -42,10 +42,11 @@ from consumers.work_executor.deployment import build
 from consumers.work_executor.executor import ExecutorConfig, WorkExecutor
 from consumers.work_executor.handler import ROLE
 from consumers.work_executor.metrics import ExecutorMetrics
-from consumers.work_executor.repository import ExecutorRepository
-from consumers.work_executor.retry import RetryPolicy
+from consumers.work_executor.retry import RetryStrategy
+from consumers.work_executor.store import Store
 from contracts import WORK_ITEM_ENQUEUED
 from producers.work.commands import GenerateAll, WorkCommands
+from producers.work.domain.functions import installed_functions
 from producers.work.domain.settings import WorkSettings
 from spectral.db.connect import create_pool
 from spectral.engine.engine import ConsumerEngine, EngineOptions
@@ -182,17 +183,19 @@ async def run_baseline(stack: BenchStack, database_url: str, items: int, limit: 
     pool = await create_pool(
         database_url, role=ROLE, min_size=1, max_size=WorkSettings.of(settings).work_pool_size + 2
     )
-    repository = ExecutorRepository(pool)
+    functions = installed_functions()
+    repository = Store.over(pool, functions)
     claims = ClaimRepository(pool, resolve=lambda _f, _o: None, limits=ProviderLimits())
     executor = WorkExecutor(
         repository,
         StubSynthesizer(),
-        RetryPolicy.from_settings(settings),
+        RetryStrategy.from_settings(settings),
         ExecutorMetrics(CollectorRegistry()),
         ExecutorConfig(
             worker_id="baseline",
             lease_timeout_seconds=WorkSettings.of(settings).work_lease_timeout_seconds,
         ),
+        functions=functions,
     )
     deadline = time.monotonic() + limit
     try:

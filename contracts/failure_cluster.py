@@ -33,9 +33,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from datetime import datetime
-from typing import Annotated, Any, Final, Literal, Self, cast
+from typing import Annotated, Any, Final, Literal, Self, cast, get_args
 from uuid import UUID
 
+import msgspec
 from pydantic import (
     BaseModel,
     ConfigDict,
@@ -46,16 +47,17 @@ from pydantic import (
 )
 
 from contracts.canonical import (
+    MAX_SAFE_INTEGER,
     CanonicalizationError,
     check_json_values,
     snapshot_hash,
     snapshot_hash_prechecked,
 )
-from contracts.envelope import EventEnvelope
+from contracts.envelope import ENVELOPE_FIELDS, EventEnvelope
 from contracts.errors import DecodeError, DecodeReason, describe_validation_errors
-from contracts.fields import PositiveInt, UtcDatetime, Uuid
+from contracts.fields import PositiveInt, UtcDatetime, Uuid, is_wire_uuid, written_utc
 from contracts.spec import EventSpec
-from contracts.wire import find_nul, parse_json_object
+from contracts.wire import NUL_ESCAPE, find_nul, parse_json_object
 
 FAILURE_CLUSTER_DETECTED: Final = "platform.failure_cluster.detected"
 FAILURE_CLUSTER_SCHEMA_VERSION: Final = 1
@@ -164,6 +166,159 @@ def _verify_hash(raw: Mapping[str, Any], payload: FailureClusterDetectedPayload)
         )
 
 
+class FailureClusterView(msgspec.Struct, frozen=True, gc=False):
+    """A failure-cluster snapshot as handlers read it: the payload's fields, checked against
+    the contract like the pydantic model, in their lightest form — UUIDs as their one wire
+    spelling (``str``), timestamps as UTC datetimes, the evidence bundle as it was parsed from
+    the wire (a list of JSON objects, unknown members included). One C-built object per record
+    (no model tree, not tracked by the garbage collector); ``Delivery.envelope`` still gives the
+    full :class:`FailureClusterDetectedPayload` to whoever asks for it."""
+
+    cluster_id: str
+    snapshot_hash: str
+    rule_id: str
+    workspace_id: str
+    severity: Severity
+    failure_count: int
+    first_observed_at: datetime
+    last_observed_at: datetime
+    evidence_bundle: list[dict[str, Any]]
+    suggested_rule_stub: str | None
+
+
+_ENVELOPE_KEYS: Final = frozenset(ENVELOPE_FIELDS)
+_PAYLOAD_KEYS: Final = frozenset(FailureClusterDetectedPayload.model_fields)
+_REF_KEYS: Final = frozenset(FailureRef.model_fields)
+_SEVERITIES: Final = get_args(Severity)
+
+
+def _read_view(obj: dict[str, Any], data: bytes, key: bytes | None) -> FailureClusterView | None:
+    """The view of a record (``obj``: its value parsed, ``data``: its bytes, ``key``: its
+    record key) that passes every check of ``decode_record``, or None to let the full decode
+    decide. Only records in the form spectral writes take this path: no unknown member
+    anywhere, every timestamp in the written form, no escaped U+0000 in the text; anything
+    else goes the slow way, which also words the refusals. So whatever this accepts, the full
+    decode accepts with the same values (a property test holds the two together)."""
+    payload = obj.get("payload")
+    if type(payload) is not dict or not _envelope_checked(obj, payload, key):
+        return None
+    observed = _payload_checked(payload)
+    if observed is None or (data.find(b"\\") >= 0 and NUL_ESCAPE in data):  # memchr first
+        return None
+    digest = payload["snapshot_hash"]
+    try:
+        actual = snapshot_hash_prechecked(payload)
+    except CanonicalizationError:  # pragma: no cover - strings and bounded integers only
+        return None
+    cluster_id = payload["cluster_id"]
+    if actual != digest or obj["idempotency_key"] != f"{cluster_id}:{digest}":
+        return None
+    return FailureClusterView(
+        cluster_id,
+        digest,
+        payload["rule_id"],
+        payload["workspace_id"],
+        payload["severity"],
+        payload["failure_count"],
+        observed[0],
+        observed[1],
+        payload["evidence_bundle"],
+        payload.get("suggested_rule_stub"),
+    )
+
+
+def _envelope_checked(obj: dict[str, Any], payload: dict[str, Any], key: bytes | None) -> bool:
+    """The envelope's members (no unknown one) and the record key, as the model checks them."""
+    cluster_id = payload.get("cluster_id")
+    correlation_id = obj.get("correlation_id")
+    causation_id = obj.get("causation_id")
+    return (
+        obj.keys() <= _ENVELOPE_KEYS
+        and payload.keys() <= _PAYLOAD_KEYS
+        and is_wire_uuid(cluster_id)
+        and key == cluster_id.encode()  # type: ignore[union-attr]  # is_wire_uuid: a str
+        and is_wire_uuid(obj.get("event_id"))
+        and (correlation_id is None or is_wire_uuid(correlation_id))
+        and (causation_id is None or is_wire_uuid(causation_id))
+        and _text(obj.get("source"))
+        and _text(obj.get("target"))
+        and _text(obj.get("idempotency_key"))
+        and _count(obj.get("schema_version"))
+        and written_utc(obj.get("occurred_at")) is not None
+    )
+
+
+def _payload_checked(payload: dict[str, Any]) -> tuple[datetime, datetime] | None:
+    """``(first_observed_at, last_observed_at)`` of a payload whose members (no unknown one)
+    pass the model's checks, else None. ``snapshot_hash`` is left to the hash's comparison (a
+    digest equal to the computed one has the pattern's 32 lowercase hex digits)."""
+    severity = payload.get("severity")
+    first = written_utc(payload.get("first_observed_at"))
+    last = written_utc(payload.get("last_observed_at"))
+    evidence = payload.get("evidence_bundle")
+    stub = payload.get("suggested_rule_stub")
+    if (
+        is_wire_uuid(payload.get("rule_id"))
+        and is_wire_uuid(payload.get("workspace_id"))
+        and type(severity) is str
+        and severity in _SEVERITIES
+        and _count(payload.get("failure_count"))
+        and first is not None
+        and last is not None
+        and first <= last
+        and type(evidence) is list
+        and len(evidence) <= MAX_EVIDENCE_ITEMS
+        and all(map(_evidence_item, evidence))
+        and (stub is None or (type(stub) is str and len(stub) <= MAX_RULE_STUB_CHARS))
+    ):
+        return first, last
+    return None
+
+
+def _text(value: object) -> bool:
+    """A non-empty string (NonEmptyStr)."""
+    return type(value) is str and value != ""
+
+
+def _count(value: object) -> bool:
+    """An integer from 1 to 2**53 - 1 (PositiveInt; ``true`` is not an integer)."""
+    return type(value) is int and 0 < value <= MAX_SAFE_INTEGER
+
+
+def _evidence_item(item: object) -> bool:
+    """A FailureRef without unknown members."""
+    if type(item) is not dict or len(item) != len(_REF_KEYS) or not item.keys() <= _REF_KEYS:
+        return False
+    failure_id = item["failure_id"]
+    summary = item["summary"]
+    return (
+        type(failure_id) is str
+        and 0 < len(failure_id) <= MAX_FAILURE_ID_CHARS
+        and type(summary) is str
+        and len(summary) <= MAX_SUMMARY_CHARS
+        and written_utc(item["observed_at"]) is not None
+    )
+
+
+def _view_of(
+    envelope: EventEnvelope[FailureClusterDetectedPayload], raw: Mapping[str, Any]
+) -> FailureClusterView:
+    """The view of a record the full decode accepted (``raw``: its payload as parsed)."""
+    payload = envelope.payload
+    return FailureClusterView(
+        raw["cluster_id"],  # the wire text: the validated payload proved it is str(UUID)
+        payload.snapshot_hash,
+        raw["rule_id"],
+        raw["workspace_id"],
+        payload.severity,
+        payload.failure_count,
+        payload.first_observed_at,
+        payload.last_observed_at,
+        raw["evidence_bundle"],
+        payload.suggested_rule_stub,
+    )
+
+
 FAILURE_CLUSTER_SPEC: Final = EventSpec(
     event_type=FAILURE_CLUSTER_DETECTED,
     schema_version=FAILURE_CLUSTER_SCHEMA_VERSION,
@@ -178,6 +333,8 @@ FAILURE_CLUSTER_SPEC: Final = EventSpec(
     hashed_payload=True,
     idempotency_key_rule="{cluster_id}:{snapshot_hash}",
     record_key_rule="{cluster_id}",
+    read_view=_read_view,
+    view_of=_view_of,
 )
 
 _PLACEHOLDER_HASH: Final = "0" * 32

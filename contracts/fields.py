@@ -97,15 +97,7 @@ def parse_utc(value: object) -> datetime:
     much as the parse it saved.)
     """
     if isinstance(value, str):
-        if (  # the written form, a case of the layout below (fromisoformat checks the rest)
-            len(value) == _WRITTEN_CHARS
-            and value[-1] == "Z"
-            and value[4:20:3] == _WRITTEN_SEPARATORS
-            and value[20:26].isdigit()
-            and value.isascii()
-            and "\x00" not in value
-            and _MIN_YEAR_TEXT <= value < _YEAR_AFTER_MAX_TEXT  # compares the first 4 characters
-        ):
+        if _written_layout(value):
             return datetime.fromisoformat(value)  # tzinfo is UTC: it reads Z as UTC
         if not _rfc3339_layout(value):
             raise ValueError(f"expected an RFC 3339 date-time such as {_EXAMPLE}")
@@ -118,6 +110,52 @@ def parse_utc(value: object) -> datetime:
     raise ValueError(f"expected an RFC 3339 date-time string such as {_EXAMPLE}")
 
 
+def _written_layout(value: str) -> bool:
+    """``value`` has the written form's layout (``YYYY-MM-DDTHH:MM:SS.ffffffZ``) with a year in
+    the bound: a case of :func:`_rfc3339_layout` (``fromisoformat`` checks the rest)."""
+    return (
+        len(value) == _WRITTEN_CHARS
+        and value[-1] == "Z"
+        and value[4:20:3] == _WRITTEN_SEPARATORS
+        and value[20:26].isdigit()
+        and value.isascii()
+        and "\x00" not in value
+        and _MIN_YEAR_TEXT <= value < _YEAR_AFTER_MAX_TEXT  # compares the first 4 characters
+    )
+
+
+def written_utc(value: object) -> datetime | None:
+    """The instant of a timestamp in the written form (``YYYY-MM-DDTHH:MM:SS.ffffffZ``, the
+    form spectral writes), or None for anything else — which may still be a timestamp the
+    contract accepts in another form (:func:`parse_utc` decides). Whatever this accepts, the
+    :data:`UtcDatetime` field accepts with the same value: the fast path of readers that
+    validate without building models (``EventSpec.read_view``)."""
+    if type(value) is not str or not _written_layout(value):
+        return None
+    try:
+        return datetime.fromisoformat(value)
+    except ValueError:
+        return None
+
+
+_UUID_HEX: Final = b"0123456789abcdef"
+_UUID_DASHES: Final = "----"
+
+
+def is_wire_uuid(value: object) -> bool:
+    """``value`` is text in the one UUID spelling (:data:`UUID_PATTERN`: lowercase hex,
+    hyphenated 8-4-4-4-12), checked without a regular expression: the four hyphens where the
+    pattern puts them, and nothing but lowercase hex digits besides them."""
+    return (
+        type(value) is str
+        and len(value) == _UUID_CHARS
+        and value[8:24:5] == _UUID_DASHES
+        and value.isascii()
+        and value.encode().translate(None, _UUID_HEX) == b"----"
+    )
+
+
+_UUID_CHARS: Final = 36
 _MIN_YEAR_TEXT: Final = f"{MIN_YEAR:04d}"
 _MAX_YEAR_TEXT: Final = f"{MAX_YEAR:04d}"
 _YEAR_AFTER_MAX_TEXT: Final = f"{MAX_YEAR + 1:04d}"

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from typing import Any, Final, NoReturn, TypeVar, cast
+from uuid import UUID
 
 from pydantic import BaseModel, ValidationError
 from pydantic_core import PydanticSerializationError
@@ -48,6 +49,10 @@ P = TypeVar("P", bound=BaseModel)
 TOMBSTONE_DETAIL: Final = "the record has no value (null: a tombstone); no event is in it"
 _MAX_ERRORS_SHOWN: Final = 3
 _MAX_ECHO_CHARS: Final = 200
+
+Reading = tuple[Any, str, "str | UUID", str, "EventEnvelope[Any] | None"]
+"""What :meth:`EventRegistry.read_record` returns: ``(payload, idempotency_key, event_id,
+event_type, envelope)`` (a plain tuple: it is built for every record a consumer reads)."""
 
 
 class EventRegistry:
@@ -81,7 +86,12 @@ class EventRegistry:
 
     def _decode(self, data: bytes) -> tuple[EventEnvelope[Any], EventSpec[Any], dict[str, Any]]:
         """``decode``, also returning the spec and the raw payload object (for the record key)."""
-        obj = parse_json_object(data)
+        return self._decode_parsed(data, parse_json_object(data))
+
+    def _decode_parsed(
+        self, data: bytes, obj: dict[str, Any]
+    ) -> tuple[EventEnvelope[Any], EventSpec[Any], dict[str, Any]]:
+        """``_decode`` of ``data`` parsed as ``obj`` (by :func:`parse_json_object`)."""
         event_type = obj.get("event_type")
         if type(event_type) is not str:
             raise DecodeError(DecodeReason.INVALID_ENVELOPE, "event_type: missing or not a string")
@@ -135,13 +145,49 @@ class EventRegistry:
         if value is None:
             raise DecodeError(DecodeReason.NOT_JSON, TOMBSTONE_DETAIL)
         envelope, spec, raw = self._decode(value)
+        self._check_wire_key(envelope, spec, raw, key)
+        return envelope
+
+    def read_record(self, value: bytes | None, key: bytes | None) -> Reading:
+        """``decode_record``'s verdict on a whole Kafka record (the same refusals, raised as the
+        same :class:`DecodeError`), read as a consumer's handlers want it: ``(payload,
+        idempotency_key, event_id, event_type, envelope)``.
+
+        ``payload`` is the type's view when its spec offers one (``EventSpec.read_view``), else
+        the pydantic payload. A record in the form spectral writes is checked and read without
+        building the envelope model (``envelope`` is None then: :meth:`decode` of the same bytes
+        gives it to whoever asks); anything else takes the full decode, which also words every
+        refusal. ``event_id`` is the wire text on the fast path, a UUID otherwise.
+        """
+        if value is None:
+            raise DecodeError(DecodeReason.NOT_JSON, TOMBSTONE_DETAIL)
+        obj = parse_json_object(value)
+        event_type = obj.get("event_type")
+        spec = self._specs.get(event_type) if type(event_type) is str else None
+        if spec is not None and spec.read_view is not None:
+            view = spec.read_view(obj, value, key)
+            if view is not None:
+                return view, obj["idempotency_key"], obj["event_id"], spec.event_type, None
+        envelope, spec, raw = self._decode_parsed(value, obj)
+        self._check_wire_key(envelope, spec, raw, key)
+        payload = envelope.payload if spec.view_of is None else spec.view_of(envelope, raw)
+        return payload, envelope.idempotency_key, envelope.event_id, spec.event_type, envelope
+
+    def _check_wire_key(
+        self,
+        envelope: EventEnvelope[Any],
+        spec: EventSpec[Any],
+        raw: dict[str, Any],
+        key: bytes | None,
+    ) -> None:
+        """``record_key_mismatch`` unless ``key`` is the record key of the decoded record
+        (taken from the payload as written when the type says how)."""
         if spec.wire_record_key is not None:
             expected = spec.wire_record_key(raw, envelope.payload).encode()
         else:
             expected = spec.record_key(envelope.payload).encode()
         if key != expected:
             _refuse_record_key(envelope, key, expected)
-        return envelope
 
     def decode_as(self, data: bytes, payload_type: type[P]) -> EventEnvelope[P]:
         """``decode``, then ``unknown_event_type`` unless the payload is a ``payload_type``."""

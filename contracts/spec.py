@@ -26,6 +26,13 @@ class EventSpec(Generic[PayloadT]):
     ``hashed_payload`` says the payload is hashed as it is on the wire, so every number in it,
     unknown fields included, must be an integer in the I-JSON range (the JSON Schemas say so).
 
+    ``read_view`` and ``view_of``, when given, offer the type's *view*: a light typed object
+    handlers read instead of the pydantic payload (``EventRegistry.read_record``, the consumer
+    engine's decode step). ``read_view(parsed, value, key)`` is the fast path: the view of a
+    record that passes every check ``decode_record`` makes, or None to let the full decode
+    decide (it never refuses: refusals and their wording stay the full decode's);
+    ``view_of(envelope, raw_payload)`` builds the view of a record the full decode accepted.
+
     What the published documents say of the type (the spec's tables and the AsyncAPI document
     are generated from these, never written twice): ``idempotency_key_rule`` and
     ``record_key_rule`` spell the two key functions as templates over the payload's members as
@@ -48,6 +55,8 @@ class EventSpec(Generic[PayloadT]):
     idempotency_key_rule: str | None = None
     record_key_rule: str | None = None
     open_to_producers: bool = True
+    read_view: Callable[[dict[str, Any], bytes, bytes | None], Any] | None = None
+    view_of: Callable[[EventEnvelope[PayloadT], Mapping[str, Any]], Any] | None = None
     envelope_model: type[EventEnvelope[PayloadT]] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:

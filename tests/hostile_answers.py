@@ -16,7 +16,7 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from consumers.work_executor.validation import MAX_ANSWER_CHARS
+from producers.work.domain.story.validation import MAX_ANSWER_CHARS
 from spectral.errors import PermanentError, TransientError
 from spectral.llm.seam import SynthesisResponse, UnreadableAnswerError
 

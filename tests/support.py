@@ -8,10 +8,13 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
+
+from spectral.db.migrate import MIGRATIONS_DIR
 
 
 def with_database(url: str, database: str) -> str:
@@ -78,3 +81,28 @@ async def no_task_left_since(before: set[asyncio.Task[Any]], timeout: float = 10
     with contextlib.suppress(AssertionError):
         await eventually(all_ended, timeout=timeout, interval=0.05)
     assert left() == []
+
+
+def migrations_before(migration: str, directory: Path) -> Path:
+    """``directory`` filled with the migrations numbered before the one whose name ends with
+    ``migration`` (e.g. ``"_bounded_state.sql"``: its number is the integrator's to choose), to
+    build a database at the schema that migration converts."""
+    files = [p for p in MIGRATIONS_DIR.iterdir() if p.name.endswith(".sql")]
+    [ours] = [p.name for p in files if p.name.endswith(migration)]
+    for path in files:
+        if path.name < ours:
+            (directory / path.name).write_text(path.read_text())
+    return directory
+
+
+@asynccontextmanager
+async def empty_database(server_url: str, prefix: str) -> AsyncIterator[str]:
+    """An empty database of the caller's own on the server of ``server_url``, dropped after."""
+    name = unique_name(prefix)
+    admin = await asyncpg.connect(with_database(server_url, "postgres"))
+    try:
+        await admin.execute(f'CREATE DATABASE "{name}"')
+        yield with_database(server_url, name)
+        await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    finally:
+        await admin.close()

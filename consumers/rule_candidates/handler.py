@@ -14,10 +14,12 @@ Per batch (inside the engine's transaction, acting as ``spectral_projector``):
    by the same statement) are ``stale`` too — exactly what applying the batch one event at a
    time would record, however the stream is cut into batches.
 
-Python work per event is a few attribute reads and one tuple comparison; everything else is
-per cluster, and the evidence bundle goes to the database as the record's own bytes. Clusters
-are keyed by their UUID's integer (``UUID.__hash__`` and ``__eq__`` are Python code, and
-collapse hashes every delivery's cluster at least twice).
+The handler reads failure-cluster *views* (``reads_views``: no pydantic model is built for a
+record). Python work per event is a few attribute reads and one tuple comparison; everything
+else is per cluster, and the evidence bundle goes to the database as the record's own bytes.
+Clusters are keyed by their UUID's wire text (a ``str``: its hash is computed once and kept,
+where ``UUID.__hash__`` and ``__eq__`` are Python code, and collapse hashes every delivery's
+cluster at least twice).
 
 Metrics are counted in ``after_commit`` from the typed counts ``apply`` carries
 (``HandlerResult.carry``: a rolled-back attempt counts nothing; the engine's one-by-one fallback
@@ -43,7 +45,7 @@ from consumers.rule_candidates.rebuild import RebuildHooks
 from consumers.rule_candidates.repository import RuleCandidatesRepository, SnapshotRows
 from contracts.failure_cluster import (
     FAILURE_CLUSTER_DETECTED,
-    FailureClusterDetectedPayload,
+    FailureClusterView,
 )
 from spectral.db.connect import Conn
 from spectral.engine.handler import Delivery, Handler, HandlerResult, Rebuild
@@ -83,6 +85,7 @@ class RuleCandidatesHandler(Handler[Counts]):
     event_types = (FAILURE_CLUSTER_DETECTED,)
     database_role = DATABASE_ROLE
     """The engine creates its pool acting as this role: no privilege on operator columns."""
+    reads_views = True
 
     def __init__(
         self,
@@ -100,12 +103,12 @@ class RuleCandidatesHandler(Handler[Counts]):
         result: HandlerResult[Counts] = HandlerResult()
         now = datetime.now(UTC)
         keys: dict[int, OrderKey] = {}  # by id(delivery): the batch holds every delivery alive
-        entries: list[tuple[int, OrderKey, Delivery]] = []
+        entries: list[tuple[str, OrderKey, Delivery]] = []
         # ordered_at's cap per record timestamp: records of a batch share few timestamps, and
         # the datetime arithmetic costs ~1 us a record.
         caps: dict[int, datetime] = {}
         for delivery in deliveries:
-            payload: FailureClusterDetectedPayload = delivery.envelope.payload
+            payload: FailureClusterView = delivery.payload
             last = payload.last_observed_at
             stamp = delivery.timestamp_ms
             cap = caps.get(stamp)
@@ -118,11 +121,11 @@ class RuleCandidatesHandler(Handler[Counts]):
                 payload.snapshot_hash,
             )
             keys[id(delivery)] = key
-            entries.append((payload.cluster_id.int, key, delivery))
+            entries.append((payload.cluster_id, key, delivery))
         collapsed = collapse(entries)
         winners = list(collapsed.winners.values())
         written = {
-            row.cluster_id.int: row
+            row.cluster_id: row
             for row in await self.repository.upsert(
                 conn, _rows(winners, [keys[id(d)][0] for d in winners])
             )
@@ -154,9 +157,9 @@ class RuleCandidatesHandler(Handler[Counts]):
                 counts[Counted.RESURFACED, severity] += 1
             counts[Counted.APPLIED, severity] += 1
             for delivery in earlier:
-                counts[Counted.APPLIED, delivery.envelope.payload.severity] += 1
+                counts[Counted.APPLIED, delivery.payload.severity] += 1
         for delivery in stale:
-            counts[Counted.STALE, delivery.envelope.payload.severity] += 1
+            counts[Counted.STALE, delivery.payload.severity] += 1
         result.stale = {delivery.idempotency_key for delivery in stale}
         result.facts = {name: count for name, count in facts.items() if count}
         result.facts.setdefault(RESURFACED, 0)
@@ -214,13 +217,13 @@ class RuleCandidatesHandler(Handler[Counts]):
 
 
 def _severity(delivery: Delivery) -> str:
-    payload: FailureClusterDetectedPayload = delivery.envelope.payload
+    payload: FailureClusterView = delivery.payload
     return payload.severity
 
 
 def _rows(winners: Iterable[Delivery], ordered: list[datetime]) -> SnapshotRows:
     deliveries = list(winners)
-    payloads: list[FailureClusterDetectedPayload] = [d.envelope.payload for d in deliveries]
+    payloads: list[FailureClusterView] = [d.payload for d in deliveries]
     return SnapshotRows(
         cluster_id=[p.cluster_id for p in payloads],
         snapshot_hash=[p.snapshot_hash for p in payloads],

@@ -85,7 +85,7 @@ signalled AS (
        OR date_trunc('hour', p.last_signaled_at) <> date_trunc('hour', now())
     ON CONFLICT DO NOTHING
 )
-SELECT a.cluster_id, a.inserted, a.resurfaced,
+SELECT a.cluster_id::text AS cluster_id, a.inserted, a.resurfaced,
        p.ordered_at AS prior_ordered_at,
        p.last_observed_at AS prior_last_observed_at,
        p.failure_count AS prior_failure_count,

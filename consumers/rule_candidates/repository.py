@@ -11,7 +11,6 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Final
-from uuid import UUID
 
 import asyncpg
 
@@ -27,10 +26,11 @@ QUERIES: Final = Path(__file__).with_name("queries.sql")
 class SnapshotRows:
     """Column arrays of the snapshots to upsert: element i of each is one cluster."""
 
-    cluster_id: list[UUID]
+    cluster_id: list[str]
+    """UUIDs in their wire spelling (the database reads them as uuid)."""
     snapshot_hash: list[str]
-    rule_id: list[UUID]
-    workspace_id: list[UUID]
+    rule_id: list[str]
+    workspace_id: list[str]
     severity: list[str]
     failure_count: list[int]
     first_observed_at: list[datetime]
@@ -46,7 +46,8 @@ class SnapshotRows:
 class WrittenSnapshot:
     """A cluster whose snapshot was written (not stale)."""
 
-    cluster_id: UUID
+    cluster_id: str
+    """Its UUID's wire spelling."""
     inserted: bool
     resurfaced: bool
     prior: OrderKey | None = None

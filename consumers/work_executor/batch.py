@@ -9,19 +9,19 @@ from uuid import UUID
 
 from consumers.work_executor.metrics import AttemptOutcome, ExecutorMetrics, FailureReason
 from consumers.work_executor.pool import Job, JobDone
-from consumers.work_executor.repository import (
+from consumers.work_executor.reads import LoadedItem
+from consumers.work_executor.retry import DeadLetterReason, FailureKind
+from consumers.work_executor.transitions import (
     AttemptStart,
     BatchWrite,
     CancelEnd,
     DeadLetterEnd,
-    LoadedItem,
     MutationApply,
     NewEntry,
     Requeue,
     RetryRelease,
     SpendOutcome,
 )
-from consumers.work_executor.retry import DeadLetterReason, FailureKind
 from producers.work.domain.payloads import error_payload
 from spectral.db.connect import is_transient
 from spectral.observability.logging import get_logger

@@ -30,7 +30,6 @@ from uuid import UUID
 
 import asyncpg
 
-from consumers.work_executor.prompts import prompt_bytes_bound
 from consumers.work_executor.schedule import (
     Blocked,
     BudgetState,
@@ -42,6 +41,7 @@ from consumers.work_executor.schedule import (
     plan_claim,
 )
 from producers.work.domain.budgets import budgets
+from producers.work.domain.story.prompts import prompt_bytes_bound
 from producers.work.domain.types import Conn
 from spectral.db.locks import LockClass
 from spectral.db.queries import load_queries
@@ -123,7 +123,9 @@ class ClaimRepository:
                 function_key=row["function_key"],
                 rank_at=row["rank_at"],
                 attempt=row["attempt"],
-                prompt_bytes=prompt_bytes_bound(
+                prompt_bytes=row["prompt_bytes"]
+                if row["prompt_bytes"] is not None
+                else prompt_bytes_bound(
                     epic_id_bytes=row["epic_id_bytes"],
                     title_bytes=row["title_bytes"],
                     backlog_title_bytes=row["backlog_title_bytes"],

@@ -30,8 +30,9 @@ RETURNING w.work_item_id
 -- tenant, however many items each has) — of them the $2 with the fewest items leased, then
 -- the oldest best rank (the order the round-robin serves them in: a claim takes at most $1
 -- items, so tenants further down could not get one) — and each one's first $1 items due now
--- in rank order, with the UTF-8 lengths the prompt is rendered from (an upper bound of its
--- size is reserved).
+-- in rank order, with the upper bound of its prompt's UTF-8 length it was enqueued with (the
+-- spend reserved is computed from it) — or, for an item enqueued before items carried one, the
+-- UTF-8 lengths its story prompt is rendered from.
 WITH RECURSIVE tenants AS (
     (SELECT tenant FROM work.work_items WHERE status IN ('queued', 'failed')
      ORDER BY tenant LIMIT 1)
@@ -59,7 +60,7 @@ WITH RECURSIVE tenants AS (
     ORDER BY coalesce(b.leased, 0), best.rank_at, t.tenant
     LIMIT $2
 )
-SELECT c.work_item_id, c.tenant, c.org_id, c.function_key, c.rank_at, c.attempt,
+SELECT c.work_item_id, c.tenant, c.org_id, c.function_key, c.rank_at, c.attempt, c.prompt_bytes,
        octet_length(coalesce(c.input ->> 'epic_id', ''))::integer AS epic_id_bytes,
        octet_length(coalesce(d.content #>> ARRAY['epics', c.input ->> 'epic_id', 'title'], ''))::integer
            AS title_bytes,
@@ -68,17 +69,19 @@ SELECT c.work_item_id, c.tenant, c.org_id, c.function_key, c.rank_at, c.attempt,
                              ''))::integer AS description_bytes
 FROM served t
 CROSS JOIN LATERAL (
-    SELECT w.work_item_id, w.tenant, w.org_id, w.function_key, w.rank_at, w.attempt, w.input
+    SELECT w.work_item_id, w.tenant, w.org_id, w.function_key, w.rank_at, w.attempt, w.input,
+           w.prompt_bytes
     FROM work.work_items w
     WHERE w.tenant = t.tenant AND w.status IN ('queued', 'failed') AND w.not_before <= now()
     ORDER BY w.rank_at, w.work_item_id
     LIMIT $1
 ) c
-LEFT JOIN work.documents d ON d.document_id = c.input ->> 'document_id'
+LEFT JOIN work.documents d
+    ON c.prompt_bytes IS NULL AND d.document_id = c.input ->> 'document_id'
 
 -- name: candidates_of
 -- The candidates among these items only (those still waiting and due), as above.
-SELECT w.work_item_id, w.tenant, w.org_id, w.function_key, w.rank_at, w.attempt,
+SELECT w.work_item_id, w.tenant, w.org_id, w.function_key, w.rank_at, w.attempt, w.prompt_bytes,
        octet_length(coalesce(w.input ->> 'epic_id', ''))::integer AS epic_id_bytes,
        octet_length(coalesce(d.content #>> ARRAY['epics', w.input ->> 'epic_id', 'title'], ''))::integer
            AS title_bytes,
@@ -86,7 +89,8 @@ SELECT w.work_item_id, w.tenant, w.org_id, w.function_key, w.rank_at, w.attempt,
        octet_length(coalesce(d.content #>> ARRAY['epics', w.input ->> 'epic_id', 'description'],
                              ''))::integer AS description_bytes
 FROM work.work_items w
-LEFT JOIN work.documents d ON d.document_id = w.input ->> 'document_id'
+LEFT JOIN work.documents d
+    ON w.prompt_bytes IS NULL AND d.document_id = w.input ->> 'document_id'
 WHERE w.work_item_id = ANY($1::uuid[]) AND w.status IN ('queued', 'failed')
   AND w.not_before <= now()
 

@@ -9,15 +9,18 @@ import os
 import re
 import socket
 import uuid
+from functools import partial
 from pathlib import Path
 from urllib.parse import urlsplit
 
 from prometheus_client import CollectorRegistry
 
-from consumers.work_executor.executor import CrashPoint, ExecutorConfig
+from consumers.work_executor.executor import ExecutorConfig
+from consumers.work_executor.faults import CrashPoint, crashing_store, crashing_synthesizer
 from consumers.work_executor.handler import WorkExecutorHandler
 from consumers.work_executor.metrics import ExecutorMetrics, SpendLabels
 from consumers.work_executor.schedule import Resolve
+from consumers.work_executor.store import Store
 from producers.work.domain.settings import WorkSettings
 from spectral.errors import ConfigurationError
 from spectral.llm.factory import build_synthesizer
@@ -63,20 +66,22 @@ def build(
     router = ModelRouter.from_settings(settings)
     limits = ProviderLimits.from_settings(settings)
     labels = SpendLabels({*router.routes.values(), *limits.models}, work.work_metric_orgs)
+    model = synthesizer or build_synthesizer(settings)
+    crash_at = ExecutorFaultHooks.of(settings).work_crash_at
     return WorkExecutorHandler(
         settings,
         database_url,
-        synthesizer or build_synthesizer(settings),
+        model if crash_at is None else crashing_synthesizer(crash_at, model),
         ExecutorMetrics(registry, labels),
         ExecutorConfig(
             worker_id=worker,
             lease_timeout_seconds=work.work_lease_timeout_seconds,
             journal_dir=journal_directory(settings, database_url),
             call_timeout_seconds=llm.llm_timeout_seconds + CALL_TIMEOUT_MARGIN_SECONDS,
-            crash_at=ExecutorFaultHooks.of(settings).work_crash_at,
             limits=limits,
         ),
         resolve=route_resolver(router),
+        store=Store.over if crash_at is None else partial(crashing_store, crash_at),
     )
 
 

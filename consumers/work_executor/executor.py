@@ -11,27 +11,18 @@ docs/explanation/work-ledger.md ("How the executor runs a batch").
 from __future__ import annotations
 
 import asyncio
-import os
-import signal
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from enum import StrEnum
 from functools import partial
 from pathlib import Path
 from typing import TypeVar
 from uuid import UUID, uuid4
 
 from consumers.work_executor.batch import Answer, Failure, Held, Run, Writes, dead_letter
-from consumers.work_executor.calls import (
-    PermanentItemError,
-    answer_payload,
-    classify_call_failure,
-    ms_since,
-    request_for,
-)
+from consumers.work_executor.calls import answer_payload, classify_call_failure, ms_since
 from consumers.work_executor.journal import ResponseJournal
 from consumers.work_executor.metrics import (
     AttemptOutcome,
@@ -42,15 +33,21 @@ from consumers.work_executor.metrics import (
 from consumers.work_executor.patience import patiently
 from consumers.work_executor.plan import Exhausted, Reuse, Start, Step, Unknown, next_step
 from consumers.work_executor.pool import Job, JobDone
+from consumers.work_executor.reads import LoadedBatch, LoadedItem
 from consumers.work_executor.recorder import ResponseRecorder
-from consumers.work_executor.repository import (
+from consumers.work_executor.retry import (
+    DeadLetterReason,
+    FailureKind,
+    GiveUp,
+    RetryDecision,
+    RetryStrategy,
+)
+from consumers.work_executor.store import Store
+from consumers.work_executor.transitions import (
     AttemptStart,
     BatchWrite,
     BatchWritten,
     CancelEnd,
-    ExecutorRepository,
-    LoadedBatch,
-    LoadedItem,
     MutationApply,
     NewEntry,
     Requeue,
@@ -58,21 +55,9 @@ from consumers.work_executor.repository import (
     RetryRelease,
     Settlement,
     SpendOutcome,
-    StoredDocument,
 )
-from consumers.work_executor.retry import (
-    DeadLetterReason,
-    FailureKind,
-    GiveUp,
-    RetryAt,
-    RetryPolicy,
-)
-from consumers.work_executor.validation import parse_report
-from producers.work.domain.documents import (
-    InvalidDocumentError,
-    ReplaceEpicStories,
-    StoryBacklog,
-)
+from producers.work.domain.documents import StoredDocument
+from producers.work.domain.functions import Functions, ItemRefusedError
 from producers.work.domain.model import EntryType, ItemStatus
 from producers.work.domain.payloads import (
     error_payload,
@@ -101,16 +86,6 @@ _UNKNOWN_OUTCOME = (
 )
 
 
-class CrashPoint(StrEnum):
-    """Test-only fault hook (tests/faults): where a worker SIGKILLs its own process."""
-
-    AFTER_CLAIM = "after_claim"  # leases held, nothing recorded
-    BEFORE_CALL = "before_call"  # prompts and attempts committed, calls not sent
-    AFTER_RESPONSE = "after_response"  # responses recorded, nothing validated or applied
-    AFTER_MUTATION = "after_mutation"  # mutations committed, parents not settled
-    BEFORE_SETTLEMENT = "before_settlement"  # answers journaled, not in the ledger nor settled
-
-
 @dataclass(frozen=True)
 class ExecutorConfig:
     worker_id: str
@@ -123,7 +98,6 @@ class ExecutorConfig:
     synthesizer's own timeout normally ends it first)."""
     database_retry_cap_seconds: float = 5.0
     """The longest wait between two tries of a statement while the database is unavailable."""
-    crash_at: CrashPoint | None = None
     limits: ProviderLimits = field(default_factory=ProviderLimits)
     """Provider limits per model route: the ``max_tokens`` each call sends."""
 
@@ -131,15 +105,19 @@ class ExecutorConfig:
 class WorkExecutor:
     def __init__(
         self,
-        repository: ExecutorRepository,
+        store: Store,
         synthesizer: Synthesizer,
-        policy: RetryPolicy,
+        policy: RetryStrategy,
         metrics: ExecutorMetrics,
         config: ExecutorConfig,
         *,
+        functions: Functions,
         on_capacity: Callable[[], None] | None = None,
     ) -> None:
-        self._repo = repository
+        self._reads = store.reads
+        self._transitions = store.transitions
+        self._parents = store.parents
+        self._functions = functions
         self._synthesizer = synthesizer
         self._policy = policy
         self._metrics = metrics
@@ -165,11 +143,6 @@ class WorkExecutor:
         """Stop recording (answers not yet in the ledger stay in the journal for the next
         executor) and release the journal's files."""
         await self._recorder.aclose()
-
-    def _crash_point(self, point: CrashPoint) -> None:
-        if self._config.crash_at is point:
-            log.warning("fault hook: SIGKILL", point=point.value)
-            os.kill(os.getpid(), signal.SIGKILL)
 
     async def _patiently(self, what: str, operation: Callable[[], Awaitable[T]]) -> T:
         return await patiently(
@@ -221,7 +194,6 @@ class WorkExecutor:
                 held.append(Held(job, item))
         if not held:
             return
-        self._crash_point(CrashPoint.AFTER_CLAIM)
         before, reused, requests = self._plan(held, loaded.documents)
         calls: dict[asyncio.Task[Answer], Held] = {}
         if before:
@@ -239,7 +211,7 @@ class WorkExecutor:
         reason, its items are read one by one, and an item that cannot be read ends."""
         ids = [item for item, _ in jobs]
         try:
-            return await self._patiently("load items", lambda: self._repo.load_batch(ids))
+            return await self._patiently("load items", lambda: self._reads.load_batch(ids))
         except Exception as exc:  # noqa: BLE001 - per item below
             log.warning(
                 "a batch of work items could not be loaded; loading them one by one",
@@ -251,7 +223,7 @@ class WorkExecutor:
         for job in jobs:
             try:
                 one = await self._patiently(
-                    "load an item", partial(self._repo.load_batch, [job[0]])
+                    "load an item", partial(self._reads.load_batch, [job[0]])
                 )
             except Exception as exc:  # noqa: BLE001 - this item only
                 await self._end_unloadable(run, job, exc)
@@ -262,7 +234,7 @@ class WorkExecutor:
 
     async def _end_unloadable(self, run: Run, job: Job, exc: Exception) -> None:
         try:
-            bare = await self._patiently("load an item", lambda: self._repo.load_bare(job[0]))
+            bare = await self._patiently("load an item", lambda: self._reads.load_bare(job[0]))
         except Exception as bare_exc:  # noqa: BLE001 - nothing more can be done here
             run.interrupted([job], bare_exc)
             return
@@ -289,7 +261,7 @@ class WorkExecutor:
             return BatchWritten()
         try:
             written = await self._patiently(
-                "record work items", lambda: self._repo.write(writes.batch())
+                "record work items", lambda: self._transitions.write(writes.batch())
             )
         except Exception as exc:  # noqa: BLE001 - per item
             written = await self._write_one_by_one(run, writes, exc)
@@ -311,7 +283,7 @@ class WorkExecutor:
             try:
                 written.merge(
                     await self._patiently(
-                        "record a work item", partial(self._repo.write, part.batch())
+                        "record a work item", partial(self._transitions.write, part.batch())
                     )
                 )
             except Exception as one_exc:  # noqa: BLE001 - this item only
@@ -347,7 +319,7 @@ class WorkExecutor:
             )
             try:
                 written = await self._patiently(
-                    "dead-letter a work item", partial(self._repo.write, ends.batch())
+                    "dead-letter a work item", partial(self._transitions.write, ends.batch())
                 )
             except Exception as end_exc:  # noqa: BLE001 - try the plainer form, then give up
                 last: Exception = end_exc
@@ -365,11 +337,10 @@ class WorkExecutor:
         before = Writes()
         reused: list[Answer] = []
         requests: dict[UUID, SynthesisRequest] = {}
-        backlogs: dict[str, StoryBacklog | InvalidDocumentError] = {}
         for one in held:
             mine = Writes()
             try:
-                answer = self._plan_one(mine, one, documents, backlogs, requests)
+                answer = self._plan_one(mine, one, documents, requests)
             except Exception as exc:  # noqa: BLE001 - this item only
                 requests.pop(one.item_id, None)
                 mine = Writes()
@@ -392,7 +363,6 @@ class WorkExecutor:
         before: Writes,
         one: Held,
         documents: Mapping[str, StoredDocument],
-        backlogs: dict[str, StoryBacklog | InvalidDocumentError],
         requests: dict[UUID, SynthesisRequest],
     ) -> Answer | None:
         step = next_step(one.loaded.item.attempt, one.loaded.entries, self._policy)
@@ -425,9 +395,7 @@ class WorkExecutor:
                 message=f"all {step.attempts} attempts are used",
             )
         else:
-            self._start(
-                before, one, step, documents=documents, backlogs=backlogs, requests=requests
-            )
+            self._start(before, one, step, documents=documents, requests=requests)
         return None
 
     def _cancel(self, before: Writes, one: Held, step: Step) -> None:
@@ -454,27 +422,38 @@ class WorkExecutor:
         step: Start,
         *,
         documents: Mapping[str, StoredDocument],
-        backlogs: dict[str, StoryBacklog | InvalidDocumentError],
         requests: dict[UUID, SynthesisRequest],
     ) -> None:
+        """Attempt ``step.attempt`` starts: its work function asks (no call if it refuses)."""
+        refused = ""
+        item = one.loaded.item
+        function = self._functions.for_key(item.function_key)
         try:
-            request = request_for(
-                one.loaded,
-                step.attempt,
-                documents,
-                backlogs,
-                max_tokens=self._config.limits.for_model(one.loaded.item.route).max_tokens,
-            )
-        except PermanentItemError as exc:
+            if function is None:
+                refused = f"no work function {item.function_key!r} is installed"
+            else:
+                ask = function.ask(item, documents)
+        except ItemRefusedError as exc:
+            refused = str(exc) or "the work function refused the item"
+        if function is None or refused:
             self._give_up(
                 before,
                 one,
-                attempt=one.loaded.item.attempt,
+                attempt=item.attempt,
                 dead=DeadLetterReason.PERMANENT_FAILURE,
                 reason=FailureReason.LOAD_ROW,
-                message=str(exc),
+                message=refused,
             )
             return
+        org = item.input.get("org_id")
+        request = SynthesisRequest(
+            function_key=item.function_key,
+            prompt=ask.prompt,
+            input=ask.input,
+            idempotency_key=f"{item.work_item_id}:{step.attempt}",
+            org_id=str(org) if org else None,
+            max_tokens=self._config.limits.for_model(item.route).max_tokens,
+        )
         prompt = prompt_payload(
             function_key=request.function_key,
             prompt=request.prompt,
@@ -493,7 +472,6 @@ class WorkExecutor:
         started = [s for s in before.starts if s.loaded.item.work_item_id in written.started]
         if not started:
             return {}
-        self._crash_point(CrashPoint.BEFORE_CALL)
         calls: dict[asyncio.Task[Answer], Held] = {}
         for start in started:
             one = before.held[start.loaded.item.work_item_id]
@@ -547,8 +525,7 @@ class WorkExecutor:
 
     async def _write_responses(self, responses: Sequence[ResponseRecord]) -> None:
         """Record paid answers and settle their spend (one transaction), then count it."""
-        self._crash_point(CrashPoint.BEFORE_SETTLEMENT)
-        written = await self._repo.write(BatchWrite(responses=responses))
+        written = await self._transitions.write(BatchWrite(responses=responses))
         self._spent(written.settled)
 
     def _spent(self, settled: Sequence[Settlement]) -> None:
@@ -584,8 +561,6 @@ class WorkExecutor:
     async def _conclude(self, run: Run, answers: Sequence[Answer]) -> None:
         """One wave: validate the answers, then apply, retry or dead-letter — one transaction.
         An answer whose conclusion fails in any way dead-letters its own item."""
-        if any(answer.fresh for answer in answers):
-            self._crash_point(CrashPoint.AFTER_RESPONSE)
         wave = Writes()
         for answer in answers:
             mine = Writes()
@@ -615,8 +590,6 @@ class WorkExecutor:
         written = await self._write(run, wave)
         if written.refused:
             await self._refused(run, wave, written.refused)
-        if written.applied:
-            self._crash_point(CrashPoint.AFTER_MUTATION)
 
     def _validate(self, wave: Writes, answer: Answer) -> None:
         one, attempt = answer.held, answer.attempt
@@ -635,20 +608,19 @@ class WorkExecutor:
         if answer.content is None:
             invalid("the paid answer is not readable (its bytes are in the response entry)")
             return
-        report = parse_report(answer.content)
-        parse_entry = NewEntry(attempt, EntryType.PARSE_REPORT, report.payload(attempt))
-        if not report.ok:
-            invalid("the answer is not valid: " + "; ".join(report.errors)[:500], (parse_entry,))
-            return
         item = one.loaded.item
-        mutation = ReplaceEpicStories.for_item(
-            item.work_item_id,
-            str(item.input["document_id"]),
-            str(item.input["epic_id"]),
-            report.stories,
-        )
+        function = self._functions.for_key(item.function_key)
+        if function is None:
+            invalid(f"no work function {item.function_key!r} is installed to conclude it")
+            return
+        conclusion = function.conclude(item, answer.content, attempt)
+        parse_entry = NewEntry(attempt, EntryType.PARSE_REPORT, conclusion.parse_report)
+        if conclusion.mutation is None:
+            message = "the answer is not valid: " + "; ".join(conclusion.errors)[:500]
+            invalid(message, (parse_entry,))
+            return
         wave.applies.append(
-            MutationApply(one.loaded, one.token, mutation, attempt, parse_entry.payload)
+            MutationApply(one.loaded, one.token, conclusion.mutation, attempt, parse_entry.payload)
         )
         wave.add_held(one)
 
@@ -686,9 +658,9 @@ class WorkExecutor:
         attempt's reservation becomes; ``retry_after``: a rate-limited call's wait."""
         kind, reason, message = failure
         self._metrics.failure(reason)
-        decision = self._policy.after_failure(attempt, kind, datetime.now(UTC))
+        decision = self._policy.get_retry_decision(attempt, kind, datetime.now(UTC))
         writes.add_held(one)
-        if isinstance(decision, RetryAt):
+        if isinstance(decision, RetryDecision):
             error = error_payload(
                 kind=kind.value,
                 reason=reason.value,
@@ -706,7 +678,7 @@ class WorkExecutor:
                 RetryRelease(one.loaded, one.token, attempt, error, wait, spend, pause)
             )
             return
-        assert isinstance(decision, GiveUp)  # noqa: S101 - the two outcomes of after_failure
+        assert isinstance(decision, GiveUp)  # noqa: S101 - the two outcomes of get_retry_decision
         if decision.reason is DeadLetterReason.MAX_ATTEMPTS_EXCEEDED:
             self._metrics.failure(FailureReason.MAX_ATTEMPTS_EXCEEDED)
         dead_letter(
@@ -799,7 +771,7 @@ class WorkExecutor:
         if not parents:
             return
         try:
-            due = await self._repo.parents_needing_settling(list(parents))
+            due = await self._reads.parents_needing_settling(list(parents))
         except Exception as exc:  # noqa: BLE001 - the sweep settles parents left open
             log.warning("settling the parents failed; the sweep will", error=str(exc)[:300])
             return
@@ -809,7 +781,7 @@ class WorkExecutor:
         """Each parent on its own: one that cannot be settled never keeps the others open."""
         for parent_id, project_id in parents:
             try:
-                status = await self._repo.settle_parent(parent_id, project_id)
+                status = await self._parents.settle_parent(parent_id, project_id)
             except Exception as exc:  # noqa: BLE001 - the next sweep tries again
                 log.warning(
                     "settling a parent failed; the sweep will try again",
@@ -832,7 +804,7 @@ class WorkExecutor:
         jobs: list[Job] = []
         if capacity > 0 and journals_replayed:
             token = uuid4()
-            recovered = await self._repo.recover_stale(
+            recovered = await self._transitions.recover_stale(
                 self._config.lease_timeout_seconds,
                 capacity,
                 token,
@@ -842,9 +814,9 @@ class WorkExecutor:
             if recovered:
                 log.warning("recovered stale leases", items=len(recovered))
             jobs.extend((item_id, token) for item_id in recovered)
-        await self._settle(await self._repo.parents_to_settle(100))
-        self._metrics.oldest_lease_age.set(await self._repo.oldest_lease_age())
-        depth = await self._repo.queue_depth()
+        await self._settle(await self._reads.parents_to_settle(100))
+        self._metrics.oldest_lease_age.set(await self._reads.oldest_lease_age())
+        depth = await self._reads.queue_depth()
         self._metrics.observe_queue(
             {status: depth.get(status.value, 0) for status in QueueStatus},
             depth.get(ItemStatus.DEAD_LETTER.value, 0),

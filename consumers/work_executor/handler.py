@@ -26,7 +26,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Final
 from uuid import UUID, uuid4
 
@@ -37,10 +37,12 @@ from consumers.work_executor.dispatch import Dispatcher
 from consumers.work_executor.executor import ExecutorConfig, WorkExecutor
 from consumers.work_executor.metrics import AttemptOutcome, ExecutorMetrics
 from consumers.work_executor.pool import Job, JobDone, WorkerPool
-from consumers.work_executor.repository import ExecutorRepository
-from consumers.work_executor.retry import RetryPolicy
+from consumers.work_executor.reads import ExecutorReads
+from consumers.work_executor.retry import RetryStrategy
 from consumers.work_executor.schedule import Resolve
+from consumers.work_executor.store import Store
 from contracts import WORK_ITEM_ENQUEUED
+from producers.work.domain.functions import Functions, installed_functions
 from producers.work.domain.settings import WorkSettings
 from producers.work.domain.types import Conn
 from spectral.db.connect import create_pool
@@ -73,6 +75,9 @@ class WorkExecutorHandler(Handler[UUID]):
         metrics: ExecutorMetrics,
         config: ExecutorConfig,
         resolve: Resolve | None = None,
+        *,
+        functions: Functions | None = None,
+        store: Callable[[asyncpg.Pool, Functions], Store] = Store.over,
     ) -> None:
         self._settings = settings
         self._work = WorkSettings.of(settings)
@@ -82,8 +87,10 @@ class WorkExecutorHandler(Handler[UUID]):
         self._metrics = metrics
         self._config = config
         self._db: asyncpg.Pool | None = None
+        self._functions = functions or installed_functions()
+        self._store = store
         self._executor: WorkExecutor | None = None
-        self._repo: ExecutorRepository | None = None
+        self._reads: ExecutorReads | None = None
         self._dispatcher: Dispatcher | None = None
         # Batches of half the pool: while one batch waits on the database, the other runs
         # (one batch of the whole pool left the process idle during every round trip; with the
@@ -131,13 +138,15 @@ class WorkExecutorHandler(Handler[UUID]):
                     min_size=1,
                     max_size=min(self._work.work_pool_size, DB_CONNECTIONS) + 2,
                 )
-                self._repo = ExecutorRepository(self._db)
+                store = self._store(self._db, self._functions)
+                self._reads = store.reads
                 self._executor = WorkExecutor(
-                    self._repo,
+                    store,
                     self._synthesizer,
-                    RetryPolicy.from_settings(self._settings),
+                    RetryStrategy.from_settings(self._settings),
                     self._metrics,
                     self._config,
+                    functions=self._functions,
                     on_capacity=self._wake,
                 )
                 claims = ClaimRepository(
@@ -197,12 +206,12 @@ class WorkExecutorHandler(Handler[UUID]):
 
     async def apply(self, conn: Conn, deliveries: Sequence[Delivery]) -> HandlerResult[UUID]:
         await self._open()
-        assert self._repo is not None  # noqa: S101 - set by _open()
+        assert self._reads is not None  # noqa: S101 - set by _open()
         wanted: dict[UUID, list[str]] = {}
         for delivery in deliveries:
             payload: Any = delivery.envelope.payload
             wanted.setdefault(payload.work_item_id, []).append(delivery.idempotency_key)
-        waiting = await self._repo.waiting_items(conn, sorted(wanted))
+        waiting = await self._reads.waiting_items(conn, sorted(wanted))
         stale = {key for item, keys in wanted.items() if item not in waiting for key in keys}
         for _ in range(len(wanted) - len(waiting)):
             self._metrics.attempt(AttemptOutcome.SKIPPED)

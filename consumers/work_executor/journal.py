@@ -44,7 +44,7 @@ from pathlib import Path
 from typing import Final
 from uuid import UUID
 
-from consumers.work_executor.repository import ResponseRecord
+from consumers.work_executor.transitions import ResponseRecord
 from producers.work.domain.hashing import content_hash
 from spectral.observability.logging import get_logger
 

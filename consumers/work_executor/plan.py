@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from consumers.work_executor.retry import FailureKind, RetryPolicy
+from consumers.work_executor.retry import FailureKind, RetryStrategy
 from producers.work.domain.model import EntryType, LedgerEntry
 from producers.work.domain.payloads import response_content
 
@@ -50,7 +50,7 @@ class Exhausted:
 Step = Reuse | Unknown | Start | Exhausted
 
 
-def next_step(attempts_started: int, entries: Sequence[LedgerEntry], policy: RetryPolicy) -> Step:
+def next_step(attempts_started: int, entries: Sequence[LedgerEntry], policy: RetryStrategy) -> Step:
     parsed = {e.attempt for e in entries if e.entry_type is EntryType.PARSE_REPORT}
     unconsumed = [
         e for e in entries if e.entry_type is EntryType.RESPONSE and e.attempt not in parsed

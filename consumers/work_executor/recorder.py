@@ -23,7 +23,7 @@ from typing import Generic, TypeVar
 from consumers.work_executor.journal import ResponseJournal, Ticket
 from consumers.work_executor.metrics import ExecutorMetrics, JournalEvent
 from consumers.work_executor.patience import is_data_error
-from consumers.work_executor.repository import ResponseRecord
+from consumers.work_executor.transitions import ResponseRecord
 from spectral.observability.logging import get_logger
 
 log = get_logger(__name__)

@@ -1,5 +1,8 @@
-"""Pure retry policy of a work item (ADR-0008 §1-2, ADR-035 §10). No I/O, no clock: callers
-pass ``now``.
+"""The one retry strategy of every paid call on the ledger (ADR-0008 §1-2, ADR-035 §10), in
+procrastinate's shape: ``RetryStrategy.get_retry_decision`` says, from what failed and which
+attempt it was, whether to try again and when (a ``RetryDecision``) or to give up (``GiveUp``,
+with the dead-letter reason). Pure: no I/O, no clock (callers pass ``now``). Story generation
+and the rule stub share it, its attempt counter and ``CAP_FACTOR``.
 
 * An *attempt* is one paid model call. It is counted when it starts (the ``prompt`` ledger entry
   and ``attempt + 1`` commit together before the call), so a call whose outcome is unknown —
@@ -44,7 +47,7 @@ class DeadLetterReason(StrEnum):
 
 
 @dataclass(frozen=True)
-class RetryAt:
+class RetryDecision:
     """Try again (attempt ``next_attempt``) once ``not_before`` has passed."""
 
     not_before: datetime
@@ -57,7 +60,7 @@ class GiveUp:
 
 
 @dataclass(frozen=True)
-class RetryPolicy:
+class RetryStrategy:
     max_attempts: int = 3
     base_seconds: float = 1.0
     free_rate_limited: int = 20
@@ -68,7 +71,7 @@ class RetryPolicy:
             raise ValueError("max_attempts >= 1 and base_seconds > 0")
 
     @classmethod
-    def from_settings(cls, settings: Settings) -> RetryPolicy:
+    def from_settings(cls, settings: Settings) -> RetryStrategy:
         work = WorkSettings.of(settings)
         return cls(work.work_max_attempts, work.work_retry_base_seconds)
 
@@ -86,14 +89,16 @@ class RetryPolicy:
         having been refused for capacity."""
         return attempts_started - min(rate_limited, self.free_rate_limited)
 
-    def after_failure(self, attempt: int, kind: FailureKind, now: datetime) -> RetryAt | GiveUp:
+    def get_retry_decision(
+        self, attempt: int, kind: FailureKind, now: datetime
+    ) -> RetryDecision | GiveUp:
         """What to do once attempt ``attempt`` failed with ``kind``."""
         if attempt < 1:
             raise ValueError("attempt numbers start at 1")
         if kind is FailureKind.RATE_LIMITED:
-            return RetryAt(not_before=now + self.backoff(1), next_attempt=attempt + 1)
+            return RetryDecision(not_before=now + self.backoff(1), next_attempt=attempt + 1)
         if kind is FailureKind.PERMANENT:
             return GiveUp(DeadLetterReason.PERMANENT_FAILURE)
         if not self.may_start_attempt(attempt):
             return GiveUp(DeadLetterReason.MAX_ATTEMPTS_EXCEEDED)
-        return RetryAt(not_before=now + self.backoff(attempt), next_attempt=attempt + 1)
+        return RetryDecision(not_before=now + self.backoff(attempt), next_attempt=attempt + 1)

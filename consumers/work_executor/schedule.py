@@ -35,7 +35,7 @@ from enum import StrEnum
 from typing import Final
 from uuid import UUID
 
-from consumers.work_executor.prompts import prompt_tokens_bound
+from producers.work.domain.story.prompts import prompt_tokens_bound
 from spectral.llm.limits import ProviderLimits, RouteLimits
 
 DEFAULT_COMPLETION_TOKENS: Final = 4096

@@ -4,12 +4,13 @@ Python API for services embedding the producer::
 
     from producers.clusters import FailureClusterService, FailureObservation
 
-    async with FailureClusterService.connect(database_url, synthesizer=synth) as service:
+    async with FailureClusterService.connect(database_url) as service:
         await service.ingest([FailureObservation(...), ...])
         await service.tick()
 
-The names are imported when first used: importing the package (as spectral does to read the
-feature's plugin declaration, plugin.py) loads nothing else.
+A cluster's suggested rule stub is paid work on the work ledger (stub.py), run by the
+``work-executor`` deployment. The names are imported when first used: importing the package
+(as spectral does to read the feature's plugin declaration, plugin.py) loads nothing else.
 """
 
 from __future__ import annotations

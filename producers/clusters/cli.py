@@ -6,8 +6,7 @@ import asyncio
 import contextlib
 import signal
 import sys
-from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager
+from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
 from uuid import UUID
@@ -32,32 +31,12 @@ from spectral.cli._common import (
 )
 from spectral.db.connect import ping
 from spectral.devstack import resolve_database_url
-from spectral.llm.seam import Synthesizer
-from spectral.llm.settings import LlmSettings
-from spectral.llm.stub import StubSynthesizer
 from spectral.observability.health import run_with_health
-from spectral.settings import Settings
 
 app = typer.Typer(
     help="FailureClusterService: failures in, cluster snapshots out (ADR-057).",
     no_args_is_help=True,
 )
-
-
-@asynccontextmanager
-async def _synthesizer(current: Settings) -> AsyncIterator[Synthesizer]:
-    """The synthesizer the settings choose (SPECTRAL_SYNTHESIZER): the deterministic stub by
-    default, or an OpenAI-compatible gateway."""
-    if LlmSettings.of(current).synthesizer == "openai":
-        from spectral.llm.openai_compat import OpenAICompatSynthesizer  # noqa: PLC0415
-
-        client = OpenAICompatSynthesizer.from_settings(current)
-        try:
-            yield client
-        finally:
-            await client.aclose()
-    else:
-        yield StubSynthesizer()
 
 
 def _lines(source: str) -> Iterator[bytes]:
@@ -103,18 +82,24 @@ def tick(
         None, "--every", min=0.05, help="Keep ticking every SECONDS until SIGTERM/SIGINT."
     ),
     stubs: bool = typer.Option(
-        default=True, help="Ask the synthesizer for suggested_rule_stub (lease-then-LLM)."
+        default=True,
+        help="Ask for a suggested_rule_stub: paid work on the work ledger, run by the "
+        "work-executor deployment.",
     ),
-    lease_timeout: float = typer.Option(
-        300.0, min=1.0, help="Seconds after which a pending stub lease is re-claimed."
+    stub_wait: float = typer.Option(
+        60.0,
+        min=0.0,
+        help="Seconds a snapshot waits for its stub's first call before it goes out without "
+        "it (the stub follows in a new snapshot).",
     ),
-    stub_max_attempts: int = typer.Option(
-        3, min=1, help="Paid stub calls per cluster content at most (ADR-0008 MaxAttempts)."
+    lease_timeout: float | None = typer.Option(
+        None, hidden=True, help="Deprecated: SPECTRAL_WORK_LEASE_TIMEOUT_SECONDS."
     ),
-    stub_retry_base: float = typer.Option(
-        1.0,
-        min=0.001,
-        help="Backoff base in seconds: retry n of a stub waits min(base*2^(n-1), base*10).",
+    stub_max_attempts: int | None = typer.Option(
+        None, hidden=True, help="Deprecated: SPECTRAL_WORK_MAX_ATTEMPTS."
+    ),
+    stub_retry_base: float | None = typer.Option(
+        None, hidden=True, help="Deprecated: SPECTRAL_WORK_RETRY_BASE_SECONDS."
     ),
     min_failures: int = typer.Option(1, min=1, help="Publish clusters of at least N failures."),
     default_criticality: Criticality = typer.Option(
@@ -127,24 +112,30 @@ def tick(
     several replicas at once."""
     current = settings()
     url = resolve_database_url(current)
+    for flag, value, setting in (
+        ("--lease-timeout", lease_timeout, "SPECTRAL_WORK_LEASE_TIMEOUT_SECONDS"),
+        ("--stub-max-attempts", stub_max_attempts, "SPECTRAL_WORK_MAX_ATTEMPTS"),
+        ("--stub-retry-base", stub_retry_base, "SPECTRAL_WORK_RETRY_BASE_SECONDS"),
+    ):
+        if value is not None:
+            typer.echo(
+                f"warning: {flag} is ignored: rule stubs are work on the work ledger, leased and "
+                f"retried by the work executor ({setting}); the option goes in the next release",
+                err=True,
+            )
     policy = ClusterPolicy(
         default_criticality=default_criticality,
         min_failures=min_failures,
         generate_stubs=stubs,
-        stub_lease_timeout=timedelta(seconds=lease_timeout),
-        stub_max_attempts=stub_max_attempts,
-        stub_retry_base=timedelta(seconds=stub_retry_base),
+        stub_wait=timedelta(seconds=stub_wait),
     )
     health = serve_health(current, metrics_port, metrics_host)
     health.probe("database", lambda: ping(url))
 
     async def go() -> None:
-        async with (
-            _synthesizer(current) as synth,
-            FailureClusterService.connect(
-                url, synthesizer=synth, policy=policy, metrics=ClusterMetrics(REGISTRY)
-            ) as svc,
-        ):
+        async with FailureClusterService.connect(
+            url, policy=policy, metrics=ClusterMetrics(REGISTRY)
+        ) as svc:
             if every is None:
                 report = await svc.tick()
                 typer.echo(" ".join(f"{k}={v}" for k, v in vars(report).items()))

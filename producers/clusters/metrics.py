@@ -1,49 +1,23 @@
 """FailureClusterService's instruments, in one place; label values from fixed enums.
 
-The rule-stub worker has ADR-0008's three instruments, named for this service:
-``spectral_clusters_stub_attempts_total{outcome}`` (success, transient_failure,
-permanent_failure, skipped — 4 series), ``spectral_clusters_stub_duration_seconds`` (one paid
-call, 1 ms .. 65.5 s) and ``spectral_clusters_stub_failures_total{reason}`` (7 series).
+The rule stub's paid calls are work on the work ledger: the executor counts them with every
+other paid call (ADR-0008's ``synthesis_attempts_total{outcome}``,
+``synthesis_duration_seconds``, ``synthesis_failures_total{reason}``; ``work_tokens_total`` and
+``work_cost_total`` by ``function``). The tick counts what it asks and publishes:
+``spectral_clusters_stubs_total{event}`` (asked, published_with, published_without — 3 series).
 """
 
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Final
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
-
-
-class LeaseOutcome(StrEnum):
-    WON = "won"  # our INSERT landed: we call the model
-    LOST = "lost"  # another replica holds (or finished) the lease: no call
-    RECOVERED = "recovered"  # a stale pending lease re-claimed by the recovery clause
-    SUPERSEDED = "superseded"  # a recovered lease whose content is no longer current: no call
+from prometheus_client import CollectorRegistry, Counter
 
 
-class ModelOutcome(StrEnum):
-    OK = "ok"
-    FAILED = "failed"
-
-
-class StubOutcome(StrEnum):
-    SUCCESS = "success"
-    TRANSIENT_FAILURE = "transient_failure"  # retried after the backoff
-    PERMANENT_FAILURE = "permanent_failure"  # the permanent marker: no more calls
-    SKIPPED = "skipped"  # the lease was another replica's, or the content moved on
-
-
-class StubFailure(StrEnum):
-    SYNTHESIZER = "synthesizer"
-    ROUTER_RESOLVE = "router_resolve"
-    INVALID_ANSWER = "invalid_answer"
-    WRITE_STUB = "write_stub"
-    OUTCOME_UNKNOWN = "outcome_unknown"  # a stale lease: its holder stopped mid-call
-    MAX_ATTEMPTS_EXCEEDED = "max_attempts_exceeded"
-    UNKNOWN = "unknown"
-
-
-DURATION_BUCKETS: Final = tuple(0.001 * 2**i for i in range(17))  # 1 ms .. 65.536 s
+class StubEvent(StrEnum):
+    ASKED = "asked"  # stub work opened on the ledger for a cluster's content
+    PUBLISHED_WITH = "published_with"  # a snapshot went out with its stub
+    PUBLISHED_WITHOUT = "published_without"  # without: given up, retrying, or past stub_wait
 
 
 class IngestOutcome(StrEnum):
@@ -70,37 +44,11 @@ class ClusterMetrics:
             "Snapshots put in the outbox (their hash differed from the last one published).",
             registry=registry,
         )
-        leases = Counter(
-            "spectral_clusters_stub_leases_total",
-            "Rule-stub lease outcomes (ADR-0023): won, lost, recovered, superseded.",
-            ["outcome"],
+        stubs = Counter(
+            "spectral_clusters_stubs",
+            "Rule stubs asked for (work opened on the ledger) and snapshots published with or "
+            "without theirs.",
+            ["event"],
             registry=registry,
         )
-        self.leases = {o: leases.labels(o.value) for o in LeaseOutcome}
-        calls = Counter(
-            "spectral_clusters_model_calls_total",
-            "Synthesizer calls for suggested_rule_stub, by outcome.",
-            ["outcome"],
-            registry=registry,
-        )
-        self.model_calls = {o: calls.labels(o.value) for o in ModelOutcome}
-        attempts = Counter(
-            "spectral_clusters_stub_attempts",
-            "Rule-stub attempts (ADR-0008), by outcome.",
-            ["outcome"],
-            registry=registry,
-        )
-        self.stub_attempts = {o: attempts.labels(o.value) for o in StubOutcome}
-        self.stub_duration = Histogram(
-            "spectral_clusters_stub_duration_seconds",
-            "Duration of one paid rule-stub call.",
-            buckets=DURATION_BUCKETS,
-            registry=registry,
-        )
-        failures = Counter(
-            "spectral_clusters_stub_failures",
-            "Failures of rule-stub attempts, by reason.",
-            ["reason"],
-            registry=registry,
-        )
-        self.stub_failures = {r: failures.labels(r.value) for r in StubFailure}
+        self.stubs = {e: stubs.labels(e.value) for e in StubEvent}

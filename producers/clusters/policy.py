@@ -7,9 +7,6 @@ from datetime import timedelta
 
 from producers.clusters.evidence import EVIDENCE_LIMIT
 from producers.clusters.severity import Criticality, SeverityPolicy
-from spectral.retry import Backoff
-
-CAP_FACTOR = 10
 
 
 @dataclass(frozen=True)
@@ -20,36 +17,20 @@ class ClusterPolicy:
     evidence_limit: int = EVIDENCE_LIMIT
     # A cluster is published once it has at least this many failures.
     min_failures: int = 1
-    # Ask the synthesizer for a suggested_rule_stub (ADR-0023 lease-then-LLM).
+    # Ask for a model-written suggested_rule_stub (work on the work ledger: stub.py).
     generate_stubs: bool = True
-    # A pending stub lease older than this is stale: the recovery clause re-claims it.
-    # It must exceed the model call's own timeout (ADR-0023: 5 minutes).
-    stub_lease_timeout: timedelta = timedelta(minutes=5)
+    # How long a snapshot waits for its stub's first call before it goes out without it (the
+    # stub follows in a new snapshot when it comes).
+    stub_wait: timedelta = timedelta(seconds=60)
     # Clusters evaluated per transaction by a tick.
     batch_size: int = 100
-    # ADR-0008 for the stub worker: paid calls per (cluster, content) at most, and the base of
-    # the capped backoff between them: retry n waits min(base * 2^(n-1), base * 10).
-    stub_max_attempts: int = 3
-    stub_retry_base: timedelta = timedelta(seconds=1)
 
     def __post_init__(self) -> None:
         if not 1 <= self.evidence_limit <= EVIDENCE_LIMIT:
             raise ValueError(f"evidence_limit must be within 1..{EVIDENCE_LIMIT}")
         if self.min_failures < 1:
             raise ValueError("min_failures must be at least 1")
-        if self.stub_lease_timeout <= timedelta(0):
-            raise ValueError("stub_lease_timeout must be positive")
+        if self.stub_wait < timedelta(0):
+            raise ValueError("stub_wait cannot be negative")
         if self.batch_size < 1:
             raise ValueError("batch_size must be at least 1")
-        if self.stub_max_attempts < 1:
-            raise ValueError("stub_max_attempts must be at least 1")
-        if self.stub_retry_base <= timedelta(0):
-            raise ValueError("stub_retry_base must be positive")
-
-    def stub_retry(self, attempt: int, *, permanent: bool) -> timedelta | None:
-        """After stub attempt ``attempt`` failed: the wait before the next one, or None to give
-        up (a permanent failure, or the last attempt). Pure."""
-        if permanent or attempt >= self.stub_max_attempts:
-            return None
-        base = self.stub_retry_base.total_seconds()
-        return timedelta(seconds=Backoff(base=base, cap=base * CAP_FACTOR).delay(attempt))

@@ -116,13 +116,6 @@ UNION
 SELECT cluster_id, failure_id, observed_at, summary, summary_count::bigint
 FROM most_recent
 
--- name: ready_stubs
--- The read path of the leases: finalized stubs only (the view has no pending rows).
-SELECT s.cluster_id, s.content_hash, s.suggested_rule_stub
-FROM clusters.rule_stubs AS s
-JOIN unnest($1::uuid[], $2::text[]) AS k (cluster_id, content_hash)
-    ON (k.cluster_id, k.content_hash) = (s.cluster_id, s.content_hash)
-
 -- name: mark_evaluated
 -- After a batch: remember the revision evaluated and, for clusters whose snapshot went to the
 -- outbox, the hash published (NULL = nothing published this time).
@@ -132,97 +125,6 @@ SET evaluated_revision = greatest(c.evaluated_revision, v.revision),
     published_at = CASE WHEN v.published_hash IS NULL THEN c.published_at ELSE now() END
 FROM unnest($1::uuid[], $2::bigint[], $3::text[]) AS v (cluster_id, revision, published_hash)
 WHERE c.cluster_id = v.cluster_id
-
--- name: claim_stub_lease
--- ADR-0023 step 1: the placeholder. Only the replica whose INSERT lands gets a row back.
-INSERT INTO clusters.rule_stub_leases (cluster_id, content_hash, request, holder)
-VALUES ($1, $2, $3::jsonb, $4)
-ON CONFLICT (cluster_id, content_hash) DO NOTHING
-RETURNING generated_at
-
--- name: exhaust_stub_leases
--- ADR-0008 MaxAttempts, at the recovery clause: a due lease (stale — its holder stopped mid-call,
--- the attempt's outcome unknown and so used — or waiting for a retry) that has used every
--- attempt gets the permanent marker instead of another call. $1 timeout, $2 limit, $3 max.
-WITH due AS (
-    SELECT cluster_id, content_hash, attempts, retry_at IS NOT NULL AS scheduled
-    FROM clusters.rule_stub_leases
-    WHERE generation_mode = 'pending' AND attempts >= $3
-      AND CASE WHEN retry_at IS NULL THEN generated_at < now() - $1::interval
-               ELSE retry_at <= now() END
-    ORDER BY generated_at
-    LIMIT $2
-    FOR UPDATE SKIP LOCKED
-)
-UPDATE clusters.rule_stub_leases AS l
-SET generation_mode = 'failed', retry_at = NULL, generated_at = now(),
-    last_error = 'max_attempts_exceeded'
-        || CASE WHEN d.scheduled THEN ''
-                ELSE ': the last attempt''s outcome is unknown (its holder stopped)' END
-FROM due AS d
-WHERE (l.cluster_id, l.content_hash) = (d.cluster_id, d.content_hash)
-  AND l.generation_mode = 'pending' AND l.attempts = d.attempts
-RETURNING l.cluster_id, l.content_hash, d.scheduled
-
--- name: recover_stub_leases
--- ADR-0023 recovery clause: re-stamp due pending leases — stale ones (older than the timeout,
--- no retry scheduled: the holder stopped mid-call) and those whose retry is due (ADR-0008
--- backoff) — while attempts are left; the re-stamping replica is the new holder of the next
--- attempt. SKIP LOCKED plus the re-checked attempt number give each lease to one replica only.
--- $1 timeout, $2 holder, $3 limit, $4 max attempts.
-WITH due AS (
-    SELECT cluster_id, content_hash, attempts, retry_at IS NOT NULL AS scheduled
-    FROM clusters.rule_stub_leases
-    WHERE generation_mode = 'pending' AND attempts < $4
-      AND CASE WHEN retry_at IS NULL THEN generated_at < now() - $1::interval
-               ELSE retry_at <= now() END
-    ORDER BY coalesce(retry_at, generated_at)
-    LIMIT $3
-    FOR UPDATE SKIP LOCKED
-)
-UPDATE clusters.rule_stub_leases AS l
-SET generated_at = now(), holder = $2, attempts = l.attempts + 1, retry_at = NULL
-FROM due AS d
-WHERE (l.cluster_id, l.content_hash) = (d.cluster_id, d.content_hash)
-  AND l.generation_mode = 'pending' AND l.attempts = d.attempts
-RETURNING l.cluster_id, l.content_hash, l.request::text AS request, l.attempts, d.scheduled
-
--- name: fail_stub_attempt
--- A failed attempt, recorded by its holder at once (its lease, its attempt number): retry after
--- the backoff ($6 seconds), or stamp the permanent marker ($5). The paid answer, if any, is kept.
-UPDATE clusters.rule_stub_leases
-SET generation_mode = CASE WHEN $5 THEN 'failed' ELSE 'pending' END,
-    retry_at = CASE WHEN $5 THEN NULL ELSE now() + make_interval(secs => $6) END,
-    last_error = $7, response = coalesce($8::jsonb, response), generated_at = now()
-WHERE cluster_id = $1 AND content_hash = $2 AND generation_mode = 'pending'
-  AND holder = $3 AND attempts = $4
-RETURNING generation_mode
-
--- name: given_up_stubs
--- Leases with the permanent marker: their cluster is published without a stub.
-SELECT s.cluster_id, s.content_hash
-FROM clusters.rule_stub_leases AS s
-JOIN unnest($1::uuid[], $2::text[]) AS k (cluster_id, content_hash)
-    ON (k.cluster_id, k.content_hash) = (s.cluster_id, s.content_hash)
-WHERE s.generation_mode = 'failed'
-
--- name: finalize_stub_lease
--- ADR-0023 step 3: finalize by UPDATE. Only a still-pending row is finalized, so a second
--- finisher (a slow holder whose lease was recovered) changes nothing and records no usage.
-UPDATE clusters.rule_stub_leases
-SET generation_mode = 'llm', suggested_rule_stub = $3, model = $4, generated_at = now(),
-    response = $5::jsonb, retry_at = NULL, last_error = NULL
-WHERE cluster_id = $1 AND content_hash = $2 AND generation_mode = 'pending'
-RETURNING 1
-
--- name: record_usage
-INSERT INTO clusters.model_usage (cluster_id, content_hash, model, usage)
-VALUES ($1, $2, $3, $4::jsonb)
-
--- name: supersede_stub_lease
-UPDATE clusters.rule_stub_leases
-SET generation_mode = 'superseded', generated_at = now(), retry_at = NULL
-WHERE cluster_id = $1 AND content_hash = $2 AND generation_mode = 'pending'
 
 -- name: set_criticality
 INSERT INTO clusters.rule_criticality (rule_id, criticality)
@@ -234,3 +136,55 @@ SELECT cluster_id, workspace_id, rule_id, signature, detected_at, revision, eval
        published_hash, published_at
 FROM clusters.clusters
 ORDER BY workspace_id, rule_id, signature
+
+-- name: stub_work
+-- The stub work of each (cluster $1, content hash $2), by its identity ($3) and document ($4):
+-- the stub once set, else its newest thread — closed or not, and whether the snapshot still
+-- waits for it: its first call is still to come or in flight, asked less than $5 seconds ago.
+SELECT k.cluster_id, k.content_hash, d.content ->> 'rule_stub' AS rule_stub, t.thread_id,
+       t.closed_at IS NOT NULL AS closed,
+       coalesce(t.closed_at IS NULL AND i.status IN ('queued', 'claimed', 'running')
+                AND i.attempt <= 1 AND t.created_at > now() - make_interval(secs => $5),
+                false) AS hold
+FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[])
+    AS k (cluster_id, content_hash, identity, document_id)
+LEFT JOIN work.documents d ON d.document_id = k.document_id
+LEFT JOIN LATERAL (
+    SELECT t.thread_id, t.closed_at, t.created_at
+    FROM work.threads t
+    WHERE t.idempotency_key = k.identity
+    ORDER BY t.created_at DESC
+    LIMIT 1
+) t ON true
+LEFT JOIN LATERAL (
+    SELECT w.status, w.attempt
+    FROM work.work_items w
+    WHERE w.thread_id = t.thread_id
+    ORDER BY w.sequence DESC
+    LIMIT 1
+) i ON true
+
+-- name: superseded_stub_work
+-- The live stub work of these clusters ($1, as text) other than for their current content
+-- (identities $2): the index threads_live_rule_stubs.
+SELECT t.thread_id
+FROM work.threads t
+WHERE t.kind = 'rule_stub' AND t.status IN ('open', 'running')
+  AND t.target_ref ->> 'cluster_id' = ANY($1::text[])
+  AND NOT (t.idempotency_key = ANY($2::text[]))
+ORDER BY t.thread_id
+
+-- name: await_stubs
+UPDATE clusters.clusters c
+SET stub_awaited = a.thread_id
+FROM unnest($1::uuid[], $2::uuid[]) AS a (cluster_id, thread_id)
+WHERE c.cluster_id = a.cluster_id
+
+-- name: stub_arrivals
+-- Clusters whose snapshot went out without a stub still being worked on, that work now ended:
+-- dirty again (their next evaluation publishes the stub, if one came).
+UPDATE clusters.clusters c
+SET revision = c.revision + 1, stub_awaited = NULL
+FROM work.threads t
+WHERE t.thread_id = c.stub_awaited AND t.closed_at IS NOT NULL
+RETURNING c.cluster_id

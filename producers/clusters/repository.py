@@ -1,9 +1,9 @@
 """All of FailureClusterService's database work (schema ``clusters`` and the outbox).
 
 The repository hands out *units* (one transaction on one pooled connection) for the steps that
-must see and change a cluster atomically, and runs the lease statements on their own (each is
-one autocommit statement or one short transaction, as ADR-0023 prescribes). Values returned are
-frozen dataclasses; driver errors are translated by ``guarded``.
+must see and change a cluster atomically — among them asking for a cluster's rule stub, which
+opens work on the work ledger (stub.py) in the same transaction. Values returned are frozen
+dataclasses; driver errors are translated by ``guarded``.
 """
 
 from __future__ import annotations
@@ -12,28 +12,26 @@ from collections import defaultdict
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
 from uuid import UUID
 
 import asyncpg
 import orjson
 
+from producers.clusters import stub
 from producers.clusters.evidence import EvidenceCandidate
 from producers.clusters.model import ClusterFacts, FailureObservation
 from producers.clusters.severity import Criticality
 from producers.clusters.snapshot import Snapshot
+from producers.work.domain.cancellation import supersede
+from producers.work.domain.enqueue import WorkRequest, open_work
 from spectral.db.connect import Conn, create_pool, guarded, translate
 from spectral.db.queries import load_queries
-from spectral.db.storable import escape_text, storable_json
-from spectral.llm.answers import usage_counts
 from spectral.outbox.writer import OutboxItem, enqueue
 
 _SQL = load_queries(Path(__file__).with_name("queries.sql"))
 PRODUCER_ROLE = "spectral_producer"
-MODEL_CHARS = 500
-ERROR_CHARS = 2000
 
 GroupingKey = tuple[UUID, UUID, str]
 
@@ -61,34 +59,17 @@ class Mark:
 
 
 @dataclass(frozen=True, slots=True)
-class RecoveredLease:
-    cluster_id: UUID
-    content_hash: str
-    request_json: str
-    attempts: int
-    """The attempt the new holder makes (counted already)."""
-    scheduled: bool
-    """A retry that was due (else a stale lease: the last holder stopped mid-call)."""
+class StubWork:
+    """The stub work of one cluster content."""
 
-
-@dataclass(frozen=True, slots=True)
-class ExhaustedLease:
-    """A due lease that had used every attempt: it got the permanent marker."""
-
-    cluster_id: UUID
-    content_hash: str
-    scheduled: bool
-
-
-@dataclass(frozen=True, slots=True)
-class FailedStubAttempt:
-    """A failed attempt, as its holder records it on the lease."""
-
-    attempt: int
-    give_up: bool
-    retry_in: timedelta
-    error: str
-    response: Mapping[str, Any] | None
+    stub: str | None
+    """The stub, once the work set it."""
+    thread_id: UUID | None
+    closed: bool
+    """The work ended (without a stub, unless ``stub`` is set: its attempts were given up, or it
+    was superseded)."""
+    hold: bool
+    """Its first call is still to come or in flight, within the time a snapshot waits for it."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,29 +145,76 @@ class ClusterUnit:
             )
         return found
 
-    async def ready_stubs(
-        self, keys: Sequence[tuple[UUID, str]]
-    ) -> dict[tuple[UUID, str], str | None]:
-        """The stub decided for each key that has one: its text, or None where the attempts
-        were given up (permanent marker: publish without a stub). Keys still to be generated
-        (or pending) are absent."""
+    async def stub_work(
+        self, keys: Sequence[tuple[UUID, str]], hold_seconds: float
+    ) -> dict[tuple[UUID, str], StubWork]:
+        """The stub work of each (cluster, content hash): its stub once set, else the state of
+        the work asked for it (absent: never asked)."""
         if not keys:
             return {}
-        clusters, hashes = [k[0] for k in keys], [k[1] for k in keys]
         rows = await guarded(
-            "read rule stubs", lambda: self._conn.fetch(_SQL["ready_stubs"], clusters, hashes)
+            "read stub work",
+            lambda: self._conn.fetch(
+                _SQL["stub_work"],
+                [k[0] for k in keys],
+                [k[1] for k in keys],
+                [stub.identity(*k) for k in keys],
+                [stub.document_id(*k) for k in keys],
+                hold_seconds,
+            ),
         )
-        given_up = await guarded(
-            "read given-up rule stubs",
-            lambda: self._conn.fetch(_SQL["given_up_stubs"], clusters, hashes),
-        )
-        decided: dict[tuple[UUID, str], str | None] = {
-            (r["cluster_id"], r["content_hash"]): None for r in given_up
+        return {
+            (r["cluster_id"], r["content_hash"]): StubWork(
+                r["rule_stub"], r["thread_id"], bool(r["closed"]), bool(r["hold"])
+            )
+            for r in rows
+            if r["thread_id"] is not None or r["rule_stub"] is not None
         }
-        decided.update(
-            {(r["cluster_id"], r["content_hash"]): r["suggested_rule_stub"] for r in rows}
+
+    async def ask_stubs(self, requests: Sequence[WorkRequest]) -> dict[str, UUID]:
+        """Open the stub work of these contents (each identity once), in this transaction;
+        the thread of each identity opened."""
+        if not requests:
+            return {}
+        return await guarded(
+            "open stub work", lambda: open_work(self._conn, requests, datetime.now(UTC))
         )
-        return decided
+
+    async def supersede_stubs(self, current: Sequence[tuple[UUID, str]]) -> int:
+        """Cancel the live stub work of these clusters for contents other than their current
+        one (no call for a content nobody will read; a call in flight is recorded)."""
+        if not current:
+            return 0
+        rows = await guarded(
+            "find superseded stub work",
+            lambda: self._conn.fetch(
+                _SQL["superseded_stub_work"],
+                [str(k[0]) for k in current],
+                [stub.identity(*k) for k in current],
+            ),
+        )
+        threads = [r["thread_id"] for r in rows]
+        if threads:
+            outbox = await guarded(
+                "cancel superseded stub work",
+                lambda: supersede(
+                    self._conn, threads, "superseded: the cluster moved on to other content"
+                ),
+            )
+            await guarded("enqueue cancellations", lambda: enqueue(self._conn, outbox))
+        return len(threads)
+
+    async def await_stubs(self, awaited: Mapping[UUID, UUID]) -> None:
+        """These clusters' snapshots went out without the stub still being worked on (thread)."""
+        if not awaited:
+            return
+        clusters = sorted(awaited)
+        await guarded(
+            "remember awaited stubs",
+            lambda: self._conn.execute(
+                _SQL["await_stubs"], clusters, [awaited[c] for c in clusters]
+            ),
+        )
 
     async def publish(self, snapshots: Sequence[Snapshot]) -> list[int]:
         """Outbox rows for the snapshots, in this transaction (record key = cluster_id)."""
@@ -279,115 +307,13 @@ class ClusterRepository:
 
         return await guarded("ingest failures", run)
 
-    # -- leases (ADR-0023) --------------------------------------------------------------------
+    # -- stub work (producers/clusters/stub.py) -------------------------------------------------
 
-    async def claim_stub_lease(
-        self, cluster_id: UUID, content_hash: str, request_json: str, holder: str
-    ) -> bool:
-        won = await guarded(
-            "claim stub lease",
-            lambda: self._pool.fetchval(
-                _SQL["claim_stub_lease"], cluster_id, content_hash, request_json, holder
-            ),
-        )
-        return won is not None
-
-    async def recover_stub_leases(
-        self, stale_after: timedelta, holder: str, limit: int, max_attempts: int
-    ) -> tuple[list[RecoveredLease], list[ExhaustedLease]]:
-        """The recovery clause: due leases with attempts left are re-stamped for ``holder``;
-        those without get the permanent marker."""
-        exhausted = await guarded(
-            "exhaust stub leases",
-            lambda: self._pool.fetch(_SQL["exhaust_stub_leases"], stale_after, limit, max_attempts),
-        )
-        rows = await guarded(
-            "recover stub leases",
-            lambda: self._pool.fetch(
-                _SQL["recover_stub_leases"], stale_after, holder, limit, max_attempts
-            ),
-        )
-        return (
-            [
-                RecoveredLease(
-                    r["cluster_id"],
-                    r["content_hash"],
-                    r["request"],
-                    int(r["attempts"]),
-                    bool(r["scheduled"]),
-                )
-                for r in rows
-            ],
-            [
-                ExhaustedLease(r["cluster_id"], r["content_hash"], bool(r["scheduled"]))
-                for r in exhausted
-            ],
-        )
-
-    async def finalize_stub_lease(
-        self,
-        cluster_id: UUID,
-        content_hash: str,
-        stub: str,
-        model: str,
-        usage: Mapping[str, int],
-        *,
-        response: Mapping[str, Any] | None = None,
-    ) -> bool:
-        """Finalize by UPDATE and, only if that UPDATE finalized a pending row, record usage —
-        in one transaction. ``response`` is the paid answer (``spectral.llm.answers``)."""
-        answer = None if response is None else orjson.dumps(storable_json(response)).decode()
-        model_text = escape_text(model)[:MODEL_CHARS]
-
-        async def run() -> bool:
-            async with self._pool.acquire() as conn, conn.transaction():
-                done = await conn.fetchval(
-                    _SQL["finalize_stub_lease"], cluster_id, content_hash, stub, model_text, answer
-                )
-                if done is None:
-                    return False
-                await conn.execute(
-                    _SQL["record_usage"],
-                    cluster_id,
-                    content_hash,
-                    model_text,
-                    orjson.dumps(usage_counts(usage)).decode(),
-                )
-                return True
-
-        return await guarded("finalize stub lease", run)
-
-    async def fail_stub_attempt(
-        self, cluster_id: UUID, content_hash: str, holder: str, failure: FailedStubAttempt
-    ) -> str | None:
-        """Record a failed attempt on its lease (see the query); the lease's new mode, or None
-        when the lease is no longer this holder's attempt."""
-        answer = (
-            None
-            if failure.response is None
-            else orjson.dumps(storable_json(failure.response)).decode()
-        )
-        mode = await guarded(
-            "record a failed stub attempt",
-            lambda: self._pool.fetchval(
-                _SQL["fail_stub_attempt"],
-                cluster_id,
-                content_hash,
-                holder,
-                failure.attempt,
-                failure.give_up,
-                failure.retry_in.total_seconds(),
-                escape_text(failure.error)[:ERROR_CHARS],
-                answer,
-            ),
-        )
-        return None if mode is None else str(mode)
-
-    async def supersede_stub_lease(self, cluster_id: UUID, content_hash: str) -> None:
-        await guarded(
-            "supersede stub lease",
-            lambda: self._pool.execute(_SQL["supersede_stub_lease"], cluster_id, content_hash),
-        )
+    async def stub_arrivals(self) -> int:
+        """Clusters whose last snapshot went out without a stub still being worked on, that
+        work now ended: evaluated again (dirty) by the next batch — with the stub if it came."""
+        rows = await guarded("stub arrivals", lambda: self._pool.fetch(_SQL["stub_arrivals"]))
+        return len(rows)
 
     # -- configuration and inspection -------------------------------------------------------
 

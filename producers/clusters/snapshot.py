@@ -10,9 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from typing import Any, Final
-
-import orjson
+from typing import Final
 
 from contracts import EventEnvelope
 from contracts.failure_cluster import (
@@ -84,30 +82,6 @@ def stub_request(facts: ClusterFacts, content: Snapshot) -> SynthesisRequest:
             "evidence_summaries": summaries,
         },
         idempotency_key=f"{RULE_STUB_FUNCTION}:{payload.cluster_id}:{payload.snapshot_hash}",
-    )
-
-
-def request_to_json(request: SynthesisRequest) -> str:
-    """The lease row's ``request`` column: enough to ask the same question again."""
-    return orjson.dumps(
-        {
-            "function_key": request.function_key,
-            "prompt": request.prompt,
-            "input": dict(request.input),
-            "idempotency_key": request.idempotency_key,
-            "org_id": request.org_id,
-        }
-    ).decode()
-
-
-def request_from_json(text: str) -> SynthesisRequest:
-    data: dict[str, Any] = orjson.loads(text)
-    return SynthesisRequest(
-        function_key=str(data["function_key"]),
-        prompt=str(data["prompt"]),
-        input=dict(data["input"]),
-        idempotency_key=str(data["idempotency_key"]),
-        org_id=data.get("org_id"),
     )
 
 

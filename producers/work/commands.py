@@ -23,6 +23,7 @@ import asyncpg
 
 from producers.work.domain import events
 from producers.work.domain.documents import STORY_BACKLOG, validate_backlog
+from producers.work.domain.enqueue import NewItem, NewThread
 from producers.work.domain.hashing import content_hash
 from producers.work.domain.identity import (
     check_identifier,
@@ -40,6 +41,7 @@ from producers.work.domain.model import (
 )
 from producers.work.domain.priority import DEFAULT_STEP_SECONDS
 from producers.work.domain.priority import delay as priority_delay
+from producers.work.domain.story.function import prompt_bytes
 from producers.work.domain.types import Conn
 from producers.work.policy import (
     DISPOSITION,
@@ -49,7 +51,7 @@ from producers.work.policy import (
     decide,
     decide_child,
 )
-from producers.work.repository import CommandRepository, NewItem, NewThread, StoredDocument
+from producers.work.repository import CommandRepository, StoredDocument
 from spectral.db.connect import guarded
 from spectral.errors import PermanentError, TransientError
 from spectral.outbox.writer import OutboxItem, enqueue
@@ -154,6 +156,8 @@ class _Plan:
     """(thread_id, kind, lock_scope, input) of each item to enqueue."""
     parent_id: UUID | None = None
     """The orchestration the adopted threads join (generate-all)."""
+    document: StoredDocument | None = None
+    """The backlog the items generate stories of (their prompts' bound is computed from it)."""
 
 
 class WorkCommands:
@@ -228,7 +232,7 @@ class WorkCommands:
                     await self._repo.act_as(conn, command.requested_by)
                     document = await self._document(conn, command.document_id, command.project_id)
                     self._require_epics(document, [command.epic_id])
-                    result = await self._generate_epic_once(conn, command, identity)
+                    result = await self._generate_epic_once(conn, command, identity, document)
                     if result is not None:
                         return result
             raise TransientError("could not settle the thread of this command; try again")
@@ -236,14 +240,14 @@ class WorkCommands:
         return await guarded("generate-epic", run)
 
     async def _generate_epic_once(
-        self, conn: Conn, command: GenerateEpic, identity: str
+        self, conn: Conn, command: GenerateEpic, identity: str, document: StoredDocument
     ) -> CommandResult | None:
         latest = (await self._repo.latest_threads(conn, [identity])).get(identity)
         action = decide(latest.status if latest else None, force=command.force)
         if action in (Action.RETURN_EXISTING, Action.NOOP):
             assert latest is not None  # noqa: S101 - decide() returns these only for a thread
             return CommandResult(latest.thread_id, latest.status, DISPOSITION[action])
-        plan = _Plan()
+        plan = _Plan(document=document)
         scope = epic_lock_scope(command.document_id, command.epic_id)
         item_input = _item_input(command.document_id, command.epic_id, command.org_id)
         if action is Action.CREATE:
@@ -286,7 +290,9 @@ class WorkCommands:
                     document = await self._document(conn, command.document_id, command.project_id)
                     epic_ids = list(command.epic_ids or _epics_of(document))
                     self._require_epics(document, epic_ids)
-                    result = await self._generate_all_once(conn, command, identity, epic_ids)
+                    result = await self._generate_all_once(
+                        conn, command, identity, epic_ids, document
+                    )
                     if result is not None:
                         return result
             raise TransientError("could not settle the threads of this command; try again")
@@ -299,13 +305,14 @@ class WorkCommands:
         command: GenerateAll,
         identity: str,
         epic_ids: list[str],
+        document: StoredDocument,
     ) -> CommandResult | None:
         latest = (await self._repo.latest_threads(conn, [identity])).get(identity)
         action = decide(latest.status if latest else None, force=command.force)
         if action in (Action.RETURN_EXISTING, Action.NOOP):
             assert latest is not None  # noqa: S101
             return CommandResult(latest.thread_id, latest.status, DISPOSITION[action])
-        plan = _Plan()
+        plan = _Plan(document=document)
         if action is Action.CREATE:
             parent_id = uuid.uuid4()
             plan.new_threads.append(
@@ -425,6 +432,7 @@ class WorkCommands:
                         project_id=project_id,
                         function_key=STORY_FUNCTION_KEY,
                         input=item_input,
+                        prompt_bytes=_prompt_bytes(plan.document, item_input),
                     )
                     for thread_id, _kind, scope, item_input in plan.items_for
                 ]
@@ -457,6 +465,17 @@ def _item_input(document_id: str, epic_id: str, org_id: str | None) -> dict[str,
     if org_id:
         data["org_id"] = org_id
     return data
+
+
+def _prompt_bytes(document: StoredDocument | None, item_input: Mapping[str, Any]) -> int | None:
+    """An upper bound of the item's prompt's UTF-8 length (None: the claim bounds it from the
+    document itself)."""
+    if document is None:
+        return None
+    try:
+        return prompt_bytes(document.content, str(item_input["epic_id"]))
+    except (KeyError, TypeError, AttributeError):
+        return None
 
 
 def _epics_of(document: StoredDocument) -> list[str]:

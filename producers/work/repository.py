@@ -10,35 +10,14 @@ from pathlib import Path
 from typing import Any
 from uuid import UUID
 
+from producers.work.domain import enqueue
+from producers.work.domain.enqueue import NewItem, NewThread
 from producers.work.domain.model import Priority, Thread
 from producers.work.domain.rows import thread_from_row
 from producers.work.domain.types import Conn
 from spectral.db.queries import load_queries
 
 _SQL = load_queries(Path(__file__).with_name("queries.sql"))
-
-
-@dataclass(frozen=True)
-class NewThread:
-    thread_id: UUID
-    kind: str
-    space_id: str
-    target_ref: Mapping[str, Any]
-    status: str
-    parent_thread_id: UUID | None
-    idempotency_key: str
-    continue_on_error: bool = True
-
-
-@dataclass(frozen=True)
-class NewItem:
-    work_item_id: UUID
-    thread_id: UUID
-    sequence: int
-    lock_scope: str
-    project_id: str
-    function_key: str
-    input: Mapping[str, Any]
 
 
 @dataclass(frozen=True)
@@ -66,20 +45,7 @@ class CommandRepository:
 
     async def insert_threads(self, conn: Conn, threads: Sequence[NewThread]) -> set[UUID]:
         """Insert; return the ids actually inserted (a live twin makes one lose)."""
-        if not threads:
-            return set()
-        rows = await conn.fetch(
-            _SQL["insert_threads"],
-            [t.thread_id for t in threads],
-            [t.kind for t in threads],
-            [t.space_id for t in threads],
-            [json.dumps(dict(t.target_ref)) for t in threads],
-            [t.status for t in threads],
-            [t.parent_thread_id for t in threads],
-            [t.idempotency_key for t in threads],
-            [t.continue_on_error for t in threads],
-        )
-        return {row["thread_id"] for row in rows}
+        return await enqueue.insert_threads(conn, threads)
 
     async def reopen_threads(
         self,
@@ -102,8 +68,7 @@ class CommandRepository:
             await conn.fetch(_SQL["adopt_threads"], list(thread_ids), parent_id)
 
     async def next_sequences(self, conn: Conn, thread_ids: Sequence[UUID]) -> dict[UUID, int]:
-        rows = await conn.fetch(_SQL["next_sequences"], list(thread_ids))
-        return {row["thread_id"]: row["next_sequence"] for row in rows}
+        return await enqueue.next_sequences(conn, thread_ids)
 
     async def insert_items(
         self,
@@ -114,22 +79,7 @@ class CommandRepository:
         delay_seconds: float = 0.0,
     ) -> None:
         """Insert queued items; they rank ``delay_seconds`` after ``not_before`` (priority.py)."""
-        if not items:
-            return
-        await conn.execute(
-            _SQL["insert_items"],
-            [i.work_item_id for i in items],
-            [i.thread_id for i in items],
-            [i.sequence for i in items],
-            [i.lock_scope for i in items],
-            [i.project_id for i in items],
-            [i.function_key for i in items],
-            [json.dumps(dict(i.input)) for i in items],
-            list(range(len(items))),
-            not_before,
-            priority.value,
-            delay_seconds,
-        )
+        await enqueue.insert_items(conn, items, not_before, priority, delay_seconds)
 
     async def close_thread(
         self, conn: Conn, thread_id: UUID, status: str, outcome: Mapping[str, Any]
@@ -160,11 +110,11 @@ class CommandRepository:
         content_hash: str,
     ) -> bool:
         """Create version 1; False when the document already exists."""
-        text = json.dumps(dict(content))
-        inserted = await conn.fetchval(
-            _SQL["insert_document"], document_id, project_id, doc_type, text, content_hash
+        return await enqueue.insert_document(
+            conn,
+            document_id=document_id,
+            project_id=project_id,
+            doc_type=doc_type,
+            content=content,
+            content_hash=content_hash,
         )
-        if inserted is None:
-            return False
-        await conn.execute(_SQL["insert_first_version"], document_id, text, content_hash)
-        return True

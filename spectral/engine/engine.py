@@ -230,7 +230,12 @@ class ConsumerEngine:
         self._stop = asyncio.Event()
         self._retrying = Retrying(self.options.backoff, self.metrics, self._stop)
         self._topics = {topic_for(t, settings.topic_prefix): t for t in handler.event_types}
-        self._decoder = RecordDecoder(handler.name, self._topics, events or installed_registry())
+        self._decoder = RecordDecoder(
+            handler.name,
+            self._topics,
+            events or installed_registry(),
+            views=handler.reads_views,
+        )
         self._connections = connections
         self._sink = dead_letter_sink
         self._pool: asyncpg.Pool | None = None

@@ -12,12 +12,15 @@ contract").
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any, Generic, TypeVar
+from typing import Any, ClassVar, Generic, TypeVar
+from uuid import UUID
 
 import asyncpg
+import msgspec
+from msgspec.structs import force_setattr
 
 from contracts import EventEnvelope
 
@@ -34,23 +37,73 @@ class Outcome(StrEnum):
     DEAD_LETTERED = "dead_lettered"
 
 
-@dataclass(frozen=True, slots=True)
-class Delivery:
-    """One decoded record and where it came from."""
+class Delivery(msgspec.Struct, frozen=True, gc=False):
+    """One decoded record and where it came from.
 
-    envelope: EventEnvelope[Any]
+    ``payload`` is what a handler reads: the event type's *view* (e.g.
+    :class:`contracts.failure_cluster.FailureClusterView`) when the handler reads views
+    (:attr:`Handler.reads_views`) and the type offers one, else the pydantic payload model.
+    ``envelope`` is always the whole pydantic :class:`~contracts.EventEnvelope` (built on first
+    access when the record was read as a view: handlers written for envelopes keep working).
+
+    A msgspec struct (built in C, not tracked by the garbage collector): the engine builds one
+    per record, positionally. :meth:`of` builds one around an envelope (tests, tools).
+    """
+
+    payload: Any
+    idempotency_key: str
+    event_id: UUID | str
+    """The envelope's ``event_id`` (its wire text when the record was read as a view)."""
     topic: str
     partition: int
     offset: int
     key: bytes | None
     raw: bytes
     timestamp_ms: int = 0
-    # The record's headers as received (a redriven record carries its dead-letter history).
     headers: tuple[tuple[str, bytes | None], ...] = ()
+    """The record's headers as received (a redriven record carries its dead-letter history)."""
+    decoded: EventEnvelope[Any] | Callable[[bytes], EventEnvelope[Any]] | None = None
+    """The envelope, or how to decode it from ``raw`` (the record passed every check)."""
+
+    @classmethod
+    def of(
+        cls,
+        envelope: EventEnvelope[Any],
+        *,
+        topic: str,
+        partition: int,
+        offset: int,
+        key: bytes | None,
+        raw: bytes,
+        timestamp_ms: int = 0,
+        headers: tuple[tuple[str, bytes | None], ...] = (),
+    ) -> Delivery:
+        """The delivery of a record decoded as ``envelope`` (its payload model as ``payload``)."""
+        return cls(
+            envelope.payload,
+            envelope.idempotency_key,
+            envelope.event_id,
+            topic,
+            partition,
+            offset,
+            key,
+            raw,
+            timestamp_ms,
+            headers,
+            envelope,
+        )
 
     @property
-    def idempotency_key(self) -> str:
-        return self.envelope.idempotency_key
+    def envelope(self) -> EventEnvelope[Any]:
+        """The whole pydantic envelope (decoded from ``raw`` on first access, then kept)."""
+        found = self.decoded
+        if isinstance(found, EventEnvelope):
+            return found
+        if found is None:
+            raise LookupError("this delivery was built without its envelope")
+        envelope = found(self.raw)
+        force_setattr(self, "decoded", envelope)
+        return envelope
 
     @property
     def value(self) -> bytes:
@@ -125,6 +178,11 @@ class Handler(ABC, Generic[C]):
     database_role: str | None = None
     """The PostgreSQL role the engine's sessions act as (``SET ROLE`` at connect): the
     privileges of the projection, no more. None: the login's own."""
+    reads_views: ClassVar[bool] = False
+    """True: ``Delivery.payload`` is the event type's light view where the type offers one
+    (checked as strictly, read without building the pydantic models; ``Delivery.envelope``
+    still builds them on demand). False (the default, what handlers written before views see):
+    every record is decoded into its pydantic envelope, and ``payload`` is its payload."""
 
     @property
     @abstractmethod

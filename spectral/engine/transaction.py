@@ -142,7 +142,7 @@ class BatchTransaction:
                         _SQL["claim_keys"],
                         name,
                         list(unique),
-                        [d.envelope.event_id for d in batch],
+                        [d.event_id for d in batch],
                         [d.partition for d in batch],
                         [d.offset for d in batch],
                     )

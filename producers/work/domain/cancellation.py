@@ -16,7 +16,7 @@ from pathlib import Path
 from uuid import UUID
 
 from producers.work.domain import events, ledger
-from producers.work.domain.model import EntryType, ItemStatus
+from producers.work.domain.model import WAITING_ITEM_STATUSES, EntryType, ItemStatus
 from producers.work.domain.payloads import error_payload, message_text
 from producers.work.domain.types import Conn
 from spectral.db.queries import load_queries
@@ -64,3 +64,30 @@ async def cancel_waiting(
         )
     outbox.extend(await ledger.append_cancellations(conn, entries))
     return {row["work_item_id"]: row["thread_id"] for row in rows}, outbox
+
+
+async def supersede(conn: Conn, thread_ids: Sequence[UUID], message: str) -> list[OutboxItem]:
+    """Cancel the work of threads nobody needs any more (a feature moved on from what they
+    were asked for): their waiting items end at once (no call), the items a worker holds are
+    asked to end (their holder does, at its next step), and threads with nothing live left
+    close canceled — in the caller's transaction. Returns the events to write to its outbox."""
+    if not thread_ids:
+        return []
+    ids = sorted(set(thread_ids))
+    live = await conn.fetch(_SQL["lock_live_items_of_threads"], ids)
+    waiting = [r["work_item_id"] for r in live if r["status"] in _WAITING]
+    held = [r["work_item_id"] for r in live if r["status"] not in _WAITING]
+    outbox: list[OutboxItem] = []
+    for thread_id in ids:
+        mine = [r["work_item_id"] for r in live if r["thread_id"] == thread_id]
+        _, ended = await cancel_waiting(
+            conn, [item for item in mine if item in waiting], message, thread_id
+        )
+        outbox.extend(ended)
+    if held:
+        await conn.execute(_SQL["ask_to_cancel_items"], held)
+    await conn.execute(_SQL["close_superseded_threads"], ids, message_text(message))
+    return outbox
+
+
+_WAITING = frozenset(status.value for status in WAITING_ITEM_STATUSES)

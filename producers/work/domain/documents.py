@@ -60,6 +60,16 @@ class InvalidDocumentError(PermanentError):
     """Content that does not satisfy its document schema."""
 
 
+@dataclass(frozen=True)
+class StoredDocument:
+    """A document at the version it was read at."""
+
+    document_id: str
+    version: int
+    content: Mapping[str, Any]
+    doc_type: str = STORY_BACKLOG
+
+
 class Story(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -123,6 +133,10 @@ class ReplaceEpicStories:
             "epic_id": self.epic_id,
             "stories": [story.model_dump(mode="json") for story in self.stories],
         }
+
+    def report(self) -> dict[str, Any]:
+        """Its fields of the ``mutation_report`` entry."""
+        return {"epic_id": self.epic_id, "story_count": len(self.stories)}
 
 
 def apply_mutation(content: Mapping[str, Any], mutation: ReplaceEpicStories) -> dict[str, Any]:

@@ -13,6 +13,8 @@ from uuid import UUID
 class ThreadKind(StrEnum):
     STORY_GENERATE_EPIC = "story_generate_epic"
     STORY_GENERATE_ALL = "story_generate_all"
+    RULE_STUB = "rule_stub"
+    """The suggested rule stub of one failure cluster's content (producers/clusters/stub.py)."""
 
 
 class ThreadStatus(StrEnum):

@@ -15,9 +15,11 @@ Shapes (``?`` = only when it applies)::
                      or, for a paid answer whose body is not a chat completion,
                      {body_base64, body_encoding, body_excerpt, model, usage, duration_ms,
                       unreadable}
-    parse_report     {ok, errors, story_count, response_attempt}
-    mutation_report  {mutation_id, document_id, epic_id, operation, base_version,
-                      result_version, already_applied, story_count, lock_scope}
+    parse_report     {ok, errors, response_attempt, ...the work function's own fields}
+                     (story generation: story_count; the rule stub: stub_chars)
+    mutation_report  {mutation_id, document_id, operation, base_version, result_version,
+                      already_applied, lock_scope, ...the mutation's own fields}
+                     (replace_epic_stories: epic_id, story_count; set_rule_stub: stub_chars)
     error            {kind, reason, message, attempt?, disposition: retry | dead_letter,
                       not_before?, dead_letter_reason?}
 """
@@ -72,14 +74,14 @@ class ParseReportPayload(TypedDict):
 
 
 class MutationReportPayload(TypedDict):
+    """The fields every mutation report has (its mutation adds its own: ``report()``)."""
+
     mutation_id: str
     document_id: str
-    epic_id: str
     operation: str
     base_version: int
     result_version: int
     already_applied: bool
-    story_count: int
     lock_scope: str
 
 
@@ -125,25 +127,24 @@ def mutation_report_payload(
     *,
     mutation_id: str,
     document_id: str,
-    epic_id: str,
     operation: str,
     base_version: int,
     result_version: int,
     already_applied: bool,
-    story_count: int,
     lock_scope: str,
-) -> MutationReportPayload:
-    return {
+    details: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The report of one applied mutation; ``details``: the mutation's own fields."""
+    common: MutationReportPayload = {
         "mutation_id": mutation_id,
         "document_id": document_id,
-        "epic_id": epic_id,
         "operation": operation,
         "base_version": base_version,
         "result_version": result_version,
         "already_applied": already_applied,
-        "story_count": story_count,
         "lock_scope": lock_scope,
     }
+    return {**(details or {}), **common}
 
 
 def error_payload(

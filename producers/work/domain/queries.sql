@@ -154,3 +154,97 @@ RETURNING work_item_id, thread_id, attempt, lock_scope
 SELECT e AS entry_id
 FROM work.append_cancellation_entries($1::uuid[], $2::uuid[], $3::uuid[], $4::integer[],
                                       $5::text[], $6::text[]) AS e
+
+-- Opening work (enqueue.py): threads, their items and the documents they change.
+
+-- name: insert_threads
+-- A racing command that created a live thread for one of these identities first wins: its row
+-- makes ours conflict on threads_one_active_per_identity and ours is not inserted (the caller
+-- resolves again and finds the winner).
+INSERT INTO work.threads (thread_id, kind, space_type, space_id, target_ref, status,
+                          parent_thread_id, idempotency_key, continue_on_error)
+SELECT t.thread_id, t.kind, t.space_type, t.space_id, t.target_ref::jsonb, t.status,
+       t.parent_thread_id, t.idempotency_key, t.continue_on_error
+FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[], $6::uuid[], $7::text[],
+            $8::boolean[], $9::text[])
+    AS t (thread_id, kind, space_id, target_ref, status, parent_thread_id, idempotency_key,
+          continue_on_error, space_type)
+ON CONFLICT (idempotency_key) WHERE status IN ('open', 'running') DO NOTHING
+RETURNING thread_id
+
+-- name: next_sequences
+SELECT t.thread_id, coalesce(max(w.sequence), 0) + 1 AS next_sequence
+FROM unnest($1::uuid[]) AS t (thread_id)
+LEFT JOIN work.work_items w ON w.thread_id = t.thread_id
+GROUP BY t.thread_id
+
+-- name: insert_items
+-- $10, $11: the items' priority and its delay in seconds (rank_at = enqueue time + delay);
+-- $12: each one's bound of its prompt's UTF-8 length.
+INSERT INTO work.work_items (work_item_id, thread_id, sequence, status, lock_scope, project_id,
+                             function_key, input, not_before, priority, rank_at, prompt_bytes)
+SELECT i.work_item_id, i.thread_id, i.sequence, 'queued', i.lock_scope, i.project_id,
+       i.function_key, i.input::jsonb, $9::timestamptz, $10,
+       $9::timestamptz + make_interval(secs => $11::float8), i.prompt_bytes
+FROM unnest($1::uuid[], $2::uuid[], $3::integer[], $4::text[], $5::text[], $6::text[],
+            $7::text[], $8::integer[], $12::integer[])
+    AS i (work_item_id, thread_id, sequence, lock_scope, project_id, function_key, input, ord,
+          prompt_bytes)
+ORDER BY i.ord
+
+-- name: insert_document
+INSERT INTO work.documents (document_id, project_id, doc_type, version, content, content_hash)
+VALUES ($1, $2, $3, 1, $4::jsonb, $5)
+ON CONFLICT (document_id) DO NOTHING
+RETURNING document_id
+
+-- name: insert_first_version
+INSERT INTO work.document_versions (document_id, version, content, content_hash)
+VALUES ($1, 1, $2::jsonb, $3)
+
+-- name: work_of_identities
+-- The newest thread of each identity, with its newest item: what a feature that enqueues work
+-- of its own (the rule stub) decides on.
+SELECT DISTINCT ON (t.idempotency_key)
+       t.idempotency_key, t.thread_id, t.status, t.created_at, i.status AS item_status,
+       i.attempt
+FROM work.threads t
+LEFT JOIN LATERAL (
+    SELECT w.status, w.attempt FROM work.work_items w
+    WHERE w.thread_id = t.thread_id ORDER BY w.sequence DESC LIMIT 1
+) i ON true
+WHERE t.idempotency_key = ANY($1::text[])
+ORDER BY t.idempotency_key, t.created_at DESC, t.thread_id
+
+-- name: lock_live_items_of_threads
+-- The live items of these threads, row-locked in id order (as every writer of items takes them).
+SELECT w.work_item_id, w.thread_id, w.status
+FROM work.work_items w
+WHERE w.thread_id = ANY($1::uuid[])
+  AND w.status IN ('queued', 'claimed', 'running', 'failed', 'parked')
+ORDER BY w.work_item_id
+FOR UPDATE
+
+-- name: ask_to_cancel_items
+-- Items a worker holds: their holder ends them canceled at its next step.
+UPDATE work.work_items
+SET cancel_requested_at = coalesce(cancel_requested_at, now())
+WHERE work_item_id = ANY($1::uuid[]) AND status IN ('claimed', 'running')
+
+-- name: close_superseded_threads
+-- Threads whose work was superseded: cancellation asked for, and closed when nothing is live.
+UPDATE work.threads t
+SET cancel_requested_at = coalesce(t.cancel_requested_at, now()),
+    cancel_reason = coalesce(t.cancel_reason, $2),
+    status = CASE WHEN EXISTS (
+                 SELECT 1 FROM work.work_items w
+                 WHERE w.thread_id = t.thread_id
+                   AND w.status IN ('queued', 'claimed', 'running', 'failed', 'parked'))
+             THEN t.status ELSE 'canceled' END,
+    closed_at = CASE WHEN EXISTS (
+                    SELECT 1 FROM work.work_items w
+                    WHERE w.thread_id = t.thread_id
+                      AND w.status IN ('queued', 'claimed', 'running', 'failed', 'parked'))
+                THEN NULL ELSE now() END,
+    updated_at = now()
+WHERE t.thread_id = ANY($1::uuid[]) AND t.status IN ('open', 'running')

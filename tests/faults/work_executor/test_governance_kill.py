@@ -24,11 +24,11 @@ from pathlib import Path
 
 import pytest
 
-from consumers.work_executor.prompts import prompt_bytes_bound, prompt_tokens_bound
 from producers.work.budgets import BudgetCommands
 from producers.work.cancel import Disposition, cancel_thread
 from producers.work.commands import GenerateAll
 from producers.work.domain.budgets import Period
+from producers.work.domain.story.prompts import prompt_bytes_bound, prompt_tokens_bound
 from spectral.settings import Settings
 from tests.fakes.openai_server import FakeModelServer
 from tests.faults.work_executor.support import executor_env, start_executor, tail, wait_until

@@ -1,4 +1,5 @@
-"""Helpers for the FailureClusterService tests: observations, a counting synthesizer, reads."""
+"""Helpers for the FailureClusterService tests: observations, a counting synthesizer, the work
+executor that pays for rule stubs, reads."""
 
 from __future__ import annotations
 
@@ -13,13 +14,17 @@ from uuid import UUID
 import asyncpg
 from prometheus_client import CollectorRegistry
 
+from consumers.work_executor.handler import WorkExecutorHandler
 from contracts import EventEnvelope
 from producers.clusters import ClusterMetrics, ClusterPolicy, FailureClusterService
 from producers.clusters.model import FailureObservation
+from spectral.db.connect import create_pool
 from spectral.errors import TransientError
 from spectral.llm.seam import SynthesisRequest, SynthesisResponse
 from spectral.llm.stub import StubSynthesizer
+from spectral.settings import Settings
 from tests.events import decode
+from tests.integration.work.support import executor, executor_settings
 
 T0 = datetime(2026, 11, 20, 8, 0, tzinfo=UTC)
 WORKSPACE = UUID("5f0c7d1e-0000-4000-8000-000000000001")
@@ -75,28 +80,59 @@ class CountingSynthesizer:
 @asynccontextmanager
 async def service(
     database_url: str,
-    synthesizer: Any = None,
     *,
     policy: ClusterPolicy | None = None,
-    holder: str | None = None,
     registry: CollectorRegistry | None = None,
 ) -> AsyncIterator[FailureClusterService]:
     async with FailureClusterService.connect(
-        database_url,
-        synthesizer=synthesizer,
-        policy=policy,
-        metrics=ClusterMetrics(registry or CollectorRegistry()),
-        holder=holder,
+        database_url, policy=policy, metrics=ClusterMetrics(registry or CollectorRegistry())
     ) as svc:
         yield svc
 
 
+@asynccontextmanager
+async def stub_executor(
+    database_url: str, settings: Settings, synthesizer: Any, **overrides: Any
+) -> AsyncIterator[WorkExecutorHandler]:
+    """The work executor that pays for the rule stubs (driven by explicit sweeps)."""
+    async with executor(
+        executor_settings(settings, **overrides), database_url, synthesizer
+    ) as handler:
+        yield handler
+
+
+async def settle_stubs(handler: WorkExecutorHandler, database_url: str) -> None:
+    """Run the executor until no stub work is live (retries made due at once)."""
+    admin = await create_pool(database_url, max_size=2)
+    try:
+        for _ in range(40):
+            await admin.execute(
+                "UPDATE work.work_items SET not_before = now() WHERE status = 'failed'"
+            )
+            await handler.sweep_once()
+            await handler.drain()
+            live = await admin.fetchval(
+                "SELECT count(*) FROM work.work_items WHERE function_key = 'rule_stub' "
+                "AND status IN ('queued', 'claimed', 'running', 'failed')"
+            )
+            if live == 0:
+                return
+            await asyncio.sleep(0.05)
+        raise AssertionError(f"{live} rule-stub items still live")
+    finally:
+        await admin.close()
+
+
 async def outbox_events(database_url: str) -> list[tuple[str, EventEnvelope[Any]]]:
-    """Every outbox row, in id order, as (record_key, decoded envelope) — decode verifies the
-    snapshot hash and the idempotency key, as a consumer would."""
+    """Every snapshot in the outbox, in id order, as (record_key, decoded envelope) — decode
+    verifies the snapshot hash and the idempotency key, as a consumer would. (The outbox also
+    holds the work events of the stubs asked for.)"""
     conn = await asyncpg.connect(database_url)
     try:
-        rows = await conn.fetch("SELECT record_key, envelope FROM core.outbox ORDER BY id")
+        rows = await conn.fetch(
+            "SELECT record_key, envelope FROM core.outbox "
+            "WHERE event_type = 'platform.failure_cluster.detected' ORDER BY id"
+        )
     finally:
         await conn.close()
     return [(r["record_key"], decode(bytes(r["envelope"]))) for r in rows]

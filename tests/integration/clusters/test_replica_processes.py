@@ -1,5 +1,6 @@
-"""Three `spectral clusters tick --every` processes and a relay, as deployed: one snapshot per
-changed cluster, one model call per (cluster, content), metrics reachable, SIGTERM exits 0."""
+"""Three `spectral clusters tick --every` processes, a relay and a work executor, as deployed:
+one snapshot per changed cluster (with its stub), one paid call per (cluster, content), metrics
+reachable, SIGTERM exits 0."""
 
 from __future__ import annotations
 
@@ -54,7 +55,9 @@ async def test_three_tick_processes_and_a_relay(
     relay = start(
         spectral_env, tmp_path / "relay.log", "outbox", "relay", "--metrics-port", str(ports[3])
     )
-    processes = [*tickers, relay]
+    executor_env = {**spectral_env, "SPECTRAL_WORK_JOURNAL_DIR": str(tmp_path / "journal")}
+    executor = start(executor_env, tmp_path / "executor.log", "consume", "work-executor")
+    processes = [*tickers, relay, executor]
     try:
         async with service(database_url) as svc:
             await svc.ingest([failure(f"a-{i}", rule_n=i % clusters) for i in range(48)])
@@ -63,7 +66,7 @@ async def test_three_tick_processes_and_a_relay(
                 rows = await fetch(
                     database_url,
                     "SELECT count(*) FILTER (WHERE published_at IS NOT NULL) AS p, count(*) AS n "
-                    "FROM core.outbox",
+                    "FROM core.outbox WHERE event_type = 'platform.failure_cluster.detected'",
                 )
                 return bool(rows[0]["p"] == rows[0]["n"] == n)
 
@@ -76,14 +79,14 @@ async def test_three_tick_processes_and_a_relay(
         async with httpx.AsyncClient() as client:
             tick_metrics = (await client.get(f"http://127.0.0.1:{ports[0]}/metrics")).text
             relay_metrics = (await client.get(f"http://127.0.0.1:{ports[3]}/metrics")).text
-        assert "spectral_clusters_stub_leases_total" in tick_metrics
+        assert 'spectral_clusters_stubs_total{event="asked"}' in tick_metrics
         assert "spectral_clusters_snapshots_published_total" in tick_metrics
         assert "spectral_outbox_depth 0.0" in relay_metrics
         assert "spectral_outbox_oldest_age_seconds" in relay_metrics
 
         for proc in processes:
             proc.send_signal(signal.SIGTERM)
-        assert [await wait_exit(p) for p in processes] == [0, 0, 0, 0]
+        assert [await wait_exit(p) for p in processes] == [0, 0, 0, 0, 0]
     finally:
         for proc in processes:
             if proc.poll() is None:
@@ -92,7 +95,13 @@ async def test_three_tick_processes_and_a_relay(
     events = await outbox_events(database_url)
     assert len(events) == clusters + 5
     assert all(e.payload.suggested_rule_stub for _, e in events)
-    usage = await fetch(database_url, "SELECT count(*) AS n FROM clusters.model_usage")
-    leases = await fetch(database_url, "SELECT generation_mode FROM clusters.rule_stub_leases")
-    assert usage[0]["n"] == clusters + 5  # one paid call per (cluster, content)
-    assert [r["generation_mode"] for r in leases] == ["llm"] * (clusters + 5)
+    paid = await fetch(
+        database_url,
+        "SELECT w.status, w.attempt, (SELECT count(*) FROM work.ledger_entries e "
+        "  WHERE e.work_item_id = w.work_item_id AND e.entry_type = 'prompt') AS calls "
+        "FROM work.work_items w WHERE w.function_key = 'rule_stub'",
+    )
+    # one paid call per (cluster, content)
+    assert [(r["status"], r["attempt"], r["calls"]) for r in paid] == [("applied", 1, 1)] * (
+        clusters + 5
+    )

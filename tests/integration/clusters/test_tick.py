@@ -3,7 +3,6 @@ the pure policies; several replicas at once."""
 
 from __future__ import annotations
 
-import asyncio
 import random
 
 import asyncpg
@@ -12,9 +11,7 @@ import pytest
 from producers.clusters import ClusterPolicy, Criticality, SeverityPolicy
 from producers.clusters.evidence import EvidenceCandidate, select_evidence
 from tests.integration.clusters.support import (
-    CountingSynthesizer,
     failure,
-    fetch,
     outbox_events,
     rule,
     service,
@@ -110,67 +107,3 @@ async def test_evidence_is_the_policy_choice_over_all_failures(database_url: str
     assert event.payload.failure_count == 400
     assert event.payload.first_observed_at == min(f.observed_at for f in batch)
     assert event.payload.last_observed_at == max(f.observed_at for f in batch)
-
-
-async def test_three_replicas_ticking_at_once_call_the_model_once_per_snapshot(
-    database_url: str,
-) -> None:
-    synth = CountingSynthesizer(delay=0.05)
-    policy = ClusterPolicy(batch_size=4)
-    clusters = 24
-    async with (
-        service(database_url, synth, policy=policy, holder="r1") as r1,
-        service(database_url, synth, policy=policy, holder="r2") as r2,
-        service(database_url, synth, policy=policy, holder="r3") as r3,
-    ):
-        replicas = (r1, r2, r3)
-        await r1.ingest([failure(f"a-{i}", rule_n=i % clusters, minutes=i) for i in range(96)])
-
-        async def tick_until_clean(svc: object) -> None:
-            for _ in range(5):
-                await svc.tick()  # type: ignore[attr-defined]
-
-        await asyncio.gather(*(tick_until_clean(r) for r in replicas))
-        assert synth.total == clusters
-        assert set(synth.calls.values()) == {1}
-        events = await outbox_events(database_url)
-        assert len(events) == clusters
-        assert len({key for key, _ in events}) == clusters
-        assert all(e.payload.suggested_rule_stub for _, e in events)
-
-        # Round two: 10 clusters change; every replica ticks again.
-        await r2.ingest([failure(f"b-{i}", rule_n=i, minutes=500 + i) for i in range(10)])
-        await asyncio.gather(*(tick_until_clean(r) for r in replicas))
-        assert synth.total == clusters + 10
-        assert set(synth.calls.values()) == {1}
-        events = await outbox_events(database_url)
-        assert len(events) == clusters + 10
-        changed = [e for _, e in events[clusters:]]
-        assert sorted(e.payload.rule_id for e in changed) == sorted(rule(i) for i in range(10))
-
-    leases = await fetch(
-        database_url,
-        "SELECT generation_mode, count(*) AS n FROM clusters.rule_stub_leases GROUP BY 1",
-    )
-    assert [(r["generation_mode"], r["n"]) for r in leases] == [("llm", clusters + 10)]
-    usage = await fetch(database_url, "SELECT count(*) AS n FROM clusters.model_usage")
-    assert usage[0]["n"] == clusters + 10
-
-
-async def test_three_processes_worth_of_replicas_racing_on_one_cluster(database_url: str) -> None:
-    """All replicas see the same dirty cluster at the same moment (no SKIP LOCKED luck): the
-    lease INSERT decides, one call."""
-    synth = CountingSynthesizer(delay=0.2)
-    async with service(database_url, synth) as seed:
-        await seed.ingest([failure("only-1"), failure("only-2")])
-
-    async def replica(name: str) -> None:
-        async with service(database_url, synth, holder=name) as svc:
-            await svc.tick()
-
-    await asyncio.gather(*(replica(f"p{i}") for i in range(3)))
-    await asyncio.gather(*(replica(f"q{i}") for i in range(3)))
-    assert synth.total == 1
-    events = await outbox_events(database_url)
-    assert len(events) == 1
-    assert events[0][1].payload.suggested_rule_stub

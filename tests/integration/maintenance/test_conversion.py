@@ -11,7 +11,7 @@ import asyncpg
 import pytest
 from prometheus_client import CollectorRegistry
 
-from spectral.db.migrate import MIGRATIONS_DIR, migrate
+from spectral.db.migrate import migrate
 from spectral.devstack import Endpoints
 from spectral.outbox.relay import OutboxRelay, RelayMetrics, RelayOptions
 from spectral.settings import Settings
@@ -23,41 +23,24 @@ from tests.integration.outbox.relay.support import (
     key_id,
     read_topic,
 )
-from tests.support import unique_name, with_database
+from tests.support import empty_database, migrations_before
 
 pytestmark = pytest.mark.integration
 
 MIGRATION = "_bounded_state.sql"
 
 
-def _before(tmp_path: Path) -> Path:
-    """The migrations that come before this one (its number is the integrator's to choose)."""
-    files = [p for p in MIGRATIONS_DIR.iterdir() if p.name.endswith(".sql")]
-    [ours] = [p.name for p in files if p.name.endswith(MIGRATION)]
-    for path in files:
-        if path.name < ours:
-            (tmp_path / path.name).write_text(path.read_text())
-    return tmp_path
-
-
 @pytest.fixture
 async def unmigrated(stack: Endpoints) -> AsyncIterator[str]:
-    """An empty database of the test's own, dropped afterwards."""
-    name = unique_name("spectral_conv_")
-    admin = await asyncpg.connect(with_database(stack.database_url, "postgres"))
-    try:
-        await admin.execute(f'CREATE DATABASE "{name}"')
-        yield with_database(stack.database_url, name)
-        await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-    finally:
-        await admin.close()
+    async with empty_database(stack.database_url, "spectral_conv_") as url:
+        yield url
 
 
 async def test_existing_dedup_rows_and_outbox_rows_survive_the_conversion(
     unmigrated: str, tmp_path: Path, settings: Settings, kafka_bootstrap: str, topic_prefix: str
 ) -> None:
     url = unmigrated
-    await migrate(url, _before(tmp_path))
+    await migrate(url, migrations_before(MIGRATION, tmp_path))
 
     conn = await asyncpg.connect(url)
     try:

@@ -6,6 +6,7 @@ import uuid
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
+from types import SimpleNamespace
 from typing import Any
 from uuid import UUID
 
@@ -15,9 +16,10 @@ from prometheus_client import CollectorRegistry
 from consumers.rule_candidates.deployment import build
 from consumers.rule_candidates.handler import Counts, RuleCandidatesHandler
 from contracts import EventEnvelope, FailureRef, Severity, failure_cluster_detected_event
+from spectral.engine.decode import RecordDecoder
 from spectral.engine.handler import Delivery, HandlerResult
 from spectral.settings import load_settings
-from tests.events import decode, encode
+from tests.events import EVENTS, decode, encode
 
 T0 = datetime(2026, 3, 1, 12, 0, 0, 250_000, tzinfo=UTC)
 TOPIC = "platform.failure_cluster.detected"
@@ -61,15 +63,22 @@ def delivery(envelope: EventEnvelope[Any], offset: int = 0, partition: int = 0) 
 
 
 def delivery_of_bytes(raw: bytes, offset: int = 0, partition: int = 0) -> Delivery:
-    decoded = decode(raw)
-    return Delivery(
-        envelope=decoded,
+    """The engine's own decode step over the record (the handler reads views)."""
+    record = SimpleNamespace(
         topic=TOPIC,
         partition=partition,
         offset=offset,
-        key=str(decoded.payload.cluster_id).encode(),
-        raw=raw,
+        key=str(decode(raw).payload.cluster_id).encode(),
+        value=raw,
+        timestamp=0,
+        headers=(),
     )
+    decoded = _DECODER.decode(record)
+    assert isinstance(decoded, Delivery), decoded
+    return decoded
+
+
+_DECODER = RecordDecoder("tests", {TOPIC: TOPIC}, EVENTS, views=True)
 
 
 def deliveries(*envelopes: EventEnvelope[Any]) -> list[Delivery]:

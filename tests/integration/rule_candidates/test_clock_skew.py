@@ -7,10 +7,10 @@ stored is still what was hashed.
 
 from __future__ import annotations
 
-import dataclasses
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import msgspec
 import pytest
 
 from consumers.rule_candidates.collapse import MAX_CLOCK_SKEW
@@ -39,7 +39,7 @@ def observed(cluster: Any, last: datetime, failures: int = 3) -> EventEnvelope[A
 def published(envelope: EventEnvelope[Any], at: datetime, offset: int = 0) -> Delivery:
     """The delivery of ``envelope`` in a record the broker stamped ``at``."""
     stamp = int(at.timestamp() * 1000)
-    return dataclasses.replace(delivery(envelope, offset=offset), timestamp_ms=stamp)
+    return msgspec.structs.replace(delivery(envelope, offset=offset), timestamp_ms=stamp)
 
 
 async def test_a_snapshot_from_a_clock_a_day_ahead_does_not_freeze_its_cluster(

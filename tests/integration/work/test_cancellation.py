@@ -16,12 +16,13 @@ from prometheus_client import CollectorRegistry
 
 from consumers.work_executor.executor import ExecutorConfig, WorkExecutor
 from consumers.work_executor.metrics import ExecutorMetrics
-from consumers.work_executor.repository import ExecutorRepository
-from consumers.work_executor.retry import RetryPolicy
+from consumers.work_executor.retry import RetryStrategy
+from consumers.work_executor.store import Store
 from producers.work.budgets import BudgetCommands
 from producers.work.cancel import Disposition, cancel_thread
 from producers.work.commands import GenerateAll, GenerateEpic
 from producers.work.domain.budgets import Period
+from producers.work.domain.functions import installed_functions
 from producers.work.domain.history import ItemOutcome
 from spectral.db.connect import create_pool
 from spectral.settings import Settings
@@ -175,11 +176,12 @@ async def test_a_leased_item_that_has_not_started_ends_without_a_call(
             assert result.disposition is Disposition.CANCELING
             assert result.in_flight_items == 1
             worker = WorkExecutor(
-                ExecutorRepository(pool),
+                Store.over(pool, installed_functions()),
                 model,
-                RetryPolicy.from_settings(executor_settings(settings)),
+                RetryStrategy.from_settings(executor_settings(settings)),
                 ExecutorMetrics(CollectorRegistry()),
                 ExecutorConfig(worker_id="w"),
+                functions=installed_functions(),
             )
             await worker.run_batch(jobs)
         finally:

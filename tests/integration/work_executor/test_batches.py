@@ -17,18 +17,17 @@ from prometheus_client import CollectorRegistry
 
 from consumers.work_executor.executor import ExecutorConfig, WorkExecutor
 from consumers.work_executor.metrics import AttemptOutcome, ExecutorMetrics
+from consumers.work_executor.parents import ParentSettlement
 from consumers.work_executor.pool import Job
-from consumers.work_executor.prompts import render_story_prompt
-from consumers.work_executor.repository import (
-    BatchWrite,
-    BatchWritten,
-    ExecutorRepository,
-    LoadedBatch,
-)
-from consumers.work_executor.retry import RetryPolicy
+from consumers.work_executor.reads import ExecutorReads, LoadedBatch
+from consumers.work_executor.retry import RetryStrategy
+from consumers.work_executor.store import Store
+from consumers.work_executor.transitions import BatchWrite, BatchWritten, Transitions
 from producers.work.commands import GenerateAll
+from producers.work.domain.functions import installed_functions
 from producers.work.domain.model import EntryType
 from producers.work.domain.payloads import response_content
+from producers.work.domain.story.prompts import render_story_prompt
 from spectral.db.connect import create_pool
 from spectral.llm.seam import SynthesisRequest, SynthesisResponse
 from spectral.settings import Settings
@@ -51,11 +50,12 @@ async def _worker(settings: Settings, database_url: str, model: Any) -> AsyncIte
     pool = await create_pool(database_url, role="spectral_executor", max_size=4)
     try:
         yield WorkExecutor(
-            ExecutorRepository(pool),
+            Store.over(pool, installed_functions()),
             model,
-            RetryPolicy.from_settings(settings),
+            RetryStrategy.from_settings(settings),
             ExecutorMetrics(CollectorRegistry()),
             ExecutorConfig(worker_id="batches"),
+            functions=installed_functions(),
         )
     finally:
         await pool.close()
@@ -242,25 +242,35 @@ async def test_an_answer_the_database_cannot_store_as_is_is_kept_and_fails_its_o
         assert response.payload["content_encoding"] == "utf-8+surrogatepass/base64"
 
 
-class _RefusingRepository(ExecutorRepository):
-    """The database refuses, for a data reason, any write or read that touches ``victim``."""
+class _Victim:
+    """The item whose reads or writes the database refuses (for a data reason)."""
 
-    def __init__(self, pool: asyncpg.Pool, step: str) -> None:
-        super().__init__(pool)
-        self.victim: UUID | None = None
+    def __init__(self, step: str) -> None:
+        self.item: UUID | None = None
         self.step = step
 
-    def _touches(self, ids: Sequence[UUID]) -> bool:
-        return self.victim in ids
+    def hit(self, step: str, ids: Sequence[UUID]) -> bool:
+        return self.step == step and self.item in ids
+
+
+class _RefusingTransitions(Transitions):
+    def __init__(self, pool: asyncpg.Pool, victim: _Victim) -> None:
+        super().__init__(pool, installed_functions())
+        self._victim = victim
 
     async def write(self, batch: BatchWrite) -> BatchWritten:
-        ids = [a.loaded.item.work_item_id for a in batch.applies]
-        if self.step == "apply" and self._touches(ids):
+        if self._victim.hit("apply", [a.loaded.item.work_item_id for a in batch.applies]):
             raise asyncpg.exceptions.UntranslatableCharacterError("\\u0000 cannot be stored")
         return await super().write(batch)
 
+
+class _RefusingReads(ExecutorReads):
+    def __init__(self, pool: asyncpg.Pool, victim: _Victim) -> None:
+        super().__init__(pool)
+        self._victim = victim
+
     async def load_batch(self, item_ids: Sequence[UUID]) -> LoadedBatch:
-        if self.step == "load" and self._touches(item_ids):
+        if self._victim.hit("load", item_ids):
             raise RecursionError("maximum recursion depth exceeded")
         return await super().load_batch(item_ids)
 
@@ -272,19 +282,23 @@ async def test_a_failure_of_one_item_at_any_step_dead_letters_it_alone(
     model = ScriptedSynthesizer()
     async with harness(database_url) as h:
         pool = await create_pool(database_url, role="spectral_executor", max_size=4)
-        repo = _RefusingRepository(pool, step)
+        victim = _Victim(step)
+        store = Store(
+            _RefusingReads(pool, victim), _RefusingTransitions(pool, victim), ParentSettlement(pool)
+        )
         worker = WorkExecutor(
-            repo,
+            store,
             model,
-            RetryPolicy.from_settings(executor_settings(settings)),
+            RetryStrategy.from_settings(executor_settings(settings)),
             ExecutorMetrics(CollectorRegistry()),
             ExecutorConfig(worker_id="refusing"),
+            functions=installed_functions(),
         )
         try:
             await h.commands.put_document(PROJECT, DOCUMENT, backlog("A", "Victim", "C"))
             parent = await h.commands.generate_all(GenerateAll(PROJECT, DOCUMENT))
             epics = await _epics(h.admin)
-            repo.victim = next(item for item, epic in epics.items() if epic == "E2")
+            victim.item = next(item for item, epic in epics.items() if epic == "E2")
             if step == "plan":
 
                 def refuse(*, epic_id: str, **kwargs: Any) -> Any:
@@ -292,7 +306,9 @@ async def test_a_failure_of_one_item_at_any_step_dead_letters_it_alone(
                         raise ValueError("an exception nobody foresaw")
                     return render_story_prompt(epic_id=epic_id, **kwargs)
 
-                monkeypatch.setattr("consumers.work_executor.calls.render_story_prompt", refuse)
+                monkeypatch.setattr(
+                    "producers.work.domain.story.function.render_story_prompt", refuse
+                )
             async with _claimed(database_url, 3) as jobs:
                 outcomes = await worker.run_batch(jobs)
         finally:
@@ -312,7 +328,7 @@ async def test_a_failure_of_one_item_at_any_step_dead_letters_it_alone(
         error = await h.admin.fetchval(
             "SELECT payload->>'message' FROM work.ledger_entries "
             "WHERE work_item_id = $1 AND entry_type = 'error'",
-            repo.victim,
+            victim.item,
         )
         assert error, "the dead letter says why"
         history = await h.history()

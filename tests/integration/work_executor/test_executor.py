@@ -12,8 +12,9 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry
 
-from consumers.work_executor.repository import ExecutorRepository
+from consumers.work_executor.store import Store
 from producers.work.commands import GenerateAll, GenerateEpic
+from producers.work.domain.functions import installed_functions
 from producers.work.domain.history import ItemOutcome
 from producers.work.domain.model import EntryType
 from spectral.db.connect import create_pool
@@ -325,17 +326,19 @@ async def _crash_after(database_url: str, item_id: Any, *, respond: bool, attemp
     """Do what a worker does up to the paid call (and its response), then vanish."""
     pool = await create_pool(database_url, role="spectral_executor")
     try:
-        repo = ExecutorRepository(pool)
+        store = Store.over(pool, installed_functions())
         ((claimed, token),) = await claim(pool, 1, "dead-worker")
         assert claimed == item_id
-        loaded = await repo.load(item_id)
+        loaded = await store.reads.load(item_id)
         assert loaded is not None
-        await repo.start_attempt(loaded, token, attempt, {"prompt": "p", "idempotency_key": "k"})
+        await store.transitions.start_attempt(
+            loaded, token, attempt, {"prompt": "p", "idempotency_key": "k"}
+        )
         if respond:
             content = json.dumps(
                 {"stories": [{"story_key": "E1-1", "title": "As a user I can pay"}]}
             )
-            await repo.record_response(
+            await store.transitions.record_response(
                 loaded, attempt, {"content": content, "model": "m", "usage": {}, "duration_ms": 1}
             )
     finally:

@@ -31,11 +31,11 @@ from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 
 from consumers.work_executor.handler import WorkExecutorHandler
-from consumers.work_executor.validation import parse_report
 from producers.work.commands import GenerateAll
 from producers.work.domain.history import reconstruct
 from producers.work.domain.model import EntryType
 from producers.work.domain.payloads import response_content, response_model
+from producers.work.domain.story.validation import parse_report
 from spectral.errors import PermanentError
 from spectral.llm.seam import SynthesisRequest, SynthesisResponse, UnreadableAnswerError
 from spectral.settings import Settings

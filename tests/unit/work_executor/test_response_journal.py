@@ -22,7 +22,7 @@ from prometheus_client import CollectorRegistry
 from consumers.work_executor.journal import ResponseJournal, from_line, to_line
 from consumers.work_executor.metrics import ExecutorMetrics
 from consumers.work_executor.recorder import ResponseRecorder
-from consumers.work_executor.repository import ResponseRecord
+from consumers.work_executor.transitions import ResponseRecord
 from producers.work.domain.payloads import response_content, response_payload
 from tests.hostile_answers import ANY_TEXT, hostile_text
 
@@ -98,7 +98,7 @@ _OWNER = textwrap.dedent(
     import asyncio, sys, uuid
     from pathlib import Path
     from consumers.work_executor.journal import ResponseJournal
-    from consumers.work_executor.repository import ResponseRecord
+    from consumers.work_executor.transitions import ResponseRecord
     from producers.work.domain.payloads import response_payload
 
     async def main() -> None:

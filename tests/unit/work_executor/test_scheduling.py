@@ -19,8 +19,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from consumers.work_executor.plan import Exhausted, Start, next_step
-from consumers.work_executor.prompts import prompt_bytes_bound, render_story_prompt
-from consumers.work_executor.retry import FailureKind, RetryAt, RetryPolicy
+from consumers.work_executor.retry import FailureKind, RetryDecision, RetryStrategy
 from consumers.work_executor.schedule import (
     Blocked,
     BudgetState,
@@ -35,6 +34,7 @@ from producers.work.domain.hashing import content_hash
 from producers.work.domain.history import ItemOutcome, reconstruct
 from producers.work.domain.model import EntryType, LedgerEntry, Priority
 from producers.work.domain.priority import rank_at
+from producers.work.domain.story.prompts import prompt_bytes_bound, render_story_prompt
 from spectral.errors import ConfigurationError
 from spectral.llm.limits import ProviderLimits, RouteLimits, load_llm_file
 from spectral.llm.openai_compat import retry_after
@@ -361,7 +361,7 @@ def _entry(
 
 
 def test_rate_limited_attempts_do_not_count_towards_the_limit_up_to_a_bound() -> None:
-    policy = RetryPolicy(max_attempts=2, free_rate_limited=3)
+    policy = RetryStrategy(max_attempts=2, free_rate_limited=3)
     refused = {"kind": FailureKind.RATE_LIMITED.value, "disposition": "retry"}
     entries = [
         e
@@ -380,8 +380,8 @@ def test_rate_limited_attempts_do_not_count_towards_the_limit_up_to_a_bound() ->
         _entry(5, EntryType.ERROR, {"kind": "transient", "disposition": "retry"}, 23),
     ]
     assert next_step(5, more, policy) == Exhausted(2)  # only 3 of the 4 429s are free
-    decision = policy.after_failure(1, FailureKind.RATE_LIMITED, NOW)
-    assert isinstance(decision, RetryAt)
+    decision = policy.get_retry_decision(1, FailureKind.RATE_LIMITED, NOW)
+    assert isinstance(decision, RetryDecision)
 
 
 def test_history_tells_refused_calls_and_canceled_items_apart() -> None:

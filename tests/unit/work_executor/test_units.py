@@ -24,13 +24,13 @@ from consumers.work_executor.metrics import (
 )
 from consumers.work_executor.plan import Exhausted, Reuse, Start, Unknown, next_step
 from consumers.work_executor.pool import Job, JobDone, WorkerPool
-from consumers.work_executor.prompts import render_story_prompt
 from consumers.work_executor.recorder import GroupCommit
-from consumers.work_executor.retry import FailureKind, RetryPolicy
-from consumers.work_executor.validation import MAX_ANSWER_CHARS, parse_report
+from consumers.work_executor.retry import FailureKind, RetryStrategy
 from producers.work.domain.documents import Epic
 from producers.work.domain.hashing import canonical_text, content_hash
 from producers.work.domain.model import EntryType, LedgerEntry, ThreadStatus
+from producers.work.domain.story.prompts import render_story_prompt
+from producers.work.domain.story.validation import MAX_ANSWER_CHARS, parse_report
 from producers.work.policy import Action, ChildAction, decide, decide_child
 from spectral.db.storable import is_storable
 from spectral.errors import PermanentError, TransientError
@@ -38,7 +38,7 @@ from spectral.llm.router import RouteError
 from tests.hostile_answers import ANSWER_CONTENT, deep
 
 ITEM = uuid.UUID(int=7)
-POLICY = RetryPolicy(max_attempts=3)
+POLICY = RetryStrategy(max_attempts=3)
 
 
 def _e(seq: int, attempt: int, entry_type: EntryType, **payload: object) -> LedgerEntry:

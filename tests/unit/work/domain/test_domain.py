@@ -12,8 +12,8 @@ from consumers.work_executor.retry import (
     DeadLetterReason,
     FailureKind,
     GiveUp,
-    RetryAt,
-    RetryPolicy,
+    RetryDecision,
+    RetryStrategy,
 )
 from producers.work.domain.documents import (
     InvalidDocumentError,
@@ -155,22 +155,22 @@ def test_mutations_applied_in_turn_give_the_contents_of_applying_them_one_by_one
 
 
 def test_backoff_schedule_is_min_base_2_pow_n_minus_1_and_10_base() -> None:
-    policy = RetryPolicy(max_attempts=10, base_seconds=1.0)
+    policy = RetryStrategy(max_attempts=10, base_seconds=1.0)
     assert [policy.backoff(n).total_seconds() for n in range(1, 7)] == [1, 2, 4, 8, 10, 10]
-    half = RetryPolicy(max_attempts=3, base_seconds=0.5)
+    half = RetryStrategy(max_attempts=3, base_seconds=0.5)
     assert [half.backoff(n).total_seconds() for n in (1, 2, 3, 4, 5)] == [0.5, 1, 2, 4, 5]
 
 
 def test_default_policy_retries_at_1s_then_2s_then_gives_up() -> None:
     clock = FakeClock()
-    policy = RetryPolicy()
-    first = policy.after_failure(1, FailureKind.TRANSIENT, clock())
-    assert first == RetryAt(not_before=T0 + timedelta(seconds=1), next_attempt=2)
+    policy = RetryStrategy()
+    first = policy.get_retry_decision(1, FailureKind.TRANSIENT, clock())
+    assert first == RetryDecision(not_before=T0 + timedelta(seconds=1), next_attempt=2)
     clock.advance(1)
-    second = policy.after_failure(2, FailureKind.TRANSIENT, clock())
-    assert second == RetryAt(not_before=T0 + timedelta(seconds=3), next_attempt=3)
+    second = policy.get_retry_decision(2, FailureKind.TRANSIENT, clock())
+    assert second == RetryDecision(not_before=T0 + timedelta(seconds=3), next_attempt=3)
     clock.advance(2)
-    assert policy.after_failure(3, FailureKind.TRANSIENT, clock()) == GiveUp(
+    assert policy.get_retry_decision(3, FailureKind.TRANSIENT, clock()) == GiveUp(
         DeadLetterReason.MAX_ATTEMPTS_EXCEEDED
     )
     assert not policy.may_start_attempt(3)
@@ -178,16 +178,16 @@ def test_default_policy_retries_at_1s_then_2s_then_gives_up() -> None:
 
 
 def test_unknown_outcomes_use_their_attempt_and_permanent_failures_stop_at_once() -> None:
-    policy = RetryPolicy()
-    assert isinstance(policy.after_failure(1, FailureKind.OUTCOME_UNKNOWN, T0), RetryAt)
-    assert policy.after_failure(3, FailureKind.OUTCOME_UNKNOWN, T0) == GiveUp(
+    policy = RetryStrategy()
+    assert isinstance(policy.get_retry_decision(1, FailureKind.OUTCOME_UNKNOWN, T0), RetryDecision)
+    assert policy.get_retry_decision(3, FailureKind.OUTCOME_UNKNOWN, T0) == GiveUp(
         DeadLetterReason.MAX_ATTEMPTS_EXCEEDED
     )
-    assert policy.after_failure(1, FailureKind.PERMANENT, T0) == GiveUp(
+    assert policy.get_retry_decision(1, FailureKind.PERMANENT, T0) == GiveUp(
         DeadLetterReason.PERMANENT_FAILURE
     )
     with pytest.raises(ValueError, match="start at 1"):
-        policy.after_failure(0, FailureKind.TRANSIENT, T0)
+        policy.get_retry_decision(0, FailureKind.TRANSIENT, T0)
 
 
 # -- history ----------------------------------------------------------------------------------

@@ -1,13 +1,17 @@
-"""All database work of the executor, set-based over the items of a batch.
+"""The transitions of leased work items, set-based over the items of a batch.
 
 ``write`` is ONE transaction for whatever a batch records at one step — the starts of its
 attempts, the responses that came in, the mutations of the answers it validated, its retries
 and dead letters — with one statement per kind of change whatever the number of items, and the
 outbox events of what it changed in the same transaction. Every change that belongs to a lease
-holder is guarded by the item's lease token, item by item: an item whose lease was lost is left
-untouched (and reported in ``BatchWritten.lost``) while the others of the batch go on. Responses
-are the exception: they are recorded whoever holds the lease (paid work is never dropped), and
-each settles its attempt's spend reservation from the usage it reports, in the same transaction.
+holder is guarded by the item's lease token, item by item (``work.held_items``, one SQL
+function): an item whose lease was lost is left untouched (and reported in
+``BatchWritten.lost``) while the others of the batch go on. Responses are the exception: they
+are recorded whoever holds the lease (paid work is never dropped), and each settles its
+attempt's spend reservation from the usage it reports, in the same transaction.
+
+Mutations are applied under the target locks and the document row locks, each document's in
+turn by the work function of its document type (mutations.py plans them, purely).
 
 Cancellation: every transition of a lease holder is also guarded by "nobody asked to cancel the
 item". An item whose cancellation was asked for is ended ``canceled`` by its holder instead, in
@@ -20,7 +24,6 @@ as ``unknown`` (counted in full).
 from __future__ import annotations
 
 import json
-from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -32,45 +35,29 @@ from uuid import UUID
 
 import asyncpg
 
+from consumers.work_executor.mutations import MutationApplied, MutationPlan, plan_mutations
+from consumers.work_executor.reads import LoadedItem
 from producers.work.domain import events, ledger
-from producers.work.domain.cancellation import cancel_waiting
-from producers.work.domain.documents import InvalidDocumentError, ReplaceEpicStories, apply_in_turn
-from producers.work.domain.hashing import canonical_text, text_hash
-from producers.work.domain.identity import project_lock_scope
+from producers.work.domain.functions import Functions, Mutation
+from producers.work.domain.hashing import canonical_text
 from producers.work.domain.locks import TransactionLocks
-from producers.work.domain.model import EntryType, ItemStatus, LedgerEntry, ThreadStatus, WorkItem
+from producers.work.domain.model import EntryType, ItemStatus, ThreadStatus
 from producers.work.domain.payloads import (
     error_payload,
     message_text,
     mutation_report_payload,
     usage_counts,
 )
-from producers.work.domain.rows import entry_from_row, item_from_row
 from producers.work.domain.types import Conn
 from spectral.db.queries import load_queries
-from spectral.errors import SpectralError
+from spectral.errors import PermanentError
 from spectral.outbox.writer import OutboxItem, enqueue
 
-_SQL = load_queries(Path(__file__).with_name("queries.sql"))
+_SQL = load_queries(Path(__file__).with_name("transitions.sql"))
 
 
-class LeaseLostError(SpectralError):
+class LeaseLostError(PermanentError):
     """The lease was re-claimed by another worker: this one must stop touching the item."""
-
-
-@dataclass(frozen=True)
-class LoadedItem:
-    item: WorkItem
-    thread_kind: str
-    parent_thread_id: UUID | None
-    target_ref: Mapping[str, Any]
-    entries: tuple[LedgerEntry, ...]
-    reserved: bool = False
-    """The spend of the item's next attempt is reserved (by the claim that leased it)."""
-
-    @property
-    def correlation_id(self) -> UUID:
-        return self.parent_thread_id or self.item.thread_id
 
 
 @dataclass(frozen=True)
@@ -78,28 +65,6 @@ class NewEntry:
     attempt: int
     entry_type: EntryType
     payload: Mapping[str, Any]
-
-
-@dataclass(frozen=True)
-class StoredDocument:
-    document_id: str
-    version: int
-    content: Mapping[str, Any]
-
-
-@dataclass(frozen=True)
-class LoadedBatch:
-    items: Mapping[UUID, LoadedItem]
-    documents: Mapping[str, StoredDocument]
-    """The documents the items name (``input.document_id``) that exist."""
-
-
-@dataclass(frozen=True)
-class AppliedMutation:
-    mutation_id: UUID
-    base_version: int
-    result_version: int
-    already_applied: bool = False
 
 
 # -- what one ``write`` records -----------------------------------------------------------------
@@ -140,9 +105,17 @@ class MutationApply:
 
     loaded: LoadedItem
     token: UUID
-    mutation: ReplaceEpicStories
+    mutation: Mutation
     attempt: int
     parse_payload: Mapping[str, Any]
+
+    @property
+    def item_id(self) -> UUID:
+        return self.loaded.item.work_item_id
+
+    @property
+    def lock_scope(self) -> str:
+        return self.loaded.item.lock_scope
 
 
 class SpendOutcome(StrEnum):
@@ -232,7 +205,7 @@ class BatchWritten:
     """What ``write`` did, per item."""
 
     started: set[UUID] = field(default_factory=set)
-    applied: dict[UUID, AppliedMutation] = field(default_factory=dict)
+    applied: dict[UUID, MutationApplied] = field(default_factory=dict)
     refused: dict[UUID, str] = field(default_factory=dict)
     """Mutations the document refused (or whose document is gone): nothing was written for
     them; the caller dead-letters them."""
@@ -276,16 +249,15 @@ class _Changes:
     for, else their lease was lost."""
 
 
-class ExecutorRepository:
-    def __init__(self, pool: asyncpg.Pool) -> None:
+class Transitions:
+    """The transitions of leased items: ``write`` (one transaction per call) and the stale-lease
+    recovery."""
+
+    def __init__(self, pool: asyncpg.Pool, functions: Functions) -> None:
         self._pool = pool
+        self._functions = functions
 
     # -- claims (ADR-0023 lease) ----------------------------------------------------------------
-
-    async def waiting_items(self, conn: Conn, item_ids: Sequence[UUID]) -> set[UUID]:
-        """Which of these items still wait for a claim (queued, retry-waiting or parked)."""
-        rows = await conn.fetch(_SQL["waiting_items"], list(item_ids))
-        return {row["work_item_id"] for row in rows}
 
     async def recover_stale(
         self,
@@ -302,61 +274,6 @@ class ExecutorRepository:
             _SQL["recover_stale"], timeout_seconds, limit, token, worker, list(exclude)
         )
         return [row["work_item_id"] for row in rows]
-
-    # -- reads ------------------------------------------------------------------------------------
-
-    async def load_batch(self, item_ids: Sequence[UUID]) -> LoadedBatch:
-        """The items with their threads and ledgers, and the documents they name: at most three
-        statements for the whole batch (the ledger is read only for items that started an
-        attempt before — an item at attempt 0 has no entries)."""
-        async with self._pool.acquire() as conn:
-            rows = await conn.fetch(_SQL["load_items"], list(dict.fromkeys(item_ids)))
-            started = [row["work_item_id"] for row in rows if row["attempt"] > 0]
-            by_item: dict[UUID, list[LedgerEntry]] = defaultdict(list)
-            if started:
-                for entry in await conn.fetch(_SQL["items_ledger"], started):
-                    by_item[entry["work_item_id"]].append(entry_from_row(entry))
-            items = {
-                row["work_item_id"]: LoadedItem(
-                    item=item_from_row(row),
-                    thread_kind=row["thread_kind"],
-                    parent_thread_id=row["parent_thread_id"],
-                    target_ref=json.loads(row["target_ref"]),
-                    entries=tuple(by_item.get(row["work_item_id"], ())),
-                    reserved=row["reserved"],
-                )
-                for row in rows
-            }
-            wanted = sorted({str(i.item.input.get("document_id", "")) for i in items.values()})
-            documents = {
-                row["document_id"]: StoredDocument(
-                    row["document_id"], row["version"], json.loads(row["content"])
-                )
-                for row in (await conn.fetch(_SQL["get_documents"], wanted) if wanted else ())
-            }
-        return LoadedBatch(items, documents)
-
-    async def load(self, item_id: UUID) -> LoadedItem | None:
-        return (await self.load_batch([item_id])).items.get(item_id)
-
-    async def oldest_lease_age(self) -> float:
-        return float(await self._pool.fetchval(_SQL["oldest_lease_age"]))
-
-    async def load_bare(self, item_id: UUID) -> LoadedItem | None:
-        """The item with its thread links only — no input, target or ledger read: enough to end
-        an item whose full load fails (``DeadLetterEnd``)."""
-        row = await self._pool.fetchrow(_SQL["load_bare_item"], item_id)
-        if row is None:
-            return None
-        return LoadedItem(item_from_row(row), row["thread_kind"], row["parent_thread_id"], {}, ())
-
-    async def queue_depth(self) -> dict[str, int]:
-        rows = await self._pool.fetch(_SQL["queue_depth"])
-        return {row["status"]: row["items"] for row in rows}
-
-    async def parents_to_settle(self, limit: int) -> list[tuple[UUID, str]]:
-        rows = await self._pool.fetch(_SQL["parents_to_settle"], limit)
-        return [(row["thread_id"], row["space_id"]) for row in rows]
 
     # -- the lease holder's transitions ---------------------------------------------------------
 
@@ -463,10 +380,11 @@ class ExecutorRepository:
     ) -> None:
         unique = list({c.loaded.item.work_item_id: c for c in cancels}.values())
         rows = await conn.fetch(
-            _SQL["cancel_held_items"],
+            _SQL["end_held_items"],
             [c.loaded.item.work_item_id for c in unique],
             [c.token for c in unique],
             [message_text(c.message) for c in unique],
+            True,  # noqa: FBT003 - the query's cancel_requested parameter
         )
         ended = {row["work_item_id"] for row in rows}
         for cancel in unique:
@@ -638,10 +556,11 @@ class ExecutorRepository:
         changes: _Changes,
     ) -> None:
         rows = await conn.fetch(
-            _SQL["dead_letter_items"],
+            _SQL["end_held_items"],
             [d.loaded.item.work_item_id for d in dead_letters],
             [d.token for d in dead_letters],
             [_message(d.error) for d in dead_letters],
+            False,  # noqa: FBT003 - the query's cancel_requested parameter
         )
         ended = {row["work_item_id"] for row in rows}
         for dead in dead_letters:
@@ -681,9 +600,9 @@ class ExecutorRepository:
         documents = {
             row["document_id"]: row for row in await conn.fetch(_SQL["lock_documents"], names)
         }
-        # Whether a mutation is refused depends on its document and its own epic only, never
-        # on the others applied with it: the refused ones are known before any item is marked.
-        plan = _plan_mutations(applies, {}, documents)
+        # Whether a mutation is refused depends on its document and itself only, never on the
+        # others applied with it: the refused ones are known before any item is marked.
+        plan = plan_mutations(applies, {}, documents, self._functions)
         done.refused.update(plan.refused)
         wanted = [a for a in applies if a.loaded.item.work_item_id not in plan.refused]
         if not wanted:
@@ -708,7 +627,7 @@ class ExecutorRepository:
             if a.loaded.item.work_item_id not in before
         )
         if len(applied) < len(wanted) or any(before.values()):
-            plan = _plan_mutations(applied, before, documents)  # versions without the others
+            plan = plan_mutations(applied, before, documents, self._functions)  # without others
         await self._write_mutations(conn, plan)
         for apply in applied:
             result = plan.applied[apply.loaded.item.work_item_id]
@@ -716,7 +635,7 @@ class ExecutorRepository:
             _report_applied(apply, result, changes)
 
     @staticmethod
-    async def _write_mutations(conn: Conn, plan: _MutationPlan) -> None:
+    async def _write_mutations(conn: Conn, plan: MutationPlan[MutationApply]) -> None:
         if not plan.mutations:
             return
         mutations = plan.mutations
@@ -736,68 +655,6 @@ class ExecutorRepository:
         if len(written) != len(plan.updates):
             raise RuntimeError("a document changed under its row lock")  # cannot; rolls back
         await conn.execute(_SQL["insert_document_versions"], *_columns(plan.versions))
-
-    # -- orchestration (project lock) -------------------------------------------------------------
-
-    async def parents_needing_settling(self, parent_ids: Sequence[UUID]) -> list[tuple[UUID, str]]:
-        """Of ``parent_ids``, the orchestrations to settle now (one statement)."""
-        if not parent_ids:
-            return []
-        rows = await self._pool.fetch(_SQL["parents_needing_settling"], sorted(set(parent_ids)))
-        return [(row["thread_id"], row["space_id"]) for row in rows]
-
-    async def settle_parent(self, parent_id: UUID, project_id: str) -> ThreadStatus | None:
-        """Under the project lock: cancel the unstarted siblings of a failed child when the
-        parent stops on error; close the parent, recording its children's outcomes, once every
-        child is terminal. Returns the parent's new status, or None if it stays open."""
-        async with self._pool.acquire() as conn, conn.transaction():
-            locks = TransactionLocks(conn)
-            await locks.project(project_lock_scope(project_id))
-            parent = await conn.fetchrow(_SQL["lock_parent"], parent_id)
-            if parent is None or parent["status"] not in ("open", "running"):
-                return None
-            children = await conn.fetch(_SQL["children_of"], parent_id)
-            failed = any(c["status"] in ("failed", "canceled") for c in children)
-            if failed and not parent["continue_on_error"]:
-                await self._cancel_siblings(conn, parent_id)
-                children = await conn.fetch(_SQL["children_of"], parent_id)
-            if any(c["status"] in ("open", "running") for c in children):
-                return None
-            counts = {s.value: 0 for s in ThreadStatus}
-            for child in children:
-                counts[child["status"]] += 1
-            if parent["cancel_requested_at"] is not None:
-                status = ThreadStatus.CANCELED
-            elif counts[ThreadStatus.COMPLETE.value] == len(children):
-                status = ThreadStatus.COMPLETE
-            else:
-                status = ThreadStatus.FAILED
-            outcome = {
-                "status": status.value,
-                "counts": counts,
-                "continue_on_error": parent["continue_on_error"],
-                "children": {
-                    str(c["thread_id"]): {"epic_id": c["epic_id"], "status": c["status"]}
-                    for c in children
-                },
-            }
-            await conn.execute(_SQL["close_parent"], parent_id, status.value, json.dumps(outcome))
-            return status
-
-    async def _cancel_siblings(self, conn: Conn, parent_id: UUID) -> None:
-        rows = await conn.fetch(_SQL["cancelable_items"], parent_id)
-        if not rows:
-            return
-        message = "canceled: a sibling failed and the orchestration stops on error"
-        canceled, outbox = await cancel_waiting(
-            conn, [r["work_item_id"] for r in rows], message, parent_id
-        )
-        await conn.execute(
-            _SQL["cancel_threads"],
-            sorted(set(canceled.values())),
-            json.dumps({"item_status": "canceled", "reason": "a sibling failed"}),
-        )
-        await enqueue(conn, outbox)
 
 
 def _usage(payload: Mapping[str, Any]) -> tuple[int | None, int | None]:
@@ -824,78 +681,18 @@ def _message(error: Mapping[str, Any]) -> str:
     return message_text(str(error.get("message", "")))
 
 
-@dataclass
-class _MutationPlan:
-    applied: dict[UUID, AppliedMutation] = field(default_factory=dict)
-    refused: dict[UUID, str] = field(default_factory=dict)
-    mutations: list[tuple[MutationApply, int]] = field(default_factory=list)
-    """New mutation rows, each with its base version."""
-    versions: list[tuple[str, int, str, str, UUID]] = field(default_factory=list)
-    """New document versions: (document, version, content text, hash, mutation id)."""
-    updates: list[tuple[str, int, int, str, str]] = field(default_factory=list)
-    """Per document: (document, version read, last version, its content text, hash)."""
-
-
-def _plan_mutations(
-    live: Sequence[MutationApply],
-    before: Mapping[UUID, bool],
-    documents: Mapping[str, Mapping[str, Any]],
-) -> _MutationPlan:
-    """Per document (rows locked), its items' mutations in lock-scope order, each applied to
-    the content the previous one left: its own base and result version. A mutation applied
-    before is reported at the version read, not applied again. Pure."""
-    plan = _MutationPlan()
-    by_document: dict[str, list[MutationApply]] = defaultdict(list)
-    for apply in sorted(live, key=lambda a: (a.loaded.item.lock_scope, a.loaded.item.work_item_id)):
-        by_document[apply.mutation.document_id].append(apply)
-    for document_id, group in sorted(by_document.items()):
-        row = documents.get(document_id)
-        if row is None:
-            for apply in group:
-                plan.refused[apply.loaded.item.work_item_id] = f"document {document_id!r} is gone"
-            continue
-        read = version = int(row["version"])
-        fresh = [a for a in group if not before.get(a.loaded.item.work_item_id)]
-        last: tuple[str, str] | None = None
-        for apply, result in zip(
-            fresh,
-            apply_in_turn(json.loads(row["content"]), [a.mutation for a in fresh]),
-            strict=True,
-        ):
-            if isinstance(result, InvalidDocumentError):
-                plan.refused[apply.loaded.item.work_item_id] = str(result)
-                continue
-            text = canonical_text(result)
-            last = (text, text_hash(text))
-            plan.mutations.append((apply, version))
-            version += 1
-            plan.versions.append((document_id, version, *last, apply.mutation.mutation_id))
-            plan.applied[apply.loaded.item.work_item_id] = AppliedMutation(
-                apply.mutation.mutation_id, version - 1, version
-            )
-        for apply in group:
-            if before.get(apply.loaded.item.work_item_id):  # a mutation id is applied once
-                plan.applied[apply.loaded.item.work_item_id] = AppliedMutation(
-                    apply.mutation.mutation_id, read, read, already_applied=True
-                )
-        if last is not None:
-            plan.updates.append((document_id, read, version, *last))
-    return plan
-
-
-def _report_applied(apply: MutationApply, result: AppliedMutation, changes: _Changes) -> None:
+def _report_applied(apply: MutationApply, result: MutationApplied, changes: _Changes) -> None:
     """parse_report and mutation_report entries, the applied state event, the thread closing."""
     loaded, item, mutation = apply.loaded, apply.loaded.item, apply.mutation
     report = mutation_report_payload(
         mutation_id=str(mutation.mutation_id),
         document_id=mutation.document_id,
-        epic_id=mutation.epic_id,
         operation=mutation.operation,
         base_version=result.base_version,
         result_version=result.result_version,
         already_applied=result.already_applied,
-        story_count=len(mutation.stories),
         lock_scope=item.lock_scope,
+        details=mutation.report(),
     )
     changes.entries.append(
         (loaded, NewEntry(apply.attempt, EntryType.PARSE_REPORT, apply.parse_payload))

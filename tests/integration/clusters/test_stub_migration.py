@@ -1,0 +1,208 @@
+"""Rule-stub leases of the old schema, mid-flight, move onto the work ledger without losing or
+re-paying anything: a database with a lease in every state (finalized, given up, superseded,
+waiting for its retry, in flight when its holder stopped) is migrated, then the tick and the
+work executor run. Finalized and given-up stubs are never paid for again; a due retry and a
+call in flight (its outcome unknown: that attempt is used) are each made once more; every paid
+call, old and new, is on the ledger."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+from uuid import UUID
+
+import asyncpg
+import pytest
+
+from producers.clusters import ClusterPolicy
+from producers.clusters.evidence import select_evidence
+from producers.clusters.repository import ClusterRepository
+from producers.clusters.snapshot import build_snapshot, stub_request
+from spectral.db.migrate import migrate
+from spectral.devstack import Endpoints
+from spectral.llm.seam import SynthesisRequest
+from spectral.settings import Settings
+from tests.integration.clusters.support import (
+    CountingSynthesizer,
+    failure,
+    fetch,
+    outbox_events,
+    rule,
+    service,
+    settle_stubs,
+    stub_executor,
+)
+from tests.support import empty_database, migrations_before
+
+pytestmark = pytest.mark.integration
+
+MIGRATION = "_one_paid_call_machine.sql"
+OLD_HASH = "0" * 64  # a content the superseded lease's cluster moved on from
+
+
+@pytest.fixture
+async def unmigrated(stack: Endpoints) -> AsyncIterator[str]:
+    async with empty_database(stack.database_url, "spectral_stubconv_") as url:
+        yield url
+
+
+async def _requests(url: str, policy: ClusterPolicy) -> dict[UUID, SynthesisRequest]:
+    """What the old service asked the model for each cluster's current content."""
+    ids = [r["cluster_id"] for r in await fetch(url, "SELECT cluster_id FROM clusters.clusters")]
+    async with ClusterRepository.open(url, role=None) as repo, repo.unit() as unit:
+        facts = await unit.facts(ids, policy.default_criticality, policy.severity.rate_window)
+        candidates = await unit.evidence(ids, policy.evidence_limit)
+    asked: dict[UUID, SynthesisRequest] = {}
+    for f in facts:
+        evidence = select_evidence(candidates.get(f.cluster_id, ()), policy.evidence_limit)
+        asked[f.cluster_id] = stub_request(f, build_snapshot(f, evidence, policy.severity))
+    return asked
+
+
+def _request_json(request: SynthesisRequest) -> str:
+    """The old lease's ``request`` column."""
+    return json.dumps(
+        {
+            "function_key": request.function_key,
+            "prompt": request.prompt,
+            "input": dict(request.input),
+            "idempotency_key": request.idempotency_key,
+            "org_id": request.org_id,
+        }
+    )
+
+
+async def _old_leases(url: str, asked: dict[UUID, SynthesisRequest]) -> dict[str, UUID]:
+    """One lease per state, as the old service left them; the cluster of each state."""
+    hour = timedelta(hours=1)
+    states: dict[str, tuple[Any, ...]] = {  # mode, stub, attempts, model, retry in, last error
+        "llm": ("llm", "old stub", 1, "old-model", None, None),
+        "failed": ("failed", "", 3, None, None, "max_attempts_exceeded"),
+        "superseded": ("superseded", "", 1, None, None, None),
+        "retry": ("pending", "", 1, None, timedelta(seconds=-1), "gateway timed out"),
+        "in_flight": ("pending", "", 1, None, None, None),
+    }
+    conn = await asyncpg.connect(url)
+    try:
+        by_rule = {
+            r["rule_id"]: r["cluster_id"]
+            for r in await conn.fetch("SELECT cluster_id, rule_id FROM clusters.clusters")
+        }
+        clusters = {state: by_rule[rule(n)] for n, state in enumerate(states, start=1)}
+        for state, (mode, stub, attempts, model, retry_in, error) in states.items():
+            request = asked[clusters[state]]
+            current = request.idempotency_key.rsplit(":", 1)[1]
+            await conn.execute(
+                "INSERT INTO clusters.rule_stub_leases (cluster_id, content_hash, "
+                "generation_mode, suggested_rule_stub, request, holder, attempts, generated_at, "
+                "model, retry_at, last_error, response) VALUES ($1, $2, $3, $4, $5::jsonb, "
+                "'old-replica', $6, now() - $7::interval, $8, now() + $9::interval, $10, "
+                "$11::jsonb)",
+                clusters[state],
+                OLD_HASH if state == "superseded" else current,
+                mode,
+                stub,
+                _request_json(request),
+                attempts,
+                hour,
+                model,
+                retry_in,
+                error,
+                json.dumps({"content": json.dumps({"rule_stub": stub})}) if stub else None,
+            )
+    finally:
+        await conn.close()
+    return clusters
+
+
+async def test_stub_leases_mid_flight_move_onto_the_ledger_and_nothing_is_paid_twice(
+    unmigrated: str, tmp_path: Path, settings: Settings
+) -> None:
+    url = unmigrated
+    await migrate(url, migrations_before(MIGRATION, tmp_path))
+    policy = ClusterPolicy()
+    async with service(url, policy=policy) as svc:
+        await svc.ingest(
+            [
+                failure(f"f-{n}-{i}", rule_n=n, signature=f"s{n}")
+                for n in range(1, 6)
+                for i in (1, 2)
+            ]
+        )
+    asked = await _requests(url, policy)
+    clusters = await _old_leases(url, asked)
+    key = {state: asked[cluster].idempotency_key for state, cluster in clusters.items()}
+
+    report = await migrate(url)
+    assert [m for m in report.applied if m.endswith(MIGRATION.removesuffix(".sql"))]
+
+    migrated = {
+        r["cluster"]: dict(r)
+        for r in await fetch(
+            url,
+            "SELECT (w.input ->> 'cluster_id')::uuid AS cluster, w.work_item_id, w.status, "
+            "w.attempt FROM work.work_items w WHERE w.function_key = 'rule_stub'",
+        )
+    }
+    item = {state: migrated[cluster]["work_item_id"] for state, cluster in clusters.items()}
+    assert {s: (migrated[c]["status"], migrated[c]["attempt"]) for s, c in clusters.items()} == {
+        "llm": ("applied", 1),
+        "failed": ("dead_letter", 3),
+        "superseded": ("canceled", 1),
+        "retry": ("failed", 1),
+        "in_flight": ("claimed", 1),
+    }
+
+    model = CountingSynthesizer()
+    async with service(url, policy=policy) as svc:
+        await svc.tick()
+        async with stub_executor(url, settings, model) as executor:
+            await settle_stubs(executor, url)
+        await svc.tick()
+        await svc.tick()
+
+    [current] = await fetch(
+        url,
+        "SELECT work_item_id FROM work.work_items WHERE function_key = 'rule_stub' "
+        "AND input ->> 'cluster_id' = $1 AND work_item_id <> $2",
+        str(clusters["superseded"]),
+        item["superseded"],
+    )
+    # Finalized, given-up and superseded stubs are never paid again. The retry that was due is
+    # made (attempt 2); the call in flight when its holder stopped has an unknown outcome: that
+    # attempt is used, as for every paid call on the ledger, and attempt 2 is made under its own
+    # key. The superseded cluster's current content is asked once.
+    assert dict(model.calls) == {
+        f"{item['retry']}:2": 1,
+        f"{item['in_flight']}:2": 1,
+        f"{current['work_item_id']}:1": 1,
+    }
+
+    prompts = await fetch(
+        url,
+        "SELECT work_item_id, array_agg(payload ->> 'idempotency_key' ORDER BY attempt) AS keys "
+        "FROM work.ledger_entries WHERE entry_type = 'prompt' GROUP BY 1",
+    )
+    paid = {r["work_item_id"]: r["keys"] for r in prompts}
+    # Every paid call is on the ledger: the old ones (moved with their leases, under the key
+    # they were sent with) and the new ones; nothing else.
+    assert paid == {
+        item["llm"]: [key["llm"]],
+        item["failed"]: [key["failed"]] * 3,
+        item["superseded"]: [key["superseded"]],
+        item["retry"]: [key["retry"], f"{item['retry']}:2"],
+        item["in_flight"]: [key["in_flight"], f"{item['in_flight']}:2"],
+        current["work_item_id"]: [f"{current['work_item_id']}:1"],
+    }
+
+    stubs = {
+        e.payload.cluster_id: e.payload.suggested_rule_stub for _, e in await outbox_events(url)
+    }
+    assert stubs[clusters["llm"]] == "old stub"  # the paid stub of before, published, not lost
+    assert stubs[clusters["failed"]] is None
+    assert all(stubs[clusters[s]] for s in ("superseded", "retry", "in_flight"))
+    view = await fetch(url, "SELECT cluster_id FROM clusters.rule_stubs")
+    assert len(view) == 4
