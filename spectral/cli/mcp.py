@@ -4,7 +4,8 @@ The consumer operations' tools are the framework's (spectral/ops/tools.py); ever
 comes from a plugin's declaration (``tools``: spectral's built-in features declare theirs like
 any plugin). They act through the same roles and tokens as the HTTP API. Over stdio the token
 comes from ``SPECTRAL_API_TOKEN`` (checked at start and again on every call); over HTTP every
-request carries ``Authorization: Bearer spt_…``.
+request carries ``Authorization: Bearer spt_…``; ``/healthz`` and ``/readyz`` (the database
+reachable) answer there unauthenticated, and ``--metrics-port`` serves them with ``/metrics``.
 """
 
 from __future__ import annotations
@@ -23,11 +24,22 @@ from mcp.server.mcpserver import MCPServer
 from spectral.api.proxy import ForwardedHeaders, TrustedProxies
 from spectral.api.resources import Resources
 from spectral.api.settings import ApiSettings
-from spectral.cli._common import EXIT_CONFIGURATION, MAX_PORT, fail, listen, settings
+from spectral.cli._common import (
+    EXIT_CONFIGURATION,
+    MAX_PORT,
+    METRICS_HOST_HELP,
+    METRICS_PORT_HELP,
+    fail,
+    listen,
+    serve_health,
+    settings,
+)
 from spectral.cli.api import deployment_topics, resources_for
+from spectral.db.connect import ping
 from spectral.devstack import resolve_endpoints
 from spectral.kafka.topics import group_for
 from spectral.mcp.tools import BearerVerifier, Caller
+from spectral.observability.health import HealthASGI
 from spectral.ops import tools as ops_tools
 from spectral.ops.views import Deployment
 from spectral.plugins import InstalledPlugin, installed_plugins
@@ -89,12 +101,18 @@ def mcp(
     port: Annotated[
         int, typer.Option(help="http: TCP port (the endpoint is /mcp).", min=0, max=MAX_PORT)
     ] = 8765,
+    metrics_port: Annotated[
+        int | None, typer.Option(help=METRICS_PORT_HELP, min=0, max=MAX_PORT)
+    ] = None,
+    metrics_host: Annotated[str | None, typer.Option(help=METRICS_HOST_HELP)] = None,
 ) -> None:
     """Serve the Ops Agent tools over MCP (the features' tools, consumer operations)."""
     current = settings()
     endpoints = resolve_endpoints(current)
     resources = resources_for(current, endpoints, submits_work=False)  # its tools only read
     sock = listen(host, port) if transport is Transport.HTTP else None
+    health = serve_health(current, metrics_port, metrics_host)
+    health.probe("database", lambda: ping(endpoints.database_url))
 
     async def serve() -> None:
         topics = await deployment_topics(current, endpoints.database_url)
@@ -120,7 +138,7 @@ def mcp(
             app = build_mcp(resources, deployments, http_url=url).streamable_http_app(host=host)
             trusted = TrustedProxies(ApiSettings.of(current).forwarded_allow_ips)
             config = uvicorn.Config(
-                ForwardedHeaders(app, trusted=trusted),
+                HealthASGI(ForwardedHeaders(app, trusted=trusted), health),
                 proxy_headers=False,  # believed from SPECTRAL_FORWARDED_ALLOW_IPS only
                 host=host,
                 port=port,

@@ -323,3 +323,78 @@ async def test_forged_and_cross_site_posts_are_refused(site: Site, browser: Brow
     assert detail.status == 200
     assert await page.inner_text("#current-status") == "pending"
     await context.close()
+
+
+AXE = Path(__file__).resolve().parents[2] / "axe" / "node_modules" / "axe-core" / "axe.min.js"
+WIDTHS = {"desktop": (1360, 900), "phone": (390, 844)}
+SERIOUS = ("serious", "critical")
+
+
+async def _axe_violations(page: Page) -> list[str]:
+    """axe-core's serious and critical violations of the page, as 'rule: target' lines."""
+    await page.add_script_tag(path=str(AXE))
+    found: list[dict[str, Any]] = await page.evaluate(
+        "async () => (await axe.run(document, {resultTypes: ['violations']})).violations"
+    )
+    return [
+        f"{v['id']} ({v['impact']}): {[n['target'] for n in v['nodes']][:3]}"
+        for v in found
+        if v["impact"] in SERIOUS
+    ]
+
+
+async def test_every_page_reads_at_desktop_and_phone_width_with_no_serious_axe_violation(
+    site: Site, browser: Browser
+) -> None:
+    """Every page of the console, at 1360 and 390 px: axe-core (run in the same Chromium; the
+    context bypasses the pages' CSP only to inject it) finds no serious or critical violation,
+    and the page never scrolls sideways (wide tables scroll inside their box)."""
+    assert AXE.is_file(), "axe-core is not installed: run `make tooling`"
+    pages = {
+        "login": "/console/login",
+        "inbox": "/console/clusters",
+        "inbox-all": "/console/clusters?status=all",
+        "cluster": f"/console/clusters/{site.clusters[0]}",
+        "consumers": "/console/consumers",
+        "projects": "/console/threads",
+        "threads": f"/console/threads?project={PROJECT}",
+        "thread": f"/console/threads/{site.parent_thread}",
+        "budgets": "/console/budgets",
+        "not-found": "/console/nowhere",
+    }
+    problems: list[str] = []
+    for width_name, (width, height) in WIDTHS.items():
+        context = await browser.new_context(
+            viewport={"width": width, "height": height}, bypass_csp=True
+        )
+        page = await context.new_page()
+        await log_in(page, site, site.operator)
+        for name, path in pages.items():
+            if name == "login":
+                await context.clear_cookies()
+            response = await page.goto(f"{site.url}{path}")
+            assert response is not None
+            expected = 404 if name == "not-found" else 200
+            assert response.status == expected, f"{path}: {response.status}"
+            problems += [f"{width_name} {path}: {v}" for v in await _axe_violations(page)]
+            overflow = await page.evaluate(
+                "document.documentElement.scrollWidth - document.documentElement.clientWidth"
+            )
+            if overflow > 0:
+                problems.append(f"{width_name} {path}: the page scrolls sideways by {overflow}px")
+            if width_name == "phone":
+                await shot(page, f"phone-{name}")
+            if name == "login":
+                await log_in(page, site, site.operator)
+        await context.close()
+    # The 403 page of a reader keeps the navigation too.
+    context = await browser.new_context(viewport={"width": 390, "height": 844}, bypass_csp=True)
+    page = await context.new_page()
+    await log_in(page, site, site.reader)
+    forbidden = await page.goto(f"{site.url}/console/threads")
+    assert forbidden is not None
+    assert forbidden.status == 403
+    assert await page.locator("header nav a").count() >= 3
+    problems += [f"phone 403: {v}" for v in await _axe_violations(page)]
+    await context.close()
+    assert problems == [], "\n".join(problems)
