@@ -33,7 +33,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from datetime import datetime
-from typing import Annotated, Any, Final, Literal, Self, cast, get_args
+from typing import Annotated, Any, Final, Literal, Self, cast
 from uuid import UUID
 
 import msgspec
@@ -53,9 +53,15 @@ from contracts.canonical import (
     snapshot_hash,
     snapshot_hash_prechecked,
 )
-from contracts.envelope import ENVELOPE_FIELDS, EventEnvelope
+from contracts.envelope import EventEnvelope
 from contracts.errors import DecodeError, DecodeReason, describe_validation_errors
-from contracts.fields import PositiveInt, UtcDatetime, Uuid, is_wire_uuid, written_utc
+from contracts.fields import (
+    PositiveInt,
+    UtcDatetime,
+    Uuid,
+    are_wire_uuids,
+    written_instants,
+)
 from contracts.spec import EventSpec
 from contracts.wire import NUL_ESCAPE, find_nul, parse_json_object
 
@@ -186,10 +192,52 @@ class FailureClusterView(msgspec.Struct, frozen=True, gc=False):
     suggested_rule_stub: str | None
 
 
-_ENVELOPE_KEYS: Final = frozenset(ENVELOPE_FIELDS)
-_PAYLOAD_KEYS: Final = frozenset(FailureClusterDetectedPayload.model_fields)
-_REF_KEYS: Final = frozenset(FailureRef.model_fields)
-_SEVERITIES: Final = get_args(Severity)
+_Text = Annotated[str, msgspec.Meta(min_length=1)]
+_Count = Annotated[int, msgspec.Meta(ge=1, le=MAX_SAFE_INTEGER)]
+
+
+class _WrittenRef(msgspec.Struct, forbid_unknown_fields=True, gc=False):
+    """A FailureRef in the form spectral writes (the layouts of its texts checked after)."""
+
+    failure_id: Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_FAILURE_ID_CHARS)]
+    observed_at: str
+    summary: Annotated[str, msgspec.Meta(max_length=MAX_SUMMARY_CHARS)]
+
+
+class _WrittenPayload(msgspec.Struct, forbid_unknown_fields=True, gc=False):
+    """The payload in the form spectral writes: the model's fields and bounds, no other member
+    (``snapshot_hash`` is left to the hash's comparison: a digest equal to the computed one has
+    the pattern's 32 lowercase hex digits)."""
+
+    cluster_id: str
+    snapshot_hash: str
+    rule_id: str
+    workspace_id: str
+    severity: Severity
+    failure_count: _Count
+    first_observed_at: str
+    last_observed_at: str
+    evidence_bundle: Annotated[list[_WrittenRef], msgspec.Meta(max_length=MAX_EVIDENCE_ITEMS)]
+    suggested_rule_stub: Annotated[str, msgspec.Meta(max_length=MAX_RULE_STUB_CHARS)] | None = None
+
+
+class _WrittenRecord(msgspec.Struct, forbid_unknown_fields=True, gc=False):
+    """The envelope in the form spectral writes (ENVELOPE_FIELDS, no other member)."""
+
+    event_id: str
+    event_type: str
+    schema_version: _Count
+    source: _Text
+    target: _Text
+    occurred_at: str
+    idempotency_key: _Text
+    payload: _WrittenPayload
+    correlation_id: str | None = None
+    causation_id: str | None = None
+
+
+_convert: Final = msgspec.convert
+_Invalid: Final = msgspec.ValidationError
 
 
 def _read_view(obj: dict[str, Any], data: bytes, key: bytes | None) -> FailureClusterView | None:
@@ -198,105 +246,51 @@ def _read_view(obj: dict[str, Any], data: bytes, key: bytes | None) -> FailureCl
     decide. Only records in the form spectral writes take this path: no unknown member
     anywhere, every timestamp in the written form, no escaped U+0000 in the text; anything
     else goes the slow way, which also words the refusals. So whatever this accepts, the full
-    decode accepts with the same values (a property test holds the two together)."""
-    payload = obj.get("payload")
-    if type(payload) is not dict or not _envelope_checked(obj, payload, key):
-        return None
-    observed = _payload_checked(payload)
-    if observed is None or (data.find(b"\\") >= 0 and NUL_ESCAPE in data):  # memchr first
-        return None
-    digest = payload["snapshot_hash"]
+    decode accepts with the same values (a property test holds the two together).
+
+    The members' types, bounds and presence are checked by ``msgspec.convert`` in C; the UUIDs'
+    spelling and the timestamps' layout by one regular expression each over all of them."""
     try:
-        actual = snapshot_hash_prechecked(payload)
+        record = _convert(obj, _WrittenRecord)
+    except _Invalid:
+        return None
+    payload = record.payload
+    cluster_id = payload.cluster_id
+    uuids = [record.event_id, cluster_id, payload.rule_id, payload.workspace_id]
+    if record.correlation_id is not None:
+        uuids.append(record.correlation_id)
+    if record.causation_id is not None:
+        uuids.append(record.causation_id)
+    if key != cluster_id.encode() or not are_wire_uuids(uuids):
+        return None
+    stamps = [payload.first_observed_at, payload.last_observed_at, record.occurred_at]
+    stamps += [ref.observed_at for ref in payload.evidence_bundle]
+    instants = written_instants(stamps)
+    if (
+        instants is None
+        or instants[0] > instants[1]
+        or (data.find(b"\\") >= 0 and NUL_ESCAPE in data)  # memchr first
+    ):
+        return None
+    raw = obj["payload"]
+    digest = payload.snapshot_hash
+    try:
+        actual = snapshot_hash_prechecked(raw)
     except CanonicalizationError:  # pragma: no cover - strings and bounded integers only
         return None
-    cluster_id = payload["cluster_id"]
-    if actual != digest or obj["idempotency_key"] != f"{cluster_id}:{digest}":
+    if actual != digest or record.idempotency_key != f"{cluster_id}:{digest}":
         return None
     return FailureClusterView(
         cluster_id,
         digest,
-        payload["rule_id"],
-        payload["workspace_id"],
-        payload["severity"],
-        payload["failure_count"],
-        observed[0],
-        observed[1],
-        payload["evidence_bundle"],
-        payload.get("suggested_rule_stub"),
-    )
-
-
-def _envelope_checked(obj: dict[str, Any], payload: dict[str, Any], key: bytes | None) -> bool:
-    """The envelope's members (no unknown one) and the record key, as the model checks them."""
-    cluster_id = payload.get("cluster_id")
-    correlation_id = obj.get("correlation_id")
-    causation_id = obj.get("causation_id")
-    return (
-        obj.keys() <= _ENVELOPE_KEYS
-        and payload.keys() <= _PAYLOAD_KEYS
-        and is_wire_uuid(cluster_id)
-        and key == cluster_id.encode()  # type: ignore[union-attr]  # is_wire_uuid: a str
-        and is_wire_uuid(obj.get("event_id"))
-        and (correlation_id is None or is_wire_uuid(correlation_id))
-        and (causation_id is None or is_wire_uuid(causation_id))
-        and _text(obj.get("source"))
-        and _text(obj.get("target"))
-        and _text(obj.get("idempotency_key"))
-        and _count(obj.get("schema_version"))
-        and written_utc(obj.get("occurred_at")) is not None
-    )
-
-
-def _payload_checked(payload: dict[str, Any]) -> tuple[datetime, datetime] | None:
-    """``(first_observed_at, last_observed_at)`` of a payload whose members (no unknown one)
-    pass the model's checks, else None. ``snapshot_hash`` is left to the hash's comparison (a
-    digest equal to the computed one has the pattern's 32 lowercase hex digits)."""
-    severity = payload.get("severity")
-    first = written_utc(payload.get("first_observed_at"))
-    last = written_utc(payload.get("last_observed_at"))
-    evidence = payload.get("evidence_bundle")
-    stub = payload.get("suggested_rule_stub")
-    if (
-        is_wire_uuid(payload.get("rule_id"))
-        and is_wire_uuid(payload.get("workspace_id"))
-        and type(severity) is str
-        and severity in _SEVERITIES
-        and _count(payload.get("failure_count"))
-        and first is not None
-        and last is not None
-        and first <= last
-        and type(evidence) is list
-        and len(evidence) <= MAX_EVIDENCE_ITEMS
-        and all(map(_evidence_item, evidence))
-        and (stub is None or (type(stub) is str and len(stub) <= MAX_RULE_STUB_CHARS))
-    ):
-        return first, last
-    return None
-
-
-def _text(value: object) -> bool:
-    """A non-empty string (NonEmptyStr)."""
-    return type(value) is str and value != ""
-
-
-def _count(value: object) -> bool:
-    """An integer from 1 to 2**53 - 1 (PositiveInt; ``true`` is not an integer)."""
-    return type(value) is int and 0 < value <= MAX_SAFE_INTEGER
-
-
-def _evidence_item(item: object) -> bool:
-    """A FailureRef without unknown members."""
-    if type(item) is not dict or len(item) != len(_REF_KEYS) or not item.keys() <= _REF_KEYS:
-        return False
-    failure_id = item["failure_id"]
-    summary = item["summary"]
-    return (
-        type(failure_id) is str
-        and 0 < len(failure_id) <= MAX_FAILURE_ID_CHARS
-        and type(summary) is str
-        and len(summary) <= MAX_SUMMARY_CHARS
-        and written_utc(item["observed_at"]) is not None
+        payload.rule_id,
+        payload.workspace_id,
+        payload.severity,
+        payload.failure_count,
+        instants[0],
+        instants[1],
+        raw["evidence_bundle"],
+        payload.suggested_rule_stub,
     )
 
 

@@ -33,6 +33,8 @@ Text
 
 from __future__ import annotations
 
+import re
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Annotated, Final
 from uuid import UUID
@@ -156,6 +158,37 @@ def is_wire_uuid(value: object) -> bool:
 
 
 _UUID_CHARS: Final = 36
+_UUID_RUN: Final = re.compile(
+    "[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
+    "(?: [0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})*"
+).fullmatch
+_WRITTEN: Final = f"{_YEAR}-[0-9][0-9]-[0-9][0-9]T[0-9][0-9]:[0-9][0-9]:[0-9][0-9][.][0-9]{{6}}Z"
+_WRITTEN_RUN: Final = re.compile(f"{_WRITTEN}(?: {_WRITTEN})*").fullmatch
+_from_iso: Final = datetime.fromisoformat
+
+
+def are_wire_uuids(values: Sequence[str]) -> bool:
+    """Every one of ``values`` (at least one string) is a UUID in its one spelling
+    (:func:`is_wire_uuid`), checked by one match of them joined by spaces: the run matches only
+    if no piece holds a space, and with the length it holds exactly one UUID per piece."""
+    joined = " ".join(values)
+    return len(joined) == len(values) * (_UUID_CHARS + 1) - 1 and _UUID_RUN(joined) is not None
+
+
+def written_instants(values: Sequence[str]) -> list[datetime] | None:
+    """The instants of ``values`` (at least one string) when every one is a timestamp in the
+    written form (:func:`written_utc`), else None: one match of them joined by spaces checks
+    the layouts and the year bound (as :func:`are_wire_uuids` does), ``fromisoformat`` the
+    calendar."""
+    joined = " ".join(values)
+    if len(joined) != len(values) * (_WRITTEN_CHARS + 1) - 1 or _WRITTEN_RUN(joined) is None:
+        return None
+    try:
+        return list(map(_from_iso, values))
+    except ValueError:
+        return None
+
+
 _MIN_YEAR_TEXT: Final = f"{MIN_YEAR:04d}"
 _MAX_YEAR_TEXT: Final = f"{MAX_YEAR:04d}"
 _YEAR_AFTER_MAX_TEXT: Final = f"{MAX_YEAR + 1:04d}"

@@ -31,6 +31,20 @@ class SecurityProtocol(StrEnum):
     SASL_SSL = "SASL_SSL"
 
 
+class KafkaTransport(StrEnum):
+    """The Kafka client library consumers read with and dead letters are produced with."""
+
+    AIOKAFKA = "aiokafka"
+    CONFLUENT = "confluent"
+
+
+class GroupProtocol(StrEnum):
+    """The consumer group protocol of the confluent transport."""
+
+    CLASSIC = "classic"
+    CONSUMER = "consumer"
+
+
 class SaslMechanism(StrEnum):
     PLAIN = "PLAIN"
     SCRAM_SHA_256 = "SCRAM-SHA-256"
@@ -71,6 +85,18 @@ class Settings(BaseSettings):
         "connection and asks again (producers are idempotent: no duplicate). Bounds how long a "
         "frozen broker stalls a process; keep it above the consumer group's 10 s rebalance "
         "timeout.",
+    )
+    kafka_transport: KafkaTransport = Field(
+        default=KafkaTransport.AIOKAFKA,
+        description="The Kafka client consumers read with and produce dead letters with: "
+        "aiokafka (asyncio, the classic group protocol) or confluent (librdkafka, with the "
+        "broker-driven group protocol of Kafka 4: see kafka_group_protocol).",
+    )
+    kafka_group_protocol: GroupProtocol = Field(
+        default=GroupProtocol.CONSUMER,
+        description="The confluent transport's group protocol: consumer (KIP-848: the broker "
+        "moves only the partitions that must move; Kafka 4.0 or later) or classic (the "
+        "cooperative-sticky assignor). aiokafka always speaks classic.",
     )
     database_url: SecretStr | None = Field(
         default=None,

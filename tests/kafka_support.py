@@ -14,7 +14,26 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from contracts import EventEnvelope, FailureRef, failure_cluster_detected_event
 from spectral.kafka.partitions import stop_consumer
+from spectral.settings import GroupProtocol, KafkaTransport
 from tests.events import encode
+
+TRANSPORTS: dict[str, dict[str, Any]] = {
+    "aiokafka": {"kafka_transport": KafkaTransport.AIOKAFKA},
+    "confluent-classic": {
+        "kafka_transport": KafkaTransport.CONFLUENT,
+        "kafka_group_protocol": GroupProtocol.CLASSIC,
+    },
+    "confluent-consumer": {
+        "kafka_transport": KafkaTransport.CONFLUENT,
+        "kafka_group_protocol": GroupProtocol.CONSUMER,
+    },
+}
+"""Every Kafka transport and group protocol a deployment can choose: settings overrides."""
+
+
+def transport_env(name: str) -> dict[str, str]:
+    """``TRANSPORTS[name]`` as the environment of a ``spectral`` process."""
+    return {f"SPECTRAL_{key.upper()}": str(value) for key, value in TRANSPORTS[name].items()}
 
 
 async def partitions_of(bootstrap: str, topic: str) -> list[int]:

@@ -152,6 +152,8 @@ class ClaimRepository:
                 request_tat=_finite(row["request_tat"]),
                 token_tat=_finite(row["token_tat"]),
                 paused_until=_finite(row["paused_until"]),
+                reserve_ratio=row["reserve_ratio"],
+                suspended=row["suspended"],
             )
             for row in await conn.fetch(_SQL["route_states"], models)
         }
@@ -197,6 +199,7 @@ class ClaimRepository:
             [p.limits.completion_price for p in picks],
             token,
             worker,
+            [p.ratio for p in picks],
         )
         claimed = {row["work_item_id"] for row in rows}
         # In the order the plan chose them (fair order), which is the order they run in.

@@ -106,7 +106,8 @@ FROM work.work_items w
 WHERE w.status IN ('claimed', 'running')
 
 -- name: route_states
-SELECT model, request_tat, token_tat, paused_until
+SELECT model, request_tat, token_tat, paused_until, reserve_ratio,
+       suspended_at IS NOT NULL AS suspended
 FROM work.provider_routes
 WHERE model = ANY($1::text[])
 
@@ -117,8 +118,8 @@ WHERE model = ANY($1::text[])
 WITH picked AS (
     SELECT *
     FROM unnest($1::uuid[], $2::text[], $3::bigint[], $4::numeric[], $5::numeric[],
-                $6::numeric[])
-        AS p (work_item_id, model, tokens, cost, prompt_price, completion_price)
+                $6::numeric[], $9::numeric[])
+        AS p (work_item_id, model, tokens, cost, prompt_price, completion_price, ratio)
 ), waiting AS (
     -- Row locks in id order, as every writer of several items takes them (no deadlock with a
     -- cancellation locking the same items).
@@ -141,15 +142,17 @@ WITH picked AS (
     WHERE t.thread_id IN (SELECT thread_id FROM claimed) AND t.status = 'open'
 ), reserved AS (
     INSERT INTO work.spend AS s (work_item_id, attempt, org_id, model, function_key, state,
-                                 reserved_tokens, reserved_cost, prompt_price, completion_price)
+                                 reserved_tokens, reserved_cost, prompt_price, completion_price,
+                                 reserve_ratio)
     SELECT c.work_item_id, c.attempt + 1, c.org_id, p.model, c.function_key, 'reserved',
-           p.tokens, p.cost, p.prompt_price, p.completion_price
+           p.tokens, p.cost, p.prompt_price, p.completion_price, p.ratio
     FROM claimed c
     JOIN picked p ON p.work_item_id = c.work_item_id
     ON CONFLICT (work_item_id, attempt) DO UPDATE
         SET state = 'reserved', model = excluded.model, reserved_tokens = excluded.reserved_tokens,
             reserved_cost = excluded.reserved_cost, prompt_price = excluded.prompt_price,
-            completion_price = excluded.completion_price, reserved_at = now()
+            completion_price = excluded.completion_price, reserve_ratio = excluded.reserve_ratio,
+            reserved_at = now()
         WHERE s.state = 'released'
 )
 SELECT work_item_id FROM claimed ORDER BY work_item_id

@@ -19,6 +19,7 @@ from consumers.work_executor.executor import ExecutorConfig
 from consumers.work_executor.faults import CrashPoint, crashing_store, crashing_synthesizer
 from consumers.work_executor.handler import WorkExecutorHandler
 from consumers.work_executor.metrics import ExecutorMetrics, SpendLabels
+from consumers.work_executor.overruns import OverrunPolicy
 from consumers.work_executor.schedule import Resolve
 from consumers.work_executor.store import Store
 from producers.work.domain.settings import WorkSettings
@@ -68,6 +69,7 @@ def build(
     labels = SpendLabels({*router.routes.values(), *limits.models}, work.work_metric_orgs)
     model = synthesizer or build_synthesizer(settings)
     crash_at = ExecutorFaultHooks.of(settings).work_crash_at
+    overruns = OverrunPolicy.from_settings(settings)
     return WorkExecutorHandler(
         settings,
         database_url,
@@ -81,7 +83,9 @@ def build(
             limits=limits,
         ),
         resolve=route_resolver(router),
-        store=Store.over if crash_at is None else partial(crashing_store, crash_at),
+        store=partial(Store.over, overruns=overruns)
+        if crash_at is None
+        else partial(crashing_store, crash_at, overruns=overruns),
     )
 
 

@@ -53,7 +53,6 @@ from consumers.work_executor.transitions import (
     Requeue,
     ResponseRecord,
     RetryRelease,
-    Settlement,
     SpendOutcome,
 )
 from producers.work.domain.documents import StoredDocument
@@ -526,11 +525,32 @@ class WorkExecutor:
     async def _write_responses(self, responses: Sequence[ResponseRecord]) -> None:
         """Record paid answers and settle their spend (one transaction), then count it."""
         written = await self._transitions.write(BatchWrite(responses=responses))
-        self._spent(written.settled)
+        self._spent(written)
 
-    def _spent(self, settled: Sequence[Settlement]) -> None:
-        for one in settled:
+    def _spent(self, written: BatchWritten) -> None:
+        for one in written.settled:
             self._metrics.spent(one.model, one.function_key, one.org_id, one.tokens, one.cost)
+            if one.overrun is not None:
+                self._metrics.overran(one.model, one.overrun.tokens, one.overrun.cost)
+                log.warning(
+                    "provider overrun: billed beyond the call's reservation",
+                    work_item_id=str(one.work_item_id),
+                    attempt=one.attempt,
+                    model=one.model,
+                    tokens=one.tokens,
+                    overrun_tokens=one.overrun.tokens,
+                    overrun_cost=str(one.overrun.cost),
+                    ratio=str(round(one.overrun.ratio, 3)),
+                )
+        for route in written.routes:
+            log.warning(
+                "model route suspended after a provider overrun: resume it with `spectral work "
+                "routes resume`"
+                if route.suspended
+                else "model route's reservations raised after a provider overrun",
+                model=route.model,
+                reserve_ratio=str(round(route.reserve_ratio, 3)),
+            )
 
     async def _write_responses_patiently(self, responses: Sequence[ResponseRecord]) -> None:
         await self._patiently("record paid responses", lambda: self._write_responses(responses))

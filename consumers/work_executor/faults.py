@@ -23,6 +23,7 @@ from uuid import UUID
 
 import asyncpg
 
+from consumers.work_executor.overruns import OverrunPolicy
 from consumers.work_executor.parents import ParentSettlement
 from consumers.work_executor.reads import ExecutorReads, LoadedBatch
 from consumers.work_executor.store import Store
@@ -59,8 +60,14 @@ class _KillingReads(ExecutorReads):
 
 
 class _KillingTransitions(Transitions):
-    def __init__(self, pool: asyncpg.Pool, functions: Functions, point: CrashPoint) -> None:
-        super().__init__(pool, functions)
+    def __init__(
+        self,
+        pool: asyncpg.Pool,
+        functions: Functions,
+        point: CrashPoint,
+        overruns: OverrunPolicy | None = None,
+    ) -> None:
+        super().__init__(pool, functions, overruns)
         self._point = point
 
     async def write(self, batch: BatchWrite) -> BatchWritten:
@@ -88,11 +95,16 @@ class _KillingSynthesizer:
             await closer()
 
 
-def crashing_store(point: CrashPoint, pool: asyncpg.Pool, functions: Functions) -> Store:
+def crashing_store(
+    point: CrashPoint,
+    pool: asyncpg.Pool,
+    functions: Functions,
+    overruns: OverrunPolicy | None = None,
+) -> Store:
     """The executor's store, killing the process at ``point``."""
     return Store(
         _KillingReads(pool, point),
-        _KillingTransitions(pool, functions, point),
+        _KillingTransitions(pool, functions, point, overruns),
         ParentSettlement(pool),
     )
 

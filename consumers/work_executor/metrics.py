@@ -18,7 +18,9 @@ configured model routes, else ``other``/``none``; ``function`` a known function 
 ``other``; ``org`` one of ``SPECTRAL_WORK_METRIC_ORGS``, else one of 16 hash buckets
 ``bucket-00``..``bucket-15``, ``none`` without an org), ``work_provider_waits_total{model,
 reason}`` (claims that left work waiting because a route had no capacity: concurrency,
-requests_per_minute, tokens_per_minute, paused), ``work_rate_limited_total{model}`` (429s),
+requests_per_minute, tokens_per_minute, paused, suspended), ``work_rate_limited_total{model}``
+(429s), ``work_usage_overruns_total``, ``work_usage_overrun_tokens_total`` and
+``work_usage_overrun_cost_total`` ``{model}`` (provider overruns: overruns.py),
 ``work_canceled_items_total`` and ``work_parked_items`` (refreshed by the sweep).
 
 Reasons follow ADR-0008's list where it applies here: ``set_org_id`` has no counterpart (no
@@ -186,6 +188,26 @@ class ExecutorMetrics:
             ["model"],
             registry=registry,
         )
+        self.overruns = Counter(
+            "work_usage_overruns",
+            "Paid calls a provider billed above their reservation (a provider overrun: usage "
+            "beyond the completion bound it was sent, or tokens it counts that were not "
+            "reserved).",
+            ["model"],
+            registry=registry,
+        )
+        self.overrun_tokens = Counter(
+            "work_usage_overrun_tokens",
+            "Tokens providers billed beyond the reservations of their calls.",
+            ["model"],
+            registry=registry,
+        )
+        self.overrun_cost = Counter(
+            "work_usage_overrun_cost",
+            "Cost providers billed beyond the reservations of their calls.",
+            ["model"],
+            registry=registry,
+        )
         self.canceled = Counter(
             "work_canceled_items",
             "Work items this executor ended canceled (their cancellation was asked for while "
@@ -194,6 +216,9 @@ class ExecutorMetrics:
         )
         for model in (*self.labels.models, "other", "none"):
             self.rate_limited.labels(model)
+            self.overruns.labels(model)
+            self.overrun_tokens.labels(model)
+            self.overrun_cost.labels(model)
             for blocked in Blocked:
                 self.provider_waits.labels(model, blocked.value)
         for event in JournalEvent:
@@ -231,6 +256,12 @@ class ExecutorMetrics:
         )
         self.tokens.labels(*labels).inc(max(tokens, 0))
         self.cost.labels(*labels).inc(float(max(cost, Decimal(0))))
+
+    def overran(self, model: str | None, tokens: int, cost: Decimal) -> None:
+        label = self.labels.model(model)
+        self.overruns.labels(label).inc()
+        self.overrun_tokens.labels(label).inc(tokens)
+        self.overrun_cost.labels(label).inc(float(cost))
 
     def provider_wait(self, model: str, reason: Blocked) -> None:
         self.provider_waits.labels(self.labels.model(model), reason.value).inc()

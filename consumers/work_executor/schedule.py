@@ -16,8 +16,15 @@ A claim (claims.py) reads the situation under the scheduler's lock and asks ``pl
   a pause a gateway asked for with 429 + Retry-After. An item whose route has no capacity is not
   claimed: it keeps waiting, unleased and unpaid — waiting for capacity is never an attempt.
   ``retry_in`` says when a rate-limited route has room again.
-* **Budgets per org.** An item is claimed only if its reservation — an upper bound of its call's
-  tokens and cost — fits what is left of its org's budget for the period. When it does not, and
+* **Budgets per org: a hard cap on what is admitted.** An item is claimed only if its
+  reservation — its call's worst case (the prompt's tokens as counted plus the completion bound,
+  priced) times its route's reserve ratio — fits what is left of its org's budget for the
+  period: settled spend plus outstanding reservations plus this one never pass a limit. A
+  provider that bills a call more than it was allowed (a *provider overrun*: it ignored
+  ``max_tokens``, counted reasoning or cached tokens) is recorded as billed when it settles and
+  fed back to its route (transitions.py): the route's reserve ratio rises to what it really
+  bills, or the route is *suspended* (no call starts: ``Blocked.SUSPENDED``) until an operator
+  resumes it. When an item does not fit, and
   nothing of the org is outstanding (every reservation settled, so nothing can free room), the
   org's waiting items are *parked*; while reservations are outstanding they just wait, since
   settling (actual usage is at most the reservation) may make room.
@@ -26,6 +33,7 @@ A claim (claims.py) reads the situation under the scheduler's lock and asks ``pl
 from __future__ import annotations
 
 import heapq
+import math
 from collections import defaultdict, deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -53,6 +61,7 @@ class Blocked(StrEnum):
     REQUESTS = "requests_per_minute"
     TOKENS = "tokens_per_minute"
     PAUSED = "paused"
+    SUSPENDED = "suspended"  # a provider overran its reservations: an operator resumes it
 
 
 @dataclass(frozen=True)
@@ -76,6 +85,11 @@ class RouteState:
     request_tat: datetime | None = None
     token_tat: datetime | None = None
     paused_until: datetime | None = None
+    reserve_ratio: Decimal = Decimal(1)
+    """Reservations of the route are their worst case times this (>= 1): raised after the
+    provider billed more than a call was allowed (a provider overrun)."""
+    suspended: bool = False
+    """No new call of the route starts (a provider overrun, by policy): an operator resumes it."""
 
 
 @dataclass(frozen=True)
@@ -114,6 +128,8 @@ class Pick:
     tokens: int
     cost: Decimal
     limits: RouteLimits
+    ratio: Decimal = Decimal(1)
+    """The route's reserve ratio the reservation was made with."""
 
     @property
     def attempt(self) -> int:
@@ -133,11 +149,15 @@ class ClaimPlan:
     """Seconds until a route blocked by a rate or a pause has room again (None: no such wait)."""
 
 
-def reservation(candidate: Candidate, limits: RouteLimits) -> tuple[int, Decimal]:
-    """What to reserve for ``candidate``'s call: its tokens and cost, at most."""
+def reservation(
+    candidate: Candidate, limits: RouteLimits, ratio: Decimal = Decimal(1)
+) -> tuple[int, Decimal]:
+    """What to reserve for ``candidate``'s call: its worst case — the prompt's tokens as
+    counted plus the completion bound, priced — times the route's reserve ratio."""
     prompt = prompt_tokens_bound(candidate.prompt_bytes)
     completion = limits.max_tokens or DEFAULT_COMPLETION_TOKENS
-    return prompt + completion, limits.cost(prompt, completion)
+    tokens = math.ceil(Decimal(prompt + completion) * ratio)
+    return tokens, limits.cost(prompt, completion) * ratio
 
 
 class _Route:
@@ -149,6 +169,7 @@ class _Route:
         self.request_tat = state.request_tat
         self.token_tat = state.token_tat
         self.paused_until = state.paused_until
+        self.suspended = state.suspended
         self.now = now
         self.changed = False
 
@@ -159,6 +180,8 @@ class _Route:
     def check(self, tokens: int) -> tuple[Blocked | None, float | None]:
         """Why a call of ``tokens`` cannot start now (and in how many seconds it could)."""
         limits = self.limits
+        if self.suspended:
+            return Blocked.SUSPENDED, None
         if self.paused_until is not None and self.paused_until > self.now:
             return Blocked.PAUSED, (self.paused_until - self.now).total_seconds()
         if limits.concurrency is not None and self.in_flight >= limits.concurrency:
@@ -207,7 +230,8 @@ def plan_claim(situation: Situation) -> ClaimPlan:  # noqa: C901, PLR0912, PLR09
         candidate = queue.popleft()
         model = situation.resolve(candidate.function_key, candidate.org_id)
         limits = situation.limits.for_model(model)
-        tokens, cost = reservation(candidate, limits)
+        ratio = _ratio(situation, model)
+        tokens, cost = reservation(candidate, limits, ratio)
         org = candidate.org_id
         budget = spent.get(org) if org is not None else None
         if org is not None and budget is not None and not budget.fits(tokens, cost):
@@ -232,7 +256,7 @@ def plan_claim(situation: Situation) -> ClaimPlan:  # noqa: C901, PLR0912, PLR09
             if queue:  # another of its items may go to a route with room
                 heapq.heappush(heap, (in_flight.get(tenant, 0), queue[0].rank_at, tenant))
             continue
-        plan.picks.append(Pick(candidate, model, tokens, cost, limits))
+        plan.picks.append(Pick(candidate, model, tokens, cost, limits, ratio))
         in_flight[tenant] = in_flight.get(tenant, 0) + 1
         if budget is not None and org is not None:
             spent[org] = BudgetState(
@@ -252,6 +276,11 @@ def plan_claim(situation: Situation) -> ClaimPlan:  # noqa: C901, PLR0912, PLR09
     for org in waiting_orgs:
         plan.park.pop(org, None)
     return plan
+
+
+def _ratio(situation: Situation, model: str | None) -> Decimal:
+    state = situation.routes.get(model) if model is not None else None
+    return max(state.reserve_ratio, Decimal(1)) if state is not None else Decimal(1)
 
 
 def _park_reason(org: str, budget: BudgetState, tokens: int, cost: Decimal) -> str:

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 import asyncpg
 
+from consumers.work_executor.overruns import OverrunPolicy
 from consumers.work_executor.parents import ParentSettlement
 from consumers.work_executor.reads import ExecutorReads
 from consumers.work_executor.transitions import Transitions
@@ -20,5 +21,9 @@ class Store:
     parents: ParentSettlement
 
     @classmethod
-    def over(cls, pool: asyncpg.Pool, functions: Functions) -> Store:
-        return cls(ExecutorReads(pool), Transitions(pool, functions), ParentSettlement(pool))
+    def over(
+        cls, pool: asyncpg.Pool, functions: Functions, overruns: OverrunPolicy | None = None
+    ) -> Store:
+        return cls(
+            ExecutorReads(pool), Transitions(pool, functions, overruns), ParentSettlement(pool)
+        )

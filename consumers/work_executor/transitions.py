@@ -36,6 +36,7 @@ from uuid import UUID
 import asyncpg
 
 from consumers.work_executor.mutations import MutationApplied, MutationPlan, plan_mutations
+from consumers.work_executor.overruns import Overrun, OverrunPolicy, overrun_of
 from consumers.work_executor.reads import LoadedItem
 from producers.work.domain import events, ledger
 from producers.work.domain.functions import Functions, Mutation
@@ -187,6 +188,17 @@ class Settlement:
     cost: Decimal
     prompt_tokens: int | None
     completion_tokens: int | None
+    overrun: Overrun | None = None
+    """What the provider billed beyond the reservation (a provider overrun), if anything."""
+
+
+@dataclass(frozen=True)
+class RouteFeedback:
+    """A route's state after the overruns of a write were fed back to it."""
+
+    model: str
+    reserve_ratio: Decimal
+    suspended: bool
 
 
 @dataclass(frozen=True)
@@ -218,6 +230,8 @@ class BatchWritten:
     lost: set[UUID] = field(default_factory=set)
     """Items whose lease was lost: nothing of theirs was written (but responses)."""
     settled: list[Settlement] = field(default_factory=list)
+    routes: list[RouteFeedback] = field(default_factory=list)
+    """Routes whose provider overran a reservation settled by this write, as they are now."""
 
     def merge(self, other: BatchWritten) -> None:
         self.started |= other.started
@@ -229,6 +243,7 @@ class BatchWritten:
         self.requeued |= other.requeued
         self.lost |= other.lost
         self.settled.extend(other.settled)
+        self.routes.extend(other.routes)
 
 
 @dataclass
@@ -253,9 +268,12 @@ class Transitions:
     """The transitions of leased items: ``write`` (one transaction per call) and the stale-lease
     recovery."""
 
-    def __init__(self, pool: asyncpg.Pool, functions: Functions) -> None:
+    def __init__(
+        self, pool: asyncpg.Pool, functions: Functions, overruns: OverrunPolicy | None = None
+    ) -> None:
         self._pool = pool
         self._functions = functions
+        self._overruns = overruns or OverrunPolicy()
 
     # -- claims (ADR-0023 lease) ----------------------------------------------------------------
 
@@ -342,7 +360,7 @@ class Transitions:
             [u[0] for u in usage],
             [u[1] for u in usage],
         )
-        done.settled.extend(
+        settled = [
             Settlement(
                 work_item_id=row["work_item_id"],
                 attempt=row["attempt"],
@@ -353,9 +371,32 @@ class Transitions:
                 cost=row["cost"],
                 prompt_tokens=row["prompt_tokens"],
                 completion_tokens=row["completion_tokens"],
+                overrun=overrun_of(
+                    tokens=row["tokens"],
+                    cost=row["cost"],
+                    reserved_tokens=row["reserved_tokens"],
+                    reserved_cost=row["reserved_cost"],
+                    reserve_ratio=row["reserve_ratio"],
+                ),
             )
             for row in rows
-        )
+        ]
+        done.settled.extend(settled)
+        overran = [(s.model, s.overrun) for s in settled if s.model and s.overrun]
+        if overran:
+            policy = self._overruns
+            fed = await conn.fetch(
+                _SQL["feed_back_overruns"],
+                [model for model, _ in overran],
+                [o.ratio for _, o in overran],
+                [o.tokens for _, o in overran],
+                [o.cost for _, o in overran],
+                policy.suspend,
+                policy.max_ratio,
+            )
+            done.routes.extend(
+                RouteFeedback(r["model"], r["reserve_ratio"], r["suspended"]) for r in fed
+            )
 
     async def _diverted(
         self, conn: Conn, diverted: Sequence[CancelEnd], done: BatchWritten

@@ -187,7 +187,38 @@ FROM unnest($1::uuid[], $2::integer[], $3::bigint[], $4::bigint[])
 WHERE s.work_item_id = u.work_item_id AND s.attempt = u.attempt
   AND s.state IN ('reserved', 'unknown')
 RETURNING s.work_item_id, s.attempt, s.org_id, s.model, s.function_key, s.tokens, s.cost,
-          s.reserved_tokens, u.prompt_tokens, u.completion_tokens
+          s.reserved_tokens, s.reserved_cost, s.reserve_ratio, u.prompt_tokens,
+          u.completion_tokens
+
+-- name: feed_back_overruns
+-- Provider overruns of the attempts just settled (usage billed above the reservation: the
+-- spend rows keep it as billed), per route: $1 model, $2 the billed/worst-case ratio, $3 the
+-- tokens and $4 the cost billed beyond the reservation. The route counts them, and its
+-- reservations rise to the largest ratio it has shown, at most $6 — unless the policy suspends
+-- it ($5) or it billed more than $6 times its worst case: then it is suspended (no new call
+-- until an operator resumes it). A suspended route stays suspended with its first reason.
+INSERT INTO work.provider_routes AS r (model, reserve_ratio, overruns, overrun_tokens,
+                                       overrun_cost, suspended_at, suspend_reason)
+SELECT o.model, least(greatest(max(o.ratio), 1), $6::numeric), count(*), sum(o.tokens),
+       sum(o.cost),
+       CASE WHEN $5::boolean OR max(o.ratio) > $6::numeric THEN now() END,
+       CASE WHEN $5::boolean OR max(o.ratio) > $6::numeric
+            THEN 'provider overrun: billed ' || round(max(o.ratio), 2)
+                 || ' times the worst case of a call (' || sum(o.tokens)
+                 || ' tokens beyond its reservations)'
+       END
+FROM unnest($1::text[], $2::numeric[], $3::bigint[], $4::numeric[])
+    AS o (model, ratio, tokens, cost)
+GROUP BY o.model
+ON CONFLICT (model) DO UPDATE
+    SET reserve_ratio = greatest(r.reserve_ratio, excluded.reserve_ratio),
+        overruns = r.overruns + excluded.overruns,
+        overrun_tokens = r.overrun_tokens + excluded.overrun_tokens,
+        overrun_cost = r.overrun_cost + excluded.overrun_cost,
+        suspend_reason = coalesce(r.suspend_reason, excluded.suspend_reason),
+        suspended_at = coalesce(r.suspended_at, excluded.suspended_at),
+        updated_at = now()
+RETURNING r.model, r.reserve_ratio, r.suspended_at IS NOT NULL AS suspended
 
 -- name: pause_route
 -- A gateway answered 429: no call of the model starts before its Retry-After has passed.

@@ -29,6 +29,7 @@ from producers.work.domain.history import reconstruct
 from producers.work.domain.model import Priority
 from producers.work.domain.read import WorkReader
 from producers.work.domain.settings import WorkSettings
+from producers.work.routes import RouteView, UnknownRouteError, list_routes, resume_route
 from producers.work.schemas import (
     BudgetChangeOut,
     BudgetOut,
@@ -51,6 +52,12 @@ budget_app = typer.Typer(
     no_args_is_help=True,
 )
 app.add_typer(budget_app, name="budget")
+routes_app = typer.Typer(
+    help="Model routes: provider overruns (usage billed above a call's reservation), raised "
+    "reservations, suspension.",
+    no_args_is_help=True,
+)
+app.add_typer(routes_app, name="routes")
 
 PRODUCER = "spectral_producer"
 OPERATOR = "spectral_operator"
@@ -380,3 +387,71 @@ def list_threads(
         return
     for b in briefs:
         typer.echo(f"{b.thread_id} {b.status:<9} {b.kind:<20} {json.dumps(b.target_ref)}")
+
+
+def _route_line(route: RouteView) -> str:
+    state = (
+        f"SUSPENDED since {route.suspended_at.isoformat()}: {route.suspend_reason}"
+        if (route.suspended_at is not None)
+        else "taking calls"
+    )
+    return (
+        f"{route.model}: reservations x{route.reserve_ratio.normalize():f}; "
+        f"{route.overruns} overrun(s), {route.overrun_tokens:,} tokens / "
+        f"{route.overrun_cost.normalize():f} cost billed beyond reservations; {state}"
+    )
+
+
+def _route_json(route: RouteView) -> dict[str, Any]:
+    return {
+        "model": route.model,
+        "reserve_ratio": str(route.reserve_ratio),
+        "overruns": route.overruns,
+        "overrun_tokens": route.overrun_tokens,
+        "overrun_cost": str(route.overrun_cost),
+        "suspended_at": route.suspended_at.isoformat() if route.suspended_at else None,
+        "suspend_reason": route.suspend_reason,
+    }
+
+
+@routes_app.command("list")
+def routes_list(
+    as_json: Annotated[bool, typer.Option("--json", help="Print as JSON.")] = False,
+) -> None:
+    """The model routes called so far: overruns, reserve ratio, suspension."""
+    routes = _with_pool(OPERATOR, list_routes)
+    if as_json:
+        _print_json([_route_json(r) for r in routes])
+        return
+    for route in routes:
+        typer.echo(_route_line(route))
+    if not routes:
+        typer.echo("no model route has been called yet")
+
+
+@routes_app.command("resume")
+def routes_resume(
+    model: Annotated[str, typer.Argument(help="The model route to resume.")],
+    reset_ratio: Annotated[
+        bool,
+        typer.Option(
+            "--reset-ratio",
+            help="Also lower its reservations back to the worst case (ratio 1): only once the "
+            "provider bills within the bound again.",
+        ),
+    ] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print as JSON.")] = False,
+) -> None:
+    """Lift a model route's suspension after a provider overrun: its calls start again."""
+
+    async def go(pool: Any) -> RouteView:
+        try:
+            return await resume_route(pool, model, reset_ratio=reset_ratio)
+        except UnknownRouteError:
+            fail(f"no model route {model!r} is known")
+
+    route = _with_pool(PRODUCER, go)
+    if as_json:
+        _print_json(_route_json(route))
+        return
+    typer.echo(_route_line(route))

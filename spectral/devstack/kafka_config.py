@@ -34,6 +34,15 @@ _TUNING: tuple[tuple[str, str], ...] = (
     ("group.initial.rebalance.delay.ms", "0"),
     # Lets fault tests use short consumer session timeouts (the broker default floor is 6 s).
     ("group.min.session.timeout.ms", "1000"),
+    # Both consumer group protocols: classic, and KIP-848's (the confluent transport's
+    # SPECTRAL_KAFKA_GROUP_PROTOCOL=consumer), whose session the broker holds: 10 s as the
+    # classic one's (its default is 45 s), heartbeats each second (how soon a member learns
+    # of a new assignment).
+    ("group.coordinator.rebalance.protocols", "classic,consumer"),
+    ("group.consumer.min.session.timeout.ms", "1000"),
+    ("group.consumer.session.timeout.ms", "10000"),
+    ("group.consumer.min.heartbeat.interval.ms", "500"),
+    ("group.consumer.heartbeat.interval.ms", "1000"),
     # After a SIGKILL the restarted broker may register only once the old incarnation's session
     # has expired; 4 s instead of 9 s makes a crash-restart in fault tests take ~5 s, not ~13 s.
     # In a cluster it is also how long a frozen or killed broker keeps its partitions before

@@ -20,7 +20,7 @@ from spectral.kafka.transport import (
     Transport,
     UnreadableRecordsError,
 )
-from spectral.settings import Settings
+from spectral.settings import KafkaTransport, Settings
 
 __all__ = [
     "FetchOptions",
@@ -36,5 +36,10 @@ __all__ = [
 
 
 def configured_transport(settings: Settings, bootstrap: str) -> Transport:
-    """The transport of the settings on the cluster ``bootstrap``."""
+    """The transport of the settings (``SPECTRAL_KAFKA_TRANSPORT``) on the cluster
+    ``bootstrap``."""
+    if settings.kafka_transport is KafkaTransport.CONFLUENT:
+        from spectral.kafka.confluent import ConfluentTransport  # noqa: PLC0415 - librdkafka only when chosen
+
+        return ConfluentTransport(settings, bootstrap)
     return AiokafkaTransport(settings, bootstrap)

@@ -5,6 +5,7 @@ journal. Declared in plugin.py; read with ``WorkSettings.of(settings)``."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field
 
@@ -14,6 +15,18 @@ from spectral.settings import PluginSettings
 class WorkSettings(PluginSettings):
     """What the work commands and the work executor read."""
 
+    work_overrun_policy: Literal["raise", "suspend"] = Field(
+        default="raise",
+        description="What a provider overrun (usage billed above its call's reservation) does "
+        "to its model route: 'raise' its reservations to the largest billed/worst-case ratio "
+        "it has shown, or 'suspend' it until an operator resumes it (`spectral work routes`).",
+    )
+    work_overrun_max_ratio: float = Field(
+        default=10.0,
+        ge=1,
+        description="The largest reserve ratio 'raise' goes to: a route billing more than this "
+        "many times its worst case is suspended whatever the policy.",
+    )
     work_max_attempts: int = Field(
         default=3, ge=1, description="Paid calls per work item, at most."
     )

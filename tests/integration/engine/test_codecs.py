@@ -22,7 +22,7 @@ from spectral.kafka.topics import dlq_topic, topic_for
 from spectral.settings import Settings
 from tests.events import encode
 from tests.integration.engine.test_hostile_records import KeysHandler
-from tests.kafka_support import cluster_event, create_topics, read_all
+from tests.kafka_support import TRANSPORTS, cluster_event, create_topics, read_all
 
 pytestmark = pytest.mark.integration
 
@@ -77,9 +77,14 @@ def _java(bootstrap: str, topic: str, codec: str, tmp_path: Path) -> list[str]:
     return [e.idempotency_key for e in events]
 
 
+@pytest.mark.parametrize("transport", sorted(TRANSPORTS))
 async def test_batches_of_every_codec_from_two_clients_are_applied(
-    settings: Settings, kafka_bootstrap: str, tmp_path: Path
+    settings: Settings,
+    kafka_bootstrap: str,
+    tmp_path: Path,
+    transport: str,
 ) -> None:
+    settings = settings.replace(**TRANSPORTS[transport])
     topic = topic_for(FAILURE_CLUSTER_DETECTED, settings.topic_prefix)
     await create_topics(kafka_bootstrap, [topic, dlq_topic(topic)], partitions=2)
     expected: list[str] = []

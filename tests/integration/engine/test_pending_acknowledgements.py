@@ -36,6 +36,7 @@ from tests.integration.engine.test_engine import (  # the same handler and effec
     effects_table,  # noqa: F401 - a fixture, used by name
 )
 from tests.kafka_support import (
+    TRANSPORTS,
     cluster_event,
     committed_offsets,
     create_topics,
@@ -209,14 +210,18 @@ async def _exactly_once(database_url: str, keys: Collection[str]) -> None:
     assert set(effects.values()) == {1}
 
 
+@pytest.mark.parametrize("transport", sorted(TRANSPORTS))
 async def test_a_revocation_while_a_committed_batch_awaits_its_offsets(
-    settings: Settings, kafka_bootstrap: str, database_url: str
+    settings: Settings, kafka_bootstrap: str, database_url: str, transport: str
 ) -> None:
     """Member A's first offset commit is held until a later batch of A committed in the
     database and a second member B joined: A's revocation starts while two committed batches
     wait for their acknowledgement. A must commit their offsets before it lets the partitions
     go, commit nothing for a partition it no longer owns, and drop what it fetched before;
-    B reads from there: every record applied exactly once, the group's offsets at the end."""
+    B reads from there: every record applied exactly once, the group's offsets at the end. On
+    each transport: librdkafka runs its revocation inside the fetch, and the offsets are
+    committed from inside it."""
+    settings = settings.replace(**TRANSPORTS[transport])
     topic, keys = await _topic(settings, kafka_bootstrap, 16 * BATCH, partitions=4)
     group = Group()
     conn = await asyncpg.connect(database_url)
@@ -255,12 +260,14 @@ async def _handled_more(conn: asyncpg.Connection, than: int) -> bool:
     return await _handled(conn) >= than
 
 
+@pytest.mark.parametrize("transport", sorted(TRANSPORTS))
 async def test_a_graceful_stop_acknowledges_every_committed_batch(
-    settings: Settings, kafka_bootstrap: str, database_url: str
+    settings: Settings, kafka_bootstrap: str, database_url: str, transport: str
 ) -> None:
     """``stop()`` while batch N's offset commit is held and batch N+1 committed in the
     database behind it: the run returns normally with both acknowledged (the offset committed
     covers every record the database committed), then a second run finishes the topic."""
+    settings = settings.replace(**TRANSPORTS[transport])
     topic, keys = await _topic(settings, kafka_bootstrap, 6 * BATCH)
     group = Group()
     hook = Member(database_url, group, hold=lambda _offsets: True)

@@ -1,5 +1,5 @@
 """The engine's seams pass their contract suites (tests/seams): each dead-letter sink on each
-transport, and each lender of connections."""
+transport (aiokafka, confluent, the in-memory broker), and each lender of connections."""
 
 from __future__ import annotations
 
@@ -12,13 +12,13 @@ from prometheus_client import CollectorRegistry
 from spectral.dlq.records import DeadLetterRecord
 from spectral.engine.dead_letters import DeadLetterSink, KafkaDeadLetters, ReportedDeadLetters
 from spectral.engine.metrics import ConsumerMetrics
+from spectral.engine.source import configured_transport
 from spectral.engine.transaction import BorrowedConnection, PoolConnections
-from spectral.kafka.aiokafka_source import AiokafkaTransport
 from spectral.kafka.memory import MemoryBroker, MemoryTransport
 from spectral.kafka.topics import dlq_topic
 from spectral.kafka.transport import Transport
 from spectral.settings import Settings
-from tests.kafka_support import create_topics, read_all
+from tests.kafka_support import TRANSPORTS, create_topics, read_all
 from tests.seams.connections import ConnectionsContract, LenderWorld
 from tests.seams.dead_letter_sink import DeadLetterSinkContract, Form, SinkWorld
 from tests.support import unique_name
@@ -65,9 +65,9 @@ class _TransportSinks(SinkWorld):
         return kept
 
 
-class _AiokafkaSinks(_TransportSinks):
+class _KafkaSinks(_TransportSinks):
     def __init__(self, settings: Settings, bootstrap: str, pool: asyncpg.Pool) -> None:
-        super().__init__(AiokafkaTransport(settings, bootstrap), pool, settings.topic_prefix)
+        super().__init__(configured_transport(settings, bootstrap), pool, settings.topic_prefix)
         self.bootstrap = bootstrap
 
     async def source_topic(self, *, dlq_max_bytes: int | None = None) -> str:
@@ -130,10 +130,18 @@ async def pool(database_url: str) -> AsyncIterator[asyncpg.Pool]:
         await pool.close()
 
 
-class TestKafkaDeadLettersOnAiokafka(DeadLetterSinkContract):
-    @pytest.fixture
-    def world(self, settings: Settings, kafka_bootstrap: str, pool: asyncpg.Pool) -> SinkWorld:
-        return _AiokafkaSinks(settings, kafka_bootstrap, pool)
+class TestKafkaDeadLetters(DeadLetterSinkContract):
+    """On each transport: the sender differs, the topic and the table are the same."""
+
+    @pytest.fixture(params=sorted(TRANSPORTS))
+    def world(
+        self,
+        request: pytest.FixtureRequest,
+        settings: Settings,
+        kafka_bootstrap: str,
+        pool: asyncpg.Pool,
+    ) -> SinkWorld:
+        return _KafkaSinks(settings.replace(**TRANSPORTS[request.param]), kafka_bootstrap, pool)
 
 
 class TestKafkaDeadLettersOnMemory(DeadLetterSinkContract):

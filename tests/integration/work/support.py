@@ -8,7 +8,7 @@ import re
 import sys
 import time
 from collections import Counter
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -22,7 +22,9 @@ from consumers.work_executor.executor import ExecutorConfig
 from consumers.work_executor.handler import WorkExecutorHandler
 from consumers.work_executor.metrics import ExecutorMetrics
 from consumers.work_executor.schedule import Resolve
+from consumers.work_executor.store import Store
 from producers.work.commands import WorkCommands
+from producers.work.domain.functions import Functions
 from producers.work.domain.history import History, reconstruct
 from producers.work.domain.read import WorkReader
 from spectral.db.connect import create_pool
@@ -170,6 +172,7 @@ async def executor(
     registry: CollectorRegistry | None = None,
     limits: ProviderLimits | None = None,
     resolve: Resolve | None = None,
+    store: Callable[[asyncpg.Pool, Functions], Store] = Store.over,
 ) -> AsyncIterator[WorkExecutorHandler]:
     handler = WorkExecutorHandler(
         settings,
@@ -182,6 +185,7 @@ async def executor(
             limits=limits or ProviderLimits(),
         ),
         resolve=resolve,
+        store=store,
     )
     try:
         yield handler

@@ -13,7 +13,7 @@ from __future__ import annotations
 import copy
 import json
 import re
-from datetime import UTC
+from datetime import UTC, datetime
 from types import SimpleNamespace
 from typing import Any
 
@@ -25,8 +25,22 @@ from hypothesis import strategies as st
 from pydantic import TypeAdapter, ValidationError
 
 from contracts import DecodeError, EventEnvelope, UtcDatetime, canonical_json, parse_utc
-from contracts.failure_cluster import FailureClusterView
-from contracts.fields import UUID_PATTERN, is_wire_uuid, written_utc
+from contracts.envelope import ENVELOPE_FIELDS
+from contracts.failure_cluster import (
+    FailureClusterDetectedPayload,
+    FailureClusterView,
+    FailureRef,
+    _WrittenPayload,
+    _WrittenRecord,
+    _WrittenRef,
+)
+from contracts.fields import (
+    UUID_PATTERN,
+    are_wire_uuids,
+    is_wire_uuid,
+    written_instants,
+    written_utc,
+)
 from spectral.engine.decode import RecordDecoder
 from spectral.engine.handler import Delivery
 from tests.events import EVENTS, decode, decode_record, encode, spec_for
@@ -269,3 +283,43 @@ def test_a_written_timestamp_reads_as_the_field_reads_it(text: str) -> None:
 
 
 _TIMESTAMP = TypeAdapter(UtcDatetime)
+
+
+def _joins(pieces: st.SearchStrategy[str]) -> st.SearchStrategy[list[str]]:
+    """Lists of pieces, some cut and glued again at another place (a run of pieces that only
+    concatenates to valid texts) or joined by the checks' own separator."""
+
+    def regrouped(texts: list[str], cut: int) -> list[str]:
+        joined = "".join(texts)
+        cut %= len(joined) + 1
+        return [joined[:cut], joined[cut:]]
+
+    plain = st.lists(pieces, min_size=1, max_size=6)
+    return (
+        plain
+        | st.builds(regrouped, plain, st.integers(0, 400))
+        | plain.map(lambda texts: [" ".join(texts), *texts[1:]])
+    )
+
+
+@given(_joins(uuid_texts | one_char_off | st.uuids().map(str)))
+def test_uuids_checked_together_are_each_checked_alone(texts: list[str]) -> None:
+    assert are_wire_uuids(texts) == all(map(is_wire_uuid, texts))
+
+
+_valid_written = st.datetimes(
+    min_value=datetime(1970, 1, 1),  # noqa: DTZ001 - a naive bound for naive values
+    max_value=datetime(9998, 12, 31),  # noqa: DTZ001
+).map(lambda moment: moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ"))
+
+
+@given(_joins(written_texts | digit_soup | _valid_written))
+def test_timestamps_read_together_are_each_read_alone(texts: list[str]) -> None:
+    alone = [written_utc(text) for text in texts]
+    assert written_instants(texts) == (None if None in alone else alone)
+
+
+def test_the_written_form_of_a_record_has_the_contracts_members() -> None:
+    assert set(_WrittenRecord.__struct_fields__) == set(ENVELOPE_FIELDS)
+    assert set(_WrittenPayload.__struct_fields__) == set(FailureClusterDetectedPayload.model_fields)
+    assert set(_WrittenRef.__struct_fields__) == set(FailureRef.model_fields)

@@ -1,4 +1,5 @@
-"""The aiokafka transport passes the seams' contract suites against the real broker."""
+"""The Kafka transports pass the seams' contract suites against the real broker: aiokafka, and
+confluent (librdkafka) with each group protocol."""
 
 from __future__ import annotations
 
@@ -7,11 +8,20 @@ from collections.abc import AsyncIterator, Sequence
 import pytest
 from aiokafka import AIOKafkaProducer
 
-from spectral.kafka.aiokafka_source import AiokafkaTransport
+from spectral.engine.source import configured_transport
+from spectral.kafka.aiokafka_source import AiokafkaSource
+from spectral.kafka.confluent import ConfluentSource
 from spectral.kafka.produce import AiokafkaSender, Sender
-from spectral.kafka.transport import FetchOptions, FixedRange, Reading, RecordSource, TopicPartition
+from spectral.kafka.transport import (
+    FetchOptions,
+    FixedRange,
+    Reading,
+    RecordSource,
+    Subscription,
+    TopicPartition,
+)
 from spectral.settings import Settings
-from tests.kafka_support import create_topics
+from tests.kafka_support import TRANSPORTS, create_topics
 from tests.seams.record_source import Headers, Recorder, RecordSourceContract, SourceWorld, drain
 from tests.seams.sender import SenderContract, SenderWorld
 from tests.support import unique_name
@@ -23,7 +33,7 @@ class KafkaWorld(SourceWorld, SenderWorld):
     def __init__(self, settings: Settings, bootstrap: str, producer: AIOKafkaProducer) -> None:
         self.settings = settings
         self.bootstrap = bootstrap
-        self.transport = AiokafkaTransport(settings, bootstrap)
+        self.transport = configured_transport(settings, bootstrap)
         self._producer = producer
 
     async def topic(self, partitions: int = 1, *, max_message_bytes: int | None = None) -> str:
@@ -69,31 +79,52 @@ class KafkaWorld(SourceWorld, SenderWorld):
         return [(r.partition, r.key, r.value, tuple(r.headers or ())) for r in records]
 
 
-@pytest.fixture
-async def world(settings: Settings, kafka_bootstrap: str) -> AsyncIterator[KafkaWorld]:
+@pytest.fixture(params=sorted(TRANSPORTS))
+async def world(
+    request: pytest.FixtureRequest, settings: Settings, kafka_bootstrap: str
+) -> AsyncIterator[KafkaWorld]:
     producer = AIOKafkaProducer(bootstrap_servers=kafka_bootstrap, acks="all")
     await producer.start()
     try:
-        yield KafkaWorld(settings, kafka_bootstrap, producer)
+        yield KafkaWorld(settings.replace(**TRANSPORTS[request.param]), kafka_bootstrap, producer)
     finally:
         await producer.stop()
 
 
-class TestAiokafkaSource(RecordSourceContract):
+class TestRecordSource(RecordSourceContract):
     pass
 
 
-class TestAiokafkaSender(SenderContract):
+class TestSender(SenderContract):
     pass
 
 
-async def test_the_sender_tracks_only_its_topics_metadata(
-    world: KafkaWorld, settings: Settings, kafka_bootstrap: str
+def test_the_settings_choose_the_transport(settings: Settings, kafka_bootstrap: str) -> None:
+    member = FetchOptions()
+    chosen = {
+        name: type(
+            configured_transport(settings.replace(**values), kafka_bootstrap).source(
+                Subscription("g"), member
+            )
+        )
+        for name, values in TRANSPORTS.items()
+    }
+    assert chosen == {
+        "aiokafka": AiokafkaSource,
+        "confluent-classic": ConfluentSource,
+        "confluent-consumer": ConfluentSource,
+    }
+    assert configured_transport(settings, kafka_bootstrap).name == "aiokafka"  # the default
+
+
+async def test_the_aiokafka_sender_tracks_only_its_topics_metadata(
+    settings: Settings, kafka_bootstrap: str
 ) -> None:
     """A producer that has sent nothing tracks no topic, and aiokafka then refreshes the metadata
     of every topic of the cluster each ``metadata_max_age_ms`` (84 ms of CPU at 5,600 topics):
     the sender tracks the topics it was given from the start."""
-    topic = await world.topic()
+    topic = unique_name(settings.topic_prefix + "contract.")
+    await create_topics(kafka_bootstrap, [topic])
     sender = AiokafkaSender(settings, kafka_bootstrap, topics=[topic])
     await sender.start()
     try:
