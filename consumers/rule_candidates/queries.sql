@@ -192,7 +192,7 @@ WHERE deleted_at IS NULL
 GROUP BY status, severity;
 
 -- name: failure_history
--- Each cluster's failure_count per signalled hour (0022), oldest first; $1 the clusters.
+-- Each cluster's failure_count per signalled hour (0023), oldest first; $1 the clusters.
 SELECT cluster_id, hour, failure_count
 FROM platform.cluster_signal_hours
 WHERE cluster_id = ANY ($1::uuid[]) AND failure_count IS NOT NULL
