@@ -50,6 +50,7 @@ def _options(argv: list[str]) -> Options:
     parser.add_argument("--governance-window", type=float, default=defaults.governance_window)
     parser.add_argument("--governance-latency", type=float, default=defaults.governance_latency)
     parser.add_argument("--freshness-rate", type=int, default=defaults.freshness_rate)
+    parser.add_argument("--freshness-high-rate", type=int, default=defaults.freshness_high_rate)
     parser.add_argument("--freshness-seconds", type=float, default=defaults.freshness_seconds)
     parser.add_argument("--stages", default=",".join(DEFAULT_STAGES), help=f"of {','.join(STAGES)}")
     parser.add_argument("--stage-timeout", type=float, default=defaults.stage_timeout)
@@ -83,6 +84,7 @@ def _options(argv: list[str]) -> Options:
         governance_window=args.governance_window,
         governance_latency=args.governance_latency,
         freshness_rate=args.freshness_rate,
+        freshness_high_rate=args.freshness_high_rate,
         freshness_seconds=args.freshness_seconds,
         stages=stages,
         stage_timeout=args.stage_timeout,

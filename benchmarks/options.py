@@ -48,6 +48,9 @@ class Options:
     soak_clusters: int = 500
     freshness_rate: int = 2000
     """Events per second the freshness stage's producer writes into the outbox."""
+    freshness_high_rate: int = 10_000
+    """A second offered load for the freshness stage (relay on LISTEN/NOTIFY, a window half as
+    long); 0 leaves it out."""
     freshness_seconds: float = 20.0
     """The freshness stage's measured window with the relay on LISTEN/NOTIFY (half as long
     polling), after a 5 s warm-up each."""

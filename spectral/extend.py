@@ -46,7 +46,7 @@ if TYPE_CHECKING:
     from spectral.api.auth import console_requires, requires
     from spectral.api.resources import Resources
     from spectral.console.site import Console
-    from spectral.db.connect import Conn
+    from spectral.db.connect import Conn, connect
     from spectral.db.queries import load_queries
     from spectral.devstack import resolve_database_url
     from spectral.engine.deployments import Factory
@@ -62,12 +62,13 @@ if TYPE_CHECKING:
     from spectral.outbox.writer import OutboxItem, enqueue
     from spectral.settings import PluginSettings, Settings, load_settings
 
-EXTENSION_API_VERSION: Final = "1.1"
+EXTENSION_API_VERSION: Final = "1.2"
 """MAJOR.MINOR of this module's surface: MINOR adds, MAJOR breaks (see the module docstring).
 1.1 added the plugin declaration (``Plugin`` and its parts, ``PLUGINS_GROUP``), plugin settings
 (``PluginSettings``, ``load_settings``), ``resolve_database_url``, and what a plugin's HTTP
 routes, console pages and MCP tools are built with (``Resources``, ``requires``, ``Console``,
-``console_requires``, ``Caller``)."""
+``console_requires``, ``Caller``). 1.2 added ``connect``: a database connection whose failures
+are spectral's errors (a command of a plugin reports a wrong password in one line, exit 2)."""
 
 
 def _contracts() -> Any:
@@ -155,6 +156,7 @@ _LAZY: Final[dict[str, Callable[[], Any]]] = {
     "OutboxItem": _outbox,
     "enqueue": _outbox,
     "Conn": _connect,
+    "connect": _connect,
     "load_queries": _queries,
     "requires": _auth,
     "console_requires": _auth,
@@ -208,6 +210,7 @@ __all__ = [
     "Settings",
     "Tools",
     "TransientError",
+    "connect",
     "console_requires",
     "enqueue",
     "load_queries",

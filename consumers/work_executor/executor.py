@@ -836,6 +836,9 @@ class WorkExecutor:
             jobs.extend((item_id, token) for item_id in recovered)
         await self._settle(await self._reads.parents_to_settle(100))
         self._metrics.oldest_lease_age.set(await self._reads.oldest_lease_age())
+        calls, tokens = await self._reads.unknown_outcome_spend()
+        self._metrics.unknown_outcome_calls.set(calls)
+        self._metrics.unknown_outcome_tokens.set(tokens)
         depth = await self._reads.queue_depth()
         self._metrics.observe_queue(
             {status: depth.get(status.value, 0) for status in QueueStatus},

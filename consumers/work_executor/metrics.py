@@ -208,6 +208,19 @@ class ExecutorMetrics:
             ["model"],
             registry=registry,
         )
+        self.unknown_outcome_calls = Gauge(
+            "work_unknown_outcome_reservations",
+            "Reservations of paid calls whose outcome is unknown (the worker died or the call "
+            "timed out after the request left): counted in full, never re-paid silently "
+            "(refreshed by the periodic sweep).",
+            registry=registry,
+        )
+        self.unknown_outcome_tokens = Gauge(
+            "work_unknown_outcome_reserved_tokens",
+            "Tokens held by the reservations of calls whose outcome is unknown (refreshed by the "
+            "periodic sweep).",
+            registry=registry,
+        )
         self.canceled = Counter(
             "work_canceled_items",
             "Work items this executor ended canceled (their cancellation was asked for while "

@@ -76,7 +76,10 @@ def overrun_of(
     excess_cost = max(cost - reserved_cost, Decimal(0))
     if excess_tokens == 0 and excess_cost == 0:
         return None
-    ratios = [Decimal(tokens) / Decimal(reserved_tokens)] if reserved_tokens > 0 else []
+    # The reservation was ceil(worst case x reserve_ratio): above 1, the worst case is more than
+    # (reserved - 1) / reserve_ratio, so dividing by reserved - 1 never underestimates.
+    base = reserved_tokens if reserve_ratio == 1 else max(reserved_tokens - 1, 1)
+    ratios = [Decimal(tokens) / Decimal(base)] if reserved_tokens > 0 else []
     if excess_cost > 0:
         ratios.append(cost / reserved_cost if reserved_cost > 0 else UNBOUNDED_RATIO)
     billed = max(ratios, default=UNBOUNDED_RATIO) * reserve_ratio

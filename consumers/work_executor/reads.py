@@ -100,6 +100,11 @@ class ExecutorReads:
     async def oldest_lease_age(self) -> float:
         return float(await self._pool.fetchval(_SQL["oldest_lease_age"]))
 
+    async def unknown_outcome_spend(self) -> tuple[int, int]:
+        """(calls, reserved tokens) of the reservations whose call's outcome is unknown."""
+        row = await self._pool.fetchrow(_SQL["unknown_outcome_spend"])
+        return (row["calls"], row["tokens"]) if row is not None else (0, 0)
+
     async def queue_depth(self) -> dict[str, int]:
         rows = await self._pool.fetch(_SQL["queue_depth"])
         return {row["status"]: row["items"] for row in rows}

@@ -53,6 +53,12 @@ SELECT coalesce(extract(epoch FROM now() - min(leased_at)), 0)::float8
 FROM work.work_items
 WHERE status IN ('claimed', 'running')
 
+-- name: unknown_outcome_spend
+-- Reservations of calls whose outcome is unknown (the partial index spend_unknown_outcome).
+SELECT count(*)::integer AS calls, coalesce(sum(reserved_tokens), 0)::bigint AS tokens
+FROM work.spend
+WHERE state = 'unknown'
+
 -- name: queue_depth
 SELECT status, count(*)::integer AS items
 FROM work.work_items

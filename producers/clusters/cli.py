@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import signal
 import sys
 from collections.abc import Iterator
 from datetime import timedelta
@@ -31,6 +29,7 @@ from spectral.cli._common import (
 )
 from spectral.db.connect import ping
 from spectral.devstack import resolve_database_url
+from spectral.lifecycle import stopping_on_signals
 from spectral.observability.health import run_with_health
 
 app = typer.Typer(
@@ -141,11 +140,8 @@ def tick(
                 typer.echo(" ".join(f"{k}={v}" for k, v in vars(report).items()))
                 return
             stop = asyncio.Event()
-            loop = asyncio.get_running_loop()
-            for sig in (signal.SIGTERM, signal.SIGINT):
-                with contextlib.suppress(NotImplementedError, RuntimeError):
-                    loop.add_signal_handler(sig, stop.set)
-            await run_with_health(health, svc.run(every, stop))
+            with stopping_on_signals(stop.set):
+                await run_with_health(health, svc.run(every, stop))
 
     run(go())
 

@@ -209,7 +209,19 @@ def _print_budget(budget: BudgetOut) -> None:
         f"{budget.spent_tokens:,} tokens / {budget.spent_cost} cost"
         + (f" since {budget.period_start.isoformat()}" if budget.period_start else "")
         + f"; {budget.outstanding_reservations} reservation(s) outstanding, "
-        f"{budget.parked_items} item(s) parked" + (" — EXHAUSTED" if budget.exhausted else "")
+        f"{budget.parked_items} item(s) parked"
+        + (
+            f", {budget.unknown_outcome_reservations} call(s) of unknown outcome holding "
+            f"{budget.unknown_outcome_tokens:,} tokens"
+            if budget.unknown_outcome_reservations
+            else ""
+        )
+        + (
+            f", {budget.overrun_tokens:,} tokens billed beyond reservations"
+            if budget.overrun_tokens
+            else ""
+        )
+        + (" — EXHAUSTED" if budget.exhausted else "")
     )
 
 

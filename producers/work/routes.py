@@ -15,6 +15,7 @@ from pathlib import Path
 import asyncpg
 
 from spectral.db.queries import load_queries
+from spectral.errors import SpectralError
 
 _SQL = load_queries(Path(__file__).with_name("routes.sql"))
 
@@ -30,7 +31,7 @@ class RouteView:
     suspend_reason: str | None
 
 
-class UnknownRouteError(LookupError):
+class UnknownRouteError(SpectralError, LookupError):
     """No provider route of that model is known (it has never been called)."""
 
 

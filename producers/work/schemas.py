@@ -129,6 +129,18 @@ class BudgetOut(_Model):
     spent_cost: Decimal
     outstanding_reservations: int
     parked_items: int = Field(description="Items of the org waiting for this budget.")
+    unknown_outcome_reservations: int = Field(
+        0,
+        description="Reservations of calls whose outcome is unknown (the worker died or the call "
+        "timed out after the request left): counted in full in the spend, never re-paid "
+        "silently, until a usage reconciliation settles them.",
+    )
+    unknown_outcome_tokens: int = Field(0, description="The tokens those reservations hold.")
+    overrun_tokens: int = Field(
+        0,
+        description="Tokens providers billed beyond the reservations of the org's calls in the "
+        "period (provider overruns; included in spent_tokens).",
+    )
     exhausted: bool
 
     @classmethod
@@ -145,6 +157,9 @@ class BudgetOut(_Model):
             spent_cost=view.cost,
             outstanding_reservations=view.outstanding,
             parked_items=view.parked,
+            unknown_outcome_reservations=view.unknown,
+            unknown_outcome_tokens=view.unknown_tokens,
+            overrun_tokens=view.overrun_tokens,
             exhausted=view.exhausted,
         )
 

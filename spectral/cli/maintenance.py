@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import signal
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import timedelta
 from typing import Annotated
@@ -30,6 +29,7 @@ from spectral.db.connect import ping
 from spectral.devstack import resolve_endpoints
 from spectral.errors import SpectralError
 from spectral.kafka.retention import BrokerRetention, describe_retention
+from spectral.lifecycle import stopping_on_signals
 from spectral.maintenance.metrics import MaintenanceMetrics, RunOutcome
 from spectral.maintenance.repository import MaintenanceRepository
 from spectral.maintenance.run import MaintenanceOptions, MaintenanceReport, maintain
@@ -115,20 +115,17 @@ async def _every(
     as_json: bool,
 ) -> None:
     stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
-            loop.add_signal_handler(sig, stop.set)
-    while not stop.is_set():
-        try:
-            report = await one_pass()
-            if as_json:
-                typer.echo(json.dumps(report.to_json()))
-        except SpectralError as exc:
-            metrics.runs[RunOutcome.FAILED].inc()
-            log.warning("maintenance pass failed", error=str(exc))
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(stop.wait(), timeout=seconds)
+    with stopping_on_signals(stop.set):
+        while not stop.is_set():
+            try:
+                report = await one_pass()
+                if as_json:
+                    typer.echo(json.dumps(report.to_json()))
+            except SpectralError as exc:
+                metrics.runs[RunOutcome.FAILED].inc()
+                log.warning("maintenance pass failed", error=str(exc))
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), timeout=seconds)
     log.info("maintenance stopped")
 
 

@@ -9,7 +9,10 @@ point names (spectral/plugins.py): numbered 1..N on its own, recorded apart from
 Each file runs in its own transaction and is recorded with a checksum; a recorded file whose
 content changed afterwards is refused (migrations are append-only). A transaction-scoped
 advisory lock serialises concurrent runners, so two processes migrating at once apply every
-file exactly once.
+file exactly once. Roles are the cluster's, not a database's: a migration that meets a role
+created meanwhile by a migration of another database on the same server (two tenants, or test
+databases migrated side by side, each under its own database's lock) runs again, and then finds
+the role there.
 
 A plugin can never edit or shadow spectral's migrations: its files are numbered and recorded
 on its own track, and each of its migrations runs between two digests of everything spectral
@@ -25,7 +28,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from importlib.resources.abc import Traversable
 from pathlib import Path
@@ -46,6 +49,8 @@ SPECTRAL_SCHEMAS: Final = ("clusters", "core", "platform", "work")
 (a test keeps this list equal to what spectral's track creates)."""
 _FILE = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
 _SQL: Final = load_queries(Path(__file__).with_name("migrate.sql"))
+_ROLE_RACE_ATTEMPTS: Final = 5
+"""How often one file runs while other databases' migrations keep creating the same roles."""
 
 
 @dataclass(frozen=True)
@@ -145,19 +150,21 @@ async def _spectral_track(
     applied: list[str] = []
     already: list[str] = []
     for migration in migrations:
-        async with conn.transaction():
+
+        async def apply(migration: Migration = migration) -> bool:
             await conn.execute(_SQL["lock"], MIGRATION_KEY)
             await conn.execute(_SQL["bootstrap"])
             recorded = await conn.fetchval(_SQL["spectral_checksum"], migration.version)
             if recorded is not None:
                 _check_unchanged(SPECTRAL, migration, recorded)
-                already.append(migration.label)
-                continue
+                return False
             await conn.execute(migration.sql)
             await conn.execute(
                 _SQL["record_spectral"], migration.version, migration.name, migration.checksum
             )
-            applied.append(migration.label)
+            return True
+
+        (applied if await _in_transaction(conn, apply) else already).append(migration.label)
     return tuple(applied), tuple(already)
 
 
@@ -167,7 +174,8 @@ async def _plugin_track(
     applied: list[str] = []
     already: list[str] = []
     for migration in migrations:
-        async with conn.transaction():
+
+        async def apply(migration: Migration = migration) -> bool:
             await conn.execute(_SQL["lock"], MIGRATION_KEY)
             if not await conn.fetchval(_SQL["plugin_record_exists"]):
                 raise ConfigurationError(
@@ -177,8 +185,7 @@ async def _plugin_track(
             recorded = await conn.fetchval(_SQL["plugin_checksum"], plugin, migration.version)
             if recorded is not None:
                 _check_unchanged(plugin, migration, recorded)
-                already.append(migration.label)
-                continue
+                return False
             before = await _fingerprint(conn)
             await conn.execute(migration.sql)
             after = await _fingerprint(conn)
@@ -186,8 +193,35 @@ async def _plugin_track(
             await conn.execute(
                 _SQL["record_plugin"], plugin, migration.version, migration.name, migration.checksum
             )
-            applied.append(migration.label)
+            return True
+
+        (applied if await _in_transaction(conn, apply) else already).append(migration.label)
     return TrackReport(plugin, tuple(applied), tuple(already))
+
+
+async def _in_transaction(conn: asyncpg.Connection, apply: Callable[[], Awaitable[bool]]) -> bool:
+    """``apply`` in a transaction of its own, run again (from a clean slate: the failed
+    transaction is rolled back) when it lost a race for a role to another database's migration.
+    The advisory lock is the database's; roles and their memberships are the server's."""
+    for attempt in range(1, _ROLE_RACE_ATTEMPTS + 1):
+        try:
+            async with conn.transaction():
+                return await apply()
+        except asyncpg.PostgresError as exc:
+            if attempt == _ROLE_RACE_ATTEMPTS or not _lost_role_race(exc):
+                raise
+    raise AssertionError  # the last attempt returns or raises
+
+
+def _lost_role_race(exc: asyncpg.PostgresError) -> bool:
+    """A role (or a membership) another database's migration created between this one's
+    ``IF NOT EXISTS`` check and its ``CREATE``: the unique index of the cluster's catalog refuses
+    the second, or the row the two both changed was updated concurrently."""
+    if isinstance(exc, asyncpg.UniqueViolationError):
+        return (exc.constraint_name or "").startswith("pg_auth")
+    if isinstance(exc, asyncpg.DuplicateObjectError):
+        return "role" in str(exc)
+    return isinstance(exc, asyncpg.InternalServerError) and "concurrently" in str(exc)
 
 
 @dataclass(frozen=True)

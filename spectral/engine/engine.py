@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
-import signal
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Collection, Sequence
@@ -51,6 +50,7 @@ from spectral.kafka.dlq import DeadLetter
 from spectral.kafka.freshness import ready_at
 from spectral.kafka.topics import group_for, topic_for
 from spectral.kafka.transport import TopicPartition
+from spectral.lifecycle import stopping_on_signals
 from spectral.observability.logging import get_logger
 from spectral.observability.progress import EngineHook
 from spectral.plugins import installed_registry
@@ -278,13 +278,10 @@ class ConsumerEngine:
     async def run(self) -> RunSummary:
         """Consume until stopped (SIGTERM/SIGINT, ``stop()``, idle for ``stop_when_idle``, or
         the end of a range)."""
-        loop = asyncio.get_running_loop()
-        installed: list[signal.Signals] = []
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
-                loop.add_signal_handler(sig, self.stop)
-                installed.append(sig)
-        with structlog.contextvars.bound_contextvars(consumer=self.handler.name):
+        with (
+            structlog.contextvars.bound_contextvars(consumer=self.handler.name),
+            stopping_on_signals(self.stop),
+        ):
             try:
                 await self._start()
                 await self._loop()
@@ -293,8 +290,6 @@ class ConsumerEngine:
                     await self.handler.drain()  # work the range's batches handed over
             finally:
                 await self._abandon()
-                for sig in installed:
-                    loop.remove_signal_handler(sig)
                 await self._close()
         return self.summary
 

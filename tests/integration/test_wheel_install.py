@@ -2,10 +2,12 @@
 fresh virtual environment, run from a directory outside the repository. Its only top-level
 import packages are spectral's (contracts/, producers/ and consumers/ ship inside the spectral
 namespace); it loads every part of every built-in plugin, finds its migrations and event schemas,
-migrates an empty database, creates its topics and runs the demo (which consumes both streams)."""
+migrates an empty database, creates its topics and runs the demo (which consumes both streams);
+a plugin installed beside it adds its command, its migrations and its contract."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -49,6 +51,11 @@ def _run(argv: list[str], **kwargs: object) -> subprocess.CompletedProcess[str]:
     return subprocess.run(argv, capture_output=True, text=True, check=False, **kwargs)  # type: ignore[call-overload, no-any-return]
 
 
+def _commands(usage: str) -> set[str]:
+    """The command names of ``spectral --help`` (the first word of each row of its table)."""
+    return {line.split()[1] for line in usage.splitlines() if line.startswith("│ ")}
+
+
 def _installed(tmp_path: Path) -> tuple[Path, Path]:
     """The wheel built from this checkout and installed into a fresh virtual environment; and
     a directory outside the checkout to run it from."""
@@ -76,7 +83,7 @@ def _installed(tmp_path: Path) -> tuple[Path, Path]:
     return venv, outside
 
 
-@pytest.mark.timeout(600)
+@pytest.mark.timeout(900)  # a wheel build, a fresh environment and the demo, on a busy machine
 async def test_the_wheel_migrates_and_runs_the_demo_from_outside_the_checkout(
     tmp_path: Path, stack: object
 ) -> None:
@@ -114,6 +121,13 @@ async def test_the_wheel_migrates_and_runs_the_demo_from_outside_the_checkout(
             "work=spectral.producers.work",
         ]
 
+        usage = _run([spectral, "--help"], cwd=outside, env=env)
+        assert usage.returncode == 0, usage.stderr
+        assert {"consume", "replay", "triage", "work", "clusters"} <= _commands(usage.stdout)
+        asyncapi = _run([spectral, "contracts", "asyncapi"], cwd=outside, env=env)
+        assert asyncapi.returncode == 0, asyncapi.stderr
+        assert "platform_failure_cluster_detected" in json.loads(asyncapi.stdout)["channels"]
+
         migrate = _run([spectral, "db", "migrate"], cwd=outside, env=env)
         assert migrate.returncode == 0, migrate.stderr
         assert "0001_core" in migrate.stdout
@@ -134,6 +148,32 @@ async def test_the_wheel_migrates_and_runs_the_demo_from_outside_the_checkout(
         assert demo.returncode == 0, demo.stdout + demo.stderr
         assert "ledger consistent" in demo.stdout
         assert "ERROR" not in demo.stdout + demo.stderr
+
+        _a_plugin_installed_beside_it(venv, outside, env, tmp_path)
     finally:
         await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
         await admin.close()
+
+
+def _a_plugin_installed_beside_it(
+    venv: Path, outside: Path, env: dict[str, str], tmp_path: Path
+) -> None:
+    """The example plugin installed into the wheel's environment: its command, its migrations
+    and its contract, run by the installed ``spectral``."""
+    spectral = str(venv / "bin/spectral")
+    example = tmp_path / "deploy-tracker"  # built in a copy: the build writes beside it
+    shutil.copytree(ROOT / "examples" / "deploy-tracker", example)
+    plugin = _run([str(venv / "bin/pip"), "install", "-q", "--no-deps", str(example)])
+    assert plugin.returncode == 0, plugin.stderr
+    usage = _run([spectral, "--help"], cwd=outside, env=env)
+    assert "deploys" in _commands(usage.stdout), usage.stdout + usage.stderr
+    migrate = _run([spectral, "db", "migrate"], cwd=outside, env=env)
+    assert "applied deploy-tracker/0001_deploys" in migrate.stdout, migrate.stderr
+    outcomes = _run([spectral, "deploys", "outcomes", "--json"], cwd=outside, env=env)
+    assert outcomes.returncode == 0, outcomes.stderr
+    assert json.loads(outcomes.stdout) == []
+    asyncapi = _run(
+        [spectral, "contracts", "asyncapi", "--plugin", "deploy-tracker"], cwd=outside, env=env
+    )
+    assert asyncapi.returncode == 0, asyncapi.stderr
+    assert "deploys_deploy_finished" in json.loads(asyncapi.stdout)["channels"]

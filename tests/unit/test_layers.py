@@ -34,6 +34,7 @@ LAYERS: Final[tuple[tuple[str, ...], ...]] = (
         "spectral.settings",
         "spectral.resources",
         "spectral.retry",
+        "spectral.lifecycle",
         "spectral.observability",
         "spectral.plugins",
     ),

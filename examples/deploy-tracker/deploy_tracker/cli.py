@@ -6,11 +6,10 @@ import asyncio
 import json
 from typing import Annotated
 
-import asyncpg
 import typer
 
 from deploy_tracker.outcomes import Outcome, outcomes
-from spectral.extend import load_settings, resolve_database_url
+from spectral.extend import connect, load_settings, resolve_database_url
 
 app = typer.Typer(
     help="Deploy outcomes per service (the deploy-tracker plugin).", no_args_is_help=True
@@ -18,7 +17,7 @@ app = typer.Typer(
 
 
 async def _read(service: str | None) -> list[Outcome]:
-    conn = await asyncpg.connect(resolve_database_url(load_settings()))
+    conn = await connect(resolve_database_url(load_settings()))
     try:
         return await outcomes(conn, service)
     finally:

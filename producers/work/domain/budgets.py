@@ -46,6 +46,13 @@ class BudgetView:
     """Reservations of calls not settled yet (counted in full until they are)."""
     parked: int
     """Items of the org parked for this budget."""
+    unknown: int = 0
+    """Reservations of calls whose outcome is unknown (the worker died or the call timed out
+    after the request left): counted in full, never re-paid silently."""
+    unknown_tokens: int = 0
+    """The tokens those reservations hold."""
+    overrun_tokens: int = 0
+    """Tokens providers billed beyond the reservations of the org's calls in the period."""
 
     @property
     def exhausted(self) -> bool:
@@ -70,6 +77,9 @@ async def budgets(conn: Conn, orgs: Sequence[str] | None = None) -> dict[str, Bu
             cost=row["cost"],
             outstanding=row["outstanding"],
             parked=row["parked"],
+            unknown=row["unknown"],
+            unknown_tokens=row["unknown_tokens"],
+            overrun_tokens=row["overrun_tokens"],
         )
         for row in rows
     }

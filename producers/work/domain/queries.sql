@@ -81,11 +81,15 @@ WHERE document_id = $1
 -- name: budgets_with_spend
 -- Each org's budget and what it spent in the current period: settled usage, else the
 -- reservation (a reservation whose call's outcome is unknown counts in full), nothing for a
--- released one. $1 = the orgs (NULL = every org with a budget).
+-- released one; apart, the reservations whose outcome is unknown and what providers billed
+-- beyond reservations (overruns). $1 = the orgs (NULL = every org with a budget).
 SELECT b.org_id, b.period, b.token_limit, b.cost_limit, b.updated_at, b.updated_by,
        work.period_start(b.period, now()) AS period_start,
        coalesce(s.tokens, 0)::bigint AS tokens, coalesce(s.cost, 0)::numeric AS cost,
        coalesce(s.outstanding, 0)::integer AS outstanding,
+       coalesce(s.unknown, 0)::integer AS unknown,
+       coalesce(s.unknown_tokens, 0)::bigint AS unknown_tokens,
+       coalesce(s.overrun_tokens, 0)::bigint AS overrun_tokens,
        (SELECT count(*) FROM work.work_items w
         WHERE w.status = 'parked' AND w.org_id = b.org_id)::integer AS parked
 FROM work.budgets b
@@ -94,7 +98,10 @@ LEFT JOIN LATERAL (
                             ELSE x.reserved_tokens END) AS tokens,
            sum(CASE x.state WHEN 'settled' THEN x.cost WHEN 'released' THEN 0
                             ELSE x.reserved_cost END) AS cost,
-           count(*) FILTER (WHERE x.state = 'reserved') AS outstanding
+           count(*) FILTER (WHERE x.state = 'reserved') AS outstanding,
+           count(*) FILTER (WHERE x.state = 'unknown') AS unknown,
+           sum(x.reserved_tokens) FILTER (WHERE x.state = 'unknown') AS unknown_tokens,
+           sum(x.overrun_tokens) AS overrun_tokens
     FROM work.spend x
     WHERE x.org_id = b.org_id AND x.reserved_at >= work.period_start(b.period, now())
 ) s ON true

@@ -30,7 +30,6 @@ import asyncio
 import contextlib
 import os
 import random
-import signal
 import sys
 import time
 from collections.abc import Sequence
@@ -45,6 +44,7 @@ from spectral.errors import TransientError
 from spectral.kafka.config import producer_kwargs
 from spectral.kafka.freshness import READY_AT_HEADER
 from spectral.kafka.topics import topic_for
+from spectral.lifecycle import stopping_on_signals
 from spectral.observability.health import Health
 from spectral.observability.logging import get_logger
 from spectral.outbox.relay.metrics import Component, RelayMetrics, Wakeup
@@ -165,14 +165,8 @@ class OutboxRelay:
 
     async def run(self) -> RelayReport:
         report = RelayReport()
-        loop = asyncio.get_running_loop()
-        installed: list[signal.Signals] = []
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
-                loop.add_signal_handler(sig, self.stop)
-                installed.append(sig)
         faults = 0
-        try:
+        with stopping_on_signals(self.stop):
             while not self._stopping.is_set():
                 try:
                     await self._session(report)
@@ -191,9 +185,6 @@ class OutboxRelay:
                     await self._sleep(delay)
                     continue
                 break
-        finally:
-            for sig in installed:
-                loop.remove_signal_handler(sig)
         return report
 
     async def _session(self, report: RelayReport) -> None:

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
+from typing import Final
 
 import asyncpg
 import pytest
@@ -56,3 +57,34 @@ async def test_an_edited_migration_is_refused(stack: Endpoints, tmp_path: Path) 
     first.write_text(first.read_text() + "\n-- edited\n")
     with pytest.raises(PermanentError, match="append-only"):
         await migrate(url, tmp_path)
+
+
+ROLE_RACE: Final = """
+DO $race$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = '{role}') THEN
+        PERFORM pg_sleep(0.5);  -- both databases' migrations have checked before either creates
+        CREATE ROLE {role} NOLOGIN;
+    END IF;
+END
+$race$;
+"""
+
+
+async def test_databases_migrated_side_by_side_on_one_server_share_its_roles(
+    stack: Endpoints, tmp_path: Path
+) -> None:
+    """Roles are the server's: two databases' migrations (each under its own database's lock)
+    that create the same role at once both succeed, the loser by running its file again."""
+    role = unique_name("spectral_race_")
+    (tmp_path / "0001_role.sql").write_text(ROLE_RACE.format(role=role))
+    urls = [(await _fresh_database(stack.database_url))[1] for _ in range(3)]
+    try:
+        reports = await asyncio.gather(*(migrate(url, tmp_path) for url in urls))
+        assert [r.applied for r in reports] == [("0001_role",)] * len(urls)
+    finally:
+        admin = await asyncpg.connect(with_database(stack.database_url, "postgres"))
+        try:
+            await admin.execute(f'DROP ROLE IF EXISTS "{role}"')
+        finally:
+            await admin.close()

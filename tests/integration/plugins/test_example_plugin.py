@@ -14,6 +14,7 @@ import subprocess
 import sys
 from pathlib import Path
 from typing import Any, Final
+from urllib.parse import urlsplit
 
 import httpx
 import pytest
@@ -140,6 +141,11 @@ def _run(env: dict[str, str], *args: str | Path, cwd: Path = ROOT) -> str:
     return result.stdout
 
 
+def _with_login(url: str, login: str) -> str:
+    parts = urlsplit(url)
+    return parts._replace(netloc=f"{login}@{parts.hostname}:{parts.port}", query="").geturl()
+
+
 def _spectral(env: dict[str, str], *args: str | Path) -> str:
     return _run(env, BIN / "spectral", *args)
 
@@ -217,6 +223,17 @@ async def test_the_plugins_command_http_route_mcp_tool_and_scope(
     assert await asyncio.to_thread(_json, env, "deploys", "outcomes") == expected
     listed = await asyncio.to_thread(_spectral, env, "deploys", "outcomes", "--service", "web")
     assert listed.split()[:3] == ["web", "succeeded", "1"]
+    wrong_login = subprocess.run(  # its command reports a refused login as spectral's do
+        [BIN / "spectral", "deploys", "outcomes"],
+        env={**env, "SPECTRAL_DATABASE_URL": _with_login(database_url, "nobody:wrong")},
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )
+    assert wrong_login.returncode == 2, wrong_login.stderr  # a configuration error
+    assert wrong_login.stderr.startswith("error: connect: the database refused the settings")
+    assert "Traceback" not in wrong_login.stderr
 
     reader = await asyncio.to_thread(
         _spectral, env, "tokens", "create", "--name", "deploys-reader", "--scope", "deploys:read"

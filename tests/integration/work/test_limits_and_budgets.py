@@ -18,6 +18,7 @@ from consumers.work_executor.deployment import route_resolver
 from producers.work.budgets import BudgetCommands
 from producers.work.commands import GenerateAll
 from producers.work.domain.budgets import Period
+from producers.work.schemas import BudgetOut
 from spectral.llm.limits import ProviderLimits
 from spectral.llm.openai_compat import OpenAICompatSynthesizer
 from spectral.llm.router import ModelRouter
@@ -197,3 +198,45 @@ async def test_a_budget_is_never_exceeded_the_rest_is_parked_and_raising_it_resu
         assert set(model.keys.values()) == {1}
         history = await h.history()
         assert history.consistent
+
+
+async def test_a_call_of_unknown_outcome_keeps_its_reservation_and_is_visible_as_such(
+    database_url: str, settings: Settings
+) -> None:
+    """A call that failed after its request left (a timeout, a dropped connection: the provider
+    may have done and billed it) keeps its reservation counted in full, and says so: in the
+    budget view (API, CLI, console), in the executor's gauges — never silently forgotten."""
+    model = ScriptedSynthesizer()
+    registry = CollectorRegistry()
+    async with (
+        harness(database_url) as h,
+        executor(
+            executor_settings(settings),
+            database_url,
+            model,
+            registry=registry,
+            limits=ProviderLimits.parse({"*": {"max_tokens": 200}}),
+        ) as handler,
+    ):
+        budgets = BudgetCommands(h.producer)
+        await budgets.set("acme", Period.DAY, token_limit=100_000)
+        await h.commands.put_document(PROJECT, DOCUMENT, backlog("Lost answer [transient:1]"))
+        await h.commands.generate_all(GenerateAll(PROJECT, DOCUMENT, org_id="acme"))
+        await run_until_settled(handler, h.admin)
+        assert model.total == 2  # attempt 1's outcome is unknown; attempt 2 answered
+        spend = await h.admin.fetch(
+            "SELECT attempt, state, reserved_tokens, tokens FROM work.spend ORDER BY attempt"
+        )
+        assert [s["state"] for s in spend] == ["unknown", "settled"]
+        view = await budgets.get("acme")
+        assert view is not None
+        assert (view.unknown, view.unknown_tokens) == (1, spend[0]["reserved_tokens"])
+        assert view.tokens == spend[0]["reserved_tokens"] + spend[1]["tokens"]  # counted in full
+        out = BudgetOut.of(view)
+        assert out.unknown_outcome_reservations == 1
+        assert out.unknown_outcome_tokens == spend[0]["reserved_tokens"]
+        assert registry.get_sample_value("work_unknown_outcome_reservations") == 1
+        assert (
+            registry.get_sample_value("work_unknown_outcome_reserved_tokens")
+            == spend[0]["reserved_tokens"]
+        )

@@ -35,6 +35,7 @@ STABLE: Final = {
     "Router",
     "Scope",
     "Tools",
+    "connect",
     "console_requires",
     "load_settings",
     "requires",
@@ -59,12 +60,12 @@ STABLE: Final = {
     "enqueue",
     "load_queries",
 }
-"""Version 1.1 (1.0 and the plugin declaration). Adding a name raises the minor number;
-removing or renaming one the major."""
+"""Version 1.2 (1.0, 1.1: the plugin declaration, 1.2: ``connect``). Adding a name raises the
+minor number; removing or renaming one the major."""
 
 
 def test_the_stable_surface_is_exactly_the_documented_one() -> None:
-    assert spectral.extend.EXTENSION_API_VERSION == "1.1"
+    assert spectral.extend.EXTENSION_API_VERSION == "1.2"
     assert set(spectral.extend.__all__) == STABLE
     for name in STABLE:
         assert getattr(spectral.extend, name) is not None

@@ -11,11 +11,11 @@ from typing import Any
 from uuid import UUID
 
 import asyncpg
-from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from contracts import EventEnvelope, failure_cluster_detected_event
 from spectral.outbox.writer import OutboxItem, enqueue
 from tests.events import decode
+from tests.kafka_support import ReadRecord, partitions_of, read_all
 
 EVENT_TYPE = "platform.failure_cluster.detected"
 T0 = datetime(2026, 11, 20, 8, 0, tzinfo=UTC)
@@ -76,56 +76,26 @@ class Received:
     headers: dict[str, str]
 
 
-async def _partitions(consumer: AIOKafkaConsumer, topic: str) -> list[TopicPartition]:
-    for _ in range(100):
-        metadata = await consumer._client.fetch_all_metadata()
-        partitions = metadata.partitions_for_topic(topic)
-        if partitions:
-            return [TopicPartition(topic, p) for p in sorted(partitions)]
-        await asyncio.sleep(0.1)
-    return []
-
-
-def _received(record: Any) -> Received:
-    envelope = decode(record.value or b"")
+def _received(record: ReadRecord) -> Received:
+    envelope = decode(record.value)
     return Received(
         record.partition,
         record.offset,
         (record.key or b"").decode(),
         envelope.payload.failure_count,
         envelope.idempotency_key,
-        {k: v.decode() for k, v in record.headers},
+        {k: (v or b"").decode() for k, v in record.headers},
     )
 
 
 async def read_topic(bootstrap: str, topic: str, timeout: float = 20.0) -> list[Received]:
     """Every record of ``topic`` up to its end, partition by partition, decoded."""
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
-    await consumer.start()
-    try:
-        tps = await _partitions(consumer, topic)
-        if not tps:
-            return []
-        consumer.assign(tps)
-        await consumer.seek_to_beginning(*tps)
-        ends = await consumer.end_offsets(tps)
-
-        async def behind() -> bool:
-            for tp in tps:
-                if await consumer.position(tp) < ends[tp]:
-                    return True
-            return False
-
-        out: list[Received] = []
-        deadline = asyncio.get_running_loop().time() + timeout
-        while await behind():
-            if asyncio.get_running_loop().time() > deadline:
-                raise AssertionError(f"could not read {topic} to its end in {timeout}s")
-            batch = await consumer.getmany(timeout_ms=200)
-            out.extend(_received(r) for records in batch.values() for r in records)
-        return sorted(out, key=lambda x: (x.partition, x.offset))
-    finally:
-        await consumer.stop()
+    for _ in range(100):  # a topic the relay has just created takes a moment to be described
+        if await partitions_of(bootstrap, topic):
+            break
+        await asyncio.sleep(0.1)
+    records = await read_all(bootstrap, topic, timeout)
+    return sorted(map(_received, records), key=lambda x: (x.partition, x.offset))
 
 
 def by_key(records: Sequence[Received]) -> dict[str, list[int]]:

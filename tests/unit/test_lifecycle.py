@@ -1,0 +1,34 @@
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import threading
+
+import pytest
+
+from spectral.lifecycle import STOP_SIGNALS, stopping_on_signals
+
+
+@pytest.mark.parametrize("sig", STOP_SIGNALS)
+async def test_a_stop_signal_in_the_block_stops_and_the_handler_goes_with_the_block(
+    sig: signal.Signals,
+) -> None:
+    stopped = asyncio.Event()
+    with stopping_on_signals(stopped.set):
+        os.kill(os.getpid(), sig)
+        await asyncio.wait_for(stopped.wait(), timeout=10)
+    assert not asyncio.get_running_loop().remove_signal_handler(sig)  # none left installed
+
+
+def test_a_loop_outside_the_main_thread_runs_the_block_without_signal_handlers() -> None:
+    ran: list[bool] = []
+
+    async def block() -> None:
+        with stopping_on_signals(lambda: None):
+            ran.append(True)
+
+    thread = threading.Thread(target=asyncio.run, args=(block(),))
+    thread.start()
+    thread.join(timeout=10)
+    assert ran == [True]
