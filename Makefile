@@ -23,6 +23,10 @@ ASYNCAPI_STAMP := $(ASYNCAPI_DIR)/node_modules/.installed-stamp
 # /openapi.json with it, beside openapi-spec-validator (PyPI).
 OPENAPI_DIR   := tests/openapi
 OPENAPI_STAMP := $(OPENAPI_DIR)/node_modules/.installed-stamp
+# axe-core (npm), pinned by tests/axe/package-lock.json: the console's browser tests run it in
+# Chromium on every page.
+AXE_DIR   := tests/axe
+AXE_STAMP := $(AXE_DIR)/node_modules/.installed-stamp
 # `make up BROKERS=3` (or demo, test): a new local stack with a 3-broker Kafka cluster; an
 # existing stack keeps its size.
 BROKERS ?=
@@ -97,6 +101,11 @@ $(OPENAPI_STAMP): $(OPENAPI_DIR)/package.json $(OPENAPI_DIR)/package-lock.json
 	cd $(OPENAPI_DIR) && npm ci --no-audit --no-fund --ignore-scripts --loglevel=error
 	touch $@
 
+$(AXE_STAMP): $(AXE_DIR)/package.json $(AXE_DIR)/package-lock.json
+	@command -v npm >/dev/null || { echo "npm is needed for the console's accessibility check: apt-get install -y npm" >&2; exit 1; }
+	cd $(AXE_DIR) && npm ci --no-audit --no-fund --ignore-scripts --loglevel=error
+	touch $@
+
 # The Helm chart's validation (deploy/helm, tests/helm): helm and kubeconform built from the Go
 # module proxy, the JSON Schemas they validate against from registries too — Kubernetes' own from
 # the kubernetes-validate wheel (PyPI; read as data, not installed), the CRDs of ServiceMonitor,
@@ -151,7 +160,7 @@ helm-tools: $(HELM_BIN) $(KUBECONFORM_BIN) $(HELM_SCHEMAS)
 
 # Test tooling outside Python: the AsyncAPI parser, the OpenAPI linter and the Helm chart's
 # validators.
-tooling: $(ASYNCAPI_STAMP) $(OPENAPI_STAMP) helm-tools
+tooling: $(ASYNCAPI_STAMP) $(OPENAPI_STAMP) $(AXE_STAMP) helm-tools
 
 # The foreign producers of tests/interop, written from the contract alone: Go (franz-go) and Java
 # (kafka-clients, Jackson). Built here, before pytest and outside any test's timeout; a test only

@@ -47,6 +47,7 @@ from spectral.api.conditional import (
 from spectral.api.cursor import Cursors, bigint, decimal_text, uuid_text
 from spectral.api.problems import COMMON, ProblemError, ProblemType, not_found, responses
 from spectral.api.resources import Resources
+from spectral.api.text import hidden_characters
 from spectral.auth.tokens import Principal
 
 NOTES_MAX_CHARS: Final = 10_000
@@ -77,6 +78,11 @@ class ClusterSummary(_Out):
     status_changed_at: datetime | None
     deleted_at: datetime | None
     triage_version: int = Field(description="Bumped on every triage change; the ETag.")
+    summary: str | None = Field(
+        default=None,
+        description="What the cluster is about: its first evidence's summary (at most 300 "
+        "characters).",
+    )
 
     @classmethod
     def of(cls, row: CandidateSummary) -> ClusterSummary:
@@ -112,6 +118,14 @@ class EvidenceRef(BaseModel):
     summary: str | None = None
 
 
+class HiddenCharacters(_Out):
+    """Where text holds characters that are not seen (bidirectional controls, zero-width and
+    other format characters, controls): the text is returned as sent; this says where to look."""
+
+    location: str = Field(description='e.g. "notes", "evidence_bundle[0].summary"')
+    code_points: list[str] = Field(description='e.g. ["U+202E", "U+200B"]')
+
+
 class ClusterDetail(ClusterSummary):
     snapshot_hash: str
     notes: str | None
@@ -119,6 +133,12 @@ class ClusterDetail(ClusterSummary):
     evidence_bundle: list[EvidenceRef]
     allowed_statuses: list[Status] = Field(description="Statuses it may move to from here.")
     audit: list[AuditOut] = Field(description="Every triage change, oldest first.")
+    hidden_characters: list[HiddenCharacters] = Field(
+        default_factory=list,
+        description="Text of this cluster holding characters that are not seen (e.g. U+202E "
+        "RIGHT-TO-LEFT OVERRIDE, U+200B ZERO WIDTH SPACE): show them, never render them "
+        "silently. Empty when there is none.",
+    )
 
     @classmethod
     def of_detail(cls, detail: CandidateDetail) -> ClusterDetail:
@@ -137,6 +157,7 @@ class ClusterDetail(ClusterSummary):
                 "evidence_bundle": evidence,
                 "allowed_statuses": list(allowed_from(detail.status)),
                 "audit": [AuditOut.of(a).model_dump(by_alias=True) for a in detail.audit],
+                "hidden_characters": list(hidden_characters(detail.texts())),
             }
         )
 

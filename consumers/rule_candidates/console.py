@@ -33,11 +33,33 @@ from consumers.rule_candidates.triage import (
 from spectral.api.auth import check_csrf, console_requires
 from spectral.api.problems import ProblemError, ProblemType, not_found
 from spectral.api.resources import Resources
+from spectral.api.text import hidden_characters
 from spectral.auth.tokens import Principal
+from spectral.console.charts import Point, sparkline, time_chart
 from spectral.console.site import PREFIX, Console
 
 PAGE_SIZE: Final = 50
 _CURSOR_KIND: Final = "console-clusters"
+OPEN: Final = "open"
+ALL: Final = "all"
+_OPEN: Final = (Status.PENDING.value, Status.IN_REVIEW.value)
+_VIEWS: Final[dict[str, tuple[Status, ...]]] = {
+    OPEN: (Status.PENDING, Status.IN_REVIEW),
+    ALL: (),
+}
+"""The inbox's views besides one status: open work (its default) and everything."""
+
+
+def _view_counts(counts: dict[tuple[str, str], int]) -> list[tuple[str, str, int]]:
+    """(view, label, live clusters) for the inbox's tabs: open work first, each status, all."""
+    per_status = {s.value: 0 for s in Status}
+    for (status, _), n in counts.items():
+        per_status[status] = per_status.get(status, 0) + n
+    return [
+        (OPEN, "Open work", sum(per_status[s] for s in _OPEN)),
+        *((s, s.replace("_", " "), n) for s, n in per_status.items()),
+        (ALL, "All", sum(per_status.values())),
+    ]
 
 
 def _blank_none(value: str | None) -> str | None:
@@ -60,8 +82,9 @@ def router(console: Console, resources: Resources) -> APIRouter:  # noqa: C901
         sort: Annotated[str | None, Query(max_length=20)] = None,
         cursor: Annotated[str | None, Query(max_length=512)] = None,
     ) -> HTMLResponse:
+        view = status or OPEN
         try:
-            where_status = Status(status) if status else None
+            statuses = _VIEWS[view] if view in _VIEWS else (Status(view),)
             where_severity = Severity(severity) if severity else None
             order = Sort(sort) if sort else Sort.SEVERITY
         except ValueError:
@@ -70,7 +93,7 @@ def router(console: Console, resources: Resources) -> APIRouter:  # noqa: C901
             ) from None
         after = decode_page_cursor(resources.cursors, cursor or None, order, _CURSOR_KIND)
         where = ListFilter(
-            status=where_status,
+            statuses=statuses,
             severity=where_severity,
             resurfaced_only=resurfaced == "1",
             limit=PAGE_SIZE,
@@ -78,7 +101,10 @@ def router(console: Console, resources: Resources) -> APIRouter:  # noqa: C901
             after=after,
         )
         async with resources.operator.acquire() as conn:
-            page = await TriageRepository(conn).page(where)
+            repository = TriageRepository(conn)
+            page = await repository.page(where)
+            counts = await repository.counts()
+            history = await repository.failure_history([r.cluster_id for r in page.rows])
         next_cursor = encode_page_cursor(resources.cursors, page.next_key, order, _CURSOR_KIND)
         return console.page(
             request,
@@ -86,14 +112,28 @@ def router(console: Console, resources: Resources) -> APIRouter:  # noqa: C901
             principal,
             section="clusters",
             rows=page.rows,
+            sparks={
+                r.cluster_id: sparkline(
+                    [count for _, count in history.get(r.cluster_id, ())],
+                    label=f"failures per signalled hour, last 8 days (now {r.failure_count})",
+                )
+                for r in page.rows
+            },
             next_cursor=next_cursor,
             filters={
-                "status": status or "",
+                "status": view,
                 "severity": severity or "",
                 "resurfaced": resurfaced == "1",
                 "sort": order.value,
             },
-            statuses=[s.value for s in Status],
+            views=_view_counts(counts),
+            by_severity=[
+                (
+                    s.value,
+                    sum(n for (st, sev), n in counts.items() if sev == s.value and st in _OPEN),
+                )
+                for s in Severity
+            ],
             severities=[s.value for s in Severity],
             sorts=[s.value for s in Sort],
         )
@@ -108,7 +148,9 @@ def router(console: Console, resources: Resources) -> APIRouter:  # noqa: C901
     ) -> HTMLResponse:
         try:
             async with resources.operator.acquire() as conn:
-                detail = await TriageRepository(conn).get(cluster_id)
+                repository = TriageRepository(conn)
+                detail = await repository.get(cluster_id)
+                history = (await repository.failure_history([cluster_id])).get(cluster_id, ())
         except ClusterNotFoundError as exc:
             raise not_found(str(exc)) from None
         return console.page(
@@ -118,6 +160,13 @@ def router(console: Console, resources: Resources) -> APIRouter:  # noqa: C901
             status_code=status_code,
             section="clusters",
             c=detail,
+            hidden=list(hidden_characters(detail.texts())),
+            chart=time_chart(
+                [Point(at, count) for at, count in history],
+                title="Failures over time (the count of the first snapshot of each hour it was "
+                "signalled, last 8 days)",
+                y_label="failures",
+            ),
             allowed=[s.value for s in allowed_from(detail.status)],
             can_write=principal.allows(TRIAGE_WRITE),
             notes_max=NOTES_MAX_CHARS,

@@ -72,12 +72,13 @@ applied AS (
            excluded.snapshot_hash COLLATE "C")
         > (t.ordered_at, t.last_observed_at, t.failure_count, t.snapshot_hash COLLATE "C")
     RETURNING t.cluster_id,
+              t.failure_count,
               t.xmax = 0 AS inserted,
               t.xmax <> 0 AND t.resurfaced_at IS NOT DISTINCT FROM now() AS resurfaced
 ),
 signalled AS (
-    INSERT INTO platform.cluster_signal_hours (hour, cluster_id)
-    SELECT date_trunc('hour', now()), a.cluster_id
+    INSERT INTO platform.cluster_signal_hours (hour, cluster_id, failure_count)
+    SELECT date_trunc('hour', now()), a.cluster_id, a.failure_count
     FROM applied AS a
     LEFT JOIN prior AS p ON p.cluster_id = a.cluster_id
     WHERE p.last_signaled_at IS NULL
@@ -125,7 +126,8 @@ WHERE hour < date_trunc('hour', now()) - make_interval(hours => $1::int);
 -- ======================================================================================
 
 -- name: list_candidates
--- resurfaced = it came back after the operator's last status change. $1 status, $2 severity,
+-- resurfaced = it came back after the operator's last status change. $1 statuses (any of;
+-- NULL = every status), $2 severity,
 -- $3 workspace, $4 assignee (NULL = any); $5 only resurfaced; $6 include soft-deleted rows;
 -- $7 limit; $8 sort; $9..$11 the keyset to continue after (NULL = from the start); $12 only
 -- unassigned clusters.
@@ -156,9 +158,10 @@ WITH keyed AS (
 SELECT cluster_id, status, severity, workspace_id, rule_id, failure_count,
        first_observed_at, last_observed_at, last_signaled_at, created_at,
        assigned_to, resurfaced_at, status_changed_at, deleted_at, resurfaced, triage_version,
+       left(evidence_bundle -> 0 ->> 'summary', 300) AS summary,
        k1, k2::text AS k2_text
 FROM keyed
-WHERE ($1::text IS NULL OR status = $1::text)
+WHERE ($1::text[] IS NULL OR status = ANY ($1::text[]))
   AND ($2::text IS NULL OR severity = $2::text)
   AND ($3::uuid IS NULL OR workspace_id = $3::uuid)
   AND ($4::uuid IS NULL OR assigned_to = $4::uuid)
@@ -175,10 +178,25 @@ SELECT cluster_id, status, severity, workspace_id, rule_id, failure_count,
        assigned_to, resurfaced_at, status_changed_at, deleted_at,
        (resurfaced_at IS NOT NULL
         AND (status_changed_at IS NULL OR resurfaced_at > status_changed_at)) AS resurfaced,
-       triage_version, snapshot_hash, notes, suggested_rule_stub,
+       triage_version, left(evidence_bundle -> 0 ->> 'summary', 300) AS summary,
+       snapshot_hash, notes, suggested_rule_stub,
        evidence_bundle::text AS evidence_bundle
 FROM platform.rule_candidates_pending
 WHERE cluster_id = $1::uuid;
+
+-- name: inbox_counts
+-- The inbox at a glance: live (not soft-deleted) clusters per status and severity.
+SELECT status, severity, count(*) AS clusters
+FROM platform.rule_candidates_pending
+WHERE deleted_at IS NULL
+GROUP BY status, severity;
+
+-- name: failure_history
+-- Each cluster's failure_count per signalled hour (0023), oldest first; $1 the clusters.
+SELECT cluster_id, hour, failure_count
+FROM platform.cluster_signal_hours
+WHERE cluster_id = ANY ($1::uuid[]) AND failure_count IS NOT NULL
+ORDER BY cluster_id, hour;
 
 -- name: triage_audit
 -- The audit trail of one cluster, oldest first (written by the database's trigger, 0008).

@@ -17,6 +17,7 @@ while it was dismissed or resolved) after the operator's last status change. Re-
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from datetime import datetime
 from enum import StrEnum
@@ -96,6 +97,8 @@ class CandidateSummary:
     deleted_at: datetime | None
     resurfaced: bool
     triage_version: int
+    summary: str | None
+    """The first evidence's summary (at most 300 characters): what the cluster is about."""
 
     def to_json(self) -> dict[str, Any]:
         return {name: _json_value(value) for name, value in asdict(self).items()}
@@ -161,6 +164,23 @@ class CandidateDetail(CandidateSummary):
     evidence_bundle: list[Any]
     audit: tuple[AuditEntry, ...] = ()
 
+    def texts(self) -> dict[str, object]:
+        """Every text of the cluster that a producer or an operator wrote, by where it is (what
+        is checked for characters that are not seen, spectral/api/text.py)."""
+        texts: dict[str, object] = {
+            "summary": self.summary,
+            "notes": self.notes,
+            "suggested_rule_stub": self.suggested_rule_stub,
+        }
+        for i, item in enumerate(self.evidence_bundle):
+            fields = item if isinstance(item, dict) else {"summary": item}
+            for key, value in fields.items():
+                texts[f"evidence_bundle[{i}].{key}"] = value
+        for entry in self.audit:
+            texts[f"audit[{entry.triage_version}].actor"] = entry.actor
+            texts[f"audit[{entry.triage_version}].to_notes"] = entry.to_notes
+        return texts
+
     def to_json(self) -> dict[str, Any]:
         out = {
             name: _json_value(getattr(self, name))
@@ -184,6 +204,8 @@ class ListFilter:
     sort: Sort = Sort.SEVERITY
     after: tuple[int, str, UUID] | None = None
     """The keyset to continue after (a page's ``next_key``)."""
+    statuses: tuple[Status, ...] = ()
+    """Any of these (``status``, when given, wins); empty: every status."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -242,7 +264,7 @@ class TriageRepository:
             "list rule candidates",
             lambda: self._conn.fetch(
                 self._sql["list_candidates"],
-                f.status.value if f.status else None,
+                _statuses(f),
                 f.severity.value if f.severity else None,
                 f.workspace_id,
                 f.assignee,
@@ -258,6 +280,27 @@ class TriageRepository:
         last = records[f.limit - 1] if len(records) > f.limit else None
         next_key = (last["k1"], last["k2_text"], last["cluster_id"]) if last is not None else None
         return CandidatePage(rows, next_key)
+
+    async def counts(self) -> dict[tuple[str, str], int]:
+        """Live clusters per (status, severity)."""
+        rows = await guarded("count the inbox", lambda: self._conn.fetch(self._sql["inbox_counts"]))
+        return {(r["status"], r["severity"]): r["clusters"] for r in rows}
+
+    async def failure_history(
+        self, cluster_ids: Sequence[UUID]
+    ) -> dict[UUID, Sequence[tuple[datetime, int]]]:
+        """Each cluster's failure_count per signalled hour of the last 8 days, oldest first."""
+        rows = await guarded(
+            "read failure history",
+            lambda: self._conn.fetch(self._sql["failure_history"], list(cluster_ids)),
+        )
+        found: dict[UUID, Sequence[tuple[datetime, int]]] = {}
+        for r in rows:
+            found[r["cluster_id"]] = (
+                *found.get(r["cluster_id"], ()),
+                (r["hour"], r["failure_count"]),
+            )
+        return found
 
     async def get(self, cluster_id: UUID) -> CandidateDetail:
         async def run() -> CandidateDetail:
@@ -347,7 +390,14 @@ def _summary_fields(record: asyncpg.Record) -> dict[str, Any]:
         "deleted_at": record["deleted_at"],
         "resurfaced": record["resurfaced"],
         "triage_version": record["triage_version"],
+        "summary": record["summary"],
     }
+
+
+def _statuses(where: ListFilter) -> list[str] | None:
+    if where.status is not None:
+        return [where.status.value]
+    return [s.value for s in where.statuses] or None
 
 
 def _summary(record: asyncpg.Record) -> CandidateSummary:

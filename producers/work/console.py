@@ -6,25 +6,28 @@ parked items, and a form to set one (``work:budget``)."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from decimal import Decimal, InvalidOperation
 from typing import Annotated
 from uuid import UUID
 
 from fastapi import APIRouter, Depends, Form, Query, Request
 from fastapi.responses import HTMLResponse, RedirectResponse
+from markupsafe import Markup
 
 from producers.work.budgets import BudgetCommands
 from producers.work.cancel import MAX_REASON_CHARS, UnknownThreadError, cancel_thread
 from producers.work.domain.budgets import Period
 from producers.work.domain.history import reconstruct
 from producers.work.domain.identity import IDENTIFIER_PATTERN
-from producers.work.domain.read import WorkReader
+from producers.work.domain.read import ProjectBrief, SpendPoint, WorkReader
 from producers.work.plugin import WORK_BUDGET, WORK_CANCEL, WORK_READ
 from producers.work.schemas import BudgetOut, EntryOut, HistoryOut, ThreadBrief, ThreadOut
 from spectral.api.auth import check_csrf, console_requires
 from spectral.api.problems import ProblemError, ProblemType, not_found
 from spectral.api.resources import Resources
 from spectral.auth.tokens import Principal
+from spectral.console.charts import Point, time_chart
 from spectral.console.site import PREFIX, Console
 
 
@@ -41,7 +44,10 @@ def router(console: Console, resources: Resources) -> APIRouter:
         active: Annotated[str | None, Query(max_length=5)] = None,
     ) -> HTMLResponse:
         threads: list[ThreadBrief] = []
-        if project:
+        projects: list[ProjectBrief] = []
+        if not project:
+            projects = await WorkReader(resources.operator).projects(limit=200)
+        else:
             found = await WorkReader(resources.operator).project_threads(
                 project, active=active == "1", limit=200
             )
@@ -54,6 +60,7 @@ def router(console: Console, resources: Resources) -> APIRouter:
             project=project or "",
             active=active == "1",
             threads=threads,
+            projects=projects,
         )
 
     @pages.get("/threads/{thread_id}")
@@ -114,12 +121,15 @@ def _governance(pages: APIRouter, console: Console, resources: Resources) -> Non
     @pages.get("/budgets")
     async def console_budgets(*, request: Request, principal: Principal = reader) -> HTMLResponse:
         views = await BudgetCommands(resources.operator).all()
+        history = await WorkReader(resources.operator).spend_over_period()
+        budgets = [BudgetOut.of(v) for v in views]
         return console.page(
             request,
             "budgets.html",
             principal,
             section="budgets",
-            budgets=[BudgetOut.of(v) for v in views],
+            budgets=budgets,
+            charts={b.org_id: _spend_chart(b, history.get(b.org_id, [])) for b in budgets},
             periods=[p.value for p in Period],
             can_set=principal.allows(WORK_BUDGET),
         )
@@ -151,3 +161,24 @@ def _governance(pages: APIRouter, console: Console, resources: Resources) -> Non
                 422, f"the budget was not set: {exc}", slug=ProblemType.INVALID_REQUEST
             ) from None
         return RedirectResponse(f"{PREFIX}/budgets", status_code=303)
+
+
+def _spend_chart(budget: BudgetOut, spend: list[SpendPoint]) -> Markup:
+    """An org's spend over its budget period against its limit: tokens when the budget limits
+    tokens, else cost."""
+    by_tokens = budget.token_limit is not None
+    values = [(p.at, float(p.tokens if by_tokens else p.cost)) for p in spend]
+    limit = budget.token_limit if by_tokens else budget.cost_limit
+    now = datetime.now(UTC)
+    points = [Point(budget.period_start, 0.0)] if budget.period_start is not None else []
+    points += [Point(at, value) for at, value in values]
+    if points:
+        points.append(Point(now, points[-1].value))  # nothing more spent since
+    unit = "tokens" if by_tokens else "cost"
+    return time_chart(
+        points,
+        title=f"Spend of {budget.org_id} this {budget.period} ({unit}) against its limit",
+        y_label=unit,
+        limit=float(limit) if limit is not None else None,
+        limit_label=f"limit {limit:,}" if limit is not None else "",
+    )

@@ -4,7 +4,8 @@ The consumer operations' tools are the framework's (spectral/ops/tools.py); ever
 comes from a plugin's declaration (``tools``: spectral's built-in features declare theirs like
 any plugin). They act through the same roles and tokens as the HTTP API. Over stdio the token
 comes from ``SPECTRAL_API_TOKEN`` (checked at start and again on every call); over HTTP every
-request carries ``Authorization: Bearer spt_…``.
+request carries ``Authorization: Bearer spt_…``; ``/healthz`` and ``/readyz`` (the database
+reachable) answer there unauthenticated, and ``--metrics-port`` serves them with ``/metrics``.
 """
 
 from __future__ import annotations

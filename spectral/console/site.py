@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import datetime
+from http import HTTPStatus
 from importlib import resources as package_files
 from typing import Annotated, Any, Final
 from urllib.parse import quote, urlsplit
@@ -20,10 +21,12 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
 from jinja2 import ChoiceLoader, Environment, PackageLoader, select_autoescape
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from spectral.api.auth import SESSION_COOKIE, check_csrf, csrf_token, session_token
 from spectral.api.problems import ProblemError, ProblemType, invalid_params
 from spectral.api.resources import Resources
+from spectral.api.text import reveal
 from spectral.auth.tokens import Principal
 from spectral.declaration import NavEntry
 
@@ -70,6 +73,7 @@ class Console:
             lstrip_blocks=True,
         )
         self.env.filters["when"] = _when
+        self.env.filters["visible"] = reveal
 
     def page(
         self,
@@ -158,6 +162,7 @@ class Console:
         handlers: Mapping[Any, Callable[..., Awaitable[Response]]] = dict(app.exception_handlers)
         json_problem = handlers[ProblemError]
         json_invalid = handlers[RequestValidationError]
+        json_http = handlers[StarletteHTTPException]
 
         async def problem(request: Request, exc: Exception) -> Response:
             if not request.url.path.startswith(PREFIX) or not isinstance(exc, ProblemError):
@@ -174,6 +179,7 @@ class Console:
                 "problem.html",
                 None,
                 status_code=exc.status,
+                signed_in=session_token(request) is not None,
                 title=exc.title,
                 detail=exc.detail,
                 extensions=exc.extensions,
@@ -189,13 +195,35 @@ class Console:
                 "problem.html",
                 None,
                 status_code=422,
+                signed_in=session_token(request) is not None,
                 title="Invalid request",
                 detail="Part of the request is not valid.",
                 extensions={"invalid_params": invalid_params(exc.errors())},
             )
 
+        async def http_error(request: Request, exc: Exception) -> Response:
+            if not request.url.path.startswith(PREFIX) or not isinstance(
+                exc, StarletteHTTPException
+            ):
+                return await json_http(request, exc)
+            response = self.page(
+                request,
+                "problem.html",
+                None,
+                status_code=exc.status_code,
+                signed_in=session_token(request) is not None,
+                title=HTTPStatus(exc.status_code).phrase,
+                detail="There is no such page in the console."
+                if exc.status_code == 404  # noqa: PLR2004
+                else (exc.detail if isinstance(exc.detail, str) else ""),
+                extensions={},
+            )
+            response.headers.update(exc.headers or {})
+            return response
+
         app.add_exception_handler(ProblemError, problem)
         app.add_exception_handler(RequestValidationError, invalid)
+        app.add_exception_handler(StarletteHTTPException, http_error)
 
 
 def same_origin(request: Request) -> None:

@@ -52,6 +52,20 @@ WHERE space_type = 'project' AND space_id = $1
 ORDER BY created_at DESC, thread_id
 LIMIT $3
 
+-- name: projects
+-- The projects that have threads, the most recently active first: top-level threads, those
+-- open or running, and the latest thread's creation. $1 = at most this many projects.
+SELECT space_id AS project_id,
+       count(*) FILTER (WHERE parent_thread_id IS NULL) AS threads,
+       count(*) FILTER (WHERE parent_thread_id IS NULL AND status IN ('open', 'running'))
+           AS active,
+       max(created_at) AS last_thread_at
+FROM work.threads
+WHERE space_type = 'project'
+GROUP BY space_id
+ORDER BY max(created_at) DESC, space_id
+LIMIT $1
+
 -- name: ledger_of_threads
 SELECT entry_id, seq, thread_id, work_item_id, attempt, entry_type, payload::text AS payload,
        hash, created_at
@@ -93,6 +107,32 @@ LEFT JOIN LATERAL (
 ) s ON true
 WHERE $1::text[] IS NULL OR b.org_id = ANY($1::text[])
 ORDER BY b.org_id
+
+-- name: spend_over_period
+-- Each budgeted org's spend so far in its current period, counted as budgets_with_spend counts
+-- it, cumulated over time: one point per minute (an hourly budget), day (a monthly or total
+-- one) or hour (the others) in which a reservation was made, oldest first.
+WITH buckets AS (
+    SELECT b.org_id,
+           date_trunc(CASE b.period WHEN 'hour' THEN 'minute'
+                                    WHEN 'month' THEN 'day'
+                                    WHEN 'total' THEN 'day'
+                                    ELSE 'hour' END, x.reserved_at, 'UTC') AS at,
+           sum(CASE x.state WHEN 'settled' THEN x.tokens WHEN 'released' THEN 0
+                            ELSE x.reserved_tokens END) AS tokens,
+           sum(CASE x.state WHEN 'settled' THEN x.cost WHEN 'released' THEN 0
+                            ELSE x.reserved_cost END) AS cost
+    FROM work.budgets b
+    JOIN work.spend x
+      ON x.org_id = b.org_id AND x.reserved_at >= work.period_start(b.period, now())
+    GROUP BY 1, 2
+)
+SELECT org_id, at,
+       (sum(tokens) OVER w)::bigint AS tokens,
+       (sum(cost) OVER w)::numeric AS cost
+FROM buckets
+WINDOW w AS (PARTITION BY org_id ORDER BY at)
+ORDER BY org_id, at
 
 -- name: insert_entries
 -- Ledger entries, in order; one already recorded for its (item, attempt, type) is skipped

@@ -12,6 +12,7 @@ from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 from uuid import UUID
@@ -35,6 +36,27 @@ def child_summary(parent: Thread, children: list[Thread]) -> dict[str, int]:
         return {str(k): int(v) for k, v in recorded.items()}
     counts = Counter(child.status.value for child in children)
     return {status.value: counts.get(status.value, 0) for status in ThreadStatus}
+
+
+@dataclass(frozen=True, slots=True)
+class SpendPoint:
+    """An org's spend in its budget period up to ``at`` (inclusive of its bucket)."""
+
+    at: datetime
+    tokens: int
+    cost: Decimal
+
+
+@dataclass(frozen=True, slots=True)
+class ProjectBrief:
+    """A project as its threads show it."""
+
+    project_id: str
+    threads: int
+    """Top-level threads (a generate-all's children are not counted)."""
+    active: int
+    """Of those, open or running."""
+    last_thread_at: datetime
 
 
 @dataclass(frozen=True)
@@ -91,6 +113,30 @@ class WorkReader:
             return [thread_from_row(r) for r in rows]
 
         return await guarded("list project threads", run)
+
+    async def projects(self, *, limit: int = 200) -> list[ProjectBrief]:
+        """The projects that have threads, the most recently active first."""
+
+        async def run() -> list[ProjectBrief]:
+            rows = await self._pool.fetch(_SQL["projects"], limit)
+            return [
+                ProjectBrief(r["project_id"], r["threads"], r["active"], r["last_thread_at"])
+                for r in rows
+            ]
+
+        return await guarded("list projects", run)
+
+    async def spend_over_period(self) -> dict[str, list[SpendPoint]]:
+        """Each budgeted org's cumulative spend in its current period, oldest first."""
+
+        async def run() -> dict[str, list[SpendPoint]]:
+            found: dict[str, list[SpendPoint]] = {}
+            for r in await self._pool.fetch(_SQL["spend_over_period"]):
+                point = SpendPoint(r["at"], r["tokens"], r["cost"])
+                found.setdefault(r["org_id"], []).append(point)
+            return found
+
+        return await guarded("read spend over the period", run)
 
     async def document(self, document_id: str) -> DocumentView | None:
         async def run() -> DocumentView | None:

@@ -24,7 +24,7 @@ from playwright.async_api import Browser, BrowserContext, Page, async_playwright
 
 from consumers.rule_candidates.plugin import TRIAGE_READ, TRIAGE_WRITE
 from contracts import FAILURE_CLUSTER_DETECTED
-from producers.work.plugin import WORK_READ
+from producers.work.plugin import WORK_BUDGET, WORK_READ
 from spectral.auth.scopes import OPS_READ, OPS_REDRIVE
 from spectral.cli.api import compose_app, deployment_topics
 from spectral.devstack import Endpoints
@@ -47,6 +47,8 @@ from tests.kafka_support import cluster_event, create_topics, publish, publish_e
 from tests.support import unique_name
 
 pytestmark = pytest.mark.integration
+
+ORG = "acme"
 
 CHROMIUM_FLAGS = [
     "--no-sandbox",
@@ -91,7 +93,7 @@ async def site(settings: Settings, database_url: str, kafka_bootstrap: str) -> A
         from producers.work.commands import GenerateAll  # noqa: PLC0415
 
         parent = await h.commands.generate_all(
-            GenerateAll(PROJECT, DOCUMENT, requested_by="token:planner")
+            GenerateAll(PROJECT, DOCUMENT, requested_by="token:planner", org_id=ORG)
         )
         async with executor(executor_settings(settings), database_url, ScriptedSynthesizer()) as w:
             await run_until_settled(w, h.admin)
@@ -111,7 +113,9 @@ async def site(settings: Settings, database_url: str, kafka_bootstrap: str) -> A
     try:
         yield Site(
             url=f"http://127.0.0.1:{port}",
-            operator=await mint(database_url, "ops-alice", TRIAGE_WRITE, OPS_REDRIVE, WORK_READ),
+            operator=await mint(
+                database_url, "ops-alice", TRIAGE_WRITE, OPS_REDRIVE, WORK_READ, WORK_BUDGET
+            ),
             reader=await mint(database_url, "viewer-bob", TRIAGE_READ, OPS_READ),
             clusters=[str(e.payload.cluster_id) for e in events],
             parent_thread=str(parent.thread_id),
@@ -227,9 +231,15 @@ async def test_an_operator_works_through_the_console(  # noqa: PLR0915 - one ope
     assert after.count("(1 redriven)") == 2, after
     assert await page.locator("#dead-letters form.dry-run").count() == 0  # nothing left
 
-    # A thread: child summary and the ledger timeline of its items.
-    await page.goto(f"{site.url}/console/threads?project={PROJECT}")
+    # The projects lead to their threads.
+    await page.goto(f"{site.url}/console/threads")
+    project = page.locator(f'#projects tr[data-project="{PROJECT}"]')
+    assert await project.locator("td.num").first.inner_text() == "1"  # one top-level thread
+    await shot(page, "projects")
+    await project.locator("a").first.click()
+    await page.wait_for_selector("#threads")
     assert await page.locator("#threads tbody tr").count() == 3
+    # A thread: child summary and the ledger timeline of its items.
     await page.goto(f"{site.url}/console/threads/{site.parent_thread}")
     assert await page.inner_text("#thread-status") == "complete"
     assert "complete 2" in await page.inner_text("#child-summary")
@@ -242,6 +252,19 @@ async def test_an_operator_works_through_the_console(  # noqa: PLR0915 - one ope
         assert entry in timeline
     assert await page.locator("#child-summary").count() == 0  # a child has no children
     await shot(page, "item-ledger")
+
+    # Budgets: the org's spend over the period, drawn from its spend record, against the limit.
+    await page.goto(f"{site.url}/console/budgets")
+    await page.fill("#b-org", ORG)
+    await page.fill("#b-tokens", "5000")
+    await page.click("#set-budget button[type=submit]")
+    await page.wait_for_url("**/console/budgets")
+    chart = page.locator(f"#spend-{ORG} svg.chart")
+    assert await chart.locator(".chart-limit").count() == 1
+    described = await chart.locator("desc").text_content() or ""
+    assert "samples of tokens" in described, described
+    assert not described.endswith("highest 0."), described  # the calls' tokens are in it
+    await shot(page, "budgets")
     await context.close()
 
 
@@ -300,3 +323,78 @@ async def test_forged_and_cross_site_posts_are_refused(site: Site, browser: Brow
     assert detail.status == 200
     assert await page.inner_text("#current-status") == "pending"
     await context.close()
+
+
+AXE = Path(__file__).resolve().parents[2] / "axe" / "node_modules" / "axe-core" / "axe.min.js"
+WIDTHS = {"desktop": (1360, 900), "phone": (390, 844)}
+SERIOUS = ("serious", "critical")
+
+
+async def _axe_violations(page: Page) -> list[str]:
+    """axe-core's serious and critical violations of the page, as 'rule: target' lines."""
+    await page.add_script_tag(path=str(AXE))
+    found: list[dict[str, Any]] = await page.evaluate(
+        "async () => (await axe.run(document, {resultTypes: ['violations']})).violations"
+    )
+    return [
+        f"{v['id']} ({v['impact']}): {[n['target'] for n in v['nodes']][:3]}"
+        for v in found
+        if v["impact"] in SERIOUS
+    ]
+
+
+async def test_every_page_reads_at_desktop_and_phone_width_with_no_serious_axe_violation(
+    site: Site, browser: Browser
+) -> None:
+    """Every page of the console, at 1360 and 390 px: axe-core (run in the same Chromium; the
+    context bypasses the pages' CSP only to inject it) finds no serious or critical violation,
+    and the page never scrolls sideways (wide tables scroll inside their box)."""
+    assert AXE.is_file(), "axe-core is not installed: run `make tooling`"
+    pages = {
+        "login": "/console/login",
+        "inbox": "/console/clusters",
+        "inbox-all": "/console/clusters?status=all",
+        "cluster": f"/console/clusters/{site.clusters[0]}",
+        "consumers": "/console/consumers",
+        "projects": "/console/threads",
+        "threads": f"/console/threads?project={PROJECT}",
+        "thread": f"/console/threads/{site.parent_thread}",
+        "budgets": "/console/budgets",
+        "not-found": "/console/nowhere",
+    }
+    problems: list[str] = []
+    for width_name, (width, height) in WIDTHS.items():
+        context = await browser.new_context(
+            viewport={"width": width, "height": height}, bypass_csp=True
+        )
+        page = await context.new_page()
+        await log_in(page, site, site.operator)
+        for name, path in pages.items():
+            if name == "login":
+                await context.clear_cookies()
+            response = await page.goto(f"{site.url}{path}")
+            assert response is not None
+            expected = 404 if name == "not-found" else 200
+            assert response.status == expected, f"{path}: {response.status}"
+            problems += [f"{width_name} {path}: {v}" for v in await _axe_violations(page)]
+            overflow = await page.evaluate(
+                "document.documentElement.scrollWidth - document.documentElement.clientWidth"
+            )
+            if overflow > 0:
+                problems.append(f"{width_name} {path}: the page scrolls sideways by {overflow}px")
+            if width_name == "phone":
+                await shot(page, f"phone-{name}")
+            if name == "login":
+                await log_in(page, site, site.operator)
+        await context.close()
+    # The 403 page of a reader keeps the navigation too.
+    context = await browser.new_context(viewport={"width": 390, "height": 844}, bypass_csp=True)
+    page = await context.new_page()
+    await log_in(page, site, site.reader)
+    forbidden = await page.goto(f"{site.url}/console/threads")
+    assert forbidden is not None
+    assert forbidden.status == 403
+    assert await page.locator("header nav a").count() >= 3
+    problems += [f"phone 403: {v}" for v in await _axe_violations(page)]
+    await context.close()
+    assert problems == [], "\n".join(problems)

@@ -159,12 +159,14 @@ async def test_stdio_refuses_to_start_without_a_live_token(
 
 
 @contextmanager
-def http_server(env: dict[str, str], cwd: Path, stderr: list[bytes] | None = None) -> Iterator[str]:
+def http_server(
+    env: dict[str, str], cwd: Path, stderr: list[bytes] | None = None, *options: str
+) -> Iterator[str]:
     """`spectral mcp --transport http` on a free port; its stderr is appended to ``stderr``
     once it has stopped."""
     port = free_port()
     process = subprocess.Popen(
-        [SPECTRAL, "mcp", "--transport", "http", "--port", str(port)],
+        [SPECTRAL, "mcp", "--transport", "http", "--port", str(port), *options],
         env=env,
         cwd=cwd,
         stdout=subprocess.DEVNULL,
@@ -234,6 +236,34 @@ async def test_streamable_http_needs_a_bearer_token(
             )
             assert refused_tool.is_error
             assert "triage:read" in _text(refused_tool)
+
+
+async def test_the_http_server_answers_health_and_metrics(
+    spectral_env: dict[str, str], tmp_path: Path
+) -> None:
+    """An orchestrator probes the MCP server as it probes the API: /healthz and /readyz on its
+    port with no token (and no error text), and /metrics beside them on --metrics-port."""
+    metrics_port = free_port()
+    with http_server(spectral_env, tmp_path, None, "--metrics-port", str(metrics_port)) as url:
+        base = url.removesuffix("/mcp")
+        async with httpx.AsyncClient(timeout=30) as raw:
+            live = await raw.get(f"{base}/healthz")
+            assert live.status_code == 200, live.text
+            # Not ready until the first database probe has answered (a loaded machine can take
+            # seconds): an orchestrator polls, so does this test.
+            deadline = asyncio.get_running_loop().time() + 60
+            ready = await raw.get(f"{base}/readyz")
+            while ready.status_code == 503 and asyncio.get_running_loop().time() < deadline:
+                await asyncio.sleep(0.2)
+                ready = await raw.get(f"{base}/readyz")
+            assert ready.status_code == 200, ready.text
+            assert ready.json()["checks"]["database"]["ok"] is True
+            assert "detail" not in ready.json()["checks"]["database"]
+            metrics = await raw.get(f"http://127.0.0.1:{metrics_port}/metrics")
+            assert metrics.status_code == 200
+            assert "process_cpu_seconds_total" in metrics.text or "python_info" in metrics.text
+            assert (await raw.get(f"http://127.0.0.1:{metrics_port}/readyz")).status_code == 200
+            assert (await raw.post(url, json={})).status_code == 401  # the tools still need one
 
 
 async def test_every_line_of_the_http_server_is_json(
