@@ -1,4 +1,4 @@
--- 0023 retention: `spectral maintenance` prunes every table that grows with traffic behind a
+-- 0024 retention: `spectral maintenance` prunes every table that grows with traffic behind a
 -- documented horizon (spectral/maintenance/retention.py, producers/clusters/retention.py), acting
 -- as spectral_maintainer, with no more privilege than each prune needs.
 --
