@@ -58,7 +58,7 @@ debian_install = if [ "$$(id -u)" != 0 ]; then \
 		echo "waiting for apt's lists lock: $$(echo "$$out" | grep -m1 'held by' || echo "$$out")" >&2; \
 		sleep 5; \
 	done; \
-	holder=$$(lslocks -n -o PID,COMMAND,PATH 2>/dev/null | grep -m1 '/var/lib/dpkg/lock' || true); \
+	holder=$$(lslocks -n -o PID,COMMAND,PATH 2>/dev/null | grep -m1 '/var/lib/dpkg/lock' | awk '{$$1 = $$1; print}' || true); \
 	if [ -n "$$holder" ]; then \
 		echo "waiting (at most $(APT_LOCK_TIMEOUT) s) for the dpkg lock, held by: $$holder" >&2; \
 	fi; \

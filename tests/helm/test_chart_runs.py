@@ -200,7 +200,14 @@ def _read_only_root(command: list[str], mounts: dict[str, str]) -> list[str]:
     (each a directory under /dev/shm, a filesystem of its own; the pod's /tmp bound on /tmp)."""
     script = "set -e; "
     if "/tmp" in mounts:  # noqa: S108 - the pod's emptyDir mount point
-        script += f'mount --bind "{mounts["/tmp"]}" /tmp; '  # noqa: S108
+        pod_tmp = Path(mounts["/tmp"])  # noqa: S108
+        if ROOT.is_relative_to("/tmp"):  # noqa: S108
+            # A checkout under /tmp (its virtual environment included) stays where it is, read
+            # only, as the image's installed files would be, over the pod's /tmp.
+            inner = pod_tmp / ROOT.relative_to("/tmp")  # noqa: S108
+            script += f'mkdir -p "{inner}"; mount --bind "{ROOT}" "{inner}"; '
+            script += f'mount -o remount,bind,ro "{inner}"; '
+        script += f'mount --rbind "{pod_tmp}" /tmp; '
     script += 'mount -o remount,bind,ro /; exec "$@"'
     return ["unshare", "--mount", "--propagation", "private", "sh", "-c", script, "sh", *command]
 

@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 from uuid import UUID
 
 import asyncpg
@@ -35,7 +36,7 @@ from tests.integration.clusters.support import (
     settle_stubs,
     stub_executor,
 )
-from tests.support import empty_database, migrations_before
+from tests.support import empty_database, migrations_before, unique_name, with_database
 
 pytestmark = pytest.mark.integration
 
@@ -50,7 +51,25 @@ async def unmigrated(stack: Endpoints) -> AsyncIterator[str]:
 
 
 async def _requests(url: str, policy: ClusterPolicy) -> dict[UUID, SynthesisRequest]:
-    """What the old service asked the model for each cluster's current content."""
+    """What the old service asked the model for each cluster's current content, computed by
+    today's code on a fully migrated copy of the old database (no later migration changes a
+    cluster's facts), so the old schema needs no code of its own however the queries grow."""
+    name = unique_name("spectral_stubreq_")
+    admin = await asyncpg.connect(with_database(url, "postgres"))
+    try:
+        template = urlsplit(url).path.removeprefix("/")
+        await admin.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template}"')
+        try:
+            copy = with_database(url, name)
+            await migrate(copy)
+            return await _asked(copy, policy)
+        finally:
+            await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    finally:
+        await admin.close()
+
+
+async def _asked(url: str, policy: ClusterPolicy) -> dict[UUID, SynthesisRequest]:
     ids = [r["cluster_id"] for r in await fetch(url, "SELECT cluster_id FROM clusters.clusters")]
     async with ClusterRepository.open(url, role=None) as repo, repo.unit() as unit:
         facts = await unit.facts(ids, policy.default_criticality, policy.severity.rate_window)
