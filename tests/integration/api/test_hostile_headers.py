@@ -21,7 +21,7 @@ import orjson
 import pytest
 from fastapi import FastAPI
 from fastapi.routing import APIRoute
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from starlette.routing import BaseRoute
 
@@ -152,7 +152,16 @@ class RawClient:
                 self.conn.putheader("Content-Length", str(len(body)))
                 self.conn.endheaders(body)
                 response = self.conn.getresponse()
-                return Answer(response.status, response.read().decode("utf-8", "replace"))
+                try:
+                    text = response.read().decode("utf-8", "replace")
+                except ConnectionResetError:
+                    # A request the HTTP parser refuses is answered (400) and its connection
+                    # closed with the unread body still queued: the peer may reset the socket
+                    # before the answer's body is read. Its status line was the answer.
+                    self.conn.close()
+                    self.conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=60)
+                    text = ""
+                return Answer(response.status, text)
             except (http.client.HTTPException, OSError):
                 self.conn.close()
                 self.conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=60)
@@ -213,6 +222,7 @@ def test_no_header_or_query_string_makes_a_500(client: RawClient, world: tuple[s
     seen: set[int] = set()
 
     conditional = [t for t in routes if t.path.startswith(("/clusters/", "/documents/"))]
+    patch = next(t for t in conditional if t.method == "PATCH")
 
     @settings(
         max_examples=400,
@@ -225,6 +235,14 @@ def test_no_header_or_query_string_makes_a_500(client: RawClient, world: tuple[s
         sent=st.dictionaries(st.sampled_from(HEADERS), hostile, min_size=1),
         authenticated=st.booleans(),
         query=st.binary(max_size=60),
+    )
+    # The conditional checks are reached whatever the draw (400 draws reached them in most runs,
+    # not in all): an authenticated PATCH with a stale entity tag and latin-1 bytes beside it.
+    @example(
+        target=patch,
+        sent={"If-Match": b'"999999"', "X-Forwarded-Host": b"\xff\xfe"},
+        authenticated=True,
+        query=b"\xff",
     )
     def send(target: Target, sent: dict[str, bytes], authenticated: bool, query: bytes) -> None:
         headers = [(name.lower().encode(), value) for name, value in sent.items()]
