@@ -185,11 +185,10 @@ def demo() -> None:
             fg="red",
         )
         raise typer.Exit(1)
-    if listing:
-        first = str(listing[0]["cluster_id"])
-        if listing[0]["status"] == "pending":
-            _run(env, "triage", "set", first, "--status", "in_review", "--notes", "demo: looking")
-        _run(env, "triage", "show", first)
+    first = str(listing[0]["cluster_id"])
+    if listing[0]["status"] == "pending":
+        _run(env, "triage", "set", first, "--status", "in_review", "--notes", "demo: looking")
+    _run(env, "triage", "show", first)
 
     _step("5. Durable LLM work: a generate-all command, executed once per item")
     with tempfile.TemporaryDirectory() as scratch:
