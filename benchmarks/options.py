@@ -65,7 +65,7 @@ class Options:
     polling), after a 5 s warm-up each."""
     stages: tuple[str, ...] = DEFAULT_STAGES
     stage_timeout: float = 240.0
-    budget: float = 900.0
+    budget: float = 1500.0
     """The whole run, in seconds: stages started late get what is left (at least 10 s) and
     fail their checks rather than overrun."""
     keep: bool = False
