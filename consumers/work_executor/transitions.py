@@ -428,14 +428,8 @@ class Transitions:
         self, conn: Conn, cancels: Sequence[CancelEnd], done: BatchWritten, changes: _Changes
     ) -> None:
         unique = list({c.loaded.item.work_item_id: c for c in cancels}.values())
-        rows = await conn.fetch(
-            _SQL["end_held_items"],
-            [c.loaded.item.work_item_id for c in unique],
-            [c.token for c in unique],
-            [message_text(c.message) for c in unique],
-            True,  # noqa: FBT003 - the query's cancel_requested parameter
-        )
-        ended = {row["work_item_id"] for row in rows}
+        messages = [message_text(c.message) for c in unique]
+        ended = await _end_held(conn, unique, messages, cancel_requested=True)
         for cancel in unique:
             loaded, item = cancel.loaded, cancel.loaded.item
             if item.work_item_id not in ended:
@@ -604,14 +598,8 @@ class Transitions:
         done: BatchWritten,
         changes: _Changes,
     ) -> None:
-        rows = await conn.fetch(
-            _SQL["end_held_items"],
-            [d.loaded.item.work_item_id for d in dead_letters],
-            [d.token for d in dead_letters],
-            [_message(d.error) for d in dead_letters],
-            False,  # noqa: FBT003 - the query's cancel_requested parameter
-        )
-        ended = {row["work_item_id"] for row in rows}
+        messages = [_message(d.error) for d in dead_letters]
+        ended = await _end_held(conn, dead_letters, messages, cancel_requested=False)
         for dead in dead_letters:
             loaded, item = dead.loaded, dead.loaded.item
             if dead.spend is not None:
@@ -724,6 +712,25 @@ def _row(loaded: LoadedItem, entry: NewEntry) -> tuple[ledger.EntryRow, UUID]:
     item = loaded.item
     row = (item.work_item_id, item.thread_id, entry.attempt, entry.entry_type, entry.payload)
     return row, loaded.correlation_id
+
+
+async def _end_held(
+    conn: Conn,
+    ends: Sequence[CancelEnd | DeadLetterEnd],
+    messages: Sequence[str],
+    *,
+    cancel_requested: bool,
+) -> set[UUID]:
+    """End held items with their messages — canceled if their cancellation was asked for, else
+    dead_letter — under the lease guard; the ids of those whose lease still held."""
+    rows = await conn.fetch(
+        _SQL["end_held_items"],
+        [e.loaded.item.work_item_id for e in ends],
+        [e.token for e in ends],
+        list(messages),
+        cancel_requested,
+    )
+    return {row["work_item_id"] for row in rows}
 
 
 def _message(error: Mapping[str, Any]) -> str:
