@@ -16,24 +16,19 @@ A claim (claims.py) reads the situation under the scheduler's lock and asks ``pl
   a pause a gateway asked for with 429 + Retry-After. An item whose route has no capacity is not
   claimed: it keeps waiting, unleased and unpaid — waiting for capacity is never an attempt.
   ``retry_in`` says when a rate-limited route has room again.
-* **Nested budgets: a hard cap on what is admitted, in every scope.** A call belongs to
-  several budget scopes — its org, its project, its thread and the thread's parent thread (a
-  generate-all), its model route (producers/work/domain/budgets.py) — and an item is claimed
-  only if its reservation — its call's worst case (the prompt's tokens as counted plus the
-  completion bound, priced) times its route's reserve ratio — fits what is left of *every*
-  one of those scopes' budgets for their period: in no scope do settled spend plus outstanding
-  reservations plus this one pass a limit. The claim then reserves it in all of them at once
-  (one spend row names every scope). A provider that bills a call more than it was allowed (a
-  *provider overrun*: it ignored ``max_tokens``, counted reasoning or cached tokens) is
-  recorded as billed when it settles and fed back to its route (transitions.py): the route's
-  reserve ratio rises to what it really bills, or the route is *suspended* (no call starts:
-  ``Blocked.SUSPENDED``) until an operator resumes it. When an item does not fit a scope in
-  which nothing is outstanding (every reservation settled, so nothing can free room), the
-  waiting items of that scope are *parked*, naming it; while one of the refusing scopes has
-  reservations outstanding they just wait, since settling (actual usage is at most the
-  reservation) may make room. An org refusing stops its tenant for this claim; a narrower
-  scope only skips the item (the tenant's next item may belong to another project, thread or
-  route).
+* **Nested budgets: a hard cap on what is admitted, in every scope.** A call belongs to its
+  org, project, thread and parent thread, and model route; it is claimed only if its
+  reservation (its worst case times its route's reserve ratio) fits *every* one of those
+  scopes' budgets: settled spend plus reservations never pass a limit. A provider overrun is
+  recorded as billed and fed back to its route (transitions.py). A scope that refuses with
+  nothing outstanding parks its waiting items, naming it; with reservations outstanding
+  (they may settle lower) they wait. An org refusing ends its tenant's turn; a narrower scope
+  skips the item. (docs/explanation/work-ledger.md, "Nested scopes".)
+* **Route probation.** A route none of whose bills has settled within its reservation yet — a
+  new route, one whose reservations were just raised (or that was suspended) after an overrun,
+  one an operator resumed — takes one call at a time (``Blocked.PROBATION``), whatever its
+  concurrency allows, until a bill settles within its reservation. A provider that bills more
+  than it is allowed therefore overruns by one call at most before its bill is fed back.
 """
 
 from __future__ import annotations
@@ -69,6 +64,7 @@ class Blocked(StrEnum):
     TOKENS = "tokens_per_minute"
     PAUSED = "paused"
     SUSPENDED = "suspended"  # a provider overran its reservations: an operator resumes it
+    PROBATION = "probation"  # no bill of the route settled within its reservation yet: one call
 
 
 @dataclass(frozen=True)
@@ -115,6 +111,9 @@ class RouteState:
     provider billed more than a call was allowed (a provider overrun)."""
     suspended: bool = False
     """No new call of the route starts (a provider overrun, by policy): an operator resumes it."""
+    probation: bool = False
+    """No bill of the route has settled within its reservation since it was first seen, raised
+    after an overrun or resumed: it takes one call at a time until one does."""
 
 
 @dataclass(frozen=True)
@@ -216,6 +215,7 @@ class _Route:
         self.token_tat = state.token_tat
         self.paused_until = state.paused_until
         self.suspended = state.suspended
+        self.probation = state.probation
         self.now = now
         self.changed = False
 
@@ -230,8 +230,9 @@ class _Route:
             return Blocked.SUSPENDED, None
         if self.paused_until is not None and self.paused_until > self.now:
             return Blocked.PAUSED, (self.paused_until - self.now).total_seconds()
-        if limits.concurrency is not None and self.in_flight >= limits.concurrency:
-            return Blocked.CONCURRENCY, None
+        held = self._held()
+        if held is not None:
+            return held, None
         if limits.rpm is not None:
             interval = 60.0 / limits.rpm
             burst = max(limits.burst_seconds, interval)
@@ -245,6 +246,15 @@ class _Route:
             if wait > 0:
                 return Blocked.TOKENS, wait
         return None, None
+
+    def _held(self) -> Blocked | None:
+        """Why no more calls may be in flight: on probation with its one call in flight, or at
+        its concurrency."""
+        if self.probation and self.in_flight >= 1:
+            return Blocked.PROBATION
+        if self.limits.concurrency is not None and self.in_flight >= self.limits.concurrency:
+            return Blocked.CONCURRENCY
+        return None
 
     def take(self, tokens: int) -> None:
         self.in_flight += 1

@@ -7,7 +7,7 @@ counts against its org, its project, its thread (and the thread's parent thread,
 generate-all) and its model route, and it is admitted only if every one of those budgets has
 room for it (consumers/work_executor/schedule.py). What a scope spent in the current period is
 read from ``work.spend`` (one row per attempt, reserved before the call in every scope it
-belongs to, and settled from the usage its response reported; migrations 0014, 0022, 0025).
+belongs to, and settled from the usage its response reported; migrations 0014, 0022, 0027).
 """
 
 from __future__ import annotations

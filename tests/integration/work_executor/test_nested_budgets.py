@@ -68,9 +68,15 @@ async def _over(admin: asyncpg.Pool) -> list[str]:
 
 
 async def _seed(h: object, org: str) -> tuple[list[str], list[str], list[str]]:
-    """Two projects of one org, each a generate-all (a parent thread) with EPICS children."""
+    """Two projects of one org, each a generate-all (a parent thread) with EPICS children; the
+    model route is proven (off probation: it takes more than one call at a time)."""
     commands = h.commands  # type: ignore[attr-defined]
     admin: asyncpg.Pool = h.admin  # type: ignore[attr-defined]
+    await admin.execute(
+        "INSERT INTO work.provider_routes (model, probation) VALUES ($1, false) "
+        "ON CONFLICT (model) DO UPDATE SET probation = false",
+        MODEL,
+    )
     projects = [f"{org}-a", f"{org}-b"]
     for project in projects:
         await commands.put_document(

@@ -1,4 +1,4 @@
--- 0025 nested budgets: besides its org's budget (work.budgets, unchanged), a call counts against
+-- 0027 nested budgets: besides its org's budget (work.budgets, unchanged), a call counts against
 -- the budgets of its project, its thread, its thread's parent thread (a generate-all) and its
 -- model route. Every scope's limit holds at once: admission (the claim, under the scheduler's
 -- lock) reserves the call's worst case in every scope it belongs to and admits it only if no
