@@ -626,7 +626,7 @@ async def _naive(stage: Stage) -> Throughput:
         naive_db,
         group=f"bench-{stage.stack.run_id}-naive",
         limit=min(stage.options.naive_events, stage.topic.records),
-        limit_seconds=stage.options.limit(),
+        limit_seconds=min(stage.options.naive_seconds, stage.options.limit()),
     )
     stage.report.add(
         "naive_consumer",
