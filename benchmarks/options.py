@@ -6,8 +6,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-STAGES = ("triage", "freshness", "executor", "governance", "dedup", "soak")
-DEFAULT_STAGES = ("triage", "freshness", "executor", "governance", "dedup")
+STAGES = ("triage", "contention", "freshness", "executor", "governance", "dedup", "soak")
+DEFAULT_STAGES = ("triage", "contention", "freshness", "executor", "governance", "dedup")
 """`make bench`; the soak runs for minutes on its own (`make soak`)."""
 
 
@@ -17,6 +17,19 @@ class Options:
     clusters: int = 4_000
     partitions: int = 6
     naive_events: int = 10_000
+    naive_seconds: float = 30.0
+    """The naive baseline stops after this many seconds if it has not reached ``naive_events``
+    (its rate is the figure; on a loaded machine 10,000 one-at-a-time transactions take
+    minutes)."""
+    peers: tuple[str, ...] = ("faststream", "quix", "quix_guaranteed")
+    """The peers the triage stage runs (benchmarks/peers/)."""
+    neighbour_processes: int = 2
+    neighbour_duty: float = 0.5
+    """The contention stage's neighbour: this many processes spinning this fraction of every
+    10 ms (benchmarks/neighbour.py), one core's worth by default."""
+    contention_rounds: int = 1
+    """Rounds of the contention stage, each spectral then quix-streams then quix-streams then
+    spectral (ABBA) under the same neighbour."""
     drain_repeats: int = 3
     scaling: tuple[int, ...] = (1, 2, 3)
     rerun_single: bool = True
@@ -55,8 +68,10 @@ class Options:
     """The freshness stage's measured window with the relay on LISTEN/NOTIFY (half as long
     polling), after a 5 s warm-up each."""
     stages: tuple[str, ...] = DEFAULT_STAGES
-    stage_timeout: float = 240.0
-    budget: float = 900.0
+    stage_timeout: float = 420.0
+    """Seconds one measured process (a consumer run, a peer) may take: at load 40 beside the
+    contention stage's neighbour a first pass of 200,000 events took ~3 minutes."""
+    budget: float = 2100.0
     """The whole run, in seconds: stages started late get what is left (at least 10 s) and
     fail their checks rather than overrun."""
     keep: bool = False
