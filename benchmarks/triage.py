@@ -159,6 +159,20 @@ async def run_triage(stack: BenchStack, options: Options, report: Report) -> Non
         f"same topic, fresh group, same database: 100% duplicates; "
         f"{second.cpu_us_per_event:.0f} us CPU/event",
     )
+    report.add(
+        "consumer_all_duplicates_cpu_per_event",
+        second.cpu_us_per_event,
+        "us",
+        "consumer process CPU per event when every record is a duplicate (the contract check "
+        "and the dedup claim, nothing applied)",
+    )
+    if servers.postmaster is not None:
+        report.add(
+            "postgres_all_duplicates_cpu_per_event",
+            second.server_us_per_event()[0],
+            "us",
+            "this database's PostgreSQL CPU per event when every record is a duplicate",
+        )
     peers = await _peers(stage)
     baseline = await _naive(stage)
     scaling = await _scaling(stage, first)
@@ -232,11 +246,39 @@ def _system_cpu(
         "us",
         f"consumer {first.cpu_us_per_event:.1f} + PostgreSQL {postgres_us:.1f}, first pass",
     )
+    whole = {
+        name: peer.run.cpu_us_per_event + peer.run.server_us_per_event()[0]
+        for name, peer in peers.items()
+    }
+    for name, value in whole.items():
+        report.add(
+            f"peer_{name}_system_cpu_per_event",
+            value,
+            "us",
+            "the peer's process + its database's PostgreSQL CPU per event",
+        )
+    if "quix" in whole and "quix_guaranteed" in whole:
+        report.add(
+            "guarantees_cost_in_quix",
+            whole["quix_guaranteed"] - whole["quix"],
+            "us",
+            "whole-system CPU per event the dedup table and newest-snapshot-wins add to "
+            "quix-streams (the same-guarantee peer less the plain one)",
+        )
+    if "quix_guaranteed" in whole:
+        report.add(
+            "spectral_beyond_quix_guaranteed",
+            system - whole["quix_guaranteed"],
+            "us",
+            "whole-system CPU per event spectral spends beyond the same-guarantee quix-streams "
+            "peer: the contract check, dead letters, pipelining, operator columns, metrics "
+            "(negative: spectral is cheaper)",
+        )
     quix = peers.get("quix")
     if quix is None or not system:
         return
     quix_postgres, _ = quix.run.server_us_per_event()
-    quix_system = quix.run.cpu_us_per_event + quix_postgres
+    quix_system = whole["quix"]
     ratio = quix_system / system
     report.add(
         "consumer_vs_peer_quix_system_cpu",
@@ -598,7 +640,7 @@ async def _naive(stage: Stage) -> Throughput:
         naive_db,
         group=f"bench-{stage.stack.run_id}-naive",
         limit=min(stage.options.naive_events, stage.topic.records),
-        limit_seconds=stage.options.limit(),
+        limit_seconds=min(stage.options.naive_seconds, stage.options.limit()),
     )
     stage.report.add(
         "naive_consumer",

@@ -18,10 +18,13 @@ configured model routes, else ``other``/``none``; ``function`` a known function 
 ``other``; ``org`` one of ``SPECTRAL_WORK_METRIC_ORGS``, else one of 16 hash buckets
 ``bucket-00``..``bucket-15``, ``none`` without an org), ``work_provider_waits_total{model,
 reason}`` (claims that left work waiting because a route had no capacity: concurrency,
-requests_per_minute, tokens_per_minute, paused, suspended), ``work_rate_limited_total{model}``
-(429s), ``work_usage_overruns_total``, ``work_usage_overrun_tokens_total`` and
-``work_usage_overrun_cost_total`` ``{model}`` (provider overruns: overruns.py),
-``work_canceled_items_total`` and ``work_parked_items`` (refreshed by the sweep).
+requests_per_minute, tokens_per_minute, paused, suspended, probation),
+``work_rate_limited_total{model}`` (429s), ``work_usage_overruns_total``,
+``work_usage_overrun_tokens_total`` and ``work_usage_overrun_cost_total`` ``{model}`` (provider
+overruns: overruns.py),
+``work_canceled_items_total`` and ``work_parked_items`` (refreshed by the sweep), and
+``work_budget_parked_items_total{scope}`` (items a claim parked, by the *kind* of the budget
+scope that parked them: org, project, thread, route — never one series per scope).
 
 Reasons follow ADR-0008's list where it applies here: ``set_org_id`` has no counterpart (no
 row-level security in this schema), ``write_merge`` is ``write_mutation``, and
@@ -41,6 +44,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from consumers.work_executor.retry import DeadLetterReason
 from consumers.work_executor.schedule import Blocked
+from producers.work.domain.budgets import ScopeKind
 from producers.work.domain.model import STORY_FUNCTION_KEY
 from spectral.observability.metrics import per_member
 
@@ -77,7 +81,7 @@ class QueueStatus(StrEnum):
     CLAIMED = "claimed"
     RUNNING = "running"
     RETRY_WAIT = "failed"  # a transient failure waiting for its not_before
-    PARKED = "parked"  # waiting for its org's budget
+    PARKED = "parked"  # waiting for a budget (org, project, thread, route)
 
 
 ORG_BUCKETS: Final = 16
@@ -228,6 +232,15 @@ class ExecutorMetrics:
             "it held them).",
             registry=registry,
         )
+        self.budget_parked = Counter(
+            "work_budget_parked_items",
+            "Work items parked because a budget had no room for their call, by the kind of the "
+            "scope whose budget parked them (org, project, thread, route).",
+            ["scope"],
+            registry=registry,
+        )
+        for kind in ScopeKind:
+            self.budget_parked.labels(kind.value)
         for model in (*self.labels.models, "other", "none"):
             self.rate_limited.labels(model)
             self.overruns.labels(model)
@@ -271,6 +284,10 @@ class ExecutorMetrics:
         self.overruns.labels(label).inc()
         self.overrun_tokens.labels(label).inc(tokens)
         self.overrun_cost.labels(label).inc(float(cost))
+
+    def parked(self, by_scope: dict[ScopeKind, int]) -> None:
+        for kind, items in by_scope.items():
+            self.budget_parked.labels(kind.value).inc(items)
 
     def provider_wait(self, model: str, reason: Blocked) -> None:
         self.provider_waits.labels(self.labels.model(model), reason.value).inc()

@@ -8,7 +8,8 @@ holder is guarded by the item's lease token, item by item (``work.held_items``, 
 function): an item whose lease was lost is left untouched (and reported in
 ``BatchWritten.lost``) while the others of the batch go on. Responses are the exception: they
 are recorded whoever holds the lease (paid work is never dropped), and each settles its
-attempt's spend reservation from the usage it reports, in the same transaction.
+attempt's spend reservation from the usage it reports, in the same transaction — a bill within
+its reservation ends its route's probation, an overrun begins it again (schedule.py).
 
 Mutations are applied under the target locks and the document row locks, each document's in
 turn by the work function of its document type (mutations.py plans them, purely).
@@ -55,6 +56,7 @@ from spectral.errors import PermanentError
 from spectral.outbox.writer import OutboxItem, enqueue
 
 _SQL = load_queries(Path(__file__).with_name("transitions.sql"))
+_PROBATION = load_queries(Path(__file__).with_name("probation.sql"))
 
 
 class LeaseLostError(PermanentError):
@@ -382,6 +384,9 @@ class Transitions:
             for row in rows
         ]
         done.settled.extend(settled)
+        proven = sorted({s.model for s in settled if s.model and s.overrun is None})
+        if proven:
+            await conn.execute(_PROBATION["end_probation"], proven)
         overran = [(s.model, s.overrun) for s in settled if s.model and s.overrun]
         if overran:
             policy = self._overruns
@@ -396,6 +401,9 @@ class Transitions:
             )
             done.routes.extend(
                 RouteFeedback(r["model"], r["reserve_ratio"], r["suspended"]) for r in fed
+            )
+            await conn.execute(
+                _PROBATION["begin_probation"], sorted({model for model, _ in overran})
             )
 
     async def _diverted(
