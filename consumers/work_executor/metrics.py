@@ -239,8 +239,6 @@ class ExecutorMetrics:
             ["scope"],
             registry=registry,
         )
-        for kind in ScopeKind:
-            self.budget_parked.labels(kind.value)
         for model in (*self.labels.models, "other", "none"):
             self.rate_limited.labels(model)
             self.overruns.labels(model)
@@ -253,6 +251,7 @@ class ExecutorMetrics:
         self._failures = per_member(self.failures, FailureReason)
         self._queue_depth = per_member(self.queue_depth, QueueStatus)
         self._dead_letters = per_member(self.dead_letters, DeadLetterReason)
+        self._budget_parked = per_member(self.budget_parked, ScopeKind)
 
     def attempt(self, outcome: AttemptOutcome) -> None:
         self._attempts[outcome].inc()
@@ -287,7 +286,7 @@ class ExecutorMetrics:
 
     def parked(self, by_scope: dict[ScopeKind, int]) -> None:
         for kind, items in by_scope.items():
-            self.budget_parked.labels(kind.value).inc(items)
+            self._budget_parked[kind].inc(items)
 
     def provider_wait(self, model: str, reason: Blocked) -> None:
         self.provider_waits.labels(self.labels.model(model), reason.value).inc()
