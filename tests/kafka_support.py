@@ -30,6 +30,10 @@ TRANSPORTS: dict[str, dict[str, Any]] = {
 }
 """Every Kafka transport and group protocol a deployment can choose: settings overrides."""
 
+PRODUCING: tuple[str, ...] = ("aiokafka", "confluent-consumer")
+"""One of ``TRANSPORTS`` per client library: what a producer (the relay, a redrive) does
+depends on the client, not on the group protocol."""
+
 
 def transport_env(name: str) -> dict[str, str]:
     """``TRANSPORTS[name]`` as the environment of a ``spectral`` process."""

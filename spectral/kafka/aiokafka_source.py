@@ -239,5 +239,10 @@ class AiokafkaTransport:
     def source(self, reading: Reading, options: FetchOptions) -> RecordSource:
         return AiokafkaSource(self._settings, self._bootstrap, reading, options)
 
-    def sender(self, topics: Sequence[str]) -> Sender:
-        return AiokafkaSender(self._settings, self._bootstrap, topics=topics)
+    def sender(self, topics: Sequence[str], *, delivery_timeout_ms: int | None = None) -> Sender:
+        return AiokafkaSender(
+            self._settings,
+            self._bootstrap,
+            topics=topics,
+            delivery_timeout_ms=delivery_timeout_ms,
+        )

@@ -89,8 +89,11 @@ class Transport(Protocol):
     def source(self, reading: Reading, options: FetchOptions) -> RecordSource:
         """A record source reading ``reading`` (not started)."""
 
-    def sender(self, topics: Sequence[str]) -> Sender:
-        """A sender (not started); ``topics``: those it will produce to first."""
+    def sender(self, topics: Sequence[str], *, delivery_timeout_ms: int | None = None) -> Sender:
+        """A sender (not started); ``topics``: those it will produce to first;
+        ``delivery_timeout_ms``: how long a record may wait for the cluster to take it (longer
+        than the request timeout: an operator's command waits out a partition below
+        ``min.insync.replicas``)."""
 
 
 class Rebalance(Protocol):
