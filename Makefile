@@ -32,7 +32,7 @@ AXE_STAMP := $(AXE_DIR)/node_modules/.installed-stamp
 BROKERS ?=
 DEV_UP := $(SPECTRAL) dev up $(if $(BROKERS),--brokers $(BROKERS))
 
-.PHONY: all install bench-tools tooling helm-tools interop postgres-binaries promtool amtool chromium debian-package up down status migrate topics demo test test-cluster test-slow test-example unit lint docs docs-generate bench soak clean
+.PHONY: all install bench-tools tooling helm-tools interop maven postgres-binaries promtool amtool chromium debian-package up down status migrate topics demo test test-cluster test-slow test-example unit lint docs docs-generate bench soak clean test-build
 
 all: test
 
@@ -178,11 +178,15 @@ $(INTEROP_GO): $(INTEROP_GO_SRC)
 	cd tests/interop/go && GOCACHE=$(CURDIR)/build/go/cache GOMODCACHE=$(CURDIR)/build/go/mod \
 		GOFLAGS="-modcacherw -mod=readonly" GOTOOLCHAIN=local $(GO) build -o $(CURDIR)/$@ .
 
-$(INTEROP_JAVA): $(INTEROP_JAVA_SRC)
+# Maven and a JDK: the Java producer's build, and `spectral dev up` fetches the broker's jars with
+# Maven.
+maven:
 	@if ! command -v mvn >/dev/null 2>&1 || ! command -v javac >/dev/null 2>&1; then \
 		echo "installing Debian's maven and openjdk-17-jdk-headless packages (tests/interop/java)"; \
 		$(call debian_install,maven openjdk-17-jdk-headless); \
 	fi
+
+$(INTEROP_JAVA): $(INTEROP_JAVA_SRC) | maven
 	mvn -B -q -Dstyle.color=never --strict-checksums -Dmaven.repo.local=$(CURDIR)/build/m2 -f tests/interop/java/pom.xml package
 	touch $@
 
@@ -271,12 +275,27 @@ unit: install tooling
 # the broker, the database or a subprocess, so four share two cores well. Tests that share a
 # private cluster, broker or build directory stay in one worker (xdist_group, tests/conftest.py).
 # TEST_WORKERS=0 runs them in this process, one after another.
+# The build steps before pytest run side by side, TEST_BUILD_JOBS at a time (on a fresh clone they
+# take minutes, waiting on the network or on one core each: compiling helm and kubeconform, Maven,
+# npm, mypy, the docs site), and the local stack starts meanwhile; a failed step stops the stack.
 TEST_WORKERS ?= 4
-test: install tooling interop postgres-binaries promtool amtool chromium lint docs
-	$(DEV_UP)
+TEST_BUILD_JOBS ?= 4
+test:
+	@$(MAKE) --no-print-directory -j$(TEST_BUILD_JOBS) --output-sync=target test-build \
+		|| { $(MAKE) --no-print-directory down; exit 1; }
 	@status=0; $(BIN)/pytest -q -p no:cacheprovider --durations=15 \
 		-m "not cluster_slow and not slow and not example" -n $(TEST_WORKERS) --dist loadgroup \
 		$(PYTEST_ARGS) || status=$$?; $(SPECTRAL) dev down; exit $$status
+
+# Everything `make test` builds before pytest, and the local stack. What runs Python from the
+# checkout waits for its environment to be complete (lint's bench extra reinstalls spectral), and
+# the stack for Maven too (it fetches the broker's jars).
+# They start longest first: helm's compile, then the Python environment and what needs it.
+test-build: $(HELM_BIN) install lint docs up tooling interop postgres-binaries promtool amtool chromium
+ifneq ($(filter test-build,$(MAKECMDGOALS)),)
+up docs $(HELM_SCHEMAS): | $(BENCH_STAMP)
+up: | maven
+endif
 
 # Every test on a private 3-broker cluster (tests/cluster: producer acks, the dev and topics
 # commands, broker faults under load with the stall printed), the cluster_slow ones included.

@@ -11,10 +11,12 @@ import argparse
 import asyncio
 import sys
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from rich.console import Console
 
+from benchmarks.contention import run_contention
 from benchmarks.dedup import run_dedup
 from benchmarks.executor import run_executor
 from benchmarks.freshness import run_freshness
@@ -38,6 +40,13 @@ def _options(argv: list[str]) -> Options:
     parser.add_argument(
         "--scaling", default=",".join(map(str, defaults.scaling)), help="e.g. 1,2,3 ('' = none)"
     )
+    parser.add_argument(
+        "--peers", default=",".join(defaults.peers), help="of faststream,quix,quix_guaranteed"
+    )
+    parser.add_argument("--drain-repeats", type=int, default=defaults.drain_repeats)
+    parser.add_argument("--neighbour-processes", type=int, default=defaults.neighbour_processes)
+    parser.add_argument("--neighbour-duty", type=float, default=defaults.neighbour_duty)
+    parser.add_argument("--contention-rounds", type=int, default=defaults.contention_rounds)
     parser.add_argument("--executor-items", type=int, default=defaults.executor_items)
     parser.add_argument("--executor-epics", type=int, default=defaults.executor_epics)
     parser.add_argument(
@@ -74,6 +83,11 @@ def _options(argv: list[str]) -> Options:
         clusters=args.clusters,
         naive_events=args.naive_events,
         scaling=tuple(int(n) for n in args.scaling.split(",") if n),
+        peers=tuple(p for p in args.peers.split(",") if p),
+        drain_repeats=args.drain_repeats,
+        neighbour_processes=args.neighbour_processes,
+        neighbour_duty=args.neighbour_duty,
+        contention_rounds=args.contention_rounds,
         executor_items=args.executor_items,
         executor_baseline_items=args.executor_baseline_items,
         executor_epics=args.executor_epics,
@@ -94,24 +108,33 @@ def _options(argv: list[str]) -> Options:
     )
 
 
+Runner = Callable[[BenchStack, Options, Report], Awaitable[None]]
+
+RUNNERS: dict[str, Runner] = {
+    "triage": run_triage,
+    "contention": run_contention,
+    "freshness": run_freshness,
+    "executor": run_executor,
+    "dedup": run_dedup,
+    "soak": run_soak,
+    "governance": run_governance,
+}
+"""Every stage, in the order a run takes them (``--stages`` picks a subset, each runnable on its
+own). A new stage is a ``run_NAME(stack, options, report)`` coroutine added here and to
+``options.STAGES``."""
+
+
 async def _run(options: Options, report: Report) -> None:
     stack = BenchStack.resolve()
     stack_status = status(load_settings())
     report.context["kafka"] = stack_status.kafka.split(" log ")[0].rstrip(",")
     report.context["postgres"] = stack_status.postgres.split(", data ")[0]
     try:
-        if "triage" in options.stages:
-            await run_triage(stack, options, report)
-        if "freshness" in options.stages:
-            await run_freshness(stack, options, report)
-        if "executor" in options.stages:
-            await run_executor(stack, options, report)
-        if "dedup" in options.stages:
-            await run_dedup(stack, options, report)
-        if "soak" in options.stages:
-            await run_soak(stack, options, report)
-        if "governance" in options.stages:
-            await run_governance(stack, options, report)
+        for name, runner in RUNNERS.items():
+            if name in options.stages:
+                report.load(f"{name}_start")
+                await runner(stack, options, report)
+                report.load(f"{name}_end")
     finally:
         if not options.keep:
             await stack.close()

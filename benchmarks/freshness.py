@@ -2,7 +2,11 @@
 
 A producer inside the benchmark writes failure-cluster snapshots into ``core.outbox`` at
 ``freshness_rate`` events/s (default 2,000: a transaction of 20 every 10 ms, acting as
-``spectral_producer``, the records of the triage stage's generator); ``spectral outbox relay``
+``spectral_producer``, the records of the triage stage's generator; above 2,500 events/s the rate
+is split over several writer connections, each with its own clusters), then at
+``freshness_high_rate`` (default 10,000, four writers of 25 rows every 10 ms); the rate the
+writers reached is reported (``freshness*_offered``) and a window below 90 % of its rate does
+not count for its target; ``spectral outbox relay``
 and ``spectral consume rule-candidates`` run as processes with their metrics served. After a
 warm-up, the window's observations are read from the two processes' histograms (a scrape at each
 end of the window, subtracted):
@@ -48,9 +52,16 @@ from spectral.kafka.freshness import ready_at
 from spectral.outbox import writer
 
 TICK = 0.01
-"""One producer transaction every 10 ms."""
+"""One producer transaction every 10 ms (each writer)."""
+WRITER_RATE = 2_500
+"""Events/s one writer connection offers at most: a higher rate is split over several writers,
+each with the records of its own clusters (a cluster's snapshots stay in order), so a slow
+round trip of one does not cut the offered load."""
 WARM_UP = 5.0
 _LOW_RATE = 2_000
+_HELD = 0.9
+"""A window whose writers offered less than this share of the rate does not count for its
+target (the machine could not produce the load, so the figure is not at that rate)."""
 """Up to this offered load (events/s) freshness p99 must stay under 50 ms, above it 100."""
 CONSUMER_HISTOGRAM = "spectral_consumer_freshness_seconds"
 RELAY_HISTOGRAM = "spectral_outbox_relay_delay_seconds"
@@ -237,6 +248,7 @@ class _Window:
     seconds: float
     relay_cpu: float
     consumer_cpu: float
+    late_ticks: int = 0
 
 
 async def _one_mode(
@@ -247,7 +259,6 @@ async def _one_mode(
     await stack.create_topic(prefix + FAILURE_CLUSTER_DETECTED, options.partitions)
     logs = options.log_dir / stack.run_id
     logs.mkdir(parents=True, exist_ok=True)
-    per_tick = max(1, round(rate * TICK))
     records = list(
         generate(DatasetSpec(events=int(rate * (WARM_UP + seconds + 2)), clusters=2_000, seed=11))
     )
@@ -270,11 +281,23 @@ async def _one_mode(
             stack.endpoints.kafka_bootstrap, prefix + FAILURE_CLUSTER_DETECTED, floor, stop
         )
     )
-    producer = asyncio.create_task(_produce(url, records, per_tick, stop, produced))
+    writers = -(-rate // WRITER_RATE)
+    producer = asyncio.gather(
+        *(
+            _produce(
+                url,
+                [r for r in records if hash(r.key) % writers == writer],
+                max(1, round(rate / writers * TICK)),
+                stop,
+                produced,
+            )
+            for writer in range(writers)
+        )
+    )
     try:
         await asyncio.sleep(WARM_UP)
 
-        async def sample() -> tuple[Histogram, Histogram, int, float, float, float]:
+        async def sample() -> tuple[Histogram, Histogram, int, float, float, float, int]:
             return (
                 await consumer.scrape(CONSUMER_HISTOGRAM),
                 await relay.scrape(RELAY_HISTOGRAM),
@@ -282,6 +305,7 @@ async def _one_mode(
                 time.monotonic(),
                 relay.cpu(),
                 consumer.cpu(),
+                produced.late_ticks,
             )
 
         start = await sample()
@@ -304,6 +328,7 @@ async def _one_mode(
         seconds=end[3] - start[3],
         relay_cpu=end[4] - start[4],
         consumer_cpu=end[5] - start[5],
+        late_ticks=end[6] - start[6],
     )
 
 
@@ -352,6 +377,13 @@ async def run_freshness(stack: BenchStack, options: Options, report: Report) -> 
             if mode == "poll"
             else "relay sleeping on LISTEN/NOTIFY"
         )
+        report.add(
+            f"freshness{suffix}_offered",
+            offered,
+            "events/s",
+            f"written into the outbox over the window, of {rates[mode]:,} asked "
+            f"({window.late_ticks:,} writer ticks late)",
+        )
         if window.consumer.count:
             p50, p99 = window.consumer.quantile(0.5), window.consumer.quantile(0.99)
             note = (
@@ -362,11 +394,13 @@ async def run_freshness(stack: BenchStack, options: Options, report: Report) -> 
             report.add(f"freshness{suffix}_p99", p99 * 1000, "ms", note)
             if mode != "poll":
                 bound = 0.05 if rates[mode] <= _LOW_RATE else 0.1
+                held = offered >= _HELD * rates[mode]
                 report.target(
-                    f"freshness p99 at {rates[mode]:,} events/s (ms)",
+                    f"freshness p99 at {rates[mode]:,} events/s (ms)"
+                    + ("" if held else f" — only {offered:,.0f} events/s offered"),
                     p99 * 1000,
                     f"< {bound * 1000:.0f}",
-                    p99 < bound,
+                    p99 < bound and held,
                 )
         else:
             report.notes.append(

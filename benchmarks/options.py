@@ -6,8 +6,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-STAGES = ("triage", "freshness", "executor", "governance", "dedup", "soak")
-DEFAULT_STAGES = ("triage", "freshness", "executor", "governance", "dedup")
+STAGES = ("triage", "contention", "freshness", "executor", "governance", "dedup", "soak")
+DEFAULT_STAGES = ("triage", "contention", "freshness", "executor", "governance", "dedup")
 """`make bench`; the soak runs for minutes on its own (`make soak`)."""
 
 
@@ -17,6 +17,15 @@ class Options:
     clusters: int = 4_000
     partitions: int = 6
     naive_events: int = 10_000
+    peers: tuple[str, ...] = ("faststream", "quix", "quix_guaranteed")
+    """The peers the triage stage runs (benchmarks/peers/)."""
+    neighbour_processes: int = 2
+    neighbour_duty: float = 0.5
+    """The contention stage's neighbour: this many processes spinning this fraction of every
+    10 ms (benchmarks/neighbour.py), one core's worth by default."""
+    contention_rounds: int = 1
+    """Rounds of the contention stage, each spectral then quix-streams then quix-streams then
+    spectral (ABBA) under the same neighbour."""
     drain_repeats: int = 3
     scaling: tuple[int, ...] = (1, 2, 3)
     rerun_single: bool = True
@@ -56,7 +65,7 @@ class Options:
     polling), after a 5 s warm-up each."""
     stages: tuple[str, ...] = DEFAULT_STAGES
     stage_timeout: float = 240.0
-    budget: float = 900.0
+    budget: float = 1500.0
     """The whole run, in seconds: stages started late get what is left (at least 10 s) and
     fail their checks rather than overrun."""
     keep: bool = False

@@ -79,6 +79,14 @@ class Report:
         print(figure.json_line(), flush=True)
         return figure
 
+    def load(self, label: str) -> Figure:
+        """The machine's 1-minute load average now, as a figure (``loadavg_LABEL``): every
+        run's output says what else the machine was doing while each stage ran."""
+        one, five, fifteen = os.getloadavg()
+        return self.add(
+            f"loadavg_{label}", one, "load", f"1/5/15 min: {one:.2f} {five:.2f} {fifteen:.2f}"
+        )
+
     def target(self, name: str, measured: float, goal: str, met: bool) -> None:
         self.targets.append(Target(name, measured, goal, met))
 

@@ -105,6 +105,8 @@ class BenchStack:
     topics: list[str] = field(default_factory=list)
     template: str | None = None
     other_templates: dict[Path, str] = field(default_factory=dict)
+    shared: dict[str, object] = field(default_factory=dict)
+    """What one stage prepared that a later one may reuse (the triage topic), by name."""
 
     @classmethod
     def resolve(cls) -> BenchStack:

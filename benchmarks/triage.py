@@ -86,8 +86,17 @@ async def fill(stack: BenchStack, options: Options, report: Report) -> Topic:
     return Topic(name, published.end_offsets, stats, cost)
 
 
+async def shared_topic(stack: BenchStack, options: Options, report: Report) -> Topic:
+    """The run's pre-filled topic: filled by the first stage that needs it, reused after."""
+    topic = stack.shared.get("triage_topic")
+    if not isinstance(topic, Topic):
+        topic = await fill(stack, options, report)
+        stack.shared["triage_topic"] = topic
+    return topic
+
+
 @dataclass(frozen=True)
-class _Stage:
+class Stage:
     """What every consumer run of one triage benchmark shares."""
 
     stack: BenchStack
@@ -131,9 +140,9 @@ class _Stage:
 
 
 async def run_triage(stack: BenchStack, options: Options, report: Report) -> None:
-    topic = await fill(stack, options, report)
+    topic = await shared_topic(stack, options, report)
     servers = await stack.servers()
-    stage = _Stage(stack, options, report, topic, options.log_dir / stack.run_id, servers)
+    stage = Stage(stack, options, report, topic, options.log_dir / stack.run_id, servers)
     drain_rate, drain_cpu = await _raw_drains(stage)
     ceiling_rate = await _durable_ceiling(stage)
 
@@ -141,7 +150,7 @@ async def run_triage(stack: BenchStack, options: Options, report: Report) -> Non
     first = await stage.consumers("first pass", "first", 1, first_db, fresh=True)
     _first_pass_figures(report, first, servers)
     _cpu_breakdown(report, first, topic.decode, drain_cpu)
-    await _check_newest(stage, "first pass", first_db, "platform.rule_candidates_pending")
+    await check_newest(stage, "first pass", first_db, "platform.rule_candidates_pending")
     second = await stage.consumers("second pass", "second", 1, first_db, fresh=False)
     report.add(
         "consumer_all_duplicates",
@@ -169,37 +178,105 @@ async def run_triage(stack: BenchStack, options: Options, report: Report) -> Non
     report.target("consumer / naive", ratio_naive, ">= 10x", ratio_naive >= 10)
     report.target("consumer / raw drain", ratio_drain, ">= 0.5x", ratio_drain >= 0.5)
     report.target("consumer / durable ceiling", ratio_ceiling, ">= 0.6x", ratio_ceiling >= 0.6)
-    report.target("all-duplicates / first pass", ratio_dupes, ">= 1x", ratio_dupes >= 1)
+    report.target("all-duplicates / first pass", ratio_dupes, ">= 1.5x", ratio_dupes >= 1.5)
     runs = ", ".join(f"{g.per_second:,.0f}" for g in singles)
+    goals = {"faststream": 1.5, "quix": 1.0, "quix_guaranteed": 1.5}
     for name, peer in peers.items():
-        ratio = spectral / peer.per_second if peer.per_second else 0.0
-        goal = 1.5 if name == "faststream" else 1.0
+        ratio = spectral / peer.run.per_second if peer.run.per_second else 0.0
+        goal = goals.get(name, 1.0)
         report.add(
             f"consumer_vs_peer_{name}",
             ratio,
             "x",
             f"mean of spectral's single-process runs ({runs} events/s) / the peer's",
         )
-        report.target(f"consumer / peer {name}", ratio, f">= {goal}x", ratio >= goal)
+        report.target(
+            f"consumer / peer {name}"
+            + (" (on a quiet machine, load < 2)" if name == "quix" else ""),
+            ratio,
+            f">= {goal}x",
+            ratio >= goal,
+        )
         if first.cpu_us_per_event:
             report.add(
                 f"consumer_vs_peer_{name}_cpu",
-                peer.cpu_us_per_event / first.cpu_us_per_event,
+                peer.run.cpu_us_per_event / first.cpu_us_per_event,
                 "x",
                 "the peer's CPU per event / spectral's (first pass): events per core-second, "
                 "spectral over the peer — steadier than the rates on a busy shared machine, "
                 "where a process with more threads (librdkafka's) takes a larger share of it",
             )
+    _system_cpu(report, first, peers, servers)
     run = first.runs[0]
     report.target(
-        "consumer CPU per event (us)", first.cpu_us_per_event, "<= 30", first.cpu_us_per_event <= 30
+        "consumer CPU per event (us)", first.cpu_us_per_event, "<= 15", first.cpu_us_per_event <= 15
     )
     report.target("consumer peak RSS (MiB)", run.peak_rss_mib, "< 200", run.peak_rss_mib < 200)
     growth = run.rss_growth_mib()
     report.target("consumer RSS growth Q1->Q4 (MiB)", growth, "< 10 (no trend)", growth < 10)
 
 
-async def _raw_drains(stage: _Stage) -> tuple[float, float]:
+def _system_cpu(
+    report: Report, first: GroupRun, peers: dict[str, PeerRun], servers: Servers
+) -> None:
+    """Whole-system CPU per event (the consumer's process + its database's PostgreSQL), spectral
+    against quix-streams, and PostgreSQL's share against its target."""
+    if servers.postmaster is None:
+        return
+    postgres_us, _ = first.server_us_per_event()
+    report.target("PostgreSQL CPU per event (us)", postgres_us, "<= 10", postgres_us <= 10)
+    system = first.cpu_us_per_event + postgres_us
+    report.add(
+        "system_cpu_per_event",
+        system,
+        "us",
+        f"consumer {first.cpu_us_per_event:.1f} + PostgreSQL {postgres_us:.1f}, first pass",
+    )
+    whole = {
+        name: peer.run.cpu_us_per_event + peer.run.server_us_per_event()[0]
+        for name, peer in peers.items()
+    }
+    for name, value in whole.items():
+        report.add(
+            f"peer_{name}_system_cpu_per_event",
+            value,
+            "us",
+            "the peer's process + its database's PostgreSQL CPU per event",
+        )
+    if "quix" in whole and "quix_guaranteed" in whole:
+        report.add(
+            "guarantees_cost_in_quix",
+            whole["quix_guaranteed"] - whole["quix"],
+            "us",
+            "whole-system CPU per event the dedup table and newest-snapshot-wins add to "
+            "quix-streams (the same-guarantee peer less the plain one)",
+        )
+    if "quix_guaranteed" in whole:
+        report.add(
+            "spectral_beyond_quix_guaranteed",
+            system - whole["quix_guaranteed"],
+            "us",
+            "whole-system CPU per event spectral spends beyond the same-guarantee quix-streams "
+            "peer: the contract check, dead letters, pipelining, operator columns, metrics "
+            "(negative: spectral is cheaper)",
+        )
+    quix = peers.get("quix")
+    if quix is None or not system:
+        return
+    quix_postgres, _ = quix.run.server_us_per_event()
+    quix_system = whole["quix"]
+    ratio = quix_system / system
+    report.add(
+        "consumer_vs_peer_quix_system_cpu",
+        ratio,
+        "x",
+        f"quix-streams' consumer + PostgreSQL CPU per event ({quix.run.cpu_us_per_event:.1f} + "
+        f"{quix_postgres:.1f} us) / spectral's ({system:.1f} us): >= 1 is spectral no dearer",
+    )
+    report.target("whole-system CPU per event vs quix-streams", ratio, ">= 1x", ratio >= 1)
+
+
+async def _raw_drains(stage: Stage) -> tuple[float, float]:
     """The ceiling without a database, with aiokafka and with confluent-kafka (librdkafka),
     alternated; cheap to measure, so the median of three steadies each on a noisy box.
     Returns aiokafka's rate and CPU per event."""
@@ -247,7 +324,7 @@ async def _raw_drains(stage: _Stage) -> tuple[float, float]:
     return rates["aiokafka"], cpus["aiokafka"]
 
 
-async def _durable_ceiling(stage: _Stage) -> float:
+async def _durable_ceiling(stage: Stage) -> float:
     """The raw drain + a batched COPY per fetch and the offset commit; median of three."""
     db = await stage.stack.database("ceiling")
     runs: list[tuple[float, float, float]] = []
@@ -281,8 +358,8 @@ async def _durable_ceiling(stage: _Stage) -> float:
 
 
 PEER_TABLE = "rule_candidates_peer"
-_PEER_TABLE_DDL = f"""
-CREATE TABLE public.{PEER_TABLE} (
+PEER_HANDLED = "peer_event_handled"
+_PEER_COLUMNS = """
     cluster_id          uuid PRIMARY KEY,
     snapshot_hash       text NOT NULL,
     rule_id             uuid NOT NULL,
@@ -292,11 +369,19 @@ CREATE TABLE public.{PEER_TABLE} (
     first_observed_at   timestamptz NOT NULL,
     last_observed_at    timestamptz NOT NULL,
     evidence_bundle     jsonb NOT NULL,
-    suggested_rule_stub text
-)
-"""
+    suggested_rule_stub text"""
+_PEER_TABLE_DDL = {
+    "quix": f"CREATE TABLE public.{PEER_TABLE} ({_PEER_COLUMNS})",
+    "quix_guaranteed": (
+        f"CREATE TABLE public.{PEER_TABLE} ({_PEER_COLUMNS},"
+        "\n    ordered_at          timestamptz NOT NULL);"
+        f"CREATE TABLE public.{PEER_HANDLED} (idempotency_key text PRIMARY KEY)"
+    ),
+}
 """The projection's data columns and types (platform.rule_candidates_pending without the
-operator columns and the bookkeeping spectral adds), for a peer that writes its own table."""
+operator columns and the bookkeeping spectral adds), for a peer that writes its own table; the
+same-guarantee peer adds the order it compares (``ordered_at``) and its dedup table, as a user
+of quix-streams would write them."""
 
 GIVES_UP = {
     "faststream": (
@@ -308,55 +393,82 @@ GIVES_UP = {
         "last write wins (stale snapshots overwrite newer ones), no dedup record, no contract "
         "check, no dead letters, a table of its own (its upsert sets every column it is given)"
     ),
+    "quix_guaranteed": (
+        "a dedup table and newest-snapshot-wins in its sink's transaction, like spectral; no "
+        "contract check, no dead letters, a table of its own"
+    ),
 }
 
 
-async def _peers(stage: _Stage) -> dict[str, GroupRun]:
-    """Each peer over the whole topic, into an empty database of its own."""
+@dataclass(frozen=True)
+class PeerRun:
+    run: GroupRun
+    stale: int
+    """Clusters left at an older snapshot than the newest the topic carries."""
+
+
+async def run_one_peer(stage: Stage, name: str, label: str) -> PeerRun | None:
+    """Peer ``name`` over the whole topic into an empty database of its own (``label`` names the
+    database, the group and the log), checked afterwards; None when it cannot run here."""
     topic, bootstrap = stage.topic, stage.stack.endpoints.kafka_bootstrap
-    found: dict[str, GroupRun] = {}
-    for name in ("faststream", "quix"):
-        db = await stage.stack.database(f"peer_{name}")
-        group = f"bench-{stage.stack.run_id}-peer-{name}"
-        if name == "faststream":
-            command = peers.faststream(
-                bootstrap=bootstrap,
-                topic=topic.name,
-                group=group,
-                database_url=db,
-                records=topic.records,
-            )
-            table = "platform.rule_candidates_pending"
-        else:
-            conn = await asyncpg.connect(db)
-            try:
-                await conn.execute(_PEER_TABLE_DDL)
-            finally:
-                await conn.close()
-            maybe = peers.quix(
-                bootstrap=bootstrap,
-                topic=topic.name,
-                group=group,
-                database_url=db,
-                table=PEER_TABLE,
-                records=topic.records,
-            )
-            if maybe is None:
-                stage.report.notes.append(
-                    f"peer quix: not run, {peers.PEERS_PYTHON} is missing (make bench creates it)"
-                )
-                continue
-            command = maybe
-            table = f"public.{PEER_TABLE}"
-        run = await peers.run_peer(
-            command,
-            env=stage.stack.env(db),
-            log_dir=stage.logs,
-            limit_seconds=stage.options.limit(),
-            servers=stage.servers,
+    db = await stage.stack.database(label)
+    group = f"bench-{stage.stack.run_id}-{label}"
+    command: peers.PeerCommand | None
+    if name == "faststream":
+        command = peers.faststream(
+            bootstrap=bootstrap,
+            topic=topic.name,
+            group=group,
             database_url=db,
+            records=topic.records,
         )
-        stale = await _peer_checks(stage, name, run, db, table)
+        table = "platform.rule_candidates_pending"
+    else:
+        conn = await asyncpg.connect(db)
+        try:
+            await conn.execute(_PEER_TABLE_DDL[name])
+        finally:
+            await conn.close()
+        common = {
+            "bootstrap": bootstrap,
+            "topic": topic.name,
+            "group": group,
+            "database_url": db,
+            "table": PEER_TABLE,
+            "records": topic.records,
+        }
+        command = (
+            peers.quix(**common)  # type: ignore[arg-type]
+            if name == "quix"
+            else peers.quix_guaranteed(**common, handled=PEER_HANDLED)  # type: ignore[arg-type]
+        )
+        table = f"public.{PEER_TABLE}"
+    if command is None:
+        stage.report.notes.append(
+            f"peer {name}: not run, {peers.PEERS_PYTHON} is missing (make bench creates it)"
+        )
+        return None
+    run = await peers.run_peer(
+        command,
+        env=stage.stack.env(db),
+        log_dir=stage.logs,
+        limit_seconds=stage.options.limit(),
+        servers=stage.servers,
+        database_url=db,
+        name=label,
+    )
+    stale = await _peer_checks(stage, name, run, db, table)
+    return PeerRun(run, stale)
+
+
+async def _peers(stage: Stage) -> dict[str, PeerRun]:
+    """Each peer over the whole topic, into an empty database of its own."""
+    found: dict[str, PeerRun] = {}
+    for name in stage.options.peers:
+        peer = await run_one_peer(stage, name, f"peer_{name}")
+        if peer is None:
+            continue
+        run = peer.run
         postgres_us, _ = run.server_us_per_event()
         stage.report.add(
             f"peer_{name}",
@@ -372,42 +484,61 @@ async def _peers(stage: _Stage) -> dict[str, GroupRun]:
             "us",
             "the peer's process (every thread: librdkafka's too), inside its window",
         )
+        if stage.servers.postmaster:
+            stage.report.add(
+                f"peer_{name}_postgres_cpu_per_event",
+                postgres_us,
+                "us",
+                "its database's PostgreSQL backends + server processes, inside its window",
+            )
         stage.report.add(
             f"peer_{name}_stale_rows",
-            stale,
+            peer.stale,
             "rows",
             f"clusters left at an older snapshot than the newest the topic carries, "
-            f"of {len(topic.stats.newest):,}",
+            f"of {len(stage.topic.stats.newest):,}",
         )
-        found[name] = run
+        found[name] = peer
     return found
 
 
-async def _peer_checks(stage: _Stage, name: str, run: GroupRun, db: str, table: str) -> int:
+async def _peer_checks(stage: Stage, name: str, run: GroupRun, db: str, table: str) -> int:
     topic = stage.topic
     stage.report.check(
         f"peer {name}: exited 0 after every record",
         all(r.exit_code == 0 for r in run.runs) and run.records == topic.records,
         f"exit {[r.exit_code for r in run.runs]}, {run.records:,} of {topic.records:,} records",
     )
+    handled_table = {
+        "faststream": "core.event_handled",
+        "quix_guaranteed": f"public.{PEER_HANDLED}",
+    }.get(name)
     conn = await asyncpg.connect(db)
     try:
         rows = await conn.fetchval(f"SELECT count(*) FROM {table}")
-        handled = await conn.fetchval("SELECT count(*) FROM core.event_handled")
+        handled = (
+            await conn.fetchval(f"SELECT count(*) FROM {handled_table}") if handled_table else 0
+        )
     finally:
         await conn.close()
     clusters = len(topic.stats.clusters_touched)
-    dedup = name == "faststream"
     stage.report.check(
         f"peer {name}: one row per cluster"
-        + (", one dedup row per distinct event" if dedup else ""),
-        rows == clusters and (not dedup or handled == len(topic.stats.keys)),
-        f"{rows:,} rows for {clusters:,} clusters; {handled:,} event_handled rows",
+        + (", one dedup row per distinct event" if handled_table else ""),
+        rows == clusters and (handled_table is None or handled == len(topic.stats.keys)),
+        f"{rows:,} rows for {clusters:,} clusters; {handled:,} dedup rows",
     )
-    return await _stale_rows(stage, db, table)
+    stale = await _stale_rows(stage, db, table)
+    if name == "quix_guaranteed":
+        stage.report.check(
+            f"peer {name}: every cluster holds its newest snapshot",
+            stale == 0,
+            f"{stale:,} of {len(topic.stats.newest):,} clusters at an older snapshot",
+        )
+    return stale
 
 
-async def _stale_rows(stage: _Stage, db: str, table: str) -> int:
+async def _stale_rows(stage: Stage, db: str, table: str) -> int:
     """Clusters whose row holds another snapshot than the newest the topic carries."""
     conn = await asyncpg.connect(db)
     try:
@@ -419,7 +550,7 @@ async def _stale_rows(stage: _Stage, db: str, table: str) -> int:
     return sum(1 for cluster, digest in newest.items() if held.get(cluster) != digest)
 
 
-async def _check_newest(stage: _Stage, label: str, db: str, table: str) -> None:
+async def check_newest(stage: Stage, label: str, db: str, table: str) -> None:
     stale = await _stale_rows(stage, db, table)
     stage.report.check(
         f"{label}: every cluster holds its newest snapshot",
@@ -487,7 +618,7 @@ def _cpu_breakdown(report: Report, first: GroupRun, cost: DecodeCost, drain_cpu:
         report.add(name, value, "us", f"{note}; of {total:.1f} us/event, first pass")
 
 
-async def _naive(stage: _Stage) -> Throughput:
+async def _naive(stage: Stage) -> Throughput:
     naive_db = await stage.stack.database("naive")
     baseline = await naive(
         stage.stack.endpoints.kafka_bootstrap,
@@ -506,7 +637,7 @@ async def _naive(stage: _Stage) -> Throughput:
     return baseline
 
 
-async def _scaling(stage: _Stage, first: GroupRun) -> dict[int, GroupRun]:
+async def _scaling(stage: Stage, first: GroupRun) -> dict[int, GroupRun]:
     """1, 2, 3 members of one group, each series into an empty database of its own."""
     scaling: dict[int, GroupRun] = {}
     for members in stage.options.scaling:
@@ -535,7 +666,7 @@ async def _scaling(stage: _Stage, first: GroupRun) -> dict[int, GroupRun]:
     return scaling
 
 
-async def _compare(stage: _Stage, other: Path) -> None:
+async def _compare(stage: Stage, other: Path) -> None:
     """First passes of this checkout and of ``other``, alternated (this, other, this, other)
     so drift on a shared machine hits both alike; medians of each."""
     runs: dict[str, list[GroupRun]] = {"this": [], "other": []}

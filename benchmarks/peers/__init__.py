@@ -3,7 +3,9 @@
 * ``faststream`` (faststream_peer.py): a FastStream batch subscriber doing the same dedup and
   upsert with asyncpg into the same tables, in this virtual environment (the ``bench`` extra);
 * ``quix`` (quix_peer.py): quix-streams with its PostgreSQLSink upserting on the primary key, in a
-  virtual environment of its own (``.venv-peers``, ``make bench`` creates it).
+  virtual environment of its own (``.venv-peers``, ``make bench`` creates it);
+* ``quix_guaranteed`` (quix_guaranteed_peer.py): quix-streams with spectral's guarantees — a
+  dedup table and newest-snapshot-wins in its sink's transaction — in the same environment.
 
 Each runs as a process, sampled like spectral's consumer (CPU inside its window, the machine,
 the database's backends), and prints one JSON line at the end: records, the window (first record
@@ -74,6 +76,37 @@ def quix(
     )
 
 
+def quix_guaranteed(
+    *,
+    bootstrap: str,
+    topic: str,
+    group: str,
+    database_url: str,
+    table: str,
+    handled: str,
+    records: int,
+) -> PeerCommand | None:
+    """None when the peers' virtual environment is missing (``make bench`` creates it)."""
+    if not PEERS_PYTHON.exists():
+        return None
+    return PeerCommand(
+        "quix_guaranteed",
+        (
+            str(PEERS_PYTHON),
+            str(HERE / "quix_guaranteed_peer.py"),
+            *_options(
+                bootstrap=bootstrap,
+                topic=topic,
+                group=group,
+                database_url=database_url,
+                table=table,
+                handled=handled,
+                records=records,
+            ),
+        ),
+    )
+
+
 def _options(**values: object) -> tuple[str, ...]:
     """``--name value`` for each keyword (``database_url`` -> ``--database-url``)."""
     return tuple(
@@ -91,11 +124,13 @@ async def run_peer(
     limit_seconds: float,
     servers: Servers | None,
     database_url: str,
+    name: str | None = None,
 ) -> GroupRun:
-    """Run one peer to its end; its window and record count come from its JSON line."""
+    """Run one peer to its end; its window and record count come from its JSON line.
+    ``name``: of its log and group run (the peer's own by default)."""
     run = await run_commands(
         [peer.argv],
-        name=peer.name,
+        name=name or peer.name,
         env={**env, "PYTHONPATH": str(ROOT)},
         log_dir=log_dir,
         limit_seconds=limit_seconds,

@@ -14,6 +14,9 @@ so the counts decided on are exact across replicas — a claim takes a few milli
    their threads, reserve each one's next attempt's spend, save the rate limiters, park the
    waiting items of orgs whose budget is used up.
 
+Routes on probation (probation.sql: none of their bills settled within its reservation yet) are
+read in step 2: ``plan_claim`` gives each one call at a time.
+
 Nothing is paid here: a claimed item's attempt starts later, in the executor's batch, and only
 against the reservation made here (executor.py refuses to start an attempt without one).
 """
@@ -22,7 +25,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
 from typing import Final
@@ -48,6 +51,7 @@ from spectral.db.queries import load_queries
 from spectral.llm.limits import ProviderLimits
 
 _SQL = load_queries(Path(__file__).with_name("claims.sql"))
+_PROBATION = load_queries(Path(__file__).with_name("probation.sql"))
 
 TENANTS_PER_ITEM: Final = 4
 """A claim of n items reads the candidates of the 4n tenants next in line at most (tenants
@@ -159,6 +163,8 @@ class ClaimRepository:
         }
         for model in models:
             routes.setdefault(model, RouteState(in_flight=calling[model]))
+        for row in await conn.fetch(_PROBATION["on_probation"], models):
+            routes[row["model"]] = replace(routes[row["model"]], probation=True)
         orgs = sorted({c.org_id for c in candidates if c.org_id is not None})
         budget_states = (
             {

@@ -18,9 +18,10 @@ configured model routes, else ``other``/``none``; ``function`` a known function 
 ``other``; ``org`` one of ``SPECTRAL_WORK_METRIC_ORGS``, else one of 16 hash buckets
 ``bucket-00``..``bucket-15``, ``none`` without an org), ``work_provider_waits_total{model,
 reason}`` (claims that left work waiting because a route had no capacity: concurrency,
-requests_per_minute, tokens_per_minute, paused, suspended), ``work_rate_limited_total{model}``
-(429s), ``work_usage_overruns_total``, ``work_usage_overrun_tokens_total`` and
-``work_usage_overrun_cost_total`` ``{model}`` (provider overruns: overruns.py),
+requests_per_minute, tokens_per_minute, paused, suspended, probation),
+``work_rate_limited_total{model}`` (429s), ``work_usage_overruns_total``,
+``work_usage_overrun_tokens_total`` and ``work_usage_overrun_cost_total`` ``{model}`` (provider
+overruns: overruns.py),
 ``work_canceled_items_total`` and ``work_parked_items`` (refreshed by the sweep).
 
 Reasons follow ADR-0008's list where it applies here: ``set_org_id`` has no counterpart (no

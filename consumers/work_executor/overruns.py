@@ -14,8 +14,9 @@ route in the transaction that settles it, by ``OverrunPolicy``:
   (``spectral work routes resume MODEL``);
 
 and a route that bills more than ``max_ratio`` times its worst case is suspended whatever the
-policy. What a budget can be overshot by is therefore bounded by the overruns of the calls of a
-route already in flight when its first overrun settles.
+policy. An overrun also puts its route back on probation (schedule.py: one call at a time
+until a bill settles within its reservation), so what a budget can be overshot by is the overrun
+of one call in flight.
 """
 
 from __future__ import annotations

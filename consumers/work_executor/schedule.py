@@ -28,6 +28,11 @@ A claim (claims.py) reads the situation under the scheduler's lock and asks ``pl
   nothing of the org is outstanding (every reservation settled, so nothing can free room), the
   org's waiting items are *parked*; while reservations are outstanding they just wait, since
   settling (actual usage is at most the reservation) may make room.
+* **Route probation.** A route none of whose bills has settled within its reservation yet — a
+  new route, one whose reservations were just raised (or that was suspended) after an overrun,
+  one an operator resumed — takes one call at a time (``Blocked.PROBATION``), whatever its
+  concurrency allows, until a bill settles within its reservation. A provider that bills more
+  than it is allowed therefore overruns by one call at most before its bill is fed back.
 """
 
 from __future__ import annotations
@@ -62,6 +67,7 @@ class Blocked(StrEnum):
     TOKENS = "tokens_per_minute"
     PAUSED = "paused"
     SUSPENDED = "suspended"  # a provider overran its reservations: an operator resumes it
+    PROBATION = "probation"  # no bill of the route settled within its reservation yet: one call
 
 
 @dataclass(frozen=True)
@@ -90,6 +96,9 @@ class RouteState:
     provider billed more than a call was allowed (a provider overrun)."""
     suspended: bool = False
     """No new call of the route starts (a provider overrun, by policy): an operator resumes it."""
+    probation: bool = False
+    """No bill of the route has settled within its reservation since it was first seen, raised
+    after an overrun or resumed: it takes one call at a time until one does."""
 
 
 @dataclass(frozen=True)
@@ -170,6 +179,7 @@ class _Route:
         self.token_tat = state.token_tat
         self.paused_until = state.paused_until
         self.suspended = state.suspended
+        self.probation = state.probation
         self.now = now
         self.changed = False
 
@@ -184,8 +194,9 @@ class _Route:
             return Blocked.SUSPENDED, None
         if self.paused_until is not None and self.paused_until > self.now:
             return Blocked.PAUSED, (self.paused_until - self.now).total_seconds()
-        if limits.concurrency is not None and self.in_flight >= limits.concurrency:
-            return Blocked.CONCURRENCY, None
+        held = self._held()
+        if held is not None:
+            return held, None
         if limits.rpm is not None:
             interval = 60.0 / limits.rpm
             burst = max(limits.burst_seconds, interval)
@@ -199,6 +210,15 @@ class _Route:
             if wait > 0:
                 return Blocked.TOKENS, wait
         return None, None
+
+    def _held(self) -> Blocked | None:
+        """Why no more calls may be in flight: on probation with its one call in flight, or at
+        its concurrency."""
+        if self.probation and self.in_flight >= 1:
+            return Blocked.PROBATION
+        if self.limits.concurrency is not None and self.in_flight >= self.limits.concurrency:
+            return Blocked.CONCURRENCY
+        return None
 
     def take(self, tokens: int) -> None:
         self.in_flight += 1

@@ -8,7 +8,8 @@ holder is guarded by the item's lease token, item by item (``work.held_items``, 
 function): an item whose lease was lost is left untouched (and reported in
 ``BatchWritten.lost``) while the others of the batch go on. Responses are the exception: they
 are recorded whoever holds the lease (paid work is never dropped), and each settles its
-attempt's spend reservation from the usage it reports, in the same transaction.
+attempt's spend reservation from the usage it reports, in the same transaction — a bill within
+its reservation ends its route's probation, an overrun begins it again (schedule.py).
 
 Mutations are applied under the target locks and the document row locks, each document's in
 turn by the work function of its document type (mutations.py plans them, purely).
@@ -55,6 +56,7 @@ from spectral.errors import PermanentError
 from spectral.outbox.writer import OutboxItem, enqueue
 
 _SQL = load_queries(Path(__file__).with_name("transitions.sql"))
+_PROBATION = load_queries(Path(__file__).with_name("probation.sql"))
 
 
 class LeaseLostError(PermanentError):
@@ -382,6 +384,9 @@ class Transitions:
             for row in rows
         ]
         done.settled.extend(settled)
+        proven = sorted({s.model for s in settled if s.model and s.overrun is None})
+        if proven:
+            await conn.execute(_PROBATION["end_probation"], proven)
         overran = [(s.model, s.overrun) for s in settled if s.model and s.overrun]
         if overran:
             policy = self._overruns
@@ -396,6 +401,9 @@ class Transitions:
             )
             done.routes.extend(
                 RouteFeedback(r["model"], r["reserve_ratio"], r["suspended"]) for r in fed
+            )
+            await conn.execute(
+                _PROBATION["begin_probation"], sorted({model for model, _ in overran})
             )
 
     async def _diverted(
@@ -420,14 +428,8 @@ class Transitions:
         self, conn: Conn, cancels: Sequence[CancelEnd], done: BatchWritten, changes: _Changes
     ) -> None:
         unique = list({c.loaded.item.work_item_id: c for c in cancels}.values())
-        rows = await conn.fetch(
-            _SQL["end_held_items"],
-            [c.loaded.item.work_item_id for c in unique],
-            [c.token for c in unique],
-            [message_text(c.message) for c in unique],
-            True,  # noqa: FBT003 - the query's cancel_requested parameter
-        )
-        ended = {row["work_item_id"] for row in rows}
+        messages = [message_text(c.message) for c in unique]
+        ended = await _end_held(conn, unique, messages, cancel_requested=True)
         for cancel in unique:
             loaded, item = cancel.loaded, cancel.loaded.item
             if item.work_item_id not in ended:
@@ -596,14 +598,8 @@ class Transitions:
         done: BatchWritten,
         changes: _Changes,
     ) -> None:
-        rows = await conn.fetch(
-            _SQL["end_held_items"],
-            [d.loaded.item.work_item_id for d in dead_letters],
-            [d.token for d in dead_letters],
-            [_message(d.error) for d in dead_letters],
-            False,  # noqa: FBT003 - the query's cancel_requested parameter
-        )
-        ended = {row["work_item_id"] for row in rows}
+        messages = [_message(d.error) for d in dead_letters]
+        ended = await _end_held(conn, dead_letters, messages, cancel_requested=False)
         for dead in dead_letters:
             loaded, item = dead.loaded, dead.loaded.item
             if dead.spend is not None:
@@ -716,6 +712,25 @@ def _row(loaded: LoadedItem, entry: NewEntry) -> tuple[ledger.EntryRow, UUID]:
     item = loaded.item
     row = (item.work_item_id, item.thread_id, entry.attempt, entry.entry_type, entry.payload)
     return row, loaded.correlation_id
+
+
+async def _end_held(
+    conn: Conn,
+    ends: Sequence[CancelEnd | DeadLetterEnd],
+    messages: Sequence[str],
+    *,
+    cancel_requested: bool,
+) -> set[UUID]:
+    """End held items with their messages — canceled if their cancellation was asked for, else
+    dead_letter — under the lease guard; the ids of those whose lease still held."""
+    rows = await conn.fetch(
+        _SQL["end_held_items"],
+        [e.loaded.item.work_item_id for e in ends],
+        [e.token for e in ends],
+        list(messages),
+        cancel_requested,
+    )
+    return {row["work_item_id"] for row in rows}
 
 
 def _message(error: Mapping[str, Any]) -> str:

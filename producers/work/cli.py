@@ -405,6 +405,8 @@ def _route_line(route: RouteView) -> str:
     state = (
         f"SUSPENDED since {route.suspended_at.isoformat()}: {route.suspend_reason}"
         if (route.suspended_at is not None)
+        else "on probation: one call at a time until a bill settles within its reservation"
+        if route.probation
         else "taking calls"
     )
     return (
@@ -423,6 +425,7 @@ def _route_json(route: RouteView) -> dict[str, Any]:
         "overrun_cost": str(route.overrun_cost),
         "suspended_at": route.suspended_at.isoformat() if route.suspended_at else None,
         "suspend_reason": route.suspend_reason,
+        "probation": route.probation,
     }
 
 

@@ -89,6 +89,16 @@ WHERE work_item_id = ANY($1::uuid[]) AND status IN ('claimed', 'running')
   AND cancel_requested_at IS NULL
 RETURNING work_item_id
 
+-- name: release_unstarted_spend_of_canceled
+-- The reservations of flagged items' attempts that have not started (claimed, not called): no
+-- attempt of an item whose cancellation was asked for can start, so they are released now,
+-- whatever becomes of the holder. A call in flight keeps its reservation until it settles.
+UPDATE work.spend s
+SET state = 'released'
+FROM work.work_items w
+WHERE w.work_item_id = ANY($1::uuid[]) AND s.work_item_id = w.work_item_id
+  AND s.attempt > w.attempt AND s.state = 'reserved'
+
 -- name: close_canceled_threads
 -- Threads whose cancellation was asked for and that have no live item left close canceled.
 UPDATE work.threads t

@@ -2,7 +2,8 @@
 call's reservation), the reserve ratio their reservations are raised by, and suspension
 (consumers/work_executor/overruns.py says when the executor raises or suspends). An operator
 lists them and resumes a suspended route (optionally lowering its reserve ratio back to 1,
-once the provider bills within the bound again).
+once the provider bills within the bound again); a resumed route is on probation (one call at a
+time) until a bill settles within its reservation.
 """
 
 from __future__ import annotations
@@ -29,6 +30,9 @@ class RouteView:
     overrun_cost: Decimal
     suspended_at: datetime | None
     suspend_reason: str | None
+    probation: bool = False
+    """No bill has settled within its reservation since it was first called, raised or
+    resumed: it takes one call at a time until one does."""
 
 
 class UnknownRouteError(SpectralError, LookupError):
@@ -44,6 +48,7 @@ def _view(row: asyncpg.Record) -> RouteView:
         overrun_cost=row["overrun_cost"],
         suspended_at=row["suspended_at"],
         suspend_reason=row["suspend_reason"],
+        probation=row["probation"],
     )
 
 

@@ -16,10 +16,11 @@ from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
 from aiokafka.errors import CommitFailedError, IllegalStateError, KafkaError
 
 from spectral.faults import Component, is_transient
+from spectral.kafka.clients import ClientSource, ClientTransport
 from spectral.kafka.config import client_kwargs
 from spectral.kafka.groups import membership_lost
 from spectral.kafka.partitions import stop_consumer
-from spectral.kafka.produce import AiokafkaSender, Sender
+from spectral.kafka.produce import AiokafkaSender
 from spectral.kafka.transport import (
     FetchOptions,
     FixedRange,
@@ -63,7 +64,7 @@ class _Listener(ConsumerRebalanceListener):  # type: ignore[misc]
             log.info("partitions assigned", partitions=RecordSource.names(assigned))
 
 
-class AiokafkaSource(RecordSource):
+class AiokafkaSource(ClientSource):
     """A :class:`~spectral.kafka.transport.RecordSource` on one ``AIOKafkaConsumer``."""
 
     def __init__(
@@ -73,13 +74,8 @@ class AiokafkaSource(RecordSource):
         reading: Reading,
         options: FetchOptions | None = None,
     ) -> None:
-        super().__init__(reading)
-        self._settings = settings
-        self._bootstrap = bootstrap
-        self._options = options or FetchOptions()
+        super().__init__(settings, bootstrap, reading, options)
         self._consumer: AIOKafkaConsumer | None = None
-        self._attached = False
-        self._remaining = reading.remaining() if isinstance(reading, FixedRange) else set()
 
     def _client(self) -> AIOKafkaConsumer:
         if self._consumer is None:
@@ -227,22 +223,9 @@ class AiokafkaSource(RecordSource):
             await stop_consumer(consumer)  # leaves the group
 
 
-class AiokafkaTransport:
+class AiokafkaTransport(ClientTransport):
     """The aiokafka :class:`~spectral.kafka.transport.Transport` of one cluster."""
 
     name = "aiokafka"
-
-    def __init__(self, settings: Settings, bootstrap: str) -> None:
-        self._settings = settings
-        self._bootstrap = bootstrap
-
-    def source(self, reading: Reading, options: FetchOptions) -> RecordSource:
-        return AiokafkaSource(self._settings, self._bootstrap, reading, options)
-
-    def sender(self, topics: Sequence[str], *, delivery_timeout_ms: int | None = None) -> Sender:
-        return AiokafkaSender(
-            self._settings,
-            self._bootstrap,
-            topics=topics,
-            delivery_timeout_ms=delivery_timeout_ms,
-        )
+    source_type = AiokafkaSource
+    sender_type = AiokafkaSender

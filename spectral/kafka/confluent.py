@@ -45,16 +45,16 @@ from spectral.kafka.aiokafka_source import (
     MAX_POLL_INTERVAL_MS,
     PARTITION_FETCH_BYTES,
 )
+from spectral.kafka.clients import ClientSource, ClientTransport
 from spectral.kafka.dlq import MAX_REQUEST_BYTES
 from spectral.kafka.produce import Message as Outgoing
-from spectral.kafka.produce import Outcome, Refused, Sender, Sent
+from spectral.kafka.produce import Outcome, Refused, Sent
 from spectral.kafka.transport import (
     FetchOptions,
     FixedRange,
     Reading,
     Rebalance,
     Record,
-    RecordSource,
     Subscription,
     TopicPartition,
     UnreadableRecordsError,
@@ -277,7 +277,7 @@ def _ours(partitions: Sequence[ConfluentPartition]) -> list[TopicPartition]:
 # -- the record source ------------------------------------------------------------------------
 
 
-class ConfluentSource(RecordSource):
+class ConfluentSource(ClientSource):
     """A :class:`~spectral.kafka.transport.RecordSource` on one librdkafka consumer."""
 
     def __init__(
@@ -287,15 +287,10 @@ class ConfluentSource(RecordSource):
         reading: Reading,
         options: FetchOptions | None = None,
     ) -> None:
-        super().__init__(reading)
-        self._settings = settings
-        self._bootstrap = bootstrap
-        self._options = options or FetchOptions()
+        super().__init__(settings, bootstrap, reading, options)
         self._thread: _ClientThread | None = None
         self._consumer: Consumer | None = None
-        self._attached = False
         self._owned: frozenset[TopicPartition] = frozenset()
-        self._remaining = reading.remaining() if isinstance(reading, FixedRange) else set()
         self._rebalance: Rebalance | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._topics: list[str] = []
@@ -893,22 +888,9 @@ class ConfluentPublisher:
             await asyncio.shield(asyncio.to_thread(producer.flush, timeout))
 
 
-class ConfluentTransport:
+class ConfluentTransport(ClientTransport):
     """The confluent :class:`~spectral.kafka.transport.Transport` of one cluster."""
 
     name = "confluent"
-
-    def __init__(self, settings: Settings, bootstrap: str) -> None:
-        self._settings = settings
-        self._bootstrap = bootstrap
-
-    def source(self, reading: Reading, options: FetchOptions) -> RecordSource:
-        return ConfluentSource(self._settings, self._bootstrap, reading, options)
-
-    def sender(self, topics: Sequence[str], *, delivery_timeout_ms: int | None = None) -> Sender:
-        return ConfluentSender(
-            self._settings,
-            self._bootstrap,
-            topics=topics,
-            delivery_timeout_ms=delivery_timeout_ms,
-        )
+    source_type = ConfluentSource
+    sender_type = ConfluentSender

@@ -83,8 +83,9 @@ class Transport(Protocol):
     """A Kafka client library (or the in-memory broker): builds the record sources and the
     senders a consumer run needs, each owning its client."""
 
-    name: str
-    """How it is named in settings and logs (``aiokafka``, ``memory``)."""
+    @property
+    def name(self) -> str:
+        """How it is named in settings and logs (``aiokafka``, ``memory``)."""
 
     def source(self, reading: Reading, options: FetchOptions) -> RecordSource:
         """A record source reading ``reading`` (not started)."""

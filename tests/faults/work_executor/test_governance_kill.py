@@ -115,6 +115,9 @@ async def test_sigkill_during_a_cancellation_pays_nothing_again_and_applies_noth
                 PROJECT, DOCUMENT, backlog("One [slow:1.5]", "Two [slow:1.5]", "Three")
             )
             parent = await h.commands.generate_all(GenerateAll(PROJECT, DOCUMENT))
+            await h.admin.execute(  # a route proven before: both calls go out at once
+                "INSERT INTO work.provider_routes (model, probation) VALUES ('fake-model', false)"
+            )
             await h.admin.execute(  # E3 waits: it is canceled without ever being claimed
                 "UPDATE work.work_items SET not_before = now() + interval '1 hour' "
                 "WHERE input->>'epic_id' = 'E3'"

@@ -7,25 +7,25 @@ call, old and new, is on the ledger."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import AsyncIterator
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
-from urllib.parse import urlsplit
 from uuid import UUID
 
 import asyncpg
 import pytest
 
 from producers.clusters import ClusterPolicy
-from producers.clusters.evidence import select_evidence
-from producers.clusters.repository import ClusterRepository
-from producers.clusters.snapshot import build_snapshot, stub_request
 from spectral.db.migrate import migrate
 from spectral.devstack import Endpoints
 from spectral.llm.seam import SynthesisRequest
 from spectral.settings import Settings
+from tests.integration.clusters.legacy_stubs import (
+    MIGRATION,
+    OldLease,
+    insert_lease,
+    old_requests,
+)
 from tests.integration.clusters.support import (
     CountingSynthesizer,
     failure,
@@ -36,11 +36,10 @@ from tests.integration.clusters.support import (
     settle_stubs,
     stub_executor,
 )
-from tests.support import empty_database, migrations_before, unique_name, with_database
+from tests.support import empty_database, migrations_before
 
 pytestmark = pytest.mark.integration
 
-MIGRATION = "_one_paid_call_machine.sql"
 OLD_HASH = "0" * 64  # a content the superseded lease's cluster moved on from
 
 
@@ -50,59 +49,14 @@ async def unmigrated(stack: Endpoints) -> AsyncIterator[str]:
         yield url
 
 
-async def _requests(url: str, policy: ClusterPolicy) -> dict[UUID, SynthesisRequest]:
-    """What the old service asked the model for each cluster's current content, computed by
-    today's code on a fully migrated copy of the old database (no later migration changes a
-    cluster's facts), so the old schema needs no code of its own however the queries grow."""
-    name = unique_name("spectral_stubreq_")
-    admin = await asyncpg.connect(with_database(url, "postgres"))
-    try:
-        template = urlsplit(url).path.removeprefix("/")
-        await admin.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template}"')
-        try:
-            copy = with_database(url, name)
-            await migrate(copy)
-            return await _asked(copy, policy)
-        finally:
-            await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-    finally:
-        await admin.close()
-
-
-async def _asked(url: str, policy: ClusterPolicy) -> dict[UUID, SynthesisRequest]:
-    ids = [r["cluster_id"] for r in await fetch(url, "SELECT cluster_id FROM clusters.clusters")]
-    async with ClusterRepository.open(url, role=None) as repo, repo.unit() as unit:
-        facts = await unit.facts(ids, policy.default_criticality, policy.severity.rate_window)
-        candidates = await unit.evidence(ids, policy.evidence_limit)
-    asked: dict[UUID, SynthesisRequest] = {}
-    for f in facts:
-        evidence = select_evidence(candidates.get(f.cluster_id, ()), policy.evidence_limit)
-        asked[f.cluster_id] = stub_request(f, build_snapshot(f, evidence, policy.severity))
-    return asked
-
-
-def _request_json(request: SynthesisRequest) -> str:
-    """The old lease's ``request`` column."""
-    return json.dumps(
-        {
-            "function_key": request.function_key,
-            "prompt": request.prompt,
-            "input": dict(request.input),
-            "idempotency_key": request.idempotency_key,
-            "org_id": request.org_id,
-        }
-    )
-
-
 async def _old_leases(url: str, asked: dict[UUID, SynthesisRequest]) -> dict[str, UUID]:
     """One lease per state, as the old service left them; the cluster of each state."""
-    hour = timedelta(hours=1)
-    states: dict[str, tuple[Any, ...]] = {  # mode, stub, attempts, model, retry in, last error
-        "llm": ("llm", "old stub", 1, "old-model", None, None),
-        "failed": ("failed", "", 3, None, None, "max_attempts_exceeded"),
-        "superseded": ("superseded", "", 1, None, None, None),
-        "retry": ("pending", "", 1, None, timedelta(seconds=-1), "gateway timed out"),
-        "in_flight": ("pending", "", 1, None, None, None),
+    states = {
+        "llm": OldLease("llm", "old stub", model="old-model"),
+        "failed": OldLease("failed", attempts=3, error="max_attempts_exceeded"),
+        "superseded": OldLease("superseded"),
+        "retry": OldLease("pending", retry_in=timedelta(seconds=-1), error="gateway timed out"),
+        "in_flight": OldLease("pending"),
     }
     conn = await asyncpg.connect(url)
     try:
@@ -111,27 +65,10 @@ async def _old_leases(url: str, asked: dict[UUID, SynthesisRequest]) -> dict[str
             for r in await conn.fetch("SELECT cluster_id, rule_id FROM clusters.clusters")
         }
         clusters = {state: by_rule[rule(n)] for n, state in enumerate(states, start=1)}
-        for state, (mode, stub, attempts, model, retry_in, error) in states.items():
+        for state, lease in states.items():
             request = asked[clusters[state]]
-            current = request.idempotency_key.rsplit(":", 1)[1]
-            await conn.execute(
-                "INSERT INTO clusters.rule_stub_leases (cluster_id, content_hash, "
-                "generation_mode, suggested_rule_stub, request, holder, attempts, generated_at, "
-                "model, retry_at, last_error, response) VALUES ($1, $2, $3, $4, $5::jsonb, "
-                "'old-replica', $6, now() - $7::interval, $8, now() + $9::interval, $10, "
-                "$11::jsonb)",
-                clusters[state],
-                OLD_HASH if state == "superseded" else current,
-                mode,
-                stub,
-                _request_json(request),
-                attempts,
-                hour,
-                model,
-                retry_in,
-                error,
-                json.dumps({"content": json.dumps({"rule_stub": stub})}) if stub else None,
-            )
+            content = OLD_HASH if state == "superseded" else None
+            await insert_lease(conn, clusters[state], request, lease, content=content)
     finally:
         await conn.close()
     return clusters
@@ -151,7 +88,7 @@ async def test_stub_leases_mid_flight_move_onto_the_ledger_and_nothing_is_paid_t
                 for i in (1, 2)
             ]
         )
-    asked = await _requests(url, policy)
+    asked = await old_requests(url, policy)
     clusters = await _old_leases(url, asked)
     key = {state: asked[cluster].idempotency_key for state, cluster in clusters.items()}
 

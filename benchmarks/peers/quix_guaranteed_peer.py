@@ -1,0 +1,198 @@
+"""The same-guarantee quix-streams peer of ``make bench``: quix-streams giving what spectral's
+rule-candidates projection gives — every event recorded once in a dedup table, and a cluster's
+row never overwritten by an older snapshot — inside the sink's transaction.
+
+Written as quix-streams' documentation recommends for a destination its sinks do not cover
+("Creating a Custom Sink"): an Application, a StreamingDataFrame over the topic (JSON values),
+one ``apply`` that flattens the event into the row and its idempotency key, and a
+``BatchingSink`` subclass whose ``write`` receives each checkpoint's batch of one partition and
+writes it with psycopg2 (the driver quix-streams' own PostgreSQLSink uses) in one transaction:
+
+1. the batch's idempotency keys into the dedup table (``ON CONFLICT DO NOTHING RETURNING``):
+   only the keys it returns are new;
+2. of the new events, each cluster's newest snapshot (the projection's order: last observation
+   capped at the record's timestamp plus five minutes, then the last observation, the failure
+   count and the hash);
+3. those rows upserted with ``execute_values`` (as the PostgreSQLSink does), the update guarded
+   by the same order, so an older snapshot never replaces a newer one.
+
+The checkpoint commits the offsets after ``write`` returned (quix-streams' default: every 5 s);
+a batch delivered again after a crash finds its keys in the dedup table. What it still leaves
+out against spectral: the contract's check (hash, spellings, record key), dead letters, the
+operator columns' protection by role, metrics.
+
+Runs in the peers' virtual environment (benchmarks/peers/quix-requirements.txt): it imports
+nothing from spectral. Stops after ``--records`` records and prints one JSON line: records, the
+window (first record to the end of the last sink write) and the process's CPU in it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from datetime import UTC, datetime, timedelta
+from typing import Any
+from urllib.parse import parse_qs, unquote, urlsplit
+
+import psycopg2
+from psycopg2.extras import Json, execute_values
+from quixstreams import Application
+from quixstreams.sinks import BatchingSink, SinkBatch
+
+COLUMNS = (
+    "cluster_id",
+    "snapshot_hash",
+    "rule_id",
+    "workspace_id",
+    "severity",
+    "failure_count",
+    "first_observed_at",
+    "last_observed_at",
+    "evidence_bundle",
+    "suggested_rule_stub",
+)
+SKEW = timedelta(minutes=5)
+
+CLAIM = (
+    "INSERT INTO {handled} (idempotency_key) SELECT unnest(%s::text[]) "
+    "ON CONFLICT DO NOTHING RETURNING idempotency_key"
+)
+UPSERT = """
+INSERT INTO {table} ({columns}, ordered_at) VALUES %s
+ON CONFLICT (cluster_id) DO UPDATE SET {updates}, ordered_at = EXCLUDED.ordered_at
+WHERE (EXCLUDED.ordered_at, EXCLUDED.last_observed_at, EXCLUDED.failure_count,
+       EXCLUDED.snapshot_hash)
+    > ({table}.ordered_at, {table}.last_observed_at, {table}.failure_count,
+       {table}.snapshot_hash)
+"""
+
+
+class Window:
+    def __init__(self) -> None:
+        self.records = 0
+        self.first: float | None = None
+        self.cpu_first = 0.0
+        self.last = 0.0
+        self.cpu_last = 0.0
+        self.writes = 0
+
+
+WINDOW = Window()
+
+
+def _utc(text: str) -> datetime:
+    return datetime.fromisoformat(text)
+
+
+class GuaranteedSink(BatchingSink):  # type: ignore[misc]
+    """Dedup record and newest-snapshot-wins upsert, in one transaction per batch."""
+
+    def __init__(self, connect: dict[str, Any], table: str, handled: str) -> None:
+        super().__init__()
+        self._connect = connect
+        self._client: Any = None
+        self._claim = CLAIM.format(handled=handled)
+        self._upsert = UPSERT.format(
+            table=table,
+            columns=", ".join(COLUMNS),
+            updates=", ".join(f"{c} = EXCLUDED.{c}" for c in COLUMNS if c != "cluster_id"),
+        )
+
+    def setup(self) -> None:
+        self._client = psycopg2.connect(**self._connect)
+
+    def write(self, batch: SinkBatch) -> None:
+        items = list(batch)
+        with self._client, self._client.cursor() as cursor:
+            cursor.execute(self._claim, ([item.value["idempotency_key"] for item in items],))
+            fresh = {row[0] for row in cursor.fetchall()}
+            newest: dict[str, tuple[tuple[datetime, datetime, int, str], dict[str, Any]]] = {}
+            for item in items:
+                row = item.value
+                if row["idempotency_key"] not in fresh:
+                    continue  # recorded before (or earlier in this batch)
+                fresh.discard(row["idempotency_key"])
+                last = _utc(row["last_observed_at"])
+                stamp = datetime.fromtimestamp(item.timestamp / 1000, UTC)
+                key = (min(last, stamp + SKEW), last, row["failure_count"], row["snapshot_hash"])
+                best = newest.get(row["cluster_id"])
+                if best is None or key > best[0]:
+                    newest[row["cluster_id"]] = (key, row)
+            if newest:
+                execute_values(
+                    cursor,
+                    self._upsert,
+                    [
+                        (
+                            *(Json(row[c]) if c == "evidence_bundle" else row[c] for c in COLUMNS),
+                            key[0],
+                        )
+                        for key, row in newest.values()
+                    ],
+                    page_size=len(newest),
+                )
+        WINDOW.writes += 1
+        WINDOW.last = time.time()
+        WINDOW.cpu_last = time.process_time()
+
+
+def row(event: dict[str, Any]) -> dict[str, Any]:
+    if WINDOW.first is None:
+        WINDOW.first = time.time()
+        WINDOW.cpu_first = time.process_time()
+    WINDOW.records += 1
+    payload = event["payload"]
+    flat = {column: payload.get(column) for column in COLUMNS}
+    flat["idempotency_key"] = event["idempotency_key"]
+    return flat
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="quix_guaranteed_peer.py")
+    parser.add_argument("--bootstrap", required=True)
+    parser.add_argument("--topic", required=True)
+    parser.add_argument("--group", required=True)
+    parser.add_argument("--database-url", required=True)
+    parser.add_argument("--table", required=True)
+    parser.add_argument("--handled", required=True, help="the dedup table")
+    parser.add_argument("--records", type=int, required=True)
+    parser.add_argument("--idle-seconds", type=float, default=5.0)
+    args = parser.parse_args()
+
+    url = urlsplit(args.database_url)
+    connect = {
+        "host": url.hostname or "localhost",
+        "port": url.port or 5432,
+        "dbname": url.path.lstrip("/"),
+        "user": unquote(url.username or ""),
+        "password": unquote(url.password or ""),
+        **{k: v[0] for k, v in parse_qs(url.query).items()},  # e.g. passfile, sslmode
+    }
+    sink = GuaranteedSink(connect, args.table, args.handled)
+    app = Application(
+        broker_address=args.bootstrap,
+        consumer_group=args.group,
+        auto_offset_reset="earliest",
+    )
+    topic = app.topic(args.topic, value_deserializer="json")
+    frame = app.dataframe(topic=topic)
+    frame = frame.apply(row)
+    frame.sink(sink)
+    app.run(count=args.records, timeout=args.idle_seconds)
+    print(
+        json.dumps(
+            {
+                "records": WINDOW.records,
+                "batches": WINDOW.writes,
+                "first": WINDOW.first,
+                "last": WINDOW.last,
+                "cpu_seconds": WINDOW.cpu_last - WINDOW.cpu_first,
+            }
+        ),
+        flush=True,
+    )
+
+
+if __name__ == "__main__":
+    main()
