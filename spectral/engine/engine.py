@@ -74,6 +74,10 @@ readiness probe's ``SELECT 1``."""
 IDLE_PROBE_SECONDS = 5.0
 """How long ``stop_when_idle`` waits for the broker and the database to answer before the
 idle time is judged an outage instead (and counted again from zero)."""
+JOIN_PATIENCE_SECONDS = 30.0
+"""How long ``stop_when_idle`` waits for a member's first assignment (possibly empty) before
+its idle time counts anyway: joining a group takes a few heartbeats, longer on a busy machine,
+and a member that stopped before it was given its partitions read none of them."""
 
 
 @dataclass(frozen=True)
@@ -249,6 +253,9 @@ class ConsumerEngine:
         outage. ``stop_when_idle`` counts from here."""
         self._outage = False
         """The last idle probe found the broker or the database unreachable."""
+        self._joined = False
+        """The group gave this member its first assignment (a range needs none)."""
+        self._created_at = time.monotonic()
 
     async def _revoking(self, partitions: Collection[TopicPartition]) -> None:
         """``partitions`` are about to leave: wait for the running transaction and for every
@@ -265,6 +272,7 @@ class ConsumerEngine:
 
     def _assigned(self, partitions: Collection[TopicPartition]) -> None:
         self._busy_at = time.monotonic()
+        self._joined = True
         self.hook.assigned(partitions)
 
     def _revoked_since(self, epoch: int) -> set[TopicPartition]:
@@ -408,6 +416,12 @@ class ConsumerEngine:
             return False
         if time.monotonic() - max(last_record, self._busy_at) < idle:
             return False
+        if (
+            self.source.live
+            and not self._joined
+            and time.monotonic() - self._created_at < max(idle, JOIN_PATIENCE_SECONDS)
+        ):
+            return False  # not a member yet: nothing was given to read
         probed_at = time.monotonic()
         probe = asyncio.ensure_future(self._unreachable())
         stopping = asyncio.ensure_future(self._stop.wait())
