@@ -21,6 +21,10 @@ For each, from the fault until the group is settled again with every partition p
 
 * **moved**: the partitions whose owner differs before and after (the members log what they are
   assigned, revoked and lose, on every transport);
+* **unmoved revoked / away**: how many of the partitions that kept their owner the protocol
+  revoked and gave back meanwhile (an eager rebalance revokes every partition), and the
+  longest time one was away — the stall the protocol imposes, read from the members' logs,
+  whatever pauses a busy machine adds;
 * **stall of unmoved / moved**: the longest time without progress of any one partition that did
   not move / that moved;
 * **total stall**: the longest time in which no partition progressed at all;
@@ -47,6 +51,7 @@ from collections import Counter
 from collections.abc import AsyncIterator, Callable, Coroutine
 from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from subprocess import Popen
 from typing import Any
@@ -94,6 +99,10 @@ class Measured:
     fault: str
     members: str
     moved: int
+    unmoved_revoked: int
+    """Partitions that did not move but were revoked and given back (an eager rebalance)."""
+    unmoved_away: float
+    """The longest such absence (seconds, from the members' logs)."""
     unmoved_stall: float
     moved_stall: float
     total_stall: float
@@ -241,6 +250,33 @@ class RebalanceLine:
         self.members.append(member)
         return member
 
+    def _moves(self, member: Member) -> list[tuple[float, str, set[int]]]:
+        """What ``member`` logged of its partitions: (wall-clock time, ``assigned`` |
+        ``revoked``, partitions), in order (``lost`` counts as revoked)."""
+        out: list[tuple[float, str, set[int]]] = []
+        for line in member.log.read_text(errors="replace").splitlines():
+            if '"partitions' not in line or not line.startswith("{"):
+                continue
+            try:
+                entry = json.loads(line)
+            except ValueError:
+                continue  # a line being written
+            event = str(entry.get("event", ""))
+            if event == "partitions assigned":
+                kind = "assigned"
+            elif event.startswith(("partitions revoked", "partitions lost")):
+                kind = "revoked"
+            else:
+                continue
+            named = {
+                int(name.rsplit(":", 1)[1])
+                for name in entry.get("partitions", [])
+                if name.rsplit(":", 1)[0] == self.topic
+            }
+            at = datetime.fromisoformat(str(entry["timestamp"])).timestamp()
+            out.append((at, kind, named))
+        return out
+
     async def assignment(self) -> dict[str, frozenset[int]] | None:
         """Member -> the partitions it holds, as the live members log them (``partitions
         assigned`` / ``revoked`` / ``lost``, on every transport); None while the group is not
@@ -248,28 +284,37 @@ class RebalanceLine:
         owned: dict[str, frozenset[int]] = {}
         for member in self.members:
             held: set[int] = set()
-            for line in member.log.read_text(errors="replace").splitlines():
-                if '"partitions' not in line or not line.startswith("{"):
-                    continue
-                try:
-                    entry = json.loads(line)
-                except ValueError:
-                    continue  # a line being written
-                named = {
-                    int(name.rsplit(":", 1)[1])
-                    for name in entry.get("partitions", [])
-                    if name.rsplit(":", 1)[0] == self.topic
-                }
-                event = str(entry.get("event", ""))
-                if event == "partitions assigned":
-                    held |= named
-                elif event.startswith(("partitions revoked", "partitions lost")):
-                    held -= named
+            for _, kind, named in self._moves(member):
+                held = held | named if kind == "assigned" else held - named
             owned[member.name] = frozenset(held)
         every = [p for parts in owned.values() for p in parts]
         if sorted(every) != list(range(PARTITIONS)) or not all(owned.values()):
             return None
         return owned
+
+    def revoked_while_kept(
+        self, owners: dict[int, str], since: float, until: float
+    ) -> tuple[int, float]:
+        """Of the partitions that stayed with their owner (``owners``), how many the protocol
+        took away meanwhile (revoked, then given back), and the longest time one was away —
+        the stall the protocol itself imposes, whatever the machine's pauses (wall clock)."""
+        taken: set[int] = set()
+        longest = 0.0
+        by_name = {m.name: m for m in self.members}
+        for partition, name in owners.items():
+            away_since: float | None = None
+            for at, kind, named in self._moves(by_name[name]):
+                if partition not in named or not since <= at <= until:
+                    continue
+                if kind == "revoked":
+                    away_since = at
+                    taken.add(partition)
+                elif away_since is not None:
+                    longest = max(longest, at - away_since)
+                    away_since = None
+            if away_since is not None:
+                longest = max(longest, until - away_since)
+        return len(taken), round(longest, 2)
 
     async def settled(self, members: int, since: float) -> dict[str, frozenset[int]]:
         """Wait until the group holds ``members`` members owning every partition once and every
@@ -334,20 +379,25 @@ class RebalanceLine:
         before = await self.settled(len(self.members), time.monotonic() - 1.0)
         counted = self.redelivered()
         survivors_before = len(before)
-        fault_at = time.monotonic()
+        fault_at, fault_wall = time.monotonic(), time.time()
         await act()
         after = await self.settled(members_after, time.monotonic())
         settled_at = time.monotonic()
         await asyncio.sleep(AFTER)
-        until = time.monotonic()
+        until, until_wall = time.monotonic(), time.time()
         owner_before = {p: m for m, parts in before.items() for p in parts}
         owner_after = {p: m for m, parts in after.items() for p in parts}
         moved = {p for p in range(PARTITIONS) if owner_before[p] != owner_after[p]}
         unmoved = set(range(PARTITIONS)) - moved
+        revoked, away = self.revoked_while_kept(
+            {p: owner_after[p] for p in unmoved}, fault_wall, until_wall
+        )
         return Measured(
             fault=fault,
             members=f"{survivors_before}->{members_after}",
             moved=len(moved),
+            unmoved_revoked=revoked,
+            unmoved_away=away,
             unmoved_stall=self.each_gap(unmoved, fault_at, until),
             moved_stall=self.each_gap(moved, fault_at, until),
             total_stall=self.longest_gap(set(range(PARTITIONS)), fault_at, until),
@@ -476,13 +526,15 @@ def table(transport: str, rows: list[Measured], baseline: float, lost: int, twic
             f"applied twice {twice}"
         ),
         (
-            "| fault | members | moved | stall of unmoved (s) | stall of moved (s) "
-            "| total stall (s) | settled after (s) | redelivered |"
+            "| fault | members | moved | unmoved revoked | unmoved away (s) "
+            "| stall of unmoved (s) | stall of moved (s) | total stall (s) | settled after (s) "
+            "| redelivered |"
         ),
-        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     lines.extend(
-        f"| {r.fault} | {r.members} | {r.moved} | {r.unmoved_stall:.2f} | {r.moved_stall:.2f} "
+        f"| {r.fault} | {r.members} | {r.moved} | {r.unmoved_revoked} | {r.unmoved_away:.2f} "
+        f"| {r.unmoved_stall:.2f} | {r.moved_stall:.2f} "
         f"| {r.total_stall:.2f} | {r.settled_after:.1f} | {r.redelivered} |"
         for r in rows
     )
