@@ -414,14 +414,12 @@ class ConsumerEngine:
         idle = self.options.stop_when_idle
         if idle is None or self._in_flight:
             return False
-        if time.monotonic() - max(last_record, self._busy_at) < idle:
-            return False
-        if (
+        if time.monotonic() - max(last_record, self._busy_at) < idle or (
             self.source.live
             and not self._joined
             and time.monotonic() - self._created_at < max(idle, JOIN_PATIENCE_SECONDS)
         ):
-            return False  # not a member yet: nothing was given to read
+            return False  # records lately, or not a member yet: nothing was given to read
         probed_at = time.monotonic()
         probe = asyncio.ensure_future(self._unreachable())
         stopping = asyncio.ensure_future(self._stop.wait())
@@ -437,6 +435,9 @@ class ConsumerEngine:
             await asyncio.wait((probe,))  # its cancellation has ended it
             return False
         unreachable = probe.result()
+        if unreachable is None and not self._outage and not await self._caught_up():
+            self._busy_at = time.monotonic()  # records left to read: not idle
+            return False
         if unreachable is None and not self._outage:
             # Partitions moved while the probe ran (up to IDLE_PROBE_SECONDS): the count started
             # again then, and the partitions just assigned may hold records unread.
@@ -450,6 +451,13 @@ class ConsumerEngine:
         self._outage = unreachable is not None
         self._busy_at = time.monotonic()
         return False
+
+    async def _caught_up(self) -> bool:
+        """The source read its partitions to their end (a fault counts as not yet)."""
+        try:
+            return await asyncio.wait_for(self.source.caught_up(), timeout=IDLE_PROBE_SECONDS)
+        except Exception:  # noqa: BLE001 - not known to be caught up: not idle
+            return False
 
     async def _unreachable(self) -> str | None:
         """The component ("kafka", "database") that does not answer within IDLE_PROBE_SECONDS,

@@ -596,6 +596,25 @@ class ConfluentSource(ClientSource):
         offset = found[0].offset
         return None if offset in (OFFSET_INVALID, -1) or offset < 0 else int(offset)
 
+    async def caught_up(self) -> bool:
+        """Every partition this member owns read to its end: its position at the high
+        watermark (past any transaction markers), or none yet on an empty partition. After an
+        assignment librdkafka looks the offsets up before its first fetch — seconds on a busy
+        machine, while fetches return nothing —, so a member is not idle before."""
+        owned = sorted(self._owned)
+        if not owned:
+            return True
+        thread, consumer = self._started()
+        marks = await self._watermarks(owned)
+        asked = [ConfluentPartition(tp.topic, tp.partition) for tp in owned]
+        positions = await thread.run(lambda: consumer.position(asked))
+        for found in positions:
+            low, high = marks[TopicPartition(found.topic, found.partition)]
+            position = found.offset if found.offset >= 0 else None
+            if (position is None and high > low) or (position is not None and position < high):
+                return False
+        return True
+
     async def probe(self) -> None:
         thread, consumer = self._started()
         assigned = self._owned

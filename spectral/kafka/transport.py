@@ -225,6 +225,12 @@ class RecordSource(ABC):
         cluster's metadata when it holds none); raises when it does not answer."""
         await self.end_offsets(self.assignment())
 
+    async def caught_up(self) -> bool:
+        """Whether this member has read every partition it owns to its end (``--stop-when-idle``
+        asks before it stops). By default yes: a source whose fetch answers only once it has
+        caught up (aiokafka's, the in-memory one) never looks idle before."""
+        return True
+
     @abstractmethod
     async def stop(self) -> None:
         """Leave the group (a live member) and close the client; safe to call again, and
