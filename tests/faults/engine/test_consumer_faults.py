@@ -272,7 +272,7 @@ async def test_postgres_stopped_mid_stream_loses_nothing_and_dead_letters_nothin
         server.stop(wipe=True)
 
 
-@pytest.mark.parametrize("transport", transport_params("aiokafka", "confluent-consumer"))
+@pytest.mark.parametrize("transport", transport_params("aiokafka"))
 async def test_broker_stopped_mid_stream_loses_nothing_and_dead_letters_nothing(
     database_url: str,
     topic_prefix: str,
