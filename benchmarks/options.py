@@ -6,8 +6,25 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-STAGES = ("triage", "contention", "freshness", "executor", "governance", "dedup", "soak")
-DEFAULT_STAGES = ("triage", "contention", "freshness", "executor", "governance", "dedup")
+STAGES = (
+    "triage",
+    "contention",
+    "freshness",
+    "executor",
+    "governance",
+    "dedup",
+    "transports",
+    "soak",
+)
+DEFAULT_STAGES = (
+    "triage",
+    "contention",
+    "freshness",
+    "executor",
+    "governance",
+    "dedup",
+    "transports",
+)
 """`make bench`; the soak runs for minutes on its own (`make soak`)."""
 
 
@@ -55,6 +72,8 @@ class Options:
     compare: Path | None = None
     """Another checkout: its consumer is run against this one's, alternating (A/B)."""
     compare_rounds: int = 2
+    transports_events: int = 60_000
+    """Records the ``transports`` stage's topic holds (read once per transport)."""
     soak_seconds: float = 300.0
     soak_rate: int = 1000
     """Events per second the soak's producer writes (plus 5 % re-sent)."""
