@@ -11,7 +11,10 @@ principal:
    without a call, each with its own ``error`` entry (kind ``canceled``) and event;
 4. items a worker holds get ``cancel_requested_at``: the holder ends them ``canceled`` at its
    next step — before a new attempt starts (no call), or when the call in flight answers (the
-   answer is recorded in the ledger, it was paid for; the mutation is not applied);
+   answer is recorded in the ledger, it was paid for, and settles its reservation; the
+   mutation is not applied). The reservation of an attempt that has not started is released
+   here, at once: no attempt can start once the cancellation is asked for, so it is released
+   even if its holder is frozen or dead and its lease has not timed out yet;
 5. threads with no live item left close ``canceled``; so does the generate-all once every child
    is closed (else the executor closes it when the last in-flight child ends).
 
@@ -147,6 +150,10 @@ async def _cancel(conn: Conn, thread_id: UUID, reason: str | None) -> CancelResu
     outbox.extend(events)
     held = [i["work_item_id"] for i in items if i["status"] in ("claimed", "running")]
     flagged = await conn.fetch(_SQL["flag_leased_items"], held) if held else []
+    if flagged:
+        await conn.execute(
+            _SQL["release_unstarted_spend_of_canceled"], [r["work_item_id"] for r in flagged]
+        )
     children = [t for t in live if t != thread_id]
     outcome = json.dumps({"item_status": "canceled", "reason": message})
     closed = {
