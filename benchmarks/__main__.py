@@ -26,6 +26,7 @@ from benchmarks.options import DEFAULT_STAGES, STAGES, Options
 from benchmarks.report import Report, machine
 from benchmarks.soak import run_soak
 from benchmarks.stack import BenchStack
+from benchmarks.transports import run_transports
 from benchmarks.triage import run_triage
 from spectral.devstack import status
 from spectral.observability.logging import configure_logging
@@ -55,6 +56,7 @@ def _options(argv: list[str]) -> Options:
         "--executor-baseline-items", type=int, default=defaults.executor_baseline_items
     )
     parser.add_argument("--dedup-prefill", type=int, default=defaults.dedup_prefill)
+    parser.add_argument("--transports-events", type=int, default=defaults.transports_events)
     parser.add_argument("--soak-seconds", type=float, default=defaults.soak_seconds)
     parser.add_argument("--soak-rate", type=int, default=defaults.soak_rate)
     parser.add_argument("--governance-big-items", type=int, default=defaults.governance_big_items)
@@ -96,6 +98,7 @@ def _options(argv: list[str]) -> Options:
         executor_baseline_items=args.executor_baseline_items,
         executor_epics=args.executor_epics,
         dedup_prefill=args.dedup_prefill,
+        transports_events=args.transports_events,
         soak_seconds=args.soak_seconds,
         soak_rate=args.soak_rate,
         governance_big_items=args.governance_big_items,
@@ -121,6 +124,7 @@ RUNNERS: dict[str, Runner] = {
     "freshness": run_freshness,
     "executor": run_executor,
     "dedup": run_dedup,
+    "transports": run_transports,
     "soak": run_soak,
     "governance": run_governance,
     "budgets": run_budgets,

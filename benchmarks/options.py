@@ -14,9 +14,19 @@ STAGES = (
     "governance",
     "budgets",
     "dedup",
+    "transports",
     "soak",
 )
-DEFAULT_STAGES = ("triage", "contention", "freshness", "executor", "governance", "budgets", "dedup")
+DEFAULT_STAGES = (
+    "triage",
+    "contention",
+    "freshness",
+    "executor",
+    "governance",
+    "budgets",
+    "dedup",
+    "transports",
+)
 """`make bench`; the soak runs for minutes on its own (`make soak`)."""
 
 
@@ -70,6 +80,8 @@ class Options:
     compare: Path | None = None
     """Another checkout: its consumer is run against this one's, alternating (A/B)."""
     compare_rounds: int = 2
+    transports_events: int = 60_000
+    """Records the ``transports`` stage's topic holds (read once per transport)."""
     soak_seconds: float = 300.0
     soak_rate: int = 1000
     """Events per second the soak's producer writes (plus 5 % re-sent)."""
