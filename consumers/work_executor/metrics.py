@@ -46,6 +46,7 @@ from consumers.work_executor.retry import DeadLetterReason
 from consumers.work_executor.schedule import Blocked
 from producers.work.domain.budgets import ScopeKind
 from producers.work.domain.model import STORY_FUNCTION_KEY
+from spectral.observability.metrics import per_member
 
 DURATION_BUCKETS: Final = tuple(0.001 * 2**i for i in range(17))  # 1 ms .. 65.536 s
 
@@ -238,8 +239,6 @@ class ExecutorMetrics:
             ["scope"],
             registry=registry,
         )
-        for kind in ScopeKind:
-            self.budget_parked.labels(kind.value)
         for model in (*self.labels.models, "other", "none"):
             self.rate_limited.labels(model)
             self.overruns.labels(model)
@@ -247,29 +246,25 @@ class ExecutorMetrics:
             self.overrun_cost.labels(model)
             for blocked in Blocked:
                 self.provider_waits.labels(model, blocked.value)
-        for event in JournalEvent:
-            self.journal_records.labels(event.value)
-        for outcome in AttemptOutcome:
-            self.attempts.labels(outcome.value)
-        for reason in FailureReason:
-            self.failures.labels(reason.value)
-        for status in QueueStatus:
-            self.queue_depth.labels(status.value)
-        for dead in DeadLetterReason:
-            self.dead_letters.labels(dead.value)
+        self._journal_records = per_member(self.journal_records, JournalEvent)
+        self._attempts = per_member(self.attempts, AttemptOutcome)
+        self._failures = per_member(self.failures, FailureReason)
+        self._queue_depth = per_member(self.queue_depth, QueueStatus)
+        self._dead_letters = per_member(self.dead_letters, DeadLetterReason)
+        self._budget_parked = per_member(self.budget_parked, ScopeKind)
 
     def attempt(self, outcome: AttemptOutcome) -> None:
-        self.attempts.labels(outcome.value).inc()
+        self._attempts[outcome].inc()
 
     def failure(self, reason: FailureReason) -> None:
-        self.failures.labels(reason.value).inc()
+        self._failures[reason].inc()
 
     def dead_lettered(self, reason: DeadLetterReason) -> None:
-        self.dead_letters.labels(reason.value).inc()
+        self._dead_letters[reason].inc()
 
     def observe_queue(self, depth: dict[QueueStatus, int], dead_letter_items: int) -> None:
-        for status in QueueStatus:
-            self.queue_depth.labels(status.value).set(depth.get(status, 0))
+        for status, series in self._queue_depth.items():
+            series.set(depth.get(status, 0))
         self.dead_letter_items.set(dead_letter_items)
 
     def spent(
@@ -291,7 +286,7 @@ class ExecutorMetrics:
 
     def parked(self, by_scope: dict[ScopeKind, int]) -> None:
         for kind, items in by_scope.items():
-            self.budget_parked.labels(kind.value).inc(items)
+            self._budget_parked[kind].inc(items)
 
     def provider_wait(self, model: str, reason: Blocked) -> None:
         self.provider_waits.labels(self.labels.model(model), reason.value).inc()
@@ -300,7 +295,7 @@ class ExecutorMetrics:
         self.rate_limited.labels(self.labels.model(model)).inc()
 
     def journal(self, event: JournalEvent, records: int = 1) -> None:
-        self.journal_records.labels(event.value).inc(records)
+        self._journal_records[event].inc(records)
 
     def database_wait(self) -> None:
         self.database_waits.inc()
