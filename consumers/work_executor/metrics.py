@@ -222,6 +222,18 @@ class ExecutorMetrics:
             "periodic sweep).",
             registry=registry,
         )
+        self.reissued = Counter(
+            "work_unknown_outcome_reissues",
+            "Calls whose outcome was unknown (their worker died mid-call) sent again under the "
+            "same idempotency key: a gateway that honours it answers without billing again.",
+            registry=registry,
+        )
+        self.unknown_released = Counter(
+            "work_unknown_outcome_released",
+            "Reservations of calls whose outcome stayed unknown released at the horizon "
+            "(SPECTRAL_WORK_UNKNOWN_OUTCOME_HORIZON_SECONDS).",
+            registry=registry,
+        )
         self.canceled = Counter(
             "work_canceled_items",
             "Work items this executor ended canceled (their cancellation was asked for while "

@@ -4,7 +4,8 @@
 function key, the prompt as the user message, temperature 0, and two headers: ``Authorization:
 Bearer <llm_api_key>`` (when a key is set) and ``Idempotency-Key: <request.idempotency_key>`` —
 gateways that honour it answer a repeated key from their cache instead of charging again. The
-executor sends one key per attempt (``work_item_id:attempt``) and never calls twice per attempt.
+executor sends one key per attempt (``work_item_id:attempt``) and sends a call twice only under
+its own key, when its outcome is unknown (its worker died mid-call: a re-issue).
 
 The prompt must carry everything the model needs: ``request.input`` is context for routing,
 the stub and the ledger, and is not sent.

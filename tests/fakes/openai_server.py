@@ -13,6 +13,11 @@ Behaviour is scripted by markers in the prompt (the executor's prompt carries th
 * ``[script:NAME]``    — answer ``scripts[NAME]``: a status and the exact body bytes (hostile
   bodies: content with U+0000 or lone surrogates, deep nesting, bodies that are not JSON);
 * otherwise            — 200 with a valid ``{"stories": [...]}`` JSON content.
+
+``idempotent=True`` makes it a gateway that honours ``Idempotency-Key``: the first call of a key
+is done (to its end, even if its caller goes away) and billed; a repeated key gets that same
+answer, waiting for it if it is still being made, and is not billed again. ``answered`` holds
+one key per answer billed.
 """
 
 from __future__ import annotations
@@ -62,6 +67,8 @@ class FakeModelServer:
     scripts: dict[str, tuple[int, bytes]] = field(default_factory=dict)
     calls: list[RecordedCall] = field(default_factory=list)
     answered: list[str] = field(default_factory=list)
+    idempotent: bool = False
+    _first: dict[str, asyncio.Task[Response]] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _server: uvicorn.Server | None = None
     _thread: threading.Thread | None = None
@@ -94,6 +101,15 @@ class FakeModelServer:
             with self._lock:
                 self.calls.append(call)
                 earlier = sum(1 for c in self.calls if c.item == call.item) - 1
+            key = call.idempotency_key
+            if self.idempotent and key:
+                first = self._first.get(key)  # one event loop: no race between get and set
+                if first is None:
+                    first = self._first[key] = asyncio.ensure_future(answer(call, earlier))
+                return await asyncio.shield(first)
+            return await answer(call, earlier)
+
+        async def answer(call: RecordedCall, earlier: int) -> Response:
             prompt = call.prompt
             slow = _SLOW.search(prompt)
             if slow:
