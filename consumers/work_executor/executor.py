@@ -573,6 +573,16 @@ class WorkExecutor:
         finally:
             self._metrics.duration.observe(time.perf_counter() - started)
         content, payload = answer_payload(response, ms_since(started))
+        if "stopped_at_bound" in payload:
+            self._metrics.stream_stopped(one.loaded.item.route)
+            log.warning(
+                "a streamed answer reached its completion bound: reading stopped there, and it "
+                "settles at its reservation",
+                work_item_id=str(one.item_id),
+                attempt=attempt,
+                model=one.loaded.item.route,
+                max_tokens=payload["stopped_at_bound"],
+            )
         await self._recorder.record(ResponseRecord.of(one.loaded, attempt, payload))
         self._capacity()
         if content is None:

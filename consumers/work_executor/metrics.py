@@ -222,6 +222,13 @@ class ExecutorMetrics:
             "periodic sweep).",
             registry=registry,
         )
+        self.streams_stopped = Counter(
+            "work_streams_stopped",
+            "Streamed answers whose reading stopped at the call's completion bound (max_tokens): "
+            "the provider did not stop; the call settles at its reservation.",
+            ["model"],
+            registry=registry,
+        )
         self.reissued = Counter(
             "work_unknown_outcome_reissues",
             "Calls whose outcome was unknown (their worker died mid-call) sent again under the "
@@ -245,6 +252,7 @@ class ExecutorMetrics:
             self.overruns.labels(model)
             self.overrun_tokens.labels(model)
             self.overrun_cost.labels(model)
+            self.streams_stopped.labels(model)
             for blocked in Blocked:
                 self.provider_waits.labels(model, blocked.value)
         for event in JournalEvent:
@@ -288,6 +296,9 @@ class ExecutorMetrics:
         self.overruns.labels(label).inc()
         self.overrun_tokens.labels(label).inc(tokens)
         self.overrun_cost.labels(label).inc(float(cost))
+
+    def stream_stopped(self, model: str | None) -> None:
+        self.streams_stopped.labels(self.labels.model(model)).inc()
 
     def provider_wait(self, model: str, reason: Blocked) -> None:
         self.provider_waits.labels(self.labels.model(model), reason.value).inc()
