@@ -37,6 +37,7 @@ def _options(argv: list[str]) -> Options:
     parser.add_argument("--events", type=int, default=defaults.events)
     parser.add_argument("--clusters", type=int, default=defaults.clusters)
     parser.add_argument("--naive-events", type=int, default=defaults.naive_events)
+    parser.add_argument("--naive-seconds", type=float, default=defaults.naive_seconds)
     parser.add_argument(
         "--scaling", default=",".join(map(str, defaults.scaling)), help="e.g. 1,2,3 ('' = none)"
     )
@@ -82,6 +83,7 @@ def _options(argv: list[str]) -> Options:
         events=args.events,
         clusters=args.clusters,
         naive_events=args.naive_events,
+        naive_seconds=args.naive_seconds,
         scaling=tuple(int(n) for n in args.scaling.split(",") if n),
         peers=tuple(p for p in args.peers.split(",") if p),
         drain_repeats=args.drain_repeats,

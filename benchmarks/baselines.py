@@ -26,6 +26,7 @@ from benchmarks.statements import ENGINE_SQL, PROJECTION_SQL
 from consumers.rule_candidates.collapse import ordered_at
 from consumers.rule_candidates.handler import CONSUMER_NAME, DATABASE_ROLE
 from contracts import DecodeError
+from spectral.engine.keys import dedup_key
 from spectral.kafka.aiokafka_source import FETCH_MAX_BYTES, PARTITION_FETCH_BYTES
 from spectral.plugins import installed_registry
 
@@ -258,7 +259,7 @@ async def _naive_one(conn: asyncpg.Connection, record: object) -> None:
         fresh = await conn.fetch(
             ENGINE_SQL["claim_keys"],
             CONSUMER_NAME,
-            [envelope.idempotency_key],
+            [dedup_key(envelope.idempotency_key)],
             [envelope.event_id],
             [getattr(record, "partition", 0)],
             [getattr(record, "offset", 0)],

@@ -34,6 +34,7 @@ from benchmarks.options import Options
 from benchmarks.report import Report
 from benchmarks.stack import BenchStack
 from spectral.db.queries import load_queries
+from spectral.engine.keys import dedup_keys
 from spectral.maintenance.policy import DedupRotation
 from spectral.maintenance.repository import MaintenanceRepository
 
@@ -61,9 +62,9 @@ ON CONFLICT (consumer, idempotency_key) DO NOTHING
 RETURNING idempotency_key
 """
 _PREFILL = """
-INSERT INTO {table} (consumer, idempotency_key, event_id, outcome, source_partition,
+INSERT INTO {table} (consumer, {key_column}, event_id, outcome, source_partition,
                      source_offset, handled_at{slot_column})
-SELECT 'rule-candidates', 'old-' || g, gen_random_uuid(), 'applied', 0, g,
+SELECT 'rule-candidates', {key_value}, gen_random_uuid(), 'applied', 0, g,
        now() - interval '30 days'{slot_value}
 FROM generate_series(1, $1) AS g
 """
@@ -71,14 +72,16 @@ FROM generate_series(1, $1) AS g
 Claim = Callable[[asyncpg.Connection, list[str]], Awaitable[int]]
 
 
-def _args(keys: list[str]) -> list[object]:
+def _args(keys: list[str] | list[bytes]) -> list[object]:
     return [CONSUMER, keys, [uuid.uuid4() for _ in keys], [0] * len(keys), list(range(len(keys)))]
 
 
-def _claim(sql: str) -> Claim:
+def _claim(sql: str, *, stored: bool = False) -> Claim:
+    """``stored``: the statement takes the keys' stored form (the engine's, keys.py)."""
+
     async def claim(conn: asyncpg.Connection, keys: list[str]) -> int:
         async with conn.transaction():
-            return len(await conn.fetch(sql, *_args(keys)))
+            return len(await conn.fetch(sql, *_args(dedup_keys(keys) if stored else keys)))
 
     return claim
 
@@ -94,10 +97,25 @@ async def run_dedup(stack: BenchStack, options: Options, report: Report) -> None
         await admin.execute(_PLAIN)
         rows = options.dedup_prefill
         for table in ("bench_plain", "bench_plain_timed"):
-            await admin.execute(_PREFILL.format(table=table, slot_column="", slot_value=""), rows)
+            await admin.execute(
+                _PREFILL.format(
+                    table=table,
+                    key_column="idempotency_key",
+                    key_value="'old-' || g",
+                    slot_column="",
+                    slot_value="",
+                ),
+                rows,
+            )
         # The ring as in steady state: generation 1 (slot 0) full and previous, 2 current.
         await admin.execute(
-            _PREFILL.format(table="core.event_handled", slot_column=", slot", slot_value=", 0"),
+            _PREFILL.format(
+                table="core.event_handled",
+                key_column="dedup_key",
+                key_value="core.dedup_key('old-' || g)",
+                slot_column=", slot",
+                slot_value=", 0",
+            ),
             rows,
         )
         await admin.execute(
@@ -126,8 +144,8 @@ async def _claims(url: str, report: Report) -> None:
     variants: dict[str, tuple[asyncpg.Connection, Claim]] = {
         "plain": (role, _claim(_PLAIN_CLAIM.format(table="bench_plain"))),
         "plain+time index": (role, _claim(_PLAIN_CLAIM.format(table="bench_plain_timed"))),
-        "ring": (role, _claim(ENGINE_SQL["claim_keys"])),
-        "ring, no RLS": (owner, _claim(ENGINE_SQL["claim_keys"])),
+        "ring": (role, _claim(ENGINE_SQL["claim_keys"], stored=True)),
+        "ring, no RLS": (owner, _claim(ENGINE_SQL["claim_keys"], stored=True)),
     }
     pids = {
         name: int(await conn.fetchval("SELECT pg_backend_pid()"))

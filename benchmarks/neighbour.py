@@ -15,6 +15,7 @@ import argparse
 import asyncio
 import contextlib
 import multiprocessing
+import os
 import signal
 import sys
 import time
@@ -50,10 +51,12 @@ class NeighbourSpec:
 
 
 def spin(duty: float, period: float) -> None:
-    """Burn ``duty`` of every ``period`` on the schedule (a late cycle is not made up)."""
+    """Burn ``duty`` of every ``period`` on the schedule (a late cycle is not made up); stop when
+    the process that started this one is gone (a benchmark killed mid-stage leaves no spinner)."""
     busy = duty * period
+    parent = os.getppid()
     next_start = time.monotonic()
-    while True:
+    while os.getppid() == parent:
         until = next_start + busy
         x = 0
         while time.monotonic() < until:

@@ -17,6 +17,10 @@ class Options:
     clusters: int = 4_000
     partitions: int = 6
     naive_events: int = 10_000
+    naive_seconds: float = 30.0
+    """The naive baseline stops after this many seconds if it has not reached ``naive_events``
+    (its rate is the figure; on a loaded machine 10,000 one-at-a-time transactions take
+    minutes)."""
     peers: tuple[str, ...] = ("faststream", "quix", "quix_guaranteed")
     """The peers the triage stage runs (benchmarks/peers/)."""
     neighbour_processes: int = 2
@@ -64,8 +68,10 @@ class Options:
     """The freshness stage's measured window with the relay on LISTEN/NOTIFY (half as long
     polling), after a 5 s warm-up each."""
     stages: tuple[str, ...] = DEFAULT_STAGES
-    stage_timeout: float = 240.0
-    budget: float = 1500.0
+    stage_timeout: float = 420.0
+    """Seconds one measured process (a consumer run, a peer) may take: at load 40 beside the
+    contention stage's neighbour a first pass of 200,000 events took ~3 minutes."""
+    budget: float = 2100.0
     """The whole run, in seconds: stages started late get what is left (at least 10 s) and
     fail their checks rather than overrun."""
     keep: bool = False

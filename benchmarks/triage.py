@@ -159,6 +159,20 @@ async def run_triage(stack: BenchStack, options: Options, report: Report) -> Non
         f"same topic, fresh group, same database: 100% duplicates; "
         f"{second.cpu_us_per_event:.0f} us CPU/event",
     )
+    report.add(
+        "consumer_all_duplicates_cpu_per_event",
+        second.cpu_us_per_event,
+        "us",
+        "consumer process CPU per event when every record is a duplicate (the contract check "
+        "and the dedup claim, nothing applied)",
+    )
+    if servers.postmaster is not None:
+        report.add(
+            "postgres_all_duplicates_cpu_per_event",
+            second.server_us_per_event()[0],
+            "us",
+            "this database's PostgreSQL CPU per event when every record is a duplicate",
+        )
     peers = await _peers(stage)
     baseline = await _naive(stage)
     scaling = await _scaling(stage, first)
@@ -626,7 +640,7 @@ async def _naive(stage: Stage) -> Throughput:
         naive_db,
         group=f"bench-{stage.stack.run_id}-naive",
         limit=min(stage.options.naive_events, stage.topic.records),
-        limit_seconds=stage.options.limit(),
+        limit_seconds=min(stage.options.naive_seconds, stage.options.limit()),
     )
     stage.report.add(
         "naive_consumer",

@@ -37,6 +37,7 @@ from faststream.middlewares import AckPolicy, BaseMiddleware
 from pydantic import BaseModel
 
 from benchmarks.statements import ENGINE_SQL, PROJECTION_SQL
+from spectral.engine.keys import dedup_keys, key_text
 
 CONSUMER = "rule-candidates"
 ROLE = "spectral_projector"
@@ -120,11 +121,11 @@ def build(bootstrap: str, topic: str, group: str, pool: asyncpg.Pool, window: Wi
 
 async def apply(conn: Any, events: list[ClusterEvent], records: tuple[Any, ...]) -> None:
     fresh = {
-        row[0]
+        key_text(row[0])
         for row in await conn.fetch(
             ENGINE_SQL["claim_keys"],
             CONSUMER,
-            [e.idempotency_key for e in events],
+            dedup_keys([e.idempotency_key for e in events]),
             [e.event_id for e in events],
             [r.partition for r in records],
             [r.offset for r in records],
@@ -170,7 +171,7 @@ async def apply(conn: Any, events: list[ClusterEvent], records: tuple[Any, ...])
         w[1].idempotency_key for w in winners if w[1].payload.cluster_id not in written
     ]
     if stale:
-        await conn.execute(ENGINE_SQL["mark_stale"], CONSUMER, stale)
+        await conn.execute(ENGINE_SQL["mark_stale"], CONSUMER, dedup_keys(stale))
 
 
 async def main(args: argparse.Namespace) -> None:

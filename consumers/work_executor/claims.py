@@ -5,14 +5,16 @@ this module reads and writes).
 One transaction, under the scheduler's advisory lock (every executor's claims are serialised,
 so the counts decided on are exact across replicas — a claim takes a few milliseconds):
 
-1. resume parked items whose org's budget changed or whose period rolled over;
+1. resume parked items whose scope's budget changed or whose period rolled over;
 2. read the candidates (each tenant's first items due, in rank order), the leased items (in
-   flight per tenant and per route), the routes' rate-limiter state and the candidates' orgs'
-   budgets with their spend in the period;
+   flight per tenant and per route), the routes' rate-limiter state and the budgets of every
+   scope a candidate's call belongs to (org, project, thread and parent thread, model route)
+   with their spend in the period;
 3. ``schedule.plan_claim`` picks;
 4. lease the picked items (still waiting: a cancellation may have ended one meanwhile), start
-   their threads, reserve each one's next attempt's spend, save the rate limiters, park the
-   waiting items of orgs whose budget is used up.
+   their threads, reserve each one's next attempt's spend in all of its scopes (one spend row
+   naming them), save the rate limiters, park the waiting items of scopes whose budget is used
+   up.
 
 Routes on probation (probation.sql: none of their bills settled within its reservation yet) are
 read in step 2: ``plan_claim`` gives each one call at a time.
@@ -38,12 +40,13 @@ from consumers.work_executor.schedule import (
     BudgetState,
     Candidate,
     ClaimPlan,
+    Park,
     Resolve,
     RouteState,
     Situation,
     plan_claim,
 )
-from producers.work.domain.budgets import budgets
+from producers.work.domain.budgets import Scope, ScopeKind, scope_budgets
 from producers.work.domain.story.prompts import prompt_bytes_bound
 from producers.work.domain.types import Conn
 from spectral.db.locks import LockClass
@@ -69,6 +72,8 @@ class Claimed:
     """(work_item_id, lease_token) of the items leased."""
     wanted: int = 0
     parked: int = 0
+    parked_by: dict[ScopeKind, int] = field(default_factory=dict)
+    """Items parked, by the kind of the scope whose budget parked them."""
     resumed: int = 0
     blocked: dict[str, Blocked] = field(default_factory=dict)
     retry_in: float | None = None
@@ -108,11 +113,28 @@ class ClaimRepository:
             plan = plan_claim(situation)
             jobs = await self._lease(conn, plan, token, worker)
             await self._save_routes(conn, plan)
-            parked = 0
-            if plan.park:
-                orgs = sorted(plan.park)
-                parked = len(await conn.fetch(_SQL["park"], orgs, [plan.park[org] for org in orgs]))
-        return Claimed(jobs, want, parked, resumed, plan.blocked, plan.retry_in)
+            parked_by = await self._park(conn, plan.park) if plan.park else {}
+        return Claimed(
+            jobs,
+            want,
+            sum(parked_by.values()),
+            parked_by,
+            resumed,
+            plan.blocked,
+            plan.retry_in,
+        )
+
+    @staticmethod
+    async def _park(conn: Conn, park: dict[Scope, Park]) -> dict[ScopeKind, int]:
+        refused = [(item, scope, p.reason) for scope, p in sorted(park.items()) for item in p.items]
+        rows = await conn.fetch(
+            _SQL["park"],
+            [item for item, _, _ in refused],
+            [scope[0].value for _, scope, _ in refused],
+            [scope[1] for _, scope, _ in refused],
+            [reason for _, _, reason in refused],
+        )
+        return dict(Counter(ScopeKind(row["park_scope_kind"]) for row in rows))
 
     async def _situation(self, conn: Conn, want: int, only: Sequence[UUID] | None) -> Situation:
         if only is None:
@@ -127,6 +149,9 @@ class ClaimRepository:
                 function_key=row["function_key"],
                 rank_at=row["rank_at"],
                 attempt=row["attempt"],
+                project_id=row["project_id"],
+                thread_id=row["thread_id"],
+                parent_thread_id=row["parent_thread_id"],
                 prompt_bytes=row["prompt_bytes"]
                 if row["prompt_bytes"] is not None
                 else prompt_bytes_bound(
@@ -165,17 +190,19 @@ class ClaimRepository:
             routes.setdefault(model, RouteState(in_flight=calling[model]))
         for row in await conn.fetch(_PROBATION["on_probation"], models):
             routes[row["model"]] = replace(routes[row["model"]], probation=True)
-        orgs = sorted({c.org_id for c in candidates if c.org_id is not None})
-        budget_states = (
+        scopes = sorted(
             {
-                org: BudgetState(
-                    view.token_limit, view.cost_limit, view.tokens, view.cost, view.outstanding
-                )
-                for org, view in (await budgets(conn, orgs)).items()
+                scope
+                for c in candidates
+                for scope in c.scopes(self._resolve(c.function_key, c.org_id))
             }
-            if orgs
-            else {}
         )
+        budget_states = {
+            scope: BudgetState(
+                view.token_limit, view.cost_limit, view.tokens, view.cost, view.outstanding
+            )
+            for scope, view in (await scope_budgets(conn, scopes)).items()
+        }
         return Situation(
             now=now,
             want=want,

@@ -7,20 +7,22 @@ SELECT pg_advisory_xact_lock($1::int, 0)
 
 -- name: resume_parked
 -- Parked items resume (queued, or failed = waiting for a retry when an attempt was made) when
--- their org's budget was changed or removed after they were parked, or a new period started.
--- (Raising a budget through the API or CLI resumes them at once, in its own transaction.)
+-- the budget of the scope that parked them was changed or removed after they were parked, or a
+-- new period started. (Changing a budget through the API or CLI resumes them at once, in its
+-- own transaction.)
 WITH resumable AS (
     SELECT w.work_item_id
     FROM work.work_items w
-    LEFT JOIN work.budgets b ON b.org_id = w.org_id
+    LEFT JOIN work.budget_scopes b
+        ON b.scope_kind = w.park_scope_kind AND b.scope_id = w.park_scope_id
     WHERE w.status = 'parked'
-      AND (b.org_id IS NULL OR b.updated_at > w.parked_at
+      AND (b.scope_id IS NULL OR b.updated_at > w.parked_at
            OR work.period_start(b.period, now()) > w.parked_at)
     FOR UPDATE OF w SKIP LOCKED
 )
 UPDATE work.work_items w
 SET status = CASE WHEN w.attempt > 0 THEN 'failed' ELSE 'queued' END, park_reason = NULL,
-    parked_at = NULL
+    parked_at = NULL, park_scope_kind = NULL, park_scope_id = NULL
 FROM resumable r
 WHERE w.work_item_id = r.work_item_id
 RETURNING w.work_item_id
@@ -61,6 +63,7 @@ WITH RECURSIVE tenants AS (
     LIMIT $2
 )
 SELECT c.work_item_id, c.tenant, c.org_id, c.function_key, c.rank_at, c.attempt, c.prompt_bytes,
+       c.project_id, c.thread_id, th.parent_thread_id,
        octet_length(coalesce(c.input ->> 'epic_id', ''))::integer AS epic_id_bytes,
        octet_length(coalesce(d.content #>> ARRAY['epics', c.input ->> 'epic_id', 'title'], ''))::integer
            AS title_bytes,
@@ -70,18 +73,20 @@ SELECT c.work_item_id, c.tenant, c.org_id, c.function_key, c.rank_at, c.attempt,
 FROM served t
 CROSS JOIN LATERAL (
     SELECT w.work_item_id, w.tenant, w.org_id, w.function_key, w.rank_at, w.attempt, w.input,
-           w.prompt_bytes
+           w.prompt_bytes, w.project_id, w.thread_id
     FROM work.work_items w
     WHERE w.tenant = t.tenant AND w.status IN ('queued', 'failed') AND w.not_before <= now()
     ORDER BY w.rank_at, w.work_item_id
     LIMIT $1
 ) c
+JOIN work.threads th ON th.thread_id = c.thread_id
 LEFT JOIN work.documents d
     ON c.prompt_bytes IS NULL AND d.document_id = c.input ->> 'document_id'
 
 -- name: candidates_of
 -- The candidates among these items only (those still waiting and due), as above.
 SELECT w.work_item_id, w.tenant, w.org_id, w.function_key, w.rank_at, w.attempt, w.prompt_bytes,
+       w.project_id, w.thread_id, th.parent_thread_id,
        octet_length(coalesce(w.input ->> 'epic_id', ''))::integer AS epic_id_bytes,
        octet_length(coalesce(d.content #>> ARRAY['epics', w.input ->> 'epic_id', 'title'], ''))::integer
            AS title_bytes,
@@ -89,6 +94,7 @@ SELECT w.work_item_id, w.tenant, w.org_id, w.function_key, w.rank_at, w.attempt,
        octet_length(coalesce(d.content #>> ARRAY['epics', w.input ->> 'epic_id', 'description'],
                              ''))::integer AS description_bytes
 FROM work.work_items w
+JOIN work.threads th ON th.thread_id = w.thread_id
 LEFT JOIN work.documents d
     ON w.prompt_bytes IS NULL AND d.document_id = w.input ->> 'document_id'
 WHERE w.work_item_id = ANY($1::uuid[]) AND w.status IN ('queued', 'failed')
@@ -135,7 +141,7 @@ WITH picked AS (
         route = p.model
     FROM picked p, waiting x
     WHERE w.work_item_id = p.work_item_id AND x.work_item_id = w.work_item_id
-    RETURNING w.work_item_id, w.thread_id, w.attempt, w.org_id, w.function_key
+    RETURNING w.work_item_id, w.thread_id, w.attempt, w.org_id, w.function_key, w.project_id
 ), started AS (
     UPDATE work.threads t
     SET status = 'running', updated_at = now()
@@ -143,16 +149,19 @@ WITH picked AS (
 ), reserved AS (
     INSERT INTO work.spend AS s (work_item_id, attempt, org_id, model, function_key, state,
                                  reserved_tokens, reserved_cost, prompt_price, completion_price,
-                                 reserve_ratio)
+                                 reserve_ratio, project_id, thread_id, parent_thread_id)
     SELECT c.work_item_id, c.attempt + 1, c.org_id, p.model, c.function_key, 'reserved',
-           p.tokens, p.cost, p.prompt_price, p.completion_price, p.ratio
+           p.tokens, p.cost, p.prompt_price, p.completion_price, p.ratio, c.project_id,
+           c.thread_id, t.parent_thread_id
     FROM claimed c
     JOIN picked p ON p.work_item_id = c.work_item_id
+    JOIN work.threads t ON t.thread_id = c.thread_id
     ON CONFLICT (work_item_id, attempt) DO UPDATE
         SET state = 'reserved', model = excluded.model, reserved_tokens = excluded.reserved_tokens,
             reserved_cost = excluded.reserved_cost, prompt_price = excluded.prompt_price,
             completion_price = excluded.completion_price, reserve_ratio = excluded.reserve_ratio,
-            reserved_at = now()
+            project_id = excluded.project_id, thread_id = excluded.thread_id,
+            parent_thread_id = excluded.parent_thread_id, reserved_at = now()
         WHERE s.state = 'released'
 )
 SELECT work_item_id FROM claimed ORDER BY work_item_id
@@ -165,20 +174,55 @@ ON CONFLICT (model) DO UPDATE
     SET request_tat = excluded.request_tat, token_tat = excluded.token_tat, updated_at = now()
 
 -- name: park
--- An org's waiting items park: its budget cannot take another call this period.
-WITH waiting AS (
-    SELECT w.work_item_id, p.reason
+-- Waiting items park, naming the scope whose budget cannot take another call this period: for
+-- an org, a project or a thread every waiting item of the scope, for a model route the items
+-- refused ($1 item ids, $2 scope kinds, $3 scope ids, $4 reasons: one row per refused item).
+WITH refused AS (
+    SELECT *
+    FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[])
+        AS r (work_item_id, kind, scope_id, reason)
+), scopes AS (
+    SELECT DISTINCT ON (kind, scope_id) kind, scope_id, reason,
+           CASE WHEN kind = 'thread' THEN scope_id::uuid END AS thread_id
+    FROM refused
+    WHERE kind <> 'route'
+    ORDER BY kind, scope_id
+), targets AS (
+    SELECT work_item_id, kind, scope_id, reason FROM refused
+    UNION ALL
+    SELECT w.work_item_id, p.kind, p.scope_id, p.reason
+    FROM scopes p JOIN work.work_items w ON p.kind = 'org' AND w.org_id = p.scope_id
+    WHERE w.status IN ('queued', 'failed')
+    UNION ALL
+    SELECT w.work_item_id, p.kind, p.scope_id, p.reason
+    FROM scopes p JOIN work.work_items w ON p.kind = 'project' AND w.project_id = p.scope_id
+    WHERE w.status IN ('queued', 'failed')
+    UNION ALL
+    SELECT w.work_item_id, p.kind, p.scope_id, p.reason
+    FROM scopes p JOIN work.threads t ON p.kind = 'thread'
+                                     AND p.thread_id IN (t.thread_id, t.parent_thread_id)
+    JOIN work.work_items w ON w.thread_id = t.thread_id
+    WHERE w.status IN ('queued', 'failed')
+), chosen AS (
+    -- an item in several exhausted scopes is parked by the first (outermost) of them
+    SELECT DISTINCT ON (work_item_id) work_item_id, kind, scope_id, reason
+    FROM targets
+    ORDER BY work_item_id, array_position(ARRAY['org', 'project', 'thread', 'route'], kind)
+), waiting AS (
+    SELECT w.work_item_id
     FROM work.work_items w
-    JOIN unnest($1::text[], $2::text[]) AS p (org_id, reason) ON p.org_id = w.org_id
-    WHERE w.status IN ('queued', 'failed') AND w.cancel_requested_at IS NULL
+    WHERE w.work_item_id IN (SELECT work_item_id FROM chosen)
+      AND w.status IN ('queued', 'failed') AND w.cancel_requested_at IS NULL
     ORDER BY w.work_item_id
     FOR UPDATE OF w SKIP LOCKED
 )
 UPDATE work.work_items w
-SET status = 'parked', park_reason = x.reason, parked_at = now()
+SET status = 'parked', park_reason = c.reason, parked_at = now(), park_scope_kind = c.kind,
+    park_scope_id = c.scope_id
 FROM waiting x
+JOIN chosen c ON c.work_item_id = x.work_item_id
 WHERE w.work_item_id = x.work_item_id
-RETURNING w.work_item_id
+RETURNING w.work_item_id, w.park_scope_kind
 
 -- name: now
 -- The transaction's clock: every executor's rate limiters and budgets run on the database's.

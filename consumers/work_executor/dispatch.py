@@ -75,8 +75,14 @@ class Dispatcher(Service):
             claimed = await self._claim(want, only)
             for model, reason in claimed.blocked.items():
                 self._metrics.provider_wait(model, reason)
+            self._metrics.parked(claimed.parked_by)
             if claimed.parked or claimed.resumed:
-                log.info("budget parking", parked=claimed.parked, resumed=claimed.resumed)
+                log.info(
+                    "budget parking",
+                    parked=claimed.parked,
+                    by_scope={kind.value: n for kind, n in claimed.parked_by.items()},
+                    resumed=claimed.resumed,
+                )
             if claimed.jobs:
                 await self._pool.submit(claimed.jobs)
             return claimed

@@ -22,7 +22,9 @@ requests_per_minute, tokens_per_minute, paused, suspended, probation),
 ``work_rate_limited_total{model}`` (429s), ``work_usage_overruns_total``,
 ``work_usage_overrun_tokens_total`` and ``work_usage_overrun_cost_total`` ``{model}`` (provider
 overruns: overruns.py),
-``work_canceled_items_total`` and ``work_parked_items`` (refreshed by the sweep).
+``work_canceled_items_total`` and ``work_parked_items`` (refreshed by the sweep), and
+``work_budget_parked_items_total{scope}`` (items a claim parked, by the *kind* of the budget
+scope that parked them: org, project, thread, route — never one series per scope).
 
 Reasons follow ADR-0008's list where it applies here: ``set_org_id`` has no counterpart (no
 row-level security in this schema), ``write_merge`` is ``write_mutation``, and
@@ -42,7 +44,9 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from consumers.work_executor.retry import DeadLetterReason
 from consumers.work_executor.schedule import Blocked
+from producers.work.domain.budgets import ScopeKind
 from producers.work.domain.model import STORY_FUNCTION_KEY
+from spectral.observability.metrics import per_member
 
 DURATION_BUCKETS: Final = tuple(0.001 * 2**i for i in range(17))  # 1 ms .. 65.536 s
 
@@ -77,7 +81,7 @@ class QueueStatus(StrEnum):
     CLAIMED = "claimed"
     RUNNING = "running"
     RETRY_WAIT = "failed"  # a transient failure waiting for its not_before
-    PARKED = "parked"  # waiting for its org's budget
+    PARKED = "parked"  # waiting for a budget (org, project, thread, route)
 
 
 ORG_BUCKETS: Final = 16
@@ -247,6 +251,13 @@ class ExecutorMetrics:
             "it held them).",
             registry=registry,
         )
+        self.budget_parked = Counter(
+            "work_budget_parked_items",
+            "Work items parked because a budget had no room for their call, by the kind of the "
+            "scope whose budget parked them (org, project, thread, route).",
+            ["scope"],
+            registry=registry,
+        )
         for model in (*self.labels.models, "other", "none"):
             self.rate_limited.labels(model)
             self.overruns.labels(model)
@@ -255,29 +266,25 @@ class ExecutorMetrics:
             self.streams_stopped.labels(model)
             for blocked in Blocked:
                 self.provider_waits.labels(model, blocked.value)
-        for event in JournalEvent:
-            self.journal_records.labels(event.value)
-        for outcome in AttemptOutcome:
-            self.attempts.labels(outcome.value)
-        for reason in FailureReason:
-            self.failures.labels(reason.value)
-        for status in QueueStatus:
-            self.queue_depth.labels(status.value)
-        for dead in DeadLetterReason:
-            self.dead_letters.labels(dead.value)
+        self._journal_records = per_member(self.journal_records, JournalEvent)
+        self._attempts = per_member(self.attempts, AttemptOutcome)
+        self._failures = per_member(self.failures, FailureReason)
+        self._queue_depth = per_member(self.queue_depth, QueueStatus)
+        self._dead_letters = per_member(self.dead_letters, DeadLetterReason)
+        self._budget_parked = per_member(self.budget_parked, ScopeKind)
 
     def attempt(self, outcome: AttemptOutcome) -> None:
-        self.attempts.labels(outcome.value).inc()
+        self._attempts[outcome].inc()
 
     def failure(self, reason: FailureReason) -> None:
-        self.failures.labels(reason.value).inc()
+        self._failures[reason].inc()
 
     def dead_lettered(self, reason: DeadLetterReason) -> None:
-        self.dead_letters.labels(reason.value).inc()
+        self._dead_letters[reason].inc()
 
     def observe_queue(self, depth: dict[QueueStatus, int], dead_letter_items: int) -> None:
-        for status in QueueStatus:
-            self.queue_depth.labels(status.value).set(depth.get(status, 0))
+        for status, series in self._queue_depth.items():
+            series.set(depth.get(status, 0))
         self.dead_letter_items.set(dead_letter_items)
 
     def spent(
@@ -300,6 +307,10 @@ class ExecutorMetrics:
     def stream_stopped(self, model: str | None) -> None:
         self.streams_stopped.labels(self.labels.model(model)).inc()
 
+    def parked(self, by_scope: dict[ScopeKind, int]) -> None:
+        for kind, items in by_scope.items():
+            self._budget_parked[kind].inc(items)
+
     def provider_wait(self, model: str, reason: Blocked) -> None:
         self.provider_waits.labels(self.labels.model(model), reason.value).inc()
 
@@ -307,7 +318,7 @@ class ExecutorMetrics:
         self.rate_limited.labels(self.labels.model(model)).inc()
 
     def journal(self, event: JournalEvent, records: int = 1) -> None:
-        self.journal_records.labels(event.value).inc(records)
+        self._journal_records[event].inc(records)
 
     def database_wait(self) -> None:
         self.database_waits.inc()

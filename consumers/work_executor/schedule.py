@@ -16,18 +16,14 @@ A claim (claims.py) reads the situation under the scheduler's lock and asks ``pl
   a pause a gateway asked for with 429 + Retry-After. An item whose route has no capacity is not
   claimed: it keeps waiting, unleased and unpaid — waiting for capacity is never an attempt.
   ``retry_in`` says when a rate-limited route has room again.
-* **Budgets per org: a hard cap on what is admitted.** An item is claimed only if its
-  reservation — its call's worst case (the prompt's tokens as counted plus the completion bound,
-  priced) times its route's reserve ratio — fits what is left of its org's budget for the
-  period: settled spend plus outstanding reservations plus this one never pass a limit. A
-  provider that bills a call more than it was allowed (a *provider overrun*: it ignored
-  ``max_tokens``, counted reasoning or cached tokens) is recorded as billed when it settles and
-  fed back to its route (transitions.py): the route's reserve ratio rises to what it really
-  bills, or the route is *suspended* (no call starts: ``Blocked.SUSPENDED``) until an operator
-  resumes it. When an item does not fit, and
-  nothing of the org is outstanding (every reservation settled, so nothing can free room), the
-  org's waiting items are *parked*; while reservations are outstanding they just wait, since
-  settling (actual usage is at most the reservation) may make room.
+* **Nested budgets: a hard cap on what is admitted, in every scope.** A call belongs to its
+  org, project, thread and parent thread, and model route; it is claimed only if its
+  reservation (its worst case times its route's reserve ratio) fits *every* one of those
+  scopes' budgets: settled spend plus reservations never pass a limit. A provider overrun is
+  recorded as billed and fed back to its route (transitions.py). A scope that refuses with
+  nothing outstanding parks its waiting items, naming it; with reservations outstanding
+  (they may settle lower) they wait. An org refusing ends its tenant's turn; a narrower scope
+  skips the item. (docs/explanation/work-ledger.md, "Nested scopes".)
 * **Route probation.** A route none of whose bills has settled within its reservation yet — a
   new route, one whose reservations were just raised (or that was suspended) after an overrun,
   one an operator resumed — takes one call at a time (``Blocked.PROBATION``), whatever its
@@ -48,6 +44,7 @@ from enum import StrEnum
 from typing import Final
 from uuid import UUID
 
+from producers.work.domain.budgets import Scope, ScopeKind
 from producers.work.domain.story.prompts import prompt_tokens_bound
 from spectral.llm.limits import ProviderLimits, RouteLimits
 
@@ -82,6 +79,24 @@ class Candidate:
     attempt: int
     prompt_bytes: int
     """An upper bound of its prompt's UTF-8 length (prompts.prompt_bytes_bound)."""
+    project_id: str | None = None
+    thread_id: UUID | None = None
+    parent_thread_id: UUID | None = None
+
+    def scopes(self, model: str | None) -> list[Scope]:
+        """The budget scopes its call belongs to, outermost first."""
+        found: list[Scope] = []
+        if self.org_id is not None:
+            found.append((ScopeKind.ORG, self.org_id))
+        if self.project_id is not None:
+            found.append((ScopeKind.PROJECT, self.project_id))
+        if self.parent_thread_id is not None:
+            found.append((ScopeKind.THREAD, str(self.parent_thread_id)))
+        if self.thread_id is not None:
+            found.append((ScopeKind.THREAD, str(self.thread_id)))
+        if model is not None:
+            found.append((ScopeKind.ROUTE, model))
+        return found
 
 
 @dataclass(frozen=True)
@@ -116,6 +131,16 @@ class BudgetState:
             return False
         return self.cost_limit is None or self.cost + cost <= self.cost_limit
 
+    def plus(self, tokens: int, cost: Decimal) -> BudgetState:
+        """With one more reservation."""
+        return BudgetState(
+            self.token_limit,
+            self.cost_limit,
+            self.tokens + tokens,
+            self.cost + cost,
+            self.outstanding + 1,
+        )
+
 
 @dataclass(frozen=True)
 class Situation:
@@ -126,7 +151,8 @@ class Situation:
     resolve: Resolve
     limits: ProviderLimits
     routes: Mapping[str, RouteState] = field(default_factory=dict)
-    budgets: Mapping[str, BudgetState] = field(default_factory=dict)
+    budgets: Mapping[Scope, BudgetState] = field(default_factory=dict)
+    """The budgets of the candidates' scopes (a scope absent: not limited)."""
     tenant_cap: int | None = None
 
 
@@ -147,10 +173,20 @@ class Pick:
 
 
 @dataclass
+class Park:
+    """A scope whose budget parks its waiting items: for an org, project or thread every
+    waiting item of the scope; for a model route the refused items (which route an item's call
+    goes to is decided here, not in the database)."""
+
+    reason: str
+    items: list[UUID] = field(default_factory=list)
+
+
+@dataclass
 class ClaimPlan:
     picks: list[Pick] = field(default_factory=list)
-    park: dict[str, str] = field(default_factory=dict)
-    """org -> why its waiting items are parked."""
+    park: dict[Scope, Park] = field(default_factory=dict)
+    """scope -> why its waiting items are parked (and the refused items)."""
     routes: dict[str, tuple[datetime | None, datetime | None]] = field(default_factory=dict)
     """model -> its new (request_tat, token_tat) after the picks."""
     blocked: dict[str, Blocked] = field(default_factory=dict)
@@ -240,8 +276,8 @@ def plan_claim(situation: Situation) -> ClaimPlan:  # noqa: C901, PLR0912, PLR09
     heap = [(in_flight.get(t, 0), q[0].rank_at, t) for t, q in queues.items()]
     heapq.heapify(heap)
     routes: dict[str, _Route] = {}
-    spent: dict[str, BudgetState] = dict(situation.budgets)
-    waiting_orgs: set[str] = set()
+    spent: dict[Scope, BudgetState] = dict(situation.budgets)
+    waiting: set[Scope] = set()
     while heap and len(plan.picks) < situation.want:
         _, _, tenant = heapq.heappop(heap)
         queue = queues[tenant]
@@ -252,14 +288,22 @@ def plan_claim(situation: Situation) -> ClaimPlan:  # noqa: C901, PLR0912, PLR09
         limits = situation.limits.for_model(model)
         ratio = _ratio(situation, model)
         tokens, cost = reservation(candidate, limits, ratio)
-        org = candidate.org_id
-        budget = spent.get(org) if org is not None else None
-        if org is not None and budget is not None and not budget.fits(tokens, cost):
-            if budget.outstanding == 0:
-                plan.park[org] = _park_reason(org, budget, tokens, cost)
+        scopes = [scope for scope in candidate.scopes(model) if scope in spent]
+        refusing = [scope for scope in scopes if not spent[scope].fits(tokens, cost)]
+        if refusing:
+            idle = [scope for scope in refusing if spent[scope].outstanding == 0]
+            if idle:
+                scope = idle[0]
+                park = plan.park.setdefault(
+                    scope, Park(_park_reason(scope, spent[scope], tokens, cost))
+                )
+                park.items.append(candidate.work_item_id)
             else:
-                waiting_orgs.add(org)
-            continue  # the tenant (its org) is done for this claim
+                waiting.update(refusing)
+            if refusing[0][0] is not ScopeKind.ORG and queue:
+                # another of its items may belong to a project, thread or route with room
+                heapq.heappush(heap, (in_flight.get(tenant, 0), queue[0].rank_at, tenant))
+            continue  # an org refusing: the tenant is done for this claim
         if model is not None and model not in plan.blocked:
             route = routes.get(model)
             if route is None:
@@ -278,14 +322,8 @@ def plan_claim(situation: Situation) -> ClaimPlan:  # noqa: C901, PLR0912, PLR09
             continue
         plan.picks.append(Pick(candidate, model, tokens, cost, limits, ratio))
         in_flight[tenant] = in_flight.get(tenant, 0) + 1
-        if budget is not None and org is not None:
-            spent[org] = BudgetState(
-                budget.token_limit,
-                budget.cost_limit,
-                budget.tokens + tokens,
-                budget.cost + cost,
-                budget.outstanding + 1,
-            )
+        for scope in scopes:
+            spent[scope] = spent[scope].plus(tokens, cost)
         if queue:
             heapq.heappush(heap, (in_flight[tenant], queue[0].rank_at, tenant))
     plan.routes = {
@@ -293,8 +331,9 @@ def plan_claim(situation: Situation) -> ClaimPlan:  # noqa: C901, PLR0912, PLR09
         for model, route in routes.items()
         if route.changed
     }
-    for org in waiting_orgs:
-        plan.park.pop(org, None)
+    for scope in waiting:
+        # a reservation of it may settle for less: its items wait instead
+        plan.park.pop(scope, None)
     return plan
 
 
@@ -303,14 +342,15 @@ def _ratio(situation: Situation, model: str | None) -> Decimal:
     return max(state.reserve_ratio, Decimal(1)) if state is not None else Decimal(1)
 
 
-def _park_reason(org: str, budget: BudgetState, tokens: int, cost: Decimal) -> str:
+def _park_reason(scope: Scope, budget: BudgetState, tokens: int, cost: Decimal) -> str:
     parts = []
     if budget.token_limit is not None:
         parts.append(f"{budget.tokens:,} of {budget.token_limit:,} tokens")
     if budget.cost_limit is not None:
         parts.append(f"{budget.cost.normalize():f} of {budget.cost_limit.normalize():f} cost")
+    kind, scope_id = scope
     return (
-        f"budget of org {org} used up for this period ({', '.join(parts)} spent; the next call "
-        f"needs up to {tokens:,} tokens / {cost.normalize():f}): resumes when the budget is "
-        "raised or the next period starts"
+        f"budget of {kind.value} {scope_id} used up for this period ({', '.join(parts)} spent; "
+        f"the next call needs up to {tokens:,} tokens / {cost.normalize():f}): resumes when "
+        "the budget is raised or the next period starts"
     )

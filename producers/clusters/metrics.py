@@ -13,6 +13,8 @@ from enum import StrEnum
 
 from prometheus_client import CollectorRegistry, Counter
 
+from spectral.observability.metrics import per_member
+
 
 class StubEvent(StrEnum):
     ASKED = "asked"  # stub work opened on the ledger for a cluster's content
@@ -38,7 +40,7 @@ class ClusterMetrics:
             ["outcome"],
             registry=registry,
         )
-        self.ingested = {o: ingested.labels(o.value) for o in IngestOutcome}
+        self.ingested = per_member(ingested, IngestOutcome)
         self.snapshots_published = Counter(
             "spectral_clusters_snapshots_published_total",
             "Snapshots put in the outbox (their hash differed from the last one published).",
@@ -51,4 +53,4 @@ class ClusterMetrics:
             ["event"],
             registry=registry,
         )
-        self.stubs = {e: stubs.labels(e.value) for e in StubEvent}
+        self.stubs = per_member(stubs, StubEvent)

@@ -13,8 +13,10 @@ Cancellation (scope ``work:cancel``):
         -> 200 when the thread is closed (canceled now, or already closed), 202 while items in
            flight finish their calls (their answers are recorded, not applied); idempotent
 Budgets (read: ``work:read``; change: ``work:budget``):
-    GET /budgets, GET /orgs/{org_id}/budget, PUT /orgs/{org_id}/budget {period, token_limit?,
-    cost_limit?}, DELETE /orgs/{org_id}/budget — a change resumes the org's parked items
+    GET /budgets?scope_kind=, GET /orgs/{org_id}/budget, PUT /orgs/{org_id}/budget {period,
+    token_limit?, cost_limit?}, DELETE /orgs/{org_id}/budget; nested scopes the same way at
+    /budgets/{scope_kind}/{scope_id} (org, project, thread, route) — a change resumes the items
+    that budget parked
 Observation (scope ``work:read``; polling, ADR-035 §4):
     GET /threads/{thread_id} (with child_summary), GET /threads/{thread_id}/history,
     GET /projects/{project_id}/threads?active=&limit=&cursor=, GET /documents/{document_id}
@@ -29,7 +31,7 @@ from uuid import UUID
 
 from fastapi import APIRouter, Depends, Header, Path, Query, Response, status
 
-from producers.work.budgets import BudgetCommands
+from producers.work.budgets import ROUTE_MAX_LENGTH, BudgetCommands, check_scope
 from producers.work.cancel import Disposition as CancelDisposition
 from producers.work.cancel import UnknownThreadError, cancel_thread
 from producers.work.commands import (
@@ -37,6 +39,7 @@ from producers.work.commands import (
     UnknownTargetError,
     WorkCommands,
 )
+from producers.work.domain.budgets import Scope, ScopeKind
 from producers.work.domain.documents import InvalidDocumentError, StoryBacklog
 from producers.work.domain.history import reconstruct
 from producers.work.domain.identity import IDENTIFIER_PATTERN
@@ -76,6 +79,7 @@ from spectral.errors import TransientError
 
 _CURSOR_KIND: Final = "project-threads"
 IdentifierPath = Annotated[str, Path(pattern=IDENTIFIER_PATTERN, max_length=128)]
+ScopePath = Annotated[str, Path(min_length=1, max_length=ROUTE_MAX_LENGTH)]
 
 _LOCATION: Final = {"description": "/threads/{thread_id}", "schema": {"type": "string"}}
 _ENQUEUED: Final[dict[int | str, dict[str, Any]]] = {
@@ -342,12 +346,84 @@ def _governance(api: APIRouter, resources: Resources) -> None:  # noqa: C901 - a
     @api.get(
         "/budgets",
         tags=["budgets"],
-        summary="Every org's budget with its spend in the current period.",
+        summary="Every budget (org, project, thread, route) with its spend in the current period.",
         responses=responses(*COMMON),
     )
-    async def list_budgets(*, _: Principal = reader) -> BudgetList:
-        views = await BudgetCommands(resources.operator).all()
+    async def list_budgets(
+        *,
+        scope_kind: Annotated[
+            ScopeKind | None, Query(description="Only budgets of this scope kind.")
+        ] = None,
+        _: Principal = reader,
+    ) -> BudgetList:
+        views = await BudgetCommands(resources.operator).all(scope_kind)
         return BudgetList(budgets=[BudgetOut.of(v) for v in views])
+
+    def scope_of(scope_kind: ScopeKind, scope_id: str) -> Scope:
+        try:
+            return check_scope(scope_kind, scope_id)
+        except ValueError as exc:
+            raise ProblemError(422, str(exc), slug=ProblemType.INVALID_REQUEST) from None
+
+    @api.get(
+        "/budgets/{scope_kind}/{scope_id:path}",
+        tags=["budgets"],
+        summary="A budget of any scope (org, project, thread, route), its spend in the current "
+        "period and the items it parked.",
+        responses=responses(*COMMON, 404, 422),
+    )
+    async def get_scope_budget(
+        *, scope_kind: ScopeKind, scope_id: ScopePath, _: Principal = reader
+    ) -> BudgetOut:
+        scope = scope_of(scope_kind, scope_id)
+        view = await BudgetCommands(resources.operator).get(scope)
+        if view is None:
+            raise not_found(f"{scope_kind.value} {scope_id!r} has no budget (not limited)")
+        return BudgetOut.of(view)
+
+    @api.put(
+        "/budgets/{scope_kind}/{scope_id:path}",
+        tags=["budgets"],
+        summary="Set the budget of a scope (org, project, thread, route); the items it parked "
+        "resume.",
+        responses=responses(*COMMON, 422),
+    )
+    async def put_scope_budget(
+        *,
+        scope_kind: ScopeKind,
+        scope_id: ScopePath,
+        body: BudgetIn,
+        principal: Principal = budgeter,
+    ) -> BudgetChangeOut:
+        scope = scope_of(scope_kind, scope_id)
+        try:
+            change = await BudgetCommands(resources.producer).set(
+                scope,
+                body.period,
+                token_limit=body.token_limit,
+                cost_limit=body.cost_limit,
+                requested_by=principal.actor,
+            )
+        except ValueError as exc:
+            raise ProblemError(422, str(exc), slug=ProblemType.INVALID_REQUEST) from None
+        return BudgetChangeOut.of(change)
+
+    @api.delete(
+        "/budgets/{scope_kind}/{scope_id:path}",
+        tags=["budgets"],
+        summary="Remove the budget of a scope (no limit); the items it parked resume.",
+        responses=responses(*COMMON, 404, 422),
+    )
+    async def delete_scope_budget(
+        *, scope_kind: ScopeKind, scope_id: ScopePath, principal: Principal = budgeter
+    ) -> BudgetChangeOut:
+        scope = scope_of(scope_kind, scope_id)
+        change = await BudgetCommands(resources.producer).remove(
+            scope, requested_by=principal.actor
+        )
+        if change is None:
+            raise not_found(f"{scope_kind.value} {scope_id!r} has no budget")
+        return BudgetChangeOut.of(change)
 
     @api.get(
         "/orgs/{org_id}/budget",

@@ -1,9 +1,10 @@
-"""Setting and removing the spend budget of an org (the command side; reads: producers/work/domain/
-budgets.py).
+"""Setting and removing spend budgets (the command side; reads: producers/work/domain/
+budgets.py): an org's, a project's, a thread's (its own calls and its child threads') or a
+model route's.
 
-A changed budget — raised, lowered, another period, removed — resumes the org's parked items
-in the same transaction: the next claim takes them if the budget now allows a call, and parks
-them again (with the reason) if it still does not. Who changed it is recorded
+A changed budget — raised, lowered, another period, removed — resumes the items it parked in
+the same transaction: the next claim takes them if every budget of their call now allows it,
+and parks them again (naming the scope) if one still does not. Who changed it is recorded
 (``updated_by``: the acting principal).
 """
 
@@ -12,10 +13,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
+from uuid import UUID
 
 import asyncpg
 
-from producers.work.domain.budgets import BudgetView, Period, budgets
+from producers.work.domain.budgets import BudgetView, Period, Scope, ScopeKind, scope_budgets
 from producers.work.domain.identity import check_identifier
 from producers.work.repository import CommandRepository
 from spectral.db.connect import guarded
@@ -23,14 +25,39 @@ from spectral.db.queries import load_queries
 
 _SQL = load_queries(Path(__file__).with_name("queries.sql"))
 
+ROUTE_MAX_LENGTH = 200
+
 
 @dataclass(frozen=True)
 class BudgetChange:
-    org_id: str
+    scope: Scope
     budget: BudgetView | None
     """The budget now (None once removed), with the period's spend."""
     resumed: int
     """Parked items resumed by the change."""
+
+    @property
+    def org_id(self) -> str | None:
+        return self.scope[1] if self.scope[0] is ScopeKind.ORG else None
+
+
+def check_scope(kind: ScopeKind, scope_id: str) -> Scope:
+    """The scope, its id checked (and a thread id in its canonical form)."""
+    if kind in (ScopeKind.ORG, ScopeKind.PROJECT):
+        check_identifier(scope_id, f"{kind.value} id")
+        return (kind, scope_id)
+    if kind is ScopeKind.THREAD:
+        try:
+            return (kind, str(UUID(scope_id)))
+        except ValueError:
+            raise ValueError(f"thread id {scope_id!r} is not a UUID") from None
+    if not 1 <= len(scope_id) <= ROUTE_MAX_LENGTH or not all(
+        c.isprintable() and not c.isspace() for c in scope_id
+    ):
+        raise ValueError(
+            f"route {scope_id!r} must be 1-{ROUTE_MAX_LENGTH} printable characters, no spaces"
+        )
+    return (kind, scope_id)
 
 
 def _check_limits(token_limit: int | None, cost_limit: Decimal | None) -> None:
@@ -42,8 +69,15 @@ def _check_limits(token_limit: int | None, cost_limit: Decimal | None) -> None:
         raise ValueError("a cost limit must be a number >= 0")
 
 
+def _org(org_or_scope: str | Scope) -> Scope:
+    if isinstance(org_or_scope, str):
+        return check_scope(ScopeKind.ORG, org_or_scope)
+    return check_scope(*org_or_scope)
+
+
 class BudgetCommands:
-    """Budgets over a pool whose sessions act as spectral_producer."""
+    """Budgets over a pool whose sessions act as spectral_producer. A scope is given as
+    ``(kind, id)``; a plain string is an org id."""
 
     def __init__(self, pool: asyncpg.Pool, *, repository: CommandRepository | None = None) -> None:
         self._pool = pool
@@ -51,54 +85,73 @@ class BudgetCommands:
 
     async def set(
         self,
-        org_id: str,
+        scope: str | Scope,
         period: Period,
         *,
         token_limit: int | None = None,
         cost_limit: Decimal | None = None,
         requested_by: str | None = None,
     ) -> BudgetChange:
-        check_identifier(org_id, "org id")
+        kind, scope_id = _org(scope)
         _check_limits(token_limit, cost_limit)
 
         async def run() -> BudgetChange:
             async with self._pool.acquire() as conn, conn.transaction():
                 await self._repo.act_as(conn, requested_by)
-                await conn.execute(
-                    _SQL["upsert_budget"], org_id, period.value, token_limit, cost_limit
-                )
-                resumed = len(await conn.fetch(_SQL["resume_org"], org_id))
-                view = (await budgets(conn, [org_id])).get(org_id)
-            return BudgetChange(org_id, view, resumed)
+                if kind is ScopeKind.ORG:
+                    await conn.execute(
+                        _SQL["upsert_budget"], scope_id, period.value, token_limit, cost_limit
+                    )
+                else:
+                    await conn.execute(
+                        _SQL["upsert_scope_budget"],
+                        kind.value,
+                        scope_id,
+                        period.value,
+                        token_limit,
+                        cost_limit,
+                    )
+                resumed = len(await conn.fetch(_SQL["resume_scope"], kind.value, scope_id))
+                view = (await scope_budgets(conn, [(kind, scope_id)])).get((kind, scope_id))
+            return BudgetChange((kind, scope_id), view, resumed)
 
         return await guarded("set budget", run)
 
-    async def remove(self, org_id: str, *, requested_by: str | None = None) -> BudgetChange | None:
-        """Remove the budget (the org is no longer limited); None when it had none."""
-        check_identifier(org_id, "org id")
+    async def remove(
+        self, scope: str | Scope, *, requested_by: str | None = None
+    ) -> BudgetChange | None:
+        """Remove the budget (the scope is no longer limited); None when it had none."""
+        kind, scope_id = _org(scope)
 
         async def run() -> BudgetChange | None:
             async with self._pool.acquire() as conn, conn.transaction():
                 await self._repo.act_as(conn, requested_by)
-                if await conn.fetchval(_SQL["delete_budget"], org_id) is None:
+                if kind is ScopeKind.ORG:
+                    gone = await conn.fetchval(_SQL["delete_budget"], scope_id)
+                else:
+                    gone = await conn.fetchval(_SQL["delete_scope_budget"], kind.value, scope_id)
+                if gone is None:
                     return None
-                resumed = len(await conn.fetch(_SQL["resume_org"], org_id))
-            return BudgetChange(org_id, None, resumed)
+                resumed = len(await conn.fetch(_SQL["resume_scope"], kind.value, scope_id))
+            return BudgetChange((kind, scope_id), None, resumed)
 
         return await guarded("remove budget", run)
 
-    async def get(self, org_id: str) -> BudgetView | None:
-        check_identifier(org_id, "org id")
+    async def get(self, scope: str | Scope) -> BudgetView | None:
+        key = _org(scope)
 
         async def run() -> BudgetView | None:
             async with self._pool.acquire() as conn:
-                return (await budgets(conn, [org_id])).get(org_id)
+                return (await scope_budgets(conn, [key])).get(key)
 
         return await guarded("read budget", run)
 
-    async def all(self) -> list[BudgetView]:
+    async def all(self, kind: ScopeKind | None = None) -> list[BudgetView]:
+        """Every budget (of one kind when given), org budgets first."""
+
         async def run() -> list[BudgetView]:
             async with self._pool.acquire() as conn:
-                return list((await budgets(conn)).values())
+                views = (await scope_budgets(conn)).values()
+            return [v for v in views if kind is None or v.kind is kind]
 
         return await guarded("read budgets", run)

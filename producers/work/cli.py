@@ -16,7 +16,7 @@ from uuid import UUID
 
 import typer
 
-from producers.work.budgets import BudgetChange, BudgetCommands
+from producers.work.budgets import BudgetChange, BudgetCommands, check_scope
 from producers.work.cancel import UnknownThreadError, cancel_thread
 from producers.work.commands import (
     DocumentConflictError,
@@ -24,7 +24,7 @@ from producers.work.commands import (
     GenerateEpic,
     WorkCommands,
 )
-from producers.work.domain.budgets import Period
+from producers.work.domain.budgets import Period, Scope, ScopeKind
 from producers.work.domain.history import reconstruct
 from producers.work.domain.model import Priority
 from producers.work.domain.read import WorkReader
@@ -48,7 +48,8 @@ T = TypeVar("T")
 app = typer.Typer(help="Durable LLM work: documents and commands (ADR-035).", no_args_is_help=True)
 threads_app = typer.Typer(help="Observe threads and their execution ledger.", no_args_is_help=True)
 budget_app = typer.Typer(
-    help="Spend budgets per org (tokens and/or cost per period); over budget, work is parked.",
+    help="Spend budgets per scope — an org, a project, a thread, a model route (tokens and/or "
+    "cost per period); a call must fit every budget of its scopes, else its work is parked.",
     no_args_is_help=True,
 )
 app.add_typer(budget_app, name="budget")
@@ -205,7 +206,8 @@ def _print_budget(budget: BudgetOut) -> None:
         *([f"{budget.cost_limit} cost"] if budget.cost_limit is not None else []),
     ]
     typer.echo(
-        f"{budget.org_id}: {' and '.join(limits)} per {budget.period}; spent "
+        f"{budget.scope_kind.value} {budget.scope_id}: {' and '.join(limits)} per "
+        f"{budget.period}; spent "
         f"{budget.spent_tokens:,} tokens / {budget.spent_cost} cost"
         + (f" since {budget.period_start.isoformat()}" if budget.period_start else "")
         + f"; {budget.outstanding_reservations} reservation(s) outstanding, "
@@ -233,21 +235,71 @@ def _print_change(change: BudgetChange, as_json: bool) -> None:
     if out.budget is not None:
         _print_budget(out.budget)
     else:
-        typer.echo(f"{out.org_id}: no budget (not limited)")
+        typer.echo(f"{out.scope_kind.value} {out.scope_id}: no budget (not limited)")
     typer.echo(f"{out.resumed_items} parked item(s) resumed")
 
 
+ProjectOption = Annotated[
+    str | None, typer.Option("--project", help="A project's budget (instead of an org's).")
+]
+ThreadOption = Annotated[
+    str | None,
+    typer.Option("--thread", help="A thread's budget: its calls and its child threads'."),
+]
+RouteOption = Annotated[
+    str | None, typer.Option("--route", help="A model route's budget: every org's calls to it.")
+]
+
+
+def _scope(
+    org: str | None, project: str | None, thread: str | None, route: str | None
+) -> Scope | None:
+    """The one scope named (None: none was, for listings); exits 2 on two or a bad id."""
+    given = [
+        (kind, value)
+        for kind, value in (
+            (ScopeKind.ORG, org),
+            (ScopeKind.PROJECT, project),
+            (ScopeKind.THREAD, thread),
+            (ScopeKind.ROUTE, route),
+        )
+        if value is not None
+    ]
+    if len(given) > 1:
+        fail("name one scope: an org, or --project, --thread or --route", code=2)
+    if not given:
+        return None
+    try:
+        return check_scope(*given[0])
+    except ValueError as exc:
+        fail(str(exc), code=2)
+
+
+def _one_scope(
+    org: str | None, project: str | None, thread: str | None, route: str | None
+) -> Scope:
+    scope = _scope(org, project, thread, route)
+    if scope is None:
+        fail("name a scope: an org, or --project, --thread or --route", code=2)
+    return scope
+
+
 @budget_app.command("set")
-def budget_set(
-    org: Annotated[str, typer.Argument(help="Org id.")],
+def budget_set(  # noqa: PLR0917 - one option per scope kind
     period: Annotated[Period, typer.Option("--period", help="UTC calendar period.")],
+    org: Annotated[str | None, typer.Argument(help="Org id.")] = None,
     tokens: Annotated[int | None, typer.Option("--tokens", help="Token limit.", min=0)] = None,
     cost: Annotated[
         str | None, typer.Option("--cost", help="Cost limit (the unit of the prices).")
     ] = None,
+    project: ProjectOption = None,
+    thread: ThreadOption = None,
+    route: RouteOption = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print as JSON.")] = False,
 ) -> None:
-    """Set an org's budget; its parked items resume (and park again if still over it)."""
+    """Set a budget (an org's, or a project's, thread's or route's); the items it parked resume
+    (and park again if still over it)."""
+    scope = _one_scope(org, project, thread, route)
     try:
         cost_limit = Decimal(cost) if cost is not None else None
     except InvalidOperation:
@@ -256,7 +308,7 @@ def budget_set(
     async def go(pool: Any) -> BudgetChange:
         try:
             return await BudgetCommands(pool).set(
-                org, period, token_limit=tokens, cost_limit=cost_limit
+                scope, period, token_limit=tokens, cost_limit=cost_limit
             )
         except ValueError as exc:
             fail(str(exc))
@@ -266,30 +318,38 @@ def budget_set(
 
 @budget_app.command("remove")
 def budget_remove(
-    org: Annotated[str, typer.Argument(help="Org id.")],
+    org: Annotated[str | None, typer.Argument(help="Org id.")] = None,
+    project: ProjectOption = None,
+    thread: ThreadOption = None,
+    route: RouteOption = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print as JSON.")] = False,
 ) -> None:
-    """Remove an org's budget (it is no longer limited); its parked items resume."""
-    change = _with_pool(PRODUCER, lambda pool: BudgetCommands(pool).remove(org))
+    """Remove a budget (its scope is no longer limited); the items it parked resume."""
+    scope = _one_scope(org, project, thread, route)
+    change = _with_pool(PRODUCER, lambda pool: BudgetCommands(pool).remove(scope))
     if change is None:
-        fail(f"org {org!r} has no budget")
+        fail(f"{scope[0].value} {scope[1]!r} has no budget")
     _print_change(change, as_json)
 
 
 @budget_app.command("show")
 def budget_show(
-    org: Annotated[str | None, typer.Argument(help="Org id (default: every org).")] = None,
+    org: Annotated[str | None, typer.Argument(help="Org id (default: every budget).")] = None,
+    project: ProjectOption = None,
+    thread: ThreadOption = None,
+    route: RouteOption = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print as JSON.")] = False,
 ) -> None:
-    """Budgets with their spend in the current period and their parked items."""
+    """Budgets with their spend in the current period and the items each parked."""
+    scope = _scope(org, project, thread, route)
 
     async def go(pool: Any) -> list[BudgetOut]:
         commands = BudgetCommands(pool)
-        if org is None:
+        if scope is None:
             return [BudgetOut.of(view) for view in await commands.all()]
-        view = await commands.get(org)
+        view = await commands.get(scope)
         if view is None:
-            fail(f"org {org!r} has no budget (not limited)")
+            fail(f"{scope[0].value} {scope[1]!r} has no budget (not limited)")
         return [BudgetOut.of(view)]
 
     found = _with_pool(OPERATOR, go)

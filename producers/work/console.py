@@ -15,9 +15,9 @@ from fastapi import APIRouter, Depends, Form, Query, Request
 from fastapi.responses import HTMLResponse, RedirectResponse
 from markupsafe import Markup
 
-from producers.work.budgets import BudgetCommands
+from producers.work.budgets import ROUTE_MAX_LENGTH, BudgetCommands, check_scope
 from producers.work.cancel import MAX_REASON_CHARS, UnknownThreadError, cancel_thread
-from producers.work.domain.budgets import Period
+from producers.work.domain.budgets import Period, ScopeKind
 from producers.work.domain.history import reconstruct
 from producers.work.domain.identity import IDENTIFIER_PATTERN
 from producers.work.domain.read import ProjectBrief, SpendPoint, WorkReader
@@ -129,8 +129,11 @@ def _governance(pages: APIRouter, console: Console, resources: Resources) -> Non
             principal,
             section="budgets",
             budgets=budgets,
-            charts={b.org_id: _spend_chart(b, history.get(b.org_id, [])) for b in budgets},
+            charts={
+                b.org_id: _spend_chart(b, history.get(b.org_id, [])) for b in budgets if b.org_id
+            },
             periods=[p.value for p in Period],
+            scope_kinds=[k.value for k in ScopeKind],
             can_set=principal.allows(WORK_BUDGET),
         )
 
@@ -139,8 +142,9 @@ def _governance(pages: APIRouter, console: Console, resources: Resources) -> Non
         *,
         request: Request,
         principal: Principal = budgeter,
-        org_id: Annotated[str, Form(max_length=128, pattern=IDENTIFIER_PATTERN)],
+        org_id: Annotated[str, Form(max_length=ROUTE_MAX_LENGTH)],
         period: Annotated[Period, Form()],
+        scope_kind: Annotated[ScopeKind, Form()] = ScopeKind.ORG,
         csrf: Annotated[str, Form(max_length=200)] = "",
         tokens: Annotated[str, Form(max_length=20)] = "",
         cost: Annotated[str, Form(max_length=40)] = "",
@@ -150,7 +154,7 @@ def _governance(pages: APIRouter, console: Console, resources: Resources) -> Non
             token_limit = int(tokens) if tokens.strip() else None
             cost_limit = Decimal(cost) if cost.strip() else None
             await BudgetCommands(resources.producer).set(
-                org_id,
+                check_scope(scope_kind, org_id),
                 period,
                 token_limit=token_limit,
                 cost_limit=cost_limit,

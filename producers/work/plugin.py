@@ -31,8 +31,9 @@ PLUGIN: Final = Plugin(
             description="**Durable work** (ADR-035 §12). Commands take a `priority` (`high`, "
             "`normal`, `low`; ageing keeps low ones from starving) and an `org_id` (its "
             "budget, its fair share of the executors). Items are `queued`, `claimed`, "
-            "`running`, `failed` (waiting for a retry), `parked` (waiting for its org's "
-            "budget: not failed, nothing paid; `park_reason` says why), or ended: `applied`, "
+            "`running`, `failed` (waiting for a retry), `parked` (waiting for a budget of its "
+            "org, project, thread or model route: not failed, nothing paid; `park_reason` "
+            "names it), or ended: `applied`, "
             "`dead_letter`, `canceled`. `POST /threads/{id}/cancel` ends waiting items at once "
             "and lets a call in flight finish (its answer is recorded, not applied).",
         ),

@@ -129,19 +129,31 @@ ON CONFLICT (org_id) DO UPDATE
 -- name: delete_budget
 DELETE FROM work.budgets WHERE org_id = $1 RETURNING org_id
 
--- name: resume_org
--- A changed budget resumes the org's parked items at once (they are parked again by the next
--- claim if it still does not allow a call).
+-- name: upsert_scope_budget
+-- The budget of a project, thread or model route ($1 kind, $2 id).
+INSERT INTO work.scope_budgets (scope_kind, scope_id, period, token_limit, cost_limit)
+VALUES ($1, $2, $3, $4, $5)
+ON CONFLICT (scope_kind, scope_id) DO UPDATE
+    SET period = excluded.period, token_limit = excluded.token_limit,
+        cost_limit = excluded.cost_limit, updated_at = now(),
+        updated_by = core.current_actor()
+
+-- name: delete_scope_budget
+DELETE FROM work.scope_budgets WHERE scope_kind = $1 AND scope_id = $2 RETURNING scope_id
+
+-- name: resume_scope
+-- A changed budget resumes the items it parked at once ($1 kind, $2 id; they are parked again
+-- by the next claim if it still does not allow a call).
 WITH parked AS (
     SELECT work_item_id
     FROM work.work_items
-    WHERE org_id = $1 AND status = 'parked'
+    WHERE park_scope_kind = $1 AND park_scope_id = $2 AND status = 'parked'
     ORDER BY work_item_id
     FOR UPDATE
 )
 UPDATE work.work_items w
 SET status = CASE WHEN w.attempt > 0 THEN 'failed' ELSE 'queued' END, park_reason = NULL,
-    parked_at = NULL
+    parked_at = NULL, park_scope_kind = NULL, park_scope_id = NULL
 FROM parked p
 WHERE w.work_item_id = p.work_item_id
 RETURNING w.work_item_id

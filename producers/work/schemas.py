@@ -13,7 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 from producers.work.budgets import BudgetChange
 from producers.work.cancel import MAX_REASON_CHARS, CancelResult
 from producers.work.commands import CommandResult, GenerateAll, GenerateEpic
-from producers.work.domain.budgets import BudgetView, Period
+from producers.work.domain.budgets import BudgetView, Period, ScopeKind
 from producers.work.domain.history import History, describe
 from producers.work.domain.identity import IDENTIFIER_PATTERN
 from producers.work.domain.model import (
@@ -110,7 +110,8 @@ class CancelResponse(_Model):
 
 
 class BudgetIn(_Model):
-    """An org's budget: tokens and/or cost (the unit of the configured prices) per period."""
+    """A budget (an org's, a project's, a thread's or a model route's): tokens and/or cost (the
+    unit of the configured prices) per period."""
 
     period: Period = Field(description="hour | day | week | month (UTC calendar) | total")
     token_limit: int | None = Field(default=None, ge=0, le=2**62)
@@ -118,7 +119,13 @@ class BudgetIn(_Model):
 
 
 class BudgetOut(_Model):
-    org_id: str
+    scope_kind: ScopeKind = Field(
+        description="org | project | thread (its calls and its child threads') | route (a model "
+        "route, every org's calls to it). A call is admitted only if every budget of its "
+        "scopes has room for its reservation."
+    )
+    scope_id: str = Field(description="The org id, project id, thread id or model.")
+    org_id: str | None = Field(description="The org of an org budget (null for other kinds).")
     period: str
     token_limit: int | None
     cost_limit: Decimal | None
@@ -128,7 +135,7 @@ class BudgetOut(_Model):
     spent_tokens: int = Field(description="Settled usage plus reservations not settled yet.")
     spent_cost: Decimal
     outstanding_reservations: int
-    parked_items: int = Field(description="Items of the org waiting for this budget.")
+    parked_items: int = Field(description="Items this budget parked (waiting for it).")
     unknown_outcome_reservations: int = Field(
         0,
         description="Reservations of calls whose outcome is unknown (the worker died or the call "
@@ -138,14 +145,16 @@ class BudgetOut(_Model):
     unknown_outcome_tokens: int = Field(0, description="The tokens those reservations hold.")
     overrun_tokens: int = Field(
         0,
-        description="Tokens providers billed beyond the reservations of the org's calls in the "
-        "period (provider overruns; included in spent_tokens).",
+        description="Tokens providers billed beyond the reservations of the scope's calls in "
+        "the period (provider overruns; included in spent_tokens).",
     )
     exhausted: bool
 
     @classmethod
     def of(cls, view: BudgetView) -> BudgetOut:
         return cls(
+            scope_kind=view.kind,
+            scope_id=view.scope_id,
             org_id=view.org_id,
             period=view.period.value,
             token_limit=view.token_limit,
@@ -165,13 +174,17 @@ class BudgetOut(_Model):
 
 
 class BudgetChangeOut(_Model):
-    org_id: str
+    scope_kind: ScopeKind
+    scope_id: str
+    org_id: str | None = Field(description="The org of an org budget (null for other kinds).")
     budget: BudgetOut | None = Field(description="Null once removed.")
     resumed_items: int = Field(description="Parked items the change resumed.")
 
     @classmethod
     def of(cls, change: BudgetChange) -> BudgetChangeOut:
         return cls(
+            scope_kind=change.scope[0],
+            scope_id=change.scope[1],
             org_id=change.org_id,
             budget=BudgetOut.of(change.budget) if change.budget is not None else None,
             resumed_items=change.resumed,
@@ -219,8 +232,8 @@ class ItemOut(_Model):
     sequence: int
     status: ItemStatus = Field(
         description="queued | claimed | running | failed (a retry waits for not_before) | "
-        "parked (waits for its org's budget: nothing paid, nothing failed) | applied | "
-        "dead_letter | canceled (the last three are terminal)"
+        "parked (waits for a budget of its org, project, thread or route: nothing paid, "
+        "nothing failed) | applied | dead_letter | canceled (the last three are terminal)"
     )
     attempt: int
     lock_scope: str
@@ -233,7 +246,7 @@ class ItemOut(_Model):
     tenant: str | None = None
     org_id: str | None = None
     park_reason: str | None = Field(
-        default=None, description="Why a parked item waits (its org's budget)."
+        default=None, description="Why a parked item waits (the budget scope that parked it)."
     )
     cancel_requested_at: datetime | None = None
 

@@ -21,6 +21,7 @@ from prometheus_client.utils import floatToGoString
 from contracts.dead_letters import DEAD_LETTER_REASONS
 from spectral.engine.handler import Outcome
 from spectral.kafka.freshness import LATENCY_BUCKETS
+from spectral.observability.metrics import per_member
 
 FALLBACKS = ("reference", "table")
 """Where a dead letter went when the broker refused it whole: a reference on the dead-letter
@@ -93,7 +94,7 @@ class ConsumerMetrics:
             ["consumer", "outcome"],
             registry=registry,
         )
-        self.outcomes = {outcome: outcomes.labels(consumer, outcome.value) for outcome in Outcome}
+        self.outcomes = per_member(outcomes, Outcome, consumer)
         self._dead_letters = Counter(
             "spectral_consumer_dead_letters_total",
             "Records sent to the dead-letter topic, by reason.",

@@ -1,7 +1,8 @@
 """One batch's transaction: the dedup record and the handler's effect, committed together.
 
 ``BatchTransaction.apply`` runs the batch in one transaction (the named statements of
-queries.sql: ``claim_keys``, then the handler, then ``mark_stale`` / ``forget``); when the
+queries.sql: ``claim_keys``, then the handler, then ``mark_stale`` / ``forget``; keys in their
+stored form, keys.py); when the
 handler fails for a data reason it falls back to one transaction per delivery, so only the bad
 delivery fails (it is dead-lettered as ``handler_error``) and the results of the others are
 merged — their ``carry`` included. Faults of the infrastructure are retried, never
@@ -31,6 +32,7 @@ import asyncpg
 from contracts import RefusalReason
 from spectral.db.queries import load_queries
 from spectral.engine.handler import Delivery, Handler, HandlerResult
+from spectral.engine.keys import dedup_keys
 from spectral.engine.retrying import Retrying
 from spectral.errors import ConfigurationError, PermanentError, SpectralError, TransientError
 from spectral.faults import is_transient
@@ -135,28 +137,28 @@ class BatchTransaction:
         name = self._handler.name
         batch = list(unique.values())
         try:
+            stored = dedup_keys(list(unique))
             async with self._connections.lend() as conn, conn.transaction():
                 fresh_keys = {
                     row[0]
                     for row in await conn.fetch(
                         _SQL["claim_keys"],
                         name,
-                        list(unique),
+                        stored,
                         [d.event_id for d in batch],
                         [d.partition for d in batch],
                         [d.offset for d in batch],
                     )
                 }
-                fresh = [d for key, d in unique.items() if key in fresh_keys]
+                fresh = [d for key, d in zip(stored, batch, strict=True) if key in fresh_keys]
                 result: HandlerResult[Any] = (
                     await self._handler.apply(conn, fresh) if fresh else HandlerResult()
                 )
                 if result.stale:
-                    await conn.execute(_SQL["mark_stale"], name, sorted(result.stale))
+                    await conn.execute(_SQL["mark_stale"], name, dedup_keys(sorted(result.stale)))
                 if result.rejected:
-                    await conn.execute(
-                        _SQL["forget"], name, [r.delivery.idempotency_key for r in result.rejected]
-                    )
+                    rejected = [r.delivery.idempotency_key for r in result.rejected]
+                    await conn.execute(_SQL["forget"], name, dedup_keys(rejected))
         except SpectralError:
             raise
         except Exception as exc:

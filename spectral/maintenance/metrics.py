@@ -8,6 +8,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from spectral.maintenance.policy import Hold
 from spectral.maintenance.retention import Pruned
+from spectral.observability.metrics import per_member
 
 TABLES = ("core.event_handled", "core.outbox")
 LAST_SUCCESS = "spectral_maintenance_last_success_timestamp_seconds"
@@ -31,7 +32,7 @@ class MaintenanceMetrics:
             ["outcome"],
             registry=registry,
         )
-        self.runs = {outcome: runs.labels(outcome.value) for outcome in RunOutcome}
+        self.runs = per_member(runs, RunOutcome)
         self.last_success = Gauge(
             LAST_SUCCESS,
             "When a maintenance pass last completed (Unix time).",
@@ -59,7 +60,7 @@ class MaintenanceMetrics:
             ["reason"],
             registry=registry,
         )
-        self.held = {reason: held.labels(reason.value) for reason in Hold}
+        self.held = per_member(held, Hold)
         self.forgotten = Counter(
             "spectral_dedup_forgotten_rows_total",
             "Dedup rows forgotten behind the horizon (statistics' estimate per generation).",

@@ -14,6 +14,8 @@ series to a Pushgateway instead (:func:`push`, ``SPECTRAL_METRICS_PUSHGATEWAY``)
 
 The interface is ``SPECTRAL_METRICS_HOST`` (default 127.0.0.1; 0.0.0.0 in a container, so the
 scraper and the orchestrator's probes can reach it) or ``--metrics-host``.
+
+:func:`per_member` makes a metric's series, one per member of the enum that bounds a label.
 """
 
 from __future__ import annotations
@@ -21,8 +23,9 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Collection, Iterable
+from enum import Enum
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, TypeVar
 
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -31,6 +34,7 @@ from prometheus_client import (
     generate_latest,
     pushadd_to_gateway,
 )
+from prometheus_client.metrics import MetricWrapperBase
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
@@ -38,6 +42,16 @@ from spectral.observability.health import Health
 from spectral.observability.logging import get_logger
 
 log = get_logger(__name__)
+
+M = TypeVar("M", bound=MetricWrapperBase)
+E = TypeVar("E", bound=Enum)
+
+
+def per_member(metric: M, members: Iterable[E], *fixed: str) -> dict[E, M]:
+    """The series of ``metric`` for each member of ``members`` (its value the last label's,
+    after the ``fixed`` values of the labels before it), made now: every series is exported,
+    at zero, from the start, and the label's values are the enum's, no other."""
+    return {member: metric.labels(*fixed, member.value) for member in members}
 
 
 class _Server(ThreadingHTTPServer):

@@ -18,6 +18,12 @@ those lines take (logging.py), passes the first lines of each kind and counts th
 reminder line every ``remind_every`` seconds says how many were held back, the ``outage
 ended`` line says how many in all. While spectral knows the server is away, the client's lines
 are warnings: the process waits, nothing is lost.
+
+One client error is expected and passes: a new consumer group's first lookup of its coordinator
+fails (``GroupCoordinatorNotAvailableError``) while the broker creates its offsets topic or loads
+the group. aiokafka's ERROR line about it becomes one INFO line ``waiting for the consumer
+group's coordinator``; only if the lookup still fails after ``COORDINATOR_GRACE`` seconds are its
+lines errors again.
 """
 
 from __future__ import annotations
@@ -28,6 +34,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Final
+
+from aiokafka.errors import CoordinatorLoadInProgressError, GroupCoordinatorNotAvailableError
 
 from spectral.faults import describe
 from spectral.observability.logging import get_logger
@@ -43,6 +51,17 @@ CLIENT_FAMILIES: Final = {"aiokafka": "kafka", "kafka": "kafka", "asyncpg": "dat
 FIRST_LINES: Final = 3
 """Kinds of client line (logger and message template) shown per episode before the rest is
 only counted."""
+
+COORDINATOR_GRACE: Final = 60.0
+"""Seconds a consumer group's coordinator may be missing before aiokafka's failed lookups of it
+are errors again (a new cluster creates its offsets topic in a few seconds)."""
+
+_COORDINATOR_LOOKUP: Final = (
+    "aiokafka.consumer.group_coordinator",
+    "Group Coordinator Request failed: %s",
+)
+"""aiokafka's line (logger, template) for a failed lookup of its group's coordinator."""
+_NOT_THERE_YET: Final = (GroupCoordinatorNotAvailableError, CoordinatorLoadInProgressError)
 
 
 @dataclass
@@ -159,9 +178,12 @@ class ClientLogThrottle(logging.Filter):
         self._clock = clock
         self._lock = threading.Lock()
         self._episodes: dict[str, _Episode] = {}
+        self._coordinator: _Episode | None = None
         outages.attach(self)
 
     def filter(self, record: logging.LogRecord) -> bool:
+        if self._coordinator_not_there_yet(record):
+            return False
         family = record.name.split(".", 1)[0]
         component = CLIENT_FAMILIES.get(family)
         if component is None or record.levelno < logging.WARNING:
@@ -192,10 +214,38 @@ class ClientLogThrottle(logging.Filter):
         record.levelno, record.levelname = logging.WARNING, "WARNING"
         return True
 
+    def _coordinator_not_there_yet(self, record: logging.LogRecord) -> bool:
+        """A failed lookup of a group coordinator that is not there yet, within its grace:
+        logged once as INFO, by spectral (see the module docstring)."""
+        if (record.name, record.msg) != _COORDINATOR_LOOKUP or not isinstance(record.args, tuple):
+            return False
+        error = next(iter(record.args), None)
+        if not isinstance(error, _NOT_THERE_YET):
+            return False
+        now = self._clock()
+        with self._lock:
+            episode = self._coordinator
+            if episode is None or now - episode.last_seen > COORDINATOR_GRACE:
+                episode = self._coordinator = _Episode(now, now, now)
+            first = episode.total == 0
+            episode.last_seen = now
+            episode.total += 1
+            if now - episode.started > COORDINATOR_GRACE:
+                return False  # it persists: aiokafka's line goes on, as the error it is
+        if first:
+            log.info(
+                "waiting for the consumer group's coordinator: a new group's coordinator is not "
+                "available until the broker has created it",
+                error=type(error).__name__,
+                grace_seconds=COORDINATOR_GRACE,
+            )
+        return True
+
     def reset(self) -> None:
         """Forget every episode (a new logging configuration starts afresh)."""
         with self._lock:
             self._episodes.clear()
+            self._coordinator = None
 
     def held_back(self, component: str, *, reset: bool) -> int:
         """Lines of ``component``'s clients held back in the current episodes (in all of them;

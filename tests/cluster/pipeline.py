@@ -243,7 +243,7 @@ class Pipeline:
 
     async def check_exactly_once(self) -> None:
         handled = await self.admin.fetch(
-            "SELECT idempotency_key, outcome FROM core.event_handled "
+            "SELECT idempotency_key, outcome FROM core.event_handled_keys "
             "WHERE consumer = 'rule-candidates'"
         )
         keys = Counter(r["idempotency_key"] for r in handled)

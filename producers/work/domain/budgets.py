@@ -1,10 +1,13 @@
-"""Spend budgets per org (read side, shared by the executor's claims and the surfaces).
+"""Spend budgets per scope (read side, shared by the executor's claims and the surfaces).
 
-A budget limits what an org's work may spend in a period — ``hour``, ``day``, ``week``,
+A budget limits what a scope's work may spend in a period — ``hour``, ``day``, ``week``,
 ``month`` (UTC calendar periods) or ``total`` — in tokens and/or cost (the unit of the prices
-in the provider limits, spectral/llm/limits.py). No budget row: no limit. What an org spent in
-the current period is read from ``work.spend`` (one row per attempt, reserved before the call
-and settled from the usage its response reported; see migration 0011's comments).
+in the provider limits, spectral/llm/limits.py). No budget row: no limit. Scopes nest: a call
+counts against its org, its project, its thread (and the thread's parent thread, a
+generate-all) and its model route, and it is admitted only if every one of those budgets has
+room for it (consumers/work_executor/schedule.py). What a scope spent in the current period is
+read from ``work.spend`` (one row per attempt, reserved before the call in every scope it
+belongs to, and settled from the usage its response reported; migrations 0014, 0022, 0027).
 """
 
 from __future__ import annotations
@@ -22,6 +25,26 @@ from spectral.db.queries import load_queries
 _SQL = load_queries(Path(__file__).with_name("queries.sql"))
 
 
+class ScopeKind(StrEnum):
+    """The kinds of budget scope, outermost first (a call belongs to one scope of each kind it
+    has: an org, a project, a thread and its parent thread, a model route)."""
+
+    ORG = "org"
+    PROJECT = "project"
+    THREAD = "thread"
+    ROUTE = "route"
+
+
+Scope = tuple[ScopeKind, str]
+"""(kind, id): ("org", org id), ("project", project id), ("thread", thread UUID as text),
+("route", model)."""
+
+
+def scope_name(scope: Scope) -> str:
+    """How logs, park reasons and surfaces name a scope: ``kind:id``."""
+    return f"{scope[0].value}:{scope[1]}"
+
+
 class Period(StrEnum):
     HOUR = "hour"
     DAY = "day"
@@ -32,7 +55,7 @@ class Period(StrEnum):
 
 @dataclass(frozen=True)
 class BudgetView:
-    org_id: str
+    scope_id: str
     period: Period
     token_limit: int | None
     cost_limit: Decimal | None
@@ -45,14 +68,24 @@ class BudgetView:
     outstanding: int
     """Reservations of calls not settled yet (counted in full until they are)."""
     parked: int
-    """Items of the org parked for this budget."""
+    """Items parked by this budget."""
     unknown: int = 0
     """Reservations of calls whose outcome is unknown (the worker died or the call timed out
     after the request left): counted in full, never re-paid silently."""
     unknown_tokens: int = 0
     """The tokens those reservations hold."""
     overrun_tokens: int = 0
-    """Tokens providers billed beyond the reservations of the org's calls in the period."""
+    """Tokens providers billed beyond the reservations of the scope's calls in the period."""
+    kind: ScopeKind = ScopeKind.ORG
+
+    @property
+    def scope(self) -> Scope:
+        return (self.kind, self.scope_id)
+
+    @property
+    def org_id(self) -> str | None:
+        """The org of an org budget (None for the other kinds)."""
+        return self.scope_id if self.kind is ScopeKind.ORG else None
 
     @property
     def exhausted(self) -> bool:
@@ -62,11 +95,27 @@ class BudgetView:
 
 
 async def budgets(conn: Conn, orgs: Sequence[str] | None = None) -> dict[str, BudgetView]:
-    """The budgets of ``orgs`` (every budget when None) with their spend in the period."""
-    rows = await conn.fetch(_SQL["budgets_with_spend"], list(orgs) if orgs is not None else None)
-    return {
-        row["org_id"]: BudgetView(
-            org_id=row["org_id"],
+    """The org budgets of ``orgs`` (every org budget when None) with their spend in the
+    period."""
+    if orgs is None:
+        found = await scope_budgets(conn)
+        return {v.scope_id: v for v in found.values() if v.kind is ScopeKind.ORG}
+    found = await scope_budgets(conn, [(ScopeKind.ORG, org) for org in orgs])
+    return {v.scope_id: v for v in found.values()}
+
+
+async def scope_budgets(
+    conn: Conn, scopes: Sequence[Scope] | None = None
+) -> dict[Scope, BudgetView]:
+    """The budgets of ``scopes`` (every budget when None) with their scope's spend in the
+    period; a scope without a budget is absent (not limited)."""
+    kinds = [kind.value for kind, _ in scopes] if scopes is not None else None
+    ids = [scope_id for _, scope_id in scopes] if scopes is not None else None
+    rows = await conn.fetch(_SQL["budgets_with_spend"], kinds, ids)
+    views = (
+        BudgetView(
+            kind=ScopeKind(row["scope_kind"]),
+            scope_id=row["scope_id"],
             period=Period(row["period"]),
             token_limit=row["token_limit"],
             cost_limit=row["cost_limit"],
@@ -82,4 +131,5 @@ async def budgets(conn: Conn, orgs: Sequence[str] | None = None) -> dict[str, Bu
             overrun_tokens=row["overrun_tokens"],
         )
         for row in rows
-    }
+    )
+    return {view.scope: view for view in views}

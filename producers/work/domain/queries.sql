@@ -79,22 +79,43 @@ FROM work.documents
 WHERE document_id = $1
 
 -- name: budgets_with_spend
--- Each org's budget and what it spent in the current period: settled usage, else the
--- reservation (a reservation whose call's outcome is unknown counts in full), nothing for a
--- released one; apart, the reservations whose outcome is unknown and what providers billed
--- beyond reservations (overruns). $1 = the orgs (NULL = every org with a budget).
-SELECT b.org_id, b.period, b.token_limit, b.cost_limit, b.updated_at, b.updated_by,
-       work.period_start(b.period, now()) AS period_start,
-       coalesce(s.tokens, 0)::bigint AS tokens, coalesce(s.cost, 0)::numeric AS cost,
-       coalesce(s.outstanding, 0)::integer AS outstanding,
-       coalesce(s.unknown, 0)::integer AS unknown,
-       coalesce(s.unknown_tokens, 0)::bigint AS unknown_tokens,
-       coalesce(s.overrun_tokens, 0)::bigint AS overrun_tokens,
-       (SELECT count(*) FROM work.work_items w
-        WHERE w.status = 'parked' AND w.org_id = b.org_id)::integer AS parked
-FROM work.budgets b
-LEFT JOIN LATERAL (
-    SELECT sum(CASE x.state WHEN 'settled' THEN x.tokens WHEN 'released' THEN 0
+-- Each budget (every scope kind: work.budget_scopes) and what its scope spent in the current
+-- period: settled usage, else the reservation (a reservation whose call's outcome is unknown
+-- counts in full), nothing for a released one; apart, the reservations whose outcome is unknown
+-- and what providers billed beyond reservations (overruns). A scope's spend is that of the
+-- attempts reserved in it: an org's, a project's, a thread's (its own calls and its child
+-- threads'), a model route's. $1, $2 = the scopes' kinds and ids (NULL = every budget).
+WITH b AS (
+    SELECT b.*, work.period_start(b.period, now()) AS period_start,
+           CASE WHEN b.scope_kind = 'thread' THEN b.scope_id::uuid END AS thread_id
+    FROM work.budget_scopes b
+    WHERE $1::text[] IS NULL
+       OR (b.scope_kind, b.scope_id) IN (SELECT * FROM unnest($1::text[], $2::text[]))
+), x AS (
+    SELECT b.scope_kind, b.scope_id, x.*
+    FROM b JOIN work.spend x
+      ON b.scope_kind = 'org' AND x.org_id = b.scope_id AND x.reserved_at >= b.period_start
+    UNION ALL
+    SELECT b.scope_kind, b.scope_id, x.*
+    FROM b JOIN work.spend x
+      ON b.scope_kind = 'project' AND x.project_id = b.scope_id
+     AND x.reserved_at >= b.period_start
+    UNION ALL
+    SELECT b.scope_kind, b.scope_id, x.*
+    FROM b JOIN work.spend x
+      ON b.scope_kind = 'thread' AND x.thread_id = b.thread_id AND x.reserved_at >= b.period_start
+    UNION ALL
+    SELECT b.scope_kind, b.scope_id, x.*
+    FROM b JOIN work.spend x
+      ON b.scope_kind = 'thread' AND x.parent_thread_id = b.thread_id
+     AND x.reserved_at >= b.period_start
+    UNION ALL
+    SELECT b.scope_kind, b.scope_id, x.*
+    FROM b JOIN work.spend x
+      ON b.scope_kind = 'route' AND x.model = b.scope_id AND x.reserved_at >= b.period_start
+), s AS (
+    SELECT x.scope_kind, x.scope_id,
+           sum(CASE x.state WHEN 'settled' THEN x.tokens WHEN 'released' THEN 0
                             ELSE x.reserved_tokens END) AS tokens,
            sum(CASE x.state WHEN 'settled' THEN x.cost WHEN 'released' THEN 0
                             ELSE x.reserved_cost END) AS cost,
@@ -102,11 +123,22 @@ LEFT JOIN LATERAL (
            count(*) FILTER (WHERE x.state = 'unknown') AS unknown,
            sum(x.reserved_tokens) FILTER (WHERE x.state = 'unknown') AS unknown_tokens,
            sum(x.overrun_tokens) AS overrun_tokens
-    FROM work.spend x
-    WHERE x.org_id = b.org_id AND x.reserved_at >= work.period_start(b.period, now())
-) s ON true
-WHERE $1::text[] IS NULL OR b.org_id = ANY($1::text[])
-ORDER BY b.org_id
+    FROM x
+    GROUP BY x.scope_kind, x.scope_id
+)
+SELECT b.scope_kind, b.scope_id, b.period, b.token_limit, b.cost_limit, b.updated_at,
+       b.updated_by, b.period_start,
+       coalesce(s.tokens, 0)::bigint AS tokens, coalesce(s.cost, 0)::numeric AS cost,
+       coalesce(s.outstanding, 0)::integer AS outstanding,
+       coalesce(s.unknown, 0)::integer AS unknown,
+       coalesce(s.unknown_tokens, 0)::bigint AS unknown_tokens,
+       coalesce(s.overrun_tokens, 0)::bigint AS overrun_tokens,
+       (SELECT count(*) FROM work.work_items w
+        WHERE w.status = 'parked' AND w.park_scope_kind = b.scope_kind
+          AND w.park_scope_id = b.scope_id)::integer AS parked
+FROM b
+LEFT JOIN s ON s.scope_kind = b.scope_kind AND s.scope_id = b.scope_id
+ORDER BY b.scope_kind <> 'org', b.scope_kind, b.scope_id
 
 -- name: spend_over_period
 -- Each budgeted org's spend so far in its current period, counted as budgets_with_spend counts
@@ -153,7 +185,7 @@ RETURNING entry_id
 -- Items no worker holds (queued, waiting for a retry, parked) end canceled: no call was made.
 UPDATE work.work_items
 SET status = 'canceled', error_message = $2, finished_at = now(), park_reason = NULL,
-    parked_at = NULL
+    parked_at = NULL, park_scope_kind = NULL, park_scope_id = NULL
 WHERE work_item_id = ANY($1::uuid[]) AND status IN ('queued', 'failed', 'parked')
 RETURNING work_item_id, thread_id, attempt, lock_scope
 

@@ -8,6 +8,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from spectral.faults import Component, Refusal
 from spectral.kafka.freshness import LATENCY_BUCKETS
+from spectral.observability.metrics import per_member
 
 _DURATION_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
 
@@ -50,7 +51,7 @@ class RelayMetrics:
             ["cause"],
             registry=registry,
         )
-        self.wakeups = {cause: wakeups.labels(cause.value) for cause in Wakeup}
+        self.wakeups = per_member(wakeups, Wakeup)
         self.batch_duration = Histogram(
             "spectral_outbox_relay_batch_duration_seconds",
             "Time from fetching a batch to marking it published.",
@@ -68,7 +69,7 @@ class RelayMetrics:
             ["component"],
             registry=registry,
         )
-        self.errors = {component: errors.labels(component.value) for component in Component}
+        self.errors = per_member(errors, Component)
         refused = Counter(
             "spectral_outbox_relay_refused_total",
             "Sends Kafka refused for good (the record too large for its topic, a topic the relay "
@@ -77,7 +78,7 @@ class RelayMetrics:
             ["reason"],
             registry=registry,
         )
-        self.refused = {reason: refused.labels(reason.value) for reason in Refusal}
+        self.refused = per_member(refused, Refusal)
         self.keys_held_back = Gauge(
             "spectral_outbox_relay_keys_held_back",
             "Record keys this relay leaves out of its batches until their next try, their first "

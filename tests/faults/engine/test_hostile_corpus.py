@@ -54,7 +54,7 @@ async def _handled(database_url: str) -> set[str]:
     conn = await asyncpg.connect(database_url)
     try:
         rows = await conn.fetch(
-            "SELECT idempotency_key FROM core.event_handled WHERE consumer = $1", CONSUMER
+            "SELECT idempotency_key FROM core.event_handled_keys WHERE consumer = $1", CONSUMER
         )
     finally:
         await conn.close()

@@ -113,6 +113,21 @@ async def world(
             Call("GET", "/budgets", WORK_READ),
             Call("DELETE", "/orgs/acme/budget", WORK_BUDGET),
             Call(
+                "PUT",
+                f"/budgets/thread/{thread['thread_id']}",
+                WORK_BUDGET,
+                {"period": "total", "token_limit": 5000},
+            ),
+            Call("GET", f"/budgets/thread/{thread['thread_id']}", WORK_READ),
+            Call("GET", "/budgets?scope_kind=thread", WORK_READ),
+            Call(
+                "PUT",
+                "/budgets/route/openai/gpt-4o",
+                WORK_BUDGET,
+                {"period": "day", "cost_limit": "3"},
+            ),
+            Call("DELETE", "/budgets/route/openai/gpt-4o", WORK_BUDGET),
+            Call(
                 "POST",
                 f"/threads/{thread['thread_id']}/cancel",
                 WORK_CANCEL,
@@ -328,6 +343,9 @@ async def test_the_openapi_document_names_every_operation_status_and_scheme(worl
         "get_budget",
         "put_budget",
         "delete_budget",
+        "get_scope_budget",
+        "put_scope_budget",
+        "delete_scope_budget",
     } <= set(ids)
     cancel = spec["paths"]["/threads/{thread_id}/cancel"]["post"]["responses"]
     assert {"200", "202", "404"} <= set(cancel)

@@ -213,7 +213,7 @@ async def test_stale_outcome_is_recorded_and_deduplicated_later(
     conn = await asyncpg.connect(database_url)
     try:
         outcome = await conn.fetchval(
-            "SELECT outcome FROM core.event_handled WHERE idempotency_key = $1",
+            "SELECT outcome FROM core.event_handled_keys WHERE idempotency_key = $1",
             stale.idempotency_key,
         )
     finally:

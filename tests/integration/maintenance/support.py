@@ -15,6 +15,7 @@ from asyncpg.transaction import Transaction
 import spectral.engine
 from spectral.db.connect import connect
 from spectral.db.queries import load_queries
+from spectral.engine.keys import dedup_keys, key_text
 from spectral.kafka.retention import BrokerRetention, describe_retention
 from spectral.maintenance.policy import DedupRotation
 from spectral.maintenance.repository import MaintenanceRepository
@@ -45,12 +46,12 @@ async def claim_in(
     rows = await conn.fetch(
         ENGINE_SQL["claim_keys"],
         consumer,
-        list(keys),
+        dedup_keys(list(keys)),
         [uuid.uuid4() for _ in keys],
         [0] * len(keys),
         list(range(len(keys))),
     )
-    return {str(r[0]) for r in rows}
+    return {key_text(r[0]) for r in rows}
 
 
 @asynccontextmanager

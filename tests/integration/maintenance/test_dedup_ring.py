@@ -119,7 +119,7 @@ async def test_a_rotation_waits_for_a_claim_in_flight_and_the_key_is_never_claim
     await repo.close()
     async with session(database_url) as conn:
         slots = await conn.fetchval(
-            "SELECT array_agg(slot) FROM core.event_handled WHERE idempotency_key = 'k'"
+            "SELECT array_agg(slot) FROM core.event_handled_keys WHERE idempotency_key = 'k'"
         )
     assert slots == [0]
 
@@ -155,7 +155,7 @@ async def test_dedup_keys_of_a_consumer_without_a_deployment_are_never_forgotten
 ) -> None:
     async with session(database_url) as admin:  # the owner: not subject to row-level security
         await admin.execute(
-            "INSERT INTO core.event_handled (consumer, idempotency_key, event_id, outcome, "
+            "INSERT INTO core.event_handled (consumer, dedup_key, event_id, outcome, "
             "source_partition, source_offset, slot) "
             "VALUES ('someone-else', 'x', gen_random_uuid(), 'applied', 0, 0, 0)"
         )

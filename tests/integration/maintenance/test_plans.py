@@ -11,6 +11,7 @@ from typing import Any
 import asyncpg
 import pytest
 
+from spectral.engine.keys import dedup_keys
 from tests.integration.maintenance.support import ENGINE_SQL, PROJECTOR, session
 
 pytestmark = pytest.mark.integration
@@ -46,9 +47,10 @@ async def _explained(conn: asyncpg.Connection, sql: str, args: list[object]) -> 
 
 async def test_the_dedup_statements_probe_the_index(database_url: str) -> None:
     insert = (
-        "INSERT INTO core.event_handled (consumer, idempotency_key, event_id, outcome, "
-        "source_partition, source_offset, slot) SELECT 'rule-candidates', 'k' || g, "
-        "gen_random_uuid(), 'applied', 0, g, 0 FROM generate_series($1::int, $2::int) AS g"
+        "INSERT INTO core.event_handled (consumer, dedup_key, event_id, outcome, "
+        "source_partition, source_offset, slot) SELECT 'rule-candidates', "
+        "core.dedup_key('k' || g), gen_random_uuid(), 'applied', 0, g, 0 "
+        "FROM generate_series($1::int, $2::int) AS g"
     )
     async with session(database_url) as admin:
         # No statistics yet, as in a slot that filled faster than autovacuum came by (a fresh
@@ -61,7 +63,8 @@ async def test_the_dedup_statements_probe_the_index(database_url: str) -> None:
         for mode in ("force_custom_plan", "force_generic_plan"):
             await conn.execute(f"SET plan_cache_mode = {mode}")
             for statement in ("claim_keys", "mark_stale", "forget"):
-                args = ["rule-candidates", keys, *(extra if statement == "claim_keys" else [])]
+                more = extra if statement == "claim_keys" else []
+                args = ["rule-candidates", dedup_keys(keys), *more]
                 for _ in range(6):  # past the plan cache's five custom plans
                     read[(mode, statement)] = _rows_read(
                         await _explained(conn, ENGINE_SQL[statement], args)

@@ -24,8 +24,9 @@ pytestmark = pytest.mark.integration
 OWN = {"spectral_projector": "rule-candidates", "spectral_executor": "work-executor"}
 OTHER = {"spectral_projector": "work-executor", "spectral_executor": "rule-candidates"}
 INSERT_HANDLED = (
-    "INSERT INTO core.event_handled (consumer, idempotency_key, event_id, outcome, "
-    "source_partition, source_offset, slot) VALUES ($1, $2, gen_random_uuid(), 'applied', 0, 0, 0)"
+    "INSERT INTO core.event_handled (consumer, dedup_key, event_id, outcome, "
+    "source_partition, source_offset, slot) "
+    "VALUES ($1, core.dedup_key($2), gen_random_uuid(), 'applied', 0, 0, 0)"
 )
 
 
@@ -52,7 +53,7 @@ async def test_a_consumer_role_can_neither_see_nor_change_another_consumers_rows
 ) -> None:
     await _handled(database_url, OTHER[role], "theirs")
     async with session(database_url, role) as conn:
-        where = "WHERE consumer = $1 AND idempotency_key = 'theirs'"
+        where = "WHERE consumer = $1 AND dedup_key = core.dedup_key('theirs')"
         assert (
             await conn.fetchval(f"SELECT count(*) FROM core.event_handled {where}", OTHER[role])
             == 0
@@ -68,27 +69,30 @@ async def test_a_consumer_role_can_neither_see_nor_change_another_consumers_rows
         )
     async with session(database_url) as admin:
         row = await admin.fetchrow(
-            "SELECT outcome FROM core.event_handled WHERE idempotency_key = 'theirs'"
+            "SELECT outcome FROM core.event_handled_keys WHERE idempotency_key = 'theirs'"
         )
     assert row is not None
     assert row["outcome"] == "applied"
 
 
 async def test_keys_compare_byte_by_byte_and_stay_each_consumers_own(database_url: str) -> None:
-    """The dedup keys are compared bytewise (COLLATE "C", for the claim's cost): keys that only
-    a collation could order alike stay distinct, a replayed claim takes none of them again
-    (each once, in either slot), and the other consumer's role neither sees nor claims them."""
+    """The dedup keys are compared bytewise (stored as bytes, the consumer COLLATE "C", for the
+    claim's cost): keys that only a collation could order alike stay distinct, a replayed claim
+    takes none of them again (each once, in either slot), and the other consumer's role neither
+    sees nor claims them."""
     keys = ["k-é", "k-e\u0301", "K-É", "k-ß", "k-ss", "k-ǅ", "k-a\U0001f600", "k-a\ufffd"]
     async with session(database_url) as admin:
         collations = await admin.fetch(
             "SELECT attname, collname FROM pg_attribute JOIN pg_collation c"
             " ON c.oid = attcollation WHERE attrelid = 'core.event_handled'::regclass"
-            " AND attname IN ('consumer', 'idempotency_key')"
+            " AND attname = 'consumer'"
         )
-    assert {r["attname"]: r["collname"] for r in collations} == {
-        "consumer": "C",
-        "idempotency_key": "C",
-    }
+        stored_as = await admin.fetchval(
+            "SELECT atttypid::regtype::text FROM pg_attribute"
+            " WHERE attrelid = 'core.event_handled'::regclass AND attname = 'dedup_key'"
+        )
+    assert {r["attname"]: r["collname"] for r in collations} == {"consumer": "C"}
+    assert stored_as == "bytea"
     assert await claim(database_url, keys) == set(keys)
     assert await claim(database_url, [*reversed(keys), keys[0]]) == set()
     repo, rotation = await first_rotation(database_url)
@@ -103,7 +107,7 @@ async def test_keys_compare_byte_by_byte_and_stay_each_consumers_own(database_ur
         assert await conn.fetchval("SELECT count(*) FROM core.event_handled") == 0
     async with session(database_url, PROJECTOR) as conn:
         assert await conn.fetchval(
-            "SELECT count(*) FROM core.event_handled WHERE idempotency_key = ANY($1)", keys
+            "SELECT count(*) FROM core.event_handled_keys WHERE idempotency_key = ANY($1)", keys
         ) == len(keys)
 
 
@@ -224,7 +228,7 @@ async def test_maintenance_moves_and_empties_slots_but_cannot_rewrite_or_drop_th
             "TRUNCATE core.event_handled",
             "DELETE FROM core.outbox",
             (
-                "INSERT INTO core.event_handled (consumer, idempotency_key, event_id, outcome, "
+                "INSERT INTO core.event_handled (consumer, dedup_key, event_id, outcome, "
                 "source_partition, source_offset, slot) "
                 "VALUES ('x', 'k', gen_random_uuid(), 'applied', 0, 0, 0)"
             ),

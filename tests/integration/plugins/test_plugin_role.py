@@ -111,7 +111,7 @@ async def test_a_plugin_role_applies_records_and_dead_letters_under_its_own_cons
         assert [r["consumer"] for r in seen] == ["notes"]
         with pytest.raises(asyncpg.InsufficientPrivilegeError, match="row-level security"):
             await conn.execute(
-                "INSERT INTO core.event_handled (consumer, idempotency_key, event_id, outcome, "
+                "INSERT INTO core.event_handled (consumer, dedup_key, event_id, outcome, "
                 "source_partition, source_offset, slot) VALUES ('rule-candidates', 'k', "
                 "gen_random_uuid(), 'applied', 0, 0, 0)"
             )

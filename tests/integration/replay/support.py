@@ -158,7 +158,7 @@ async def handled(database_url: str, consumer: str) -> list[tuple[str, str]]:
     conn = await asyncpg.connect(database_url)
     try:
         rows = await conn.fetch(
-            "SELECT idempotency_key, outcome FROM core.event_handled WHERE consumer = $1 "
+            "SELECT idempotency_key, outcome FROM core.event_handled_keys WHERE consumer = $1 "
             "ORDER BY idempotency_key",
             consumer,
         )

@@ -163,7 +163,7 @@ async def test_duplicates_apply_once_and_older_snapshots_are_stale(
     assert [tuple(r) for r in rows] == [(second.payload.snapshot_hash, 5, "pending")]
     handled = await _fetch(
         database_url,
-        "SELECT idempotency_key, outcome FROM core.event_handled WHERE consumer = $1",
+        "SELECT idempotency_key, outcome FROM core.event_handled_keys WHERE consumer = $1",
         CONSUMER,
     )
     assert len(handled) == 7
@@ -179,7 +179,7 @@ async def test_duplicates_apply_once_and_older_snapshots_are_stale(
     assert summary.counts[Outcome.STALE] == 1
     outcome = await _fetch(
         database_url,
-        "SELECT outcome FROM core.event_handled WHERE consumer = $1 AND idempotency_key = $2",
+        "SELECT outcome FROM core.event_handled_keys WHERE consumer = $1 AND idempotency_key = $2",
         CONSUMER,
         older.idempotency_key,
     )

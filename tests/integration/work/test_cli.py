@@ -241,6 +241,69 @@ async def test_priority_cancel_and_budgets_from_the_command_line(
     assert "not a number" in bad.stderr
     shown = _spectral(spectral_env, "work", "budget", "show", "acme")
     assert "5,000 tokens" in shown.stdout
+    # Nested scopes: a project's, a thread's, a model route's budget, one scope at a time.
+    project = json.loads(
+        _spectral(
+            spectral_env,
+            "work",
+            "budget",
+            "set",
+            "--project",
+            "p1",
+            "--period",
+            "week",
+            "--tokens",
+            "700",
+            "--json",
+        ).stdout
+    )
+    assert (project["scope_kind"], project["scope_id"], project["org_id"]) == (
+        "project",
+        "p1",
+        None,
+    )
+    thread = _spectral(
+        spectral_env,
+        "work",
+        "budget",
+        "set",
+        "--thread",
+        submitted["thread_id"].upper(),
+        "--period",
+        "total",
+        "--cost",
+        "2",
+    )
+    assert f"thread {submitted['thread_id']}: 2.000000000 cost per total" in thread.stdout
+    route = _spectral(
+        spectral_env, "work", "budget", "show", "--route", "openai/gpt-4o", check=False
+    )
+    assert route.returncode == 1
+    assert "route 'openai/gpt-4o' has no budget" in route.stderr
+    two = _spectral(
+        spectral_env,
+        "work",
+        "budget",
+        "set",
+        "acme",
+        "--project",
+        "p1",
+        "--period",
+        "day",
+        "--tokens",
+        "1",
+        check=False,
+    )
+    assert two.returncode == 2
+    assert "name one scope" in two.stderr
+    listed = json.loads(_spectral(spectral_env, "work", "budget", "show", "--json").stdout)
+    assert [(b["scope_kind"], b["scope_id"]) for b in listed] == [
+        ("org", "acme"),
+        ("project", "p1"),
+        ("thread", submitted["thread_id"]),
+    ]
+    removed_project = _spectral(spectral_env, "work", "budget", "remove", "--project", "p1")
+    assert "project p1: no budget" in removed_project.stdout
     canceled = json.loads(
         _spectral(
             spectral_env,

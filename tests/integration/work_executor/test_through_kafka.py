@@ -102,7 +102,7 @@ async def _handled(admin: asyncpg.Pool, count: int, timeout: float = 30.0) -> li
     deadline = time.monotonic() + timeout
     while True:
         rows = await admin.fetch(
-            "SELECT idempotency_key, outcome FROM core.event_handled "
+            "SELECT idempotency_key, outcome FROM core.event_handled_keys "
             "WHERE consumer = 'work-executor' ORDER BY handled_at"
         )
         if len(rows) >= count or time.monotonic() > deadline:

@@ -11,10 +11,20 @@ from typing import Any
 
 import pytest
 import structlog
+from aiokafka.errors import (
+    CoordinatorLoadInProgressError,
+    GroupCoordinatorNotAvailableError,
+    NotCoordinatorError,
+)
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from spectral.observability.outages import FIRST_LINES, ClientLogThrottle, Outages
+from spectral.observability.outages import (
+    COORDINATOR_GRACE,
+    FIRST_LINES,
+    ClientLogThrottle,
+    Outages,
+)
 
 
 class Clock:
@@ -133,6 +143,49 @@ def test_while_spectral_waits_out_an_outage_the_clients_errors_are_warnings() ->
     kafka = _client_logger("aiokafka.producer", lines)
     kafka.error("a Kafka line while only the database is away")
     assert lines.records[-1].levelname == "ERROR"
+
+
+def test_a_new_groups_coordinator_is_waited_for_in_one_info_line_an_error_if_it_persists(
+    captured: list[MutableMapping[str, Any]],
+) -> None:
+    clock = Clock()
+    lines = Lines(ClientLogThrottle(Outages(clock=clock), clock=clock))
+    coordinator = _client_logger("aiokafka.consumer.group_coordinator", lines)
+
+    def lookup_fails(error: Exception, seconds: float) -> None:
+        for _ in range(int(seconds / 0.5)):  # aiokafka tries again every 0.5 s
+            coordinator.error("Group Coordinator Request failed: %s", error)
+            clock.now += 0.5
+
+    lookup_fails(GroupCoordinatorNotAvailableError(), 20)  # the broker creates its offsets topic
+    lookup_fails(CoordinatorLoadInProgressError(), 5)  # then loads the group's partition
+    assert lines.records == []
+    assert [(line["log_level"], line["error"]) for line in captured] == [
+        ("info", "GroupCoordinatorNotAvailableError")
+    ]
+    assert "waiting for the consumer group's coordinator" in captured[0]["event"]
+
+    lookup_fails(GroupCoordinatorNotAvailableError(), COORDINATOR_GRACE)  # it persists
+    assert lines.records
+    assert {(r.levelname, r.getMessage()) for r in lines.records} == {
+        ("ERROR", "Group Coordinator Request failed: [Error 15] GroupCoordinatorNotAvailableError")
+    }
+    assert len(captured) == 1
+
+    clock.now += COORDINATOR_GRACE + 1  # found: a later lookup has its grace again
+    lines.records.clear()
+    lookup_fails(GroupCoordinatorNotAvailableError(), 2)
+    assert lines.records == []
+    assert len(captured) == 2
+
+
+def test_other_failed_coordinator_lookups_stay_errors() -> None:
+    clock = Clock()
+    lines = Lines(ClientLogThrottle(Outages(clock=clock), clock=clock))
+    coordinator = _client_logger("aiokafka.consumer.group_coordinator", lines)
+    coordinator.error("Group Coordinator Request failed: %s", NotCoordinatorError())
+    coordinator.error("Heartbeat failed: %r", GroupCoordinatorNotAvailableError())
+    assert [r.levelname for r in lines.records] == ["ERROR", "ERROR"]
 
 
 def test_other_loggers_and_lower_levels_pass_untouched() -> None:

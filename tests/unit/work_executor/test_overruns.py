@@ -23,6 +23,7 @@ from consumers.work_executor.schedule import (
     plan_claim,
     reservation,
 )
+from producers.work.domain.budgets import ScopeKind
 from spectral.llm.limits import ProviderLimits, RouteLimits
 
 NOW = datetime(2026, 11, 28, 4, 0, tzinfo=UTC)
@@ -112,7 +113,7 @@ def _situation(route: RouteState, budget: BudgetState | None = None) -> Situatio
         resolve=lambda _f, _o: "m",
         limits=ProviderLimits(by_model={"m": LIMITS}),
         routes={"m": route},
-        budgets={"acme": budget} if budget else {},
+        budgets={(ScopeKind.ORG, "acme"): budget} if budget else {},
     )
 
 

@@ -29,6 +29,7 @@ from consumers.work_executor.schedule import (
     plan_claim,
     reservation,
 )
+from producers.work.domain.budgets import Scope, ScopeKind
 from producers.work.domain.documents import Epic
 from producers.work.domain.hashing import content_hash
 from producers.work.domain.history import ItemOutcome, reconstruct
@@ -41,6 +42,7 @@ from spectral.llm.openai_compat import retry_after
 
 NOW = datetime(2026, 11, 24, 12, 0, tzinfo=UTC)
 MODEL = "m-1"
+ORG_O = (ScopeKind.ORG, "o")
 
 
 def _candidates(
@@ -227,15 +229,15 @@ def test_claims_stop_at_the_budget_and_park_the_org_once_nothing_is_outstanding(
     one, _ = reservation(_candidates("org:o", 1, org="o")[0], limits.for_model(MODEL))
     items = _candidates("org:o", 10, org="o")
     plan = plan_claim(
-        _situation(items, want=10, limits=limits, budgets={"o": _budget(3 * one + 5, 0)})
+        _situation(items, want=10, limits=limits, budgets={ORG_O: _budget(3 * one + 5, 0)})
     )
     assert len(plan.picks) == 3
     assert plan.park == {}  # its three reservations may settle lower: wait, do not park
     spent = plan_claim(
-        _situation(items, want=10, limits=limits, budgets={"o": _budget(3 * one + 5, 3 * one)})
+        _situation(items, want=10, limits=limits, budgets={ORG_O: _budget(3 * one + 5, 3 * one)})
     )
     assert spent.picks == []
-    assert "budget of org o used up" in spent.park["o"]
+    assert "budget of org o used up" in spent.park[ORG_O].reason
 
 
 def test_a_cost_budget_counts_the_prices_of_the_route() -> None:
@@ -250,7 +252,7 @@ def test_a_cost_budget_counts_the_prices_of_the_route() -> None:
             _candidates("org:o", 5, org="o"),
             want=5,
             limits=ProviderLimits({MODEL: limits}),
-            budgets={"o": budget},
+            budgets={ORG_O: budget},
         )
     )
     assert len(plan.picks) == 2
@@ -261,11 +263,163 @@ def test_an_org_without_a_budget_is_not_limited_and_others_are_not_held_up() -> 
         _situation(
             [*_candidates("org:o", 3, org="o"), *_candidates("org:free", 3, org="free")],
             want=6,
-            budgets={"o": _budget(0, 0)},
+            budgets={ORG_O: _budget(0, 0)},
         )
     )
     assert {p.candidate.org_id for p in plan.picks} == {"free"}
-    assert set(plan.park) == {"o"}
+    assert set(plan.park) == {ORG_O}
+
+
+# -- nested budgets -------------------------------------------------------------------------------
+
+PROJECTS = ("p1", "p2")
+THREADS = tuple(UUID(int=n + 1) for n in range(4))
+PARENT = UUID(int=99)
+
+
+def _nested(count: int, *, org: str = "o") -> list[Candidate]:
+    """Items of one org spread over two projects and four threads (children of one parent)."""
+    return [
+        Candidate(
+            work_item_id=UUID(int=1000 + n),
+            tenant=f"org:{org}",
+            org_id=org,
+            function_key="story_generate",
+            rank_at=NOW - timedelta(seconds=1000 - n),
+            attempt=0,
+            prompt_bytes=800,
+            project_id=PROJECTS[n % 2],
+            thread_id=THREADS[n % 4],
+            parent_thread_id=PARENT,
+        )
+        for n in range(count)
+    ]
+
+
+def test_a_call_belongs_to_every_scope_outermost_first() -> None:
+    item = _nested(1)[0]
+    assert item.scopes(MODEL) == [
+        (ScopeKind.ORG, "o"),
+        (ScopeKind.PROJECT, "p1"),
+        (ScopeKind.THREAD, str(PARENT)),
+        (ScopeKind.THREAD, str(THREADS[0])),
+        (ScopeKind.ROUTE, MODEL),
+    ]
+    assert _candidates("project:x", 1)[0].scopes(None) == []
+
+
+def test_a_project_budget_parks_its_items_only_and_the_org_goes_on() -> None:
+    limits = ProviderLimits({MODEL: RouteLimits(max_tokens=100)})
+    items = _nested(8)
+    plan = plan_claim(
+        _situation(
+            items,
+            want=8,
+            limits=limits,
+            budgets={(ScopeKind.PROJECT, "p1"): _budget(0, 0)},
+        )
+    )
+    assert {p.candidate.project_id for p in plan.picks} == {"p2"}
+    assert len(plan.picks) == 4
+    park = plan.park[(ScopeKind.PROJECT, "p1")]
+    assert "budget of project p1 used up" in park.reason
+    assert set(park.items) == {c.work_item_id for c in items if c.project_id == "p1"}
+
+
+def test_a_route_budget_counts_every_org() -> None:
+    limits = ProviderLimits({MODEL: RouteLimits(max_tokens=100)})
+    one, _ = reservation(_nested(1)[0], limits.for_model(MODEL))
+    items = [*_nested(4, org="a"), *_nested(4, org="b")]
+    items = [Candidate(**{**vars(c), "work_item_id": UUID(int=n)}) for n, c in enumerate(items)]
+    plan = plan_claim(
+        _situation(
+            items,
+            want=8,
+            limits=limits,
+            budgets={(ScopeKind.ROUTE, MODEL): _budget(3 * one, 0)},
+        )
+    )
+    assert len(plan.picks) == 3
+    assert plan.park == {}  # its reservations may settle lower
+
+
+def test_an_outstanding_reservation_in_any_refusing_scope_means_wait_not_park() -> None:
+    limits = ProviderLimits({MODEL: RouteLimits(max_tokens=100)})
+    plan = plan_claim(
+        _situation(
+            _nested(4),
+            want=4,
+            limits=limits,
+            budgets={
+                (ScopeKind.ORG, "o"): _budget(0, 0, outstanding=0),
+                (ScopeKind.THREAD, str(PARENT)): _budget(0, 0, outstanding=1),
+            },
+        )
+    )
+    assert plan.picks == []
+    assert set(plan.park) == {(ScopeKind.ORG, "o")}  # the org has nothing to settle
+
+
+_limit = st.one_of(st.none(), st.integers(min_value=0, max_value=20_000))
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    org=_limit,
+    projects=st.tuples(_limit, _limit),
+    parent=_limit,
+    threads=st.tuples(_limit, _limit, _limit, _limit),
+    route=_limit,
+    spent=st.integers(min_value=0, max_value=5_000),
+    count=st.integers(min_value=1, max_value=24),
+)
+def test_admission_never_passes_any_enclosing_limit(  # noqa: PLR0917 - one per scope kind
+    org: int | None,
+    projects: tuple[int | None, int | None],
+    parent: int | None,
+    threads: tuple[int | None, ...],
+    route: int | None,
+    spent: int,
+    count: int,
+) -> None:
+    limits = ProviderLimits({MODEL: RouteLimits(max_tokens=500)})
+    items = _nested(count)
+    limit_of: dict[Scope, int | None] = {
+        (ScopeKind.ORG, "o"): org,
+        (ScopeKind.PROJECT, "p1"): projects[0],
+        (ScopeKind.PROJECT, "p2"): projects[1],
+        (ScopeKind.THREAD, str(PARENT)): parent,
+        **{(ScopeKind.THREAD, str(t)): threads[n] for n, t in enumerate(THREADS)},
+        (ScopeKind.ROUTE, MODEL): route,
+    }
+    budgets = {
+        scope: _budget(limit, min(spent, limit)) for scope, limit in limit_of.items() if limit
+    }
+    plan = plan_claim(_situation(items, want=count, limits=limits, budgets=budgets))
+    for scope, budget in budgets.items():
+        admitted = sum(p.tokens for p in plan.picks if scope in p.candidate.scopes(p.model))
+        assert budget.token_limit is not None
+        assert budget.tokens + admitted <= budget.token_limit
+    # no false refusal: an item refused has a scope it does not fit
+    picked = {p.candidate.work_item_id for p in plan.picks}
+    used = dict.fromkeys(budgets, 0)
+    for p in plan.picks:
+        for scope in p.candidate.scopes(p.model):
+            if scope in used:
+                used[scope] += p.tokens
+    one, _ = reservation(items[0], limits.for_model(MODEL))
+    for item in items:
+        if item.work_item_id in picked:
+            continue
+        assert any(
+            budgets[scope].tokens + used[scope] + one > (budgets[scope].token_limit or 0)
+            for scope in item.scopes(MODEL)
+            if scope in budgets
+        ) or any(
+            scope[0] is ScopeKind.ORG
+            and budgets[scope].tokens + used[scope] + one > (budgets[scope].token_limit or 0)
+            for scope in budgets
+        )
 
 
 # -- the size of a prompt, before it is rendered --------------------------------------------------

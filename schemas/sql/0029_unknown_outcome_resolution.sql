@@ -1,4 +1,4 @@
--- 0027 unknown outcomes resolved by a policy (consumers/work_executor/outcomes.py): a call whose
+-- 0029 unknown outcomes resolved by a policy (consumers/work_executor/outcomes.py): a call whose
 -- worker died mid-call is re-issued under the same idempotency key, or its reservation, left
 -- 'unknown', is released after a horizon — exactly once either way.
 --

@@ -1,0 +1,68 @@
+"""The stored form of a dedup key (``core.event_handled.dedup_key``, migration
+``compact_dedup_keys``).
+
+What is deduplicated is the idempotency key exactly as the envelope carries it; only its stored
+form is compact. A key spelled ``{uuid}:{32 hex digits}`` in lowercase (a failure-cluster
+snapshot's ``cluster_id:snapshot_hash``) is stored as 33 bytes: a zero byte, the UUID's 16 bytes
+and the hash's 16. Any other key is stored as its UTF-8 bytes, which never start with a zero
+byte (a key holding U+0000 is refused: PostgreSQL's text cannot hold it, and the engine never
+recorded one). So the stored form is one-to-one: two keys are stored alike exactly when they are
+the same key, and :func:`key_text` gives the key back (the database's ``core.dedup_key`` and
+``core.dedup_key_text`` are the same two functions; operators read the keys through the view
+``core.event_handled_keys``).
+"""
+
+from __future__ import annotations
+
+from typing import Final
+from uuid import UUID
+
+_COMPACT_LENGTH: Final = 69
+_SEPARATORS: Final = (8, 13, 18, 23)
+_TAG: Final = b"\x00"
+
+
+def _compact(key: str) -> bytes | None:
+    """The compact form of ``key`` when it is spelled ``{uuid}:{32 hex digits}`` in lowercase
+    (the positions of the separators, then every other character a lowercase hex digit: the
+    digits read as bytes spell the same text again), else None."""
+    if (
+        len(key) != _COMPACT_LENGTH
+        or key[36] != ":"
+        or key[8] != "-"
+        or key[13] != "-"
+        or key[18] != "-"
+        or key[23] != "-"
+    ):
+        return None
+    digits = key.replace("-", "").replace(":", "")
+    try:
+        raw = bytes.fromhex(digits)
+    except ValueError:
+        return None
+    # fromhex also reads uppercase digits and skips whitespace: only the canonical spelling
+    # gives the same digits back.
+    return _TAG + raw if raw.hex() == digits else None
+
+
+def dedup_key(key: str) -> bytes:
+    """The stored form of the idempotency key ``key``."""
+    compact = _compact(key)
+    if compact is not None:
+        return compact
+    if "\x00" in key:
+        msg = "an idempotency key holding U+0000 cannot be recorded"
+        raise ValueError(msg)
+    return key.encode()
+
+
+def dedup_keys(keys: list[str]) -> list[bytes]:
+    """:func:`dedup_key` of each key (a batch's claim)."""
+    return [dedup_key(key) for key in keys]
+
+
+def key_text(stored: bytes) -> str:
+    """The idempotency key a stored dedup key stands for."""
+    if len(stored) == 33 and stored[0] == 0:  # noqa: PLR2004 - the compact form's length
+        return f"{UUID(bytes=stored[1:17])}:{stored[17:].hex()}"
+    return stored.decode()
