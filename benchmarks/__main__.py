@@ -16,6 +16,7 @@ from pathlib import Path
 
 from rich.console import Console
 
+from benchmarks.budgets import run_budgets
 from benchmarks.contention import run_contention
 from benchmarks.dedup import run_dedup
 from benchmarks.executor import run_executor
@@ -25,6 +26,7 @@ from benchmarks.options import DEFAULT_STAGES, STAGES, Options
 from benchmarks.report import Report, machine
 from benchmarks.soak import run_soak
 from benchmarks.stack import BenchStack
+from benchmarks.transports import run_transports
 from benchmarks.triage import run_triage
 from spectral.devstack import status
 from spectral.observability.logging import configure_logging
@@ -54,11 +56,13 @@ def _options(argv: list[str]) -> Options:
         "--executor-baseline-items", type=int, default=defaults.executor_baseline_items
     )
     parser.add_argument("--dedup-prefill", type=int, default=defaults.dedup_prefill)
+    parser.add_argument("--transports-events", type=int, default=defaults.transports_events)
     parser.add_argument("--soak-seconds", type=float, default=defaults.soak_seconds)
     parser.add_argument("--soak-rate", type=int, default=defaults.soak_rate)
     parser.add_argument("--governance-big-items", type=int, default=defaults.governance_big_items)
     parser.add_argument("--governance-window", type=float, default=defaults.governance_window)
     parser.add_argument("--governance-latency", type=float, default=defaults.governance_latency)
+    parser.add_argument("--budget-items", type=int, default=defaults.budget_items)
     parser.add_argument("--freshness-rate", type=int, default=defaults.freshness_rate)
     parser.add_argument("--freshness-high-rate", type=int, default=defaults.freshness_high_rate)
     parser.add_argument("--freshness-seconds", type=float, default=defaults.freshness_seconds)
@@ -94,11 +98,13 @@ def _options(argv: list[str]) -> Options:
         executor_baseline_items=args.executor_baseline_items,
         executor_epics=args.executor_epics,
         dedup_prefill=args.dedup_prefill,
+        transports_events=args.transports_events,
         soak_seconds=args.soak_seconds,
         soak_rate=args.soak_rate,
         governance_big_items=args.governance_big_items,
         governance_window=args.governance_window,
         governance_latency=args.governance_latency,
+        budget_items=args.budget_items,
         freshness_rate=args.freshness_rate,
         freshness_high_rate=args.freshness_high_rate,
         freshness_seconds=args.freshness_seconds,
@@ -118,8 +124,10 @@ RUNNERS: dict[str, Runner] = {
     "freshness": run_freshness,
     "executor": run_executor,
     "dedup": run_dedup,
+    "transports": run_transports,
     "soak": run_soak,
     "governance": run_governance,
+    "budgets": run_budgets,
 }
 """Every stage, in the order a run takes them (``--stages`` picks a subset, each runnable on its
 own). A new stage is a ``run_NAME(stack, options, report)`` coroutine added here and to

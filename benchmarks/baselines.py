@@ -285,4 +285,6 @@ async def _naive_one(conn: asyncpg.Connection, record: object) -> None:
             ],
         )
         if not written:
-            await conn.execute(ENGINE_SQL["mark_stale"], CONSUMER_NAME, [envelope.idempotency_key])
+            await conn.execute(
+                ENGINE_SQL["mark_stale"], CONSUMER_NAME, [dedup_key(envelope.idempotency_key)]
+            )

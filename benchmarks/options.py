@@ -6,8 +6,27 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-STAGES = ("triage", "contention", "freshness", "executor", "governance", "dedup", "soak")
-DEFAULT_STAGES = ("triage", "contention", "freshness", "executor", "governance", "dedup")
+STAGES = (
+    "triage",
+    "contention",
+    "freshness",
+    "executor",
+    "governance",
+    "budgets",
+    "dedup",
+    "transports",
+    "soak",
+)
+DEFAULT_STAGES = (
+    "triage",
+    "contention",
+    "freshness",
+    "executor",
+    "governance",
+    "budgets",
+    "dedup",
+    "transports",
+)
 """`make bench`; the soak runs for minutes on its own (`make soak`)."""
 
 
@@ -52,9 +71,17 @@ class Options:
     governance_window: float = 120.0
     """Seconds of the big tenant's steady state measured for throughput (and the executor's RSS,
     whose first half is its warm-up)."""
+    budget_items: int = 1_500
+    """Items of the budget stage (benchmarks/budgets.py), over 5 nested budget scopes whose
+    limits admit about 1,000 of them."""
+    budget_executors: int = 3
+    budget_latency: float = 0.1
+    """The budget stage's median call latency in seconds (the p99 is 6 x this)."""
     compare: Path | None = None
     """Another checkout: its consumer is run against this one's, alternating (A/B)."""
     compare_rounds: int = 2
+    transports_events: int = 60_000
+    """Records the ``transports`` stage's topic holds (read once per transport)."""
     soak_seconds: float = 300.0
     soak_rate: int = 1000
     """Events per second the soak's producer writes (plus 5 % re-sent)."""

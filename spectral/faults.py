@@ -156,7 +156,11 @@ _REFUSALS: Final[tuple[tuple[type[KafkaError], Refusal], ...]] = (
 
 def refusal_of(exc: BaseException) -> Refusal | None:
     """Why the broker refused this record for good, or None when ``exc`` is no such refusal
-    (an outage, or any other failure of the client)."""
+    (an outage, or any other failure of the client). An exception may carry its own
+    (``refusal``: the confluent transport's)."""
+    carried = getattr(exc, "refusal", None)
+    if isinstance(carried, Refusal):
+        return carried
     for kind, refusal in _REFUSALS:
         if isinstance(exc, kind):
             return refusal

@@ -88,9 +88,10 @@ class Settings(BaseSettings):
     )
     kafka_transport: KafkaTransport = Field(
         default=KafkaTransport.AIOKAFKA,
-        description="The Kafka client consumers read with and produce dead letters with: "
-        "aiokafka (asyncio, the classic group protocol) or confluent (librdkafka, with the "
-        "broker-driven group protocol of Kafka 4: see kafka_group_protocol).",
+        description="The Kafka client consumers read with and produce dead letters with, the "
+        "outbox relay publishes with and dlq redrive produces with: aiokafka (asyncio, the "
+        "classic group protocol) or confluent (librdkafka, with the broker-driven group "
+        "protocol of Kafka 4: see kafka_group_protocol).",
     )
     kafka_group_protocol: GroupProtocol = Field(
         default=GroupProtocol.CONSUMER,

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
@@ -29,6 +30,23 @@ TRANSPORTS: dict[str, dict[str, Any]] = {
     },
 }
 """Every Kafka transport and group protocol a deployment can choose: settings overrides."""
+
+PRODUCING: tuple[str, ...] = ("aiokafka", "confluent-consumer")
+"""One of ``TRANSPORTS`` per client library: what a producer (the relay, a redrive) does
+depends on the client, not on the group protocol."""
+
+
+def transport_params(
+    *in_make_test: str, mark: pytest.MarkDecorator = pytest.mark.slow
+) -> list[Any]:
+    """Every name of ``TRANSPORTS`` as a pytest parameter; those not named in ``in_make_test``
+    carry ``mark`` (``slow``: ``make test-slow``; ``cluster_slow``: ``make test-cluster``) — a
+    heavy fault test runs its other variants there, while the ones named keep the guarantee in
+    ``make test``."""
+    return [
+        pytest.param(name, id=name, marks=() if name in in_make_test else (mark,))
+        for name in sorted(TRANSPORTS)
+    ]
 
 
 def transport_env(name: str) -> dict[str, str]:

@@ -35,16 +35,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import asyncpg
-from aiokafka import AIOKafkaProducer
 from aiokafka.errors import KafkaError
 
 from spectral.dlq.policy import L, Skipped, select
 from spectral.dlq.records import DeadLetterRecord, Topics, scan_dead_letters, scan_summaries
 from spectral.dlq.repository import RedriveRepository
 from spectral.errors import TransientError
-from spectral.kafka.config import refusable_producer_kwargs
-from spectral.kafka.dlq import MAX_REQUEST_BYTES, redrive_headers
-from spectral.kafka.produce import Message, Refused, Sent, send_alone, send_each
+from spectral.kafka.configured import configured_transport
+from spectral.kafka.dlq import redrive_headers
+from spectral.kafka.produce import Message, Refused, Sender, Sent
 from spectral.observability.logging import get_logger
 from spectral.settings import Settings
 
@@ -171,9 +170,9 @@ async def redrive(
     run = _Pass(settings, bootstrap, RedriveRepository(conn), topics, reason, progress)
     producer = None
     if not dry_run:
-        producer = AIOKafkaProducer(
-            **refusable_producer_kwargs(settings, bootstrap, delivery_timeout_ms=PATIENCE_MS),
-            max_request_size=MAX_REQUEST_BYTES,
+        # the settings' transport (SPECTRAL_KAFKA_TRANSPORT), as the consumers' dead letters
+        producer = configured_transport(settings, bootstrap).sender(
+            [topics.source], delivery_timeout_ms=PATIENCE_MS
         )
     try:
         if producer is None:
@@ -181,7 +180,7 @@ async def redrive(
         else:
             await producer.start()
             await run.send(producer)
-    except KafkaError as exc:
+    except (KafkaError, TransientError) as exc:
         raise TransientError(
             f"Kafka unavailable during redrive ({exc}); the dead letters not yet recorded as "
             "redriven will be redriven by the next run"
@@ -239,7 +238,7 @@ class _Pass:
                     [Redriven(s.partition, s.offset, s.reason, None, None) for s in chosen]
                 )
 
-    async def send(self, producer: AIOKafkaProducer) -> None:
+    async def send(self, producer: Sender) -> None:
         """Redrive every dead letter chosen, one transaction per batch read."""
         progress = self.progress
         batches = scan_dead_letters(self.settings, self.bootstrap, self.topics.dlq)
@@ -263,23 +262,23 @@ def _message(record: DeadLetterRecord, source: str, *, with_history: bool = True
 
 
 async def _send(
-    producer: AIOKafkaProducer, source: str, records: Sequence[DeadLetterRecord]
+    producer: Sender, source: str, records: Sequence[DeadLetterRecord]
 ) -> list[Sent | Refused]:
     """Produce the redriven records; one the broker refuses is sent again alone, then alone
     without its history, before it counts as refused."""
-    outcomes = await send_each(producer, [_message(r, source) for r in records])
+    outcomes = await producer.send_each([_message(r, source) for r in records])
     for index, (record, outcome) in enumerate(zip(records, outcomes, strict=True)):
         if isinstance(outcome, Refused):
-            alone = await send_alone(producer, _message(record, source))
+            alone = await producer.send_alone(_message(record, source))
             if isinstance(alone, Refused):
-                alone = await send_alone(producer, _message(record, source, with_history=False))
+                alone = await producer.send_alone(_message(record, source, with_history=False))
             outcomes[index] = alone
     return outcomes
 
 
 async def _batch(
     repository: RedriveRepository,
-    producer: AIOKafkaProducer,
+    producer: Sender,
     topics: Topics,
     batch: Sequence[DeadLetterRecord],
 ) -> tuple[list[Redriven], int, list[Refusal]]:

@@ -74,6 +74,10 @@ readiness probe's ``SELECT 1``."""
 IDLE_PROBE_SECONDS = 5.0
 """How long ``stop_when_idle`` waits for the broker and the database to answer before the
 idle time is judged an outage instead (and counted again from zero)."""
+JOIN_PATIENCE_SECONDS = 30.0
+"""How long ``stop_when_idle`` waits for a member's first assignment (possibly empty) before
+its idle time counts anyway: joining a group takes a few heartbeats, longer on a busy machine,
+and a member that stopped before it was given its partitions read none of them."""
 
 
 @dataclass(frozen=True)
@@ -249,6 +253,9 @@ class ConsumerEngine:
         outage. ``stop_when_idle`` counts from here."""
         self._outage = False
         """The last idle probe found the broker or the database unreachable."""
+        self._joined = False
+        """The group gave this member its first assignment (a range needs none)."""
+        self._created_at = time.monotonic()
 
     async def _revoking(self, partitions: Collection[TopicPartition]) -> None:
         """``partitions`` are about to leave: wait for the running transaction and for every
@@ -265,6 +272,7 @@ class ConsumerEngine:
 
     def _assigned(self, partitions: Collection[TopicPartition]) -> None:
         self._busy_at = time.monotonic()
+        self._joined = True
         self.hook.assigned(partitions)
 
     def _revoked_since(self, epoch: int) -> set[TopicPartition]:
@@ -406,8 +414,12 @@ class ConsumerEngine:
         idle = self.options.stop_when_idle
         if idle is None or self._in_flight:
             return False
-        if time.monotonic() - max(last_record, self._busy_at) < idle:
-            return False
+        if time.monotonic() - max(last_record, self._busy_at) < idle or (
+            self.source.live
+            and not self._joined
+            and time.monotonic() - self._created_at < max(idle, JOIN_PATIENCE_SECONDS)
+        ):
+            return False  # records lately, or not a member yet: nothing was given to read
         probed_at = time.monotonic()
         probe = asyncio.ensure_future(self._unreachable())
         stopping = asyncio.ensure_future(self._stop.wait())
@@ -423,6 +435,9 @@ class ConsumerEngine:
             await asyncio.wait((probe,))  # its cancellation has ended it
             return False
         unreachable = probe.result()
+        if unreachable is None and not self._outage and not await self._caught_up():
+            self._busy_at = time.monotonic()  # records left to read: not idle
+            return False
         if unreachable is None and not self._outage:
             # Partitions moved while the probe ran (up to IDLE_PROBE_SECONDS): the count started
             # again then, and the partitions just assigned may hold records unread.
@@ -436,6 +451,13 @@ class ConsumerEngine:
         self._outage = unreachable is not None
         self._busy_at = time.monotonic()
         return False
+
+    async def _caught_up(self) -> bool:
+        """The source read its partitions to their end (a fault counts as not yet)."""
+        try:
+            return await asyncio.wait_for(self.source.caught_up(), timeout=IDLE_PROBE_SECONDS)
+        except Exception:  # noqa: BLE001 - not known to be caught up: not idle
+            return False
 
     async def _unreachable(self) -> str | None:
         """The component ("kafka", "database") that does not answer within IDLE_PROBE_SECONDS,

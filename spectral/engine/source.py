@@ -9,7 +9,7 @@ is the one the settings name; a test passes spectral.testing's in-memory broker 
 
 from __future__ import annotations
 
-from spectral.kafka.aiokafka_source import AiokafkaTransport
+from spectral.kafka.configured import configured_transport
 from spectral.kafka.transport import (
     FetchOptions,
     FixedRange,
@@ -20,7 +20,6 @@ from spectral.kafka.transport import (
     Transport,
     UnreadableRecordsError,
 )
-from spectral.settings import KafkaTransport, Settings
 
 __all__ = [
     "FetchOptions",
@@ -33,13 +32,3 @@ __all__ = [
     "UnreadableRecordsError",
     "configured_transport",
 ]
-
-
-def configured_transport(settings: Settings, bootstrap: str) -> Transport:
-    """The transport of the settings (``SPECTRAL_KAFKA_TRANSPORT``) on the cluster
-    ``bootstrap``."""
-    if settings.kafka_transport is KafkaTransport.CONFLUENT:
-        from spectral.kafka.confluent import ConfluentTransport  # noqa: PLC0415 - librdkafka only when chosen
-
-        return ConfluentTransport(settings, bootstrap)
-    return AiokafkaTransport(settings, bootstrap)

@@ -40,7 +40,14 @@ class ClientSource(RecordSource, ABC):
 
 
 class SenderType(Protocol):
-    def __call__(self, settings: Settings, bootstrap: str, *, topics: Sequence[str] = ()) -> Sender:
+    def __call__(
+        self,
+        settings: Settings,
+        bootstrap: str,
+        *,
+        topics: Sequence[str] = (),
+        delivery_timeout_ms: int | None = None,
+    ) -> Sender:
         """A sender (not started) on a producer of its own."""
 
 
@@ -59,5 +66,10 @@ class ClientTransport:
     def source(self, reading: Reading, options: FetchOptions) -> RecordSource:
         return self.source_type(self._settings, self._bootstrap, reading, options)
 
-    def sender(self, topics: Sequence[str]) -> Sender:
-        return self.sender_type(self._settings, self._bootstrap, topics=topics)
+    def sender(self, topics: Sequence[str], *, delivery_timeout_ms: int | None = None) -> Sender:
+        return self.sender_type(
+            self._settings,
+            self._bootstrap,
+            topics=topics,
+            delivery_timeout_ms=delivery_timeout_ms,
+        )

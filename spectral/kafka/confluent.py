@@ -39,6 +39,7 @@ from confluent_kafka import (
 from confluent_kafka import TopicPartition as ConfluentPartition
 
 from spectral.errors import PermanentError, TransientError
+from spectral.faults import Refusal
 from spectral.kafka.aiokafka_source import (
     FETCH_MAX_BYTES,
     MAX_POLL_INTERVAL_MS,
@@ -595,6 +596,25 @@ class ConfluentSource(ClientSource):
         offset = found[0].offset
         return None if offset in (OFFSET_INVALID, -1) or offset < 0 else int(offset)
 
+    async def caught_up(self) -> bool:
+        """Every partition this member owns read to its end: its position at the high
+        watermark (past any transaction markers), or none yet on an empty partition. After an
+        assignment librdkafka looks the offsets up before its first fetch — seconds on a busy
+        machine, while fetches return nothing —, so a member is not idle before."""
+        owned = sorted(self._owned)
+        if not owned:
+            return True
+        thread, consumer = self._started()
+        marks = await self._watermarks(owned)
+        asked = [ConfluentPartition(tp.topic, tp.partition) for tp in owned]
+        positions = await thread.run(lambda: consumer.position(asked))
+        for found in positions:
+            low, high = marks[TopicPartition(found.topic, found.partition)]
+            position = found.offset if found.offset >= 0 else None
+            if (position is None and high > low) or (position is not None and position < high):
+                return False
+        return True
+
     async def probe(self) -> None:
         thread, consumer = self._started()
         assigned = self._owned
@@ -630,6 +650,12 @@ class ConfluentSource(ClientSource):
                 await thread.stop()
 
 
+PARTITIONER: Final = "murmur2_random"
+"""A keyed record goes to the partition aiokafka and the Java client choose (murmur2 of the key;
+librdkafka's default, CRC32, would not): switching transports, or redriving a dead letter,
+keeps a key on its partition, so its records stay in order."""
+
+
 # -- the sender -------------------------------------------------------------------------------
 
 
@@ -637,13 +663,22 @@ class ConfluentSender:
     """A :class:`~spectral.kafka.produce.Sender` on a librdkafka producer of its own: ``acks=all``,
     no idempotence (spectral.kafka.config.refusable_producer_kwargs says why)."""
 
-    def __init__(self, settings: Settings, bootstrap: str, *, topics: Sequence[str] = ()) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        bootstrap: str,
+        *,
+        topics: Sequence[str] = (),
+        delivery_timeout_ms: int | None = None,
+    ) -> None:
+        """``delivery_timeout_ms``: a delivery window longer than twice the request timeout."""
         self._settings = settings
         self._bootstrap = bootstrap
         self._topics = sorted(topics)
         self._thread: _ClientThread | None = None
         self._producer: Producer | None = None
         self._timeout = settings.kafka_request_timeout_ms / 1000
+        self._delivery_ms = max(2 * settings.kafka_request_timeout_ms, delivery_timeout_ms or 0)
 
     async def start(self) -> None:
         if self._producer is not None:
@@ -654,10 +689,11 @@ class ConfluentSender:
         config |= {
             "acks": "all",
             "enable.idempotence": False,
+            "partitioner": PARTITIONER,
             "linger.ms": 5,
             "message.max.bytes": MAX_REQUEST_BYTES,  # dead letters carry the original bytes
             "request.timeout.ms": self._settings.kafka_request_timeout_ms,
-            "message.timeout.ms": 2 * self._settings.kafka_request_timeout_ms,
+            "message.timeout.ms": self._delivery_ms,
         }
         producer: Producer = await self._thread.run(lambda: Producer(config))
         timeout = self._timeout
@@ -712,7 +748,8 @@ class ConfluentSender:
                 outcomes[index] = _refusal(exc.args[0], faults)
             except (TypeError, ValueError) as exc:
                 outcomes[index] = Refused(f"{type(exc).__name__}: {exc}"[:500])
-        left = producer.flush(3 * self._timeout)  # message.timeout.ms settles every one before
+        # message.timeout.ms settles every one before
+        left = producer.flush(self._delivery_ms / 1000 + self._timeout)
         if left:
             faults.append(TransientError(f"{left} dead letters not acknowledged in time"))
         if faults:
@@ -731,6 +768,143 @@ class ConfluentSender:
                     await asyncio.shield(thread.run(lambda: producer.flush(timeout)))
         finally:
             await thread.stop()
+
+
+# -- the outbox relay's producer ------------------------------------------------------------------
+
+_REFUSALS: Final[Mapping[int, Refusal]] = {
+    KafkaError.MSG_SIZE_TOO_LARGE: Refusal.TOO_LARGE,
+    KafkaError.RECORD_LIST_TOO_LARGE: Refusal.TOO_LARGE,
+    KafkaError.TOPIC_AUTHORIZATION_FAILED: Refusal.NOT_AUTHORIZED,
+    KafkaError.TOPIC_EXCEPTION: Refusal.INVALID,
+    KafkaError.INVALID_MSG: Refusal.INVALID,
+    KafkaError.INVALID_TIMESTAMP: Refusal.INVALID,
+    KafkaError.POLICY_VIOLATION: Refusal.INVALID,
+    KafkaError.INVALID_RECORD: Refusal.INVALID,
+}
+"""librdkafka's codes for a record the broker (or the client, before sending) refuses for good:
+the refusals spectral.faults.refusal_of names for aiokafka's exceptions."""
+
+
+class RecordRefusedError(PermanentError):
+    """The broker or the client refuses this record for good (``refusal`` says why)."""
+
+    def __init__(self, refusal: Refusal, message: str) -> None:
+        super().__init__(message)
+        self.refusal = refusal
+
+
+def _send_error(error: KafkaError) -> Exception:
+    """A failed send as the exception the relay classifies: a refusal of the record, a fault of
+    the cluster (transient) or of the client (fatal)."""
+    refusal = _REFUSALS.get(error.code())
+    if refusal is not None and not error.retriable():
+        return RecordRefusedError(refusal, f"{error.name()}: {error.str()}"[:500])
+    return _fault(error, "record not acknowledged")
+
+
+class ConfluentPublisher:
+    """The outbox relay's producer on librdkafka: ``acks=all`` and idempotence (as
+    spectral.kafka.config.producer_kwargs: a retry never writes a record twice nor out of order
+    within its partition). :meth:`send` has aiokafka's shape — it queues the record and returns
+    a future of its acknowledgement (:class:`~spectral.kafka.produce.Sent`) or of its failure —
+    so the relay publishes through either client alike. ``produce`` never blocks (it queues);
+    a thread of the publisher's own serves the delivery reports (``poll``)."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        bootstrap: str,
+        *,
+        client_id: str,
+        linger_ms: int,
+        max_batch_bytes: int,
+        max_request_bytes: int,
+    ) -> None:
+        self._config = confluent_config(settings, bootstrap, client_id) | {
+            "acks": "all",
+            "enable.idempotence": True,
+            "partitioner": PARTITIONER,
+            "linger.ms": linger_ms,
+            "batch.size": max_batch_bytes,
+            "message.max.bytes": max_request_bytes,
+            "request.timeout.ms": settings.kafka_request_timeout_ms,
+            # as aiokafka's: a record waits for its acknowledgement at most the request timeout
+            # (then the batch fails and the relay's session backs off and sends it again)
+            "message.timeout.ms": settings.kafka_request_timeout_ms,
+        }
+        self._timeout = settings.kafka_request_timeout_ms / 1000
+        self._producer: Producer | None = None
+        self._polling: threading.Thread | None = None
+        self._stopping = threading.Event()
+
+    async def start(self) -> None:
+        """Connect; a cluster that does not answer raises a transient fault."""
+        if self._producer is not None:
+            return
+        producer = Producer(self._config)
+        timeout = self._timeout
+        try:
+            await asyncio.to_thread(lambda: producer.list_topics(timeout=timeout))
+        except KafkaException as exc:
+            await asyncio.to_thread(producer.flush, 0)
+            raise _fault(exc.args[0], "the cluster does not answer") from exc
+        self._producer = producer
+        self._stopping.clear()
+        self._polling = threading.Thread(
+            target=self._poll, args=(producer,), name="kafka-relay-deliveries", daemon=True
+        )
+        self._polling.start()
+
+    def _poll(self, producer: Producer) -> None:
+        while not self._stopping.is_set():
+            producer.poll(FETCH_SLICE_SECONDS)
+
+    async def send(
+        self,
+        topic: str,
+        *,
+        value: bytes,
+        key: bytes | None,
+        headers: Sequence[tuple[str, bytes]],
+    ) -> asyncio.Future[Sent]:
+        """Queue one record; the future of its acknowledgement. A record the client refuses
+        before sending it raises :class:`RecordRefusedError`; a full queue, a transient fault."""
+        producer = self._producer
+        if producer is None:
+            msg = "the publisher was not started"
+            raise RuntimeError(msg)
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[Sent] = loop.create_future()
+
+        def delivered(error: KafkaError | None, message: Message) -> None:
+            if error is None:
+                sent = Sent(message.partition() or 0, message.offset() or 0)
+                loop.call_soon_threadsafe(_settle, future, sent, None)
+            else:
+                loop.call_soon_threadsafe(_settle, future, None, _send_error(error))
+
+        try:
+            producer.produce(
+                topic, value=value, key=key, headers=list(headers), on_delivery=delivered
+            )
+        except BufferError as exc:
+            msg = "the producer's queue is full"
+            raise TransientError(msg) from exc
+        except KafkaException as exc:
+            raise _send_error(exc.args[0]) from exc
+        return future
+
+    async def stop(self) -> None:
+        """Wait for the records queued (at most the request timeout), then close."""
+        producer, self._producer = self._producer, None
+        polling, self._polling = self._polling, None
+        self._stopping.set()
+        if polling is not None:
+            await asyncio.to_thread(polling.join)
+        if producer is not None:
+            timeout = self._timeout
+            await asyncio.shield(asyncio.to_thread(producer.flush, timeout))
 
 
 class ConfluentTransport(ClientTransport):

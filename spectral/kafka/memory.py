@@ -427,5 +427,10 @@ class MemoryTransport:
     def source(self, reading: Reading, options: FetchOptions) -> RecordSource:
         return MemorySource(self.broker, reading, options)
 
-    def sender(self, topics: Sequence[str]) -> Sender:  # noqa: ARG002 - nothing to track
+    def sender(
+        self,
+        topics: Sequence[str],  # noqa: ARG002 - nothing to track
+        *,
+        delivery_timeout_ms: int | None = None,  # noqa: ARG002 - every record is taken at once
+    ) -> Sender:
         return MemorySender(self.broker)

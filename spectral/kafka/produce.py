@@ -128,11 +128,20 @@ class AiokafkaSender:
     """A :class:`Sender` on an ``AIOKafkaProducer`` of its own: ``acks=all``, no idempotence
     (:func:`~spectral.kafka.config.refusable_producer_kwargs` says why)."""
 
-    def __init__(self, settings: Settings, bootstrap: str, *, topics: Sequence[str] = ()) -> None:
-        """``topics``: the topics whose metadata the producer tracks from the start."""
+    def __init__(
+        self,
+        settings: Settings,
+        bootstrap: str,
+        *,
+        topics: Sequence[str] = (),
+        delivery_timeout_ms: int | None = None,
+    ) -> None:
+        """``topics``: the topics whose metadata the producer tracks from the start;
+        ``delivery_timeout_ms``: a delivery window longer than the request timeout."""
         self._settings = settings
         self._bootstrap = bootstrap
         self._topics = sorted(topics)
+        self._delivery_timeout_ms = delivery_timeout_ms
         self._producer: AIOKafkaProducer | None = None
         self._started = False
 
@@ -141,7 +150,9 @@ class AiokafkaSender:
             return
         if self._producer is None:
             self._producer = AIOKafkaProducer(
-                **refusable_producer_kwargs(self._settings, self._bootstrap),
+                **refusable_producer_kwargs(
+                    self._settings, self._bootstrap, delivery_timeout_ms=self._delivery_timeout_ms
+                ),
                 linger_ms=5,
                 max_request_size=MAX_REQUEST_BYTES,  # dead letters carry the original bytes
                 metadata_max_age_ms=int(self._settings.kafka_metadata_refresh_seconds * 1000),

@@ -83,14 +83,18 @@ class Transport(Protocol):
     """A Kafka client library (or the in-memory broker): builds the record sources and the
     senders a consumer run needs, each owning its client."""
 
-    name: str
-    """How it is named in settings and logs (``aiokafka``, ``memory``)."""
+    @property
+    def name(self) -> str:
+        """How it is named in settings and logs (``aiokafka``, ``memory``)."""
 
     def source(self, reading: Reading, options: FetchOptions) -> RecordSource:
         """A record source reading ``reading`` (not started)."""
 
-    def sender(self, topics: Sequence[str]) -> Sender:
-        """A sender (not started); ``topics``: those it will produce to first."""
+    def sender(self, topics: Sequence[str], *, delivery_timeout_ms: int | None = None) -> Sender:
+        """A sender (not started); ``topics``: those it will produce to first;
+        ``delivery_timeout_ms``: how long a record may wait for the cluster to take it (longer
+        than the request timeout: an operator's command waits out a partition below
+        ``min.insync.replicas``)."""
 
 
 class Rebalance(Protocol):
@@ -220,6 +224,12 @@ class RecordSource(ABC):
         """One round trip to the broker (the end offsets of this member's partitions, or the
         cluster's metadata when it holds none); raises when it does not answer."""
         await self.end_offsets(self.assignment())
+
+    async def caught_up(self) -> bool:
+        """Whether this member has read every partition it owns to its end (``--stop-when-idle``
+        asks before it stops). By default yes: a source whose fetch answers only once it has
+        caught up (aiokafka's, the in-memory one) never looks idle before."""
+        return True
 
     @abstractmethod
     async def stop(self) -> None:

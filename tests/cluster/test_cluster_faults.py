@@ -36,6 +36,7 @@ from spectral.kafka.topics import group_for
 from spectral.settings import Settings
 from tests.cluster.pipeline import Pipeline, Stall, pipeline, report
 from tests.cluster.support import BROKERS, busiest_partition, coordinator_of, in_sync
+from tests.kafka_support import transport_env, transport_params
 
 pytestmark = [pytest.mark.integration, pytest.mark.faults, pytest.mark.cluster]
 
@@ -56,6 +57,21 @@ async def line(
         yield running
 
 
+@pytest.fixture
+async def transported_line(
+    request: pytest.FixtureRequest,
+    settings: Settings,
+    database_url: str,
+    spectral_env: dict[str, str],
+    tmp_path: Path,
+) -> AsyncIterator[Pipeline]:
+    """``line`` with the relay and both consumers on each transport (confluent's variants in
+    ``make test-cluster``)."""
+    env = {**spectral_env, **transport_env(request.param)}
+    async with pipeline(settings, database_url, env, tmp_path) as running:
+        yield running
+
+
 async def _baseline(line: Pipeline) -> list[Stall]:
     start = time.monotonic()
     await asyncio.sleep(BASELINE_SECONDS)
@@ -69,9 +85,15 @@ def _print(
         print(f"\n{report(fault, stalls, baseline)}")  # noqa: T201
 
 
+@pytest.mark.parametrize(
+    "transported_line",
+    transport_params("aiokafka", mark=pytest.mark.cluster_slow),
+    indirect=True,
+)
 async def test_sigkill_of_the_busiest_partitions_leader(
-    cluster: LocalKafkaCluster, line: Pipeline, capsys: pytest.CaptureFixture[str]
+    cluster: LocalKafkaCluster, transported_line: Pipeline, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    line = transported_line
     baseline = await _baseline(line)
     busiest = await busiest_partition(line.bootstrap, line.topics)
     broker = cluster.broker(busiest.leader)

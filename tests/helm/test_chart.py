@@ -173,6 +173,33 @@ def test_every_environment_variable_is_a_setting_spectral_accepts(
                 assert str(getattr(read[cls], field)) not in {"", "None"}, name
 
 
+@pytest.mark.parametrize(
+    ("sets", "transport", "protocol"),
+    [
+        ({}, "aiokafka", None),  # aiokafka speaks the classic protocol only: nothing to choose
+        ({"kafka.transport": "confluent"}, "confluent", "consumer"),
+        (
+            {"kafka.transport": "confluent", "kafka.groupProtocol": "classic"},
+            "confluent",
+            "classic",
+        ),
+    ],
+)
+def test_every_process_reads_and_writes_kafka_through_the_chosen_transport(
+    sets: dict[str, str], transport: str, protocol: str | None
+) -> None:
+    found = [
+        c
+        for c in containers(render([DEFAULT], sets))
+        if c.runs_spectral and "SPECTRAL_KAFKA_BOOTSTRAP" in c.env  # (migrations: no Kafka)
+    ]
+    assert len(found) >= 6
+    for container in found:
+        env = container.env
+        assert env["SPECTRAL_KAFKA_TRANSPORT"]["value"] == transport, container.workload
+        assert env.get("SPECTRAL_KAFKA_GROUP_PROTOCOL", {}).get("value") == protocol
+
+
 @pytest.mark.parametrize("values", VALUES_FILES, ids=_ids)
 def test_every_container_runs_a_spectral_command_line(values: Path) -> None:
     """Each container's args are a command and options the CLI has (parsed, not run)."""
@@ -515,6 +542,8 @@ def test_the_image_is_this_version_of_the_dockerfile_image() -> None:
         ("env.LOG_LEVEL", "DEBUG", "does not match pattern"),  # settings are SPECTRAL_*
         ("maintenance.mode", "daemonset", "maintenance/mode"),
         ("kafka.securityProtocol", "TLS", "kafka/securityProtocol"),
+        ("kafka.transport", "kafka-python", "kafka/transport"),
+        ("kafka.groupProtocol", "eager", "kafka/groupProtocol"),
     ],
 )
 def test_values_the_chart_does_not_know_are_refused(key: str, value: str, complaint: str) -> None:

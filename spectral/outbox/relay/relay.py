@@ -48,16 +48,17 @@ import os
 import random
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from itertools import zip_longest
+from typing import Any, Protocol
 
 from aiokafka import AIOKafkaProducer
 from aiokafka.errors import KafkaError
 
 from contracts import MAX_PRODUCE_BYTES, format_utc
 from spectral.db.connect import ping
-from spectral.errors import TransientError
+from spectral.errors import SpectralError, TransientError
 from spectral.faults import Component, Refusal, describe, refusal_of
 from spectral.kafka.config import producer_kwargs
 from spectral.kafka.freshness import READY_AT_HEADER
@@ -77,11 +78,26 @@ from spectral.outbox.relay.repository import (
 from spectral.outbox.relay.shards import SHARD_COUNT, doorbell_slot, plan
 from spectral.retry import Backoff
 from spectral.service import Periodic, Supervised
-from spectral.settings import Settings
+from spectral.settings import KafkaTransport, Settings
 
 log = get_logger(__name__)
 
 CRASH_EXIT_CODE = 137
+
+
+class _Producer(Protocol):
+    """What the relay needs of a producer: aiokafka's ``AIOKafkaProducer``, or the confluent
+    transport's :class:`~spectral.kafka.confluent.ConfluentPublisher` (``send`` queues a record
+    and returns the future of its acknowledgement, or raises when the record is refused before
+    it is sent)."""
+
+    async def start(self) -> None: ...
+
+    def send(
+        self, topic: str, *, value: bytes, key: bytes | None, headers: list[tuple[str, bytes]]
+    ) -> Awaitable[asyncio.Future[Any]]: ...
+
+    async def stop(self) -> None: ...
 
 
 def safe_to_mark(
@@ -298,7 +314,7 @@ class OutboxRelay:
 
     async def _session(self, report: RelayReport) -> None:
         repo = await RelayRepository.open(self._database_url, role=self._role)
-        producer: AIOKafkaProducer | None = None
+        producer: _Producer | None = None
         held: set[int] = set()
         try:
             producer = await self._start_producer()
@@ -319,7 +335,7 @@ class OutboxRelay:
                 self._health.forget(check)
 
     async def _loop(
-        self, repo: RelayRepository, producer: AIOKafkaProducer, held: set[int], report: RelayReport
+        self, repo: RelayRepository, producer: _Producer, held: set[int], report: RelayReport
     ) -> None:
         next_rebalance = 0.0
         idle = _Idle()
@@ -373,7 +389,7 @@ class OutboxRelay:
     async def _batch(
         self,
         repo: RelayRepository,
-        producer: AIOKafkaProducer,
+        producer: _Producer,
         rows: Sequence[OutboxRow],
         started: float,
         report: RelayReport,
@@ -489,26 +505,43 @@ class OutboxRelay:
         self.metrics.depth.set(stats.depth)
         self.metrics.oldest_age.set(stats.oldest_age_seconds)
 
-    async def _start_producer(self) -> AIOKafkaProducer:
-        producer = AIOKafkaProducer(
+    def _producer(self) -> _Producer:
+        """The producer of the settings' transport (``SPECTRAL_KAFKA_TRANSPORT``)."""
+        client_id = "spectral-outbox-relay"
+        if self._settings.kafka_transport is KafkaTransport.CONFLUENT:
+            from spectral.kafka.confluent import ConfluentPublisher  # noqa: PLC0415 - librdkafka only when chosen
+
+            return ConfluentPublisher(
+                self._settings,
+                self._bootstrap,
+                client_id=client_id,
+                linger_ms=self.options.linger_ms,
+                max_batch_bytes=self.options.max_batch_bytes,
+                max_request_bytes=MAX_PRODUCE_BYTES,
+            )
+        producer: _Producer = AIOKafkaProducer(
             **producer_kwargs(self._settings, self._bootstrap),
-            client_id="spectral-outbox-relay",
+            client_id=client_id,
             linger_ms=self.options.linger_ms,
             max_batch_size=self.options.max_batch_bytes,
             # the contract's producer limit: aiokafka's default (1 MiB) refuses a valid record
             # whose value is 1 MiB once its key, headers and framing are added
             max_request_size=MAX_PRODUCE_BYTES,
         )
+        return producer
+
+    async def _start_producer(self) -> _Producer:
+        producer = self._producer()
         try:
             await producer.start()
-        except KafkaError as exc:
+        except (KafkaError, TransientError) as exc:
             with contextlib.suppress(Exception):
                 await producer.stop()
             raise BrokerUnavailableError(f"cannot start the Kafka producer: {exc}") from exc
         return producer
 
     async def _publish(
-        self, producer: AIOKafkaProducer, rows: Sequence[OutboxRow], hold: set[int]
+        self, producer: _Producer, rows: Sequence[OutboxRow], hold: set[int]
     ) -> tuple[list[object], BaseException | None]:
         """Send every row but those of ``hold``, wait for every ack; return each row's outcome
         in order (its acknowledgement, its fault, or None when it was not sent) and the fault
@@ -529,7 +562,7 @@ class OutboxRelay:
                     key=row.record_key.encode(),
                     headers=_headers(row),
                 )
-            except KafkaError as exc:
+            except (KafkaError, SpectralError) as exc:
                 if refusal_of(exc) is None:
                     failure = exc
                     break

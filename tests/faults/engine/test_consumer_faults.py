@@ -33,7 +33,6 @@ from spectral.retry import Backoff
 from spectral.settings import Settings, load_settings
 from tests.faults.engine.recording_consumer import CREATE_TABLE, AppendingHandler
 from tests.kafka_support import (
-    TRANSPORTS,
     cluster_event,
     committed_offsets,
     create_topics,
@@ -41,6 +40,7 @@ from tests.kafka_support import (
     publish_envelopes,
     read_all,
     transport_env,
+    transport_params,
 )
 from tests.support import eventually
 
@@ -110,9 +110,10 @@ async def _assert_exactly_once(url: str, expected_keys: set[str]) -> None:
     assert not doubled, f"applied more than once: {list(doubled.items())[:5]}"
 
 
-@pytest.fixture(params=sorted(TRANSPORTS))
+@pytest.fixture(params=transport_params("aiokafka", "confluent-consumer"))
 def transported_env(request: pytest.FixtureRequest, spectral_env: dict[str, str]) -> dict[str, str]:
-    """``spectral_env`` with each transport and group protocol."""
+    """``spectral_env`` with each transport and group protocol (confluent's classic protocol in
+    ``make test-slow``: its cooperative rebalances are the consumer protocol's code path)."""
     return {**spectral_env, **transport_env(request.param)}
 
 
@@ -271,9 +272,15 @@ async def test_postgres_stopped_mid_stream_loses_nothing_and_dead_letters_nothin
         server.stop(wipe=True)
 
 
+@pytest.mark.parametrize("transport", transport_params("aiokafka"))
 async def test_broker_stopped_mid_stream_loses_nothing_and_dead_letters_nothing(
-    database_url: str, topic_prefix: str, spectral_env: dict[str, str], tmp_path: Path
+    database_url: str,
+    topic_prefix: str,
+    spectral_env: dict[str, str],
+    tmp_path: Path,
+    transport: str,
 ) -> None:
+    spectral_env = {**spectral_env, **transport_env(transport)}
     # A private broker (same jar cache), so stopping it disturbs no other test.
     broker = LocalKafka(tmp_path / "kafka", default_cache_dir())
     bootstrap = broker.ensure_running()
@@ -290,15 +297,21 @@ async def test_broker_stopped_mid_stream_loses_nothing_and_dead_letters_nothing(
         broker.stop(wipe=True)
 
 
+@pytest.mark.parametrize("transport", transport_params("aiokafka"))
 async def test_a_broker_stopped_while_the_consumer_is_idle_is_an_outage_not_idleness(
-    database_url: str, topic_prefix: str, spectral_env: dict[str, str], tmp_path: Path
+    database_url: str,
+    topic_prefix: str,
+    spectral_env: dict[str, str],
+    tmp_path: Path,
+    transport: str,
 ) -> None:
     """Caught up, nothing in flight, then the broker goes away for longer than
     --stop-when-idle: only the idle probe (its partitions' end offsets) can tell an outage from
     a quiet topic, so it must find the broker unreachable and keep the consumer waiting. The idle
     count starts again once the broker answers, so the records published as soon as it is back
     are applied before the consumer stops (it stopped a second after the broker returned when
-    the count ran from the last failed probe)."""
+    the count ran from the last failed probe). Each transport probes with its own client."""
+    spectral_env = {**spectral_env, **transport_env(transport)}
     broker = LocalKafka(tmp_path / "kafka", default_cache_dir())
     bootstrap = broker.ensure_running()
     log = tmp_path / "consumer.log"

@@ -29,6 +29,8 @@ from tests.kafka_support import (
     create_topics,
     end_offsets,
     publish_envelopes,
+    transport_env,
+    transport_params,
 )
 
 pytestmark = [pytest.mark.integration, pytest.mark.faults]
@@ -45,13 +47,16 @@ async def _idle_in_transaction(url: str) -> int:
     )
 
 
-async def test_a_frozen_member_stalls_its_group_for_seconds_and_exactly_once_holds(
+@pytest.mark.parametrize("transport", transport_params("aiokafka"))
+async def test_a_frozen_member_stalls_its_group_for_seconds_and_exactly_once_holds(  # noqa: PLR0917 - fixtures
     database_url: str,
     kafka_bootstrap: str,
     topic_prefix: str,
     spectral_env: dict[str, str],
     tmp_path: Path,
+    transport: str,
 ) -> None:
+    spectral_env = {**spectral_env, **transport_env(transport)}
     await _execute(database_url, CREATE_TABLE)
     topic = topic_for(FAILURE_CLUSTER_DETECTED, topic_prefix)
     await create_topics(kafka_bootstrap, [topic], partitions=3)

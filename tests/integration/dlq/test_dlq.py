@@ -35,6 +35,8 @@ from tests.integration.replay.support import (
     spectral_ok,
 )
 from tests.kafka_support import (
+    PRODUCING,
+    TRANSPORTS,
     ReadRecord,
     cluster_event,
     create_topics,
@@ -168,9 +170,15 @@ async def test_list_and_show_decode_what_they_can(
 
 
 @pytest.mark.usefixtures("workspace_tables")
+@pytest.mark.parametrize("transport", PRODUCING)
 async def test_a_dead_letter_fails_again_with_its_history_then_applies_once_after_the_fix(
-    settings: Settings, kafka_bootstrap: str, database_url: str, spectral_env: dict[str, str]
+    settings: Settings,
+    kafka_bootstrap: str,
+    database_url: str,
+    spectral_env: dict[str, str],
+    transport: str,
 ) -> None:
+    settings = settings.replace(**TRANSPORTS[transport])
     topic = topic_for(FAILURE_CLUSTER_DETECTED, settings.topic_prefix)
     dlq = dlq_topic(topic)
     late, fk_letter = await _dead_lettered(settings, kafka_bootstrap)

@@ -10,8 +10,8 @@ from aiokafka import AIOKafkaProducer
 
 from spectral.engine.source import configured_transport
 from spectral.kafka.aiokafka_source import AiokafkaSource
-from spectral.kafka.confluent import ConfluentSource
-from spectral.kafka.produce import AiokafkaSender, Sender
+from spectral.kafka.confluent import ConfluentPublisher, ConfluentSource
+from spectral.kafka.produce import AiokafkaSender, Message, Sender, Sent
 from spectral.kafka.transport import (
     FetchOptions,
     FixedRange,
@@ -21,7 +21,7 @@ from spectral.kafka.transport import (
     TopicPartition,
 )
 from spectral.settings import Settings
-from tests.kafka_support import TRANSPORTS, create_topics
+from tests.kafka_support import PRODUCING, TRANSPORTS, create_topics
 from tests.seams.record_source import Headers, Recorder, RecordSourceContract, SourceWorld, drain
 from tests.seams.sender import SenderContract, SenderWorld
 from tests.support import unique_name
@@ -131,3 +131,48 @@ async def test_the_aiokafka_sender_tracks_only_its_topics_metadata(
         assert sender._client().client._topics == {topic}
     finally:
         await sender.stop()
+
+
+async def test_a_key_lands_on_the_same_partition_whatever_the_client(
+    settings: Settings, kafka_bootstrap: str
+) -> None:
+    """librdkafka's default partitioner (CRC32) is not aiokafka's and Java's (murmur2): the
+    confluent sender (dead letters, redrives) and publisher (the relay) choose murmur2, so a key
+    keeps its partition across a change of transport and a redrive lands where the original
+    did."""
+    topic = unique_name(settings.topic_prefix + "keys.")
+    await create_topics(kafka_bootstrap, [topic], partitions=6)
+    keys = [f"key-{n}".encode() for n in range(40)]
+    reference = AIOKafkaProducer(bootstrap_servers=kafka_bootstrap, acks="all")
+    await reference.start()
+    try:
+        expected = [
+            (await reference.send_and_wait(topic, value=b"v", key=key)).partition for key in keys
+        ]
+    finally:
+        await reference.stop()
+    assert len(set(expected)) == 6  # the keys spread: the comparison can fail
+    for name in PRODUCING:
+        sender = configured_transport(settings.replace(**TRANSPORTS[name]), kafka_bootstrap).sender(
+            [topic]
+        )
+        await sender.start()
+        try:
+            outcomes = await sender.send_each([Message(topic, key, b"v", ()) for key in keys])
+        finally:
+            await sender.stop()
+        assert [o.partition for o in outcomes if isinstance(o, Sent)] == expected, name
+    publisher = ConfluentPublisher(
+        settings,
+        kafka_bootstrap,
+        client_id="test",
+        linger_ms=5,
+        max_batch_bytes=16384,
+        max_request_bytes=1 << 20,
+    )
+    await publisher.start()
+    try:
+        acks = [await publisher.send(topic, value=b"v", key=key, headers=[]) for key in keys]
+        assert [(await ack).partition for ack in acks] == expected
+    finally:
+        await publisher.stop()

@@ -12,7 +12,7 @@ import pytest
 from aiokafka import TopicPartition
 from prometheus_client import CollectorRegistry
 
-from spectral.engine.engine import ConsumerEngine, EngineOptions
+from spectral.engine.engine import JOIN_PATIENCE_SECONDS, ConsumerEngine, EngineOptions
 from spectral.engine.handler import Delivery, Handler, HandlerResult
 from spectral.settings import Settings
 from tests.support import no_task_left_since
@@ -38,6 +38,7 @@ def _idle_engine() -> ConsumerEngine:
         registry=CollectorRegistry(),
     )
     engine._busy_at = time.monotonic() - 2 * IDLE
+    engine._joined = True  # a member the group has given its partitions
     return engine
 
 
@@ -61,6 +62,40 @@ async def test_an_idle_member_whose_servers_answer_stops() -> None:
         return None
 
     engine._unreachable = answering  # type: ignore[method-assign]
+    assert await engine._idle(time.monotonic() - 2 * IDLE)
+
+
+async def test_a_member_not_given_its_partitions_yet_is_not_idle() -> None:
+    # Joining took longer than the idle time (a busy machine): it has nothing to read yet.
+    engine = _idle_engine()
+    engine._joined = False
+
+    async def answering() -> str | None:
+        return None
+
+    engine._unreachable = answering  # type: ignore[method-assign]
+    assert not await engine._idle(time.monotonic() - 2 * IDLE)
+    engine._created_at = time.monotonic() - max(IDLE, JOIN_PATIENCE_SECONDS)  # never answered
+    assert await engine._idle(time.monotonic() - 2 * IDLE)
+
+
+async def test_a_member_that_has_not_read_what_it_owns_is_not_idle() -> None:
+    # Its first fetch after an assignment has not come back: records wait on its partitions.
+    engine = _idle_engine()
+    behind = True
+
+    async def answering() -> str | None:
+        return None
+
+    async def caught_up() -> bool:
+        return not behind
+
+    engine._unreachable = answering  # type: ignore[method-assign]
+    engine.source.caught_up = caught_up  # type: ignore[method-assign]
+    assert not await engine._idle(time.monotonic() - 2 * IDLE)
+    assert engine._busy_at > time.monotonic() - 1  # the idle count starts again
+    behind = False
+    engine._busy_at = time.monotonic() - 2 * IDLE
     assert await engine._idle(time.monotonic() - 2 * IDLE)
 
 

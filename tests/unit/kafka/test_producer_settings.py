@@ -60,7 +60,8 @@ def test_producers_of_refusable_records_keep_every_replica_but_not_idempotence()
 
 def test_every_producer_in_the_product_is_built_from_producer_kwargs() -> None:
     calls = _producer_calls()
-    assert len(calls) >= 3  # the outbox relay, the consumer's dead letters, dlq redrive
+    # the outbox relay; the aiokafka sender (the consumer's dead letters and dlq redrive)
+    assert len(calls) >= 2
     for where, call in calls:
         starred = [
             kw.value for kw in call.keywords if kw.arg is None and isinstance(kw.value, ast.Call)
@@ -71,3 +72,22 @@ def test_every_producer_in_the_product_is_built_from_producer_kwargs() -> None:
         assert built, f"{where}: AIOKafkaProducer without producer_kwargs"
         overridden = {kw.arg for kw in call.keywords} & {"acks", "enable_idempotence"}
         assert not overridden, f"{where} overrides {overridden}"
+
+
+def test_the_confluent_relay_producer_asks_for_every_replica_idempotence_and_murmur2() -> None:
+    from spectral.kafka.confluent import ConfluentPublisher  # noqa: PLC0415 - librdkafka
+
+    settings = load_settings(kafka_request_timeout_ms=12_345)
+    publisher = ConfluentPublisher(
+        settings,
+        "a:1",
+        client_id="relay",
+        linger_ms=5,
+        max_batch_bytes=1 << 20,
+        max_request_bytes=1 << 20,
+    )
+    config = publisher._config
+    assert config["acks"] == "all"
+    assert config["enable.idempotence"] is True
+    assert config["partitioner"] == "murmur2_random"
+    assert config["request.timeout.ms"] == 12_345

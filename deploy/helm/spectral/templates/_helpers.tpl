@@ -105,6 +105,12 @@ pays for model calls. The maintenance CronJob is listed too (kind CronJob). Temp
   value: {{ required "kafka.bootstrap is required (host:port[,host:port])" $kafka.bootstrap | quote }}
 - name: SPECTRAL_KAFKA_SECURITY_PROTOCOL
   value: {{ $kafka.securityProtocol | quote }}
+- name: SPECTRAL_KAFKA_TRANSPORT
+  value: {{ $kafka.transport | quote }}
+{{- if eq $kafka.transport "confluent" }}
+- name: SPECTRAL_KAFKA_GROUP_PROTOCOL
+  value: {{ $kafka.groupProtocol | quote }}
+{{- end }}
 {{- if $kafka.sasl.mechanism }}
 - name: SPECTRAL_KAFKA_SASL_MECHANISM
   value: {{ $kafka.sasl.mechanism | quote }}

@@ -30,7 +30,7 @@ from tests.integration.outbox.relay.support import (
     outbox_counts,
     read_topic,
 )
-from tests.kafka_support import create_topics, read_all
+from tests.kafka_support import PRODUCING, TRANSPORTS, create_topics, read_all
 from tests.support import eventually
 
 pytestmark = pytest.mark.integration
@@ -90,9 +90,11 @@ async def _enqueue_poison_then_more(database_url: str) -> None:
     await enqueue_numbered(database_url, [(key_id(k), s) for s in range(1, 4) for k in range(12)])
 
 
+@pytest.mark.parametrize("transport", PRODUCING)
 async def test_a_refused_record_holds_back_its_key_only_and_goes_out_once_the_topic_takes_it(
-    settings: Settings, database_url: str, kafka_bootstrap: str, topic_prefix: str
+    settings: Settings, database_url: str, kafka_bootstrap: str, topic_prefix: str, transport: str
 ) -> None:
+    settings = settings.replace(**TRANSPORTS[transport])
     work_topic = topic_prefix + WORK_ITEM_ENQUEUED
     await create_topics(kafka_bootstrap, [work_topic], 1, {"max.message.bytes": SMALL})
     await create_topics(kafka_bootstrap, [topic_prefix + EVENT_TYPE], 4)
@@ -172,9 +174,11 @@ async def test_a_refused_record_holds_back_its_key_only_and_goes_out_once_the_to
         await asyncio.wait_for(run, timeout=30)
 
 
+@pytest.mark.parametrize("transport", PRODUCING)
 async def test_a_one_shot_run_reports_the_refused_rows_and_publishes_the_rest(
-    settings: Settings, database_url: str, kafka_bootstrap: str, topic_prefix: str
+    settings: Settings, database_url: str, kafka_bootstrap: str, topic_prefix: str, transport: str
 ) -> None:
+    settings = settings.replace(**TRANSPORTS[transport])
     await create_topics(
         kafka_bootstrap, [topic_prefix + WORK_ITEM_ENQUEUED], 1, {"max.message.bytes": SMALL}
     )

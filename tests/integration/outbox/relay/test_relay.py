@@ -34,7 +34,7 @@ from tests.integration.outbox.relay.support import (
     outbox_counts,
     read_topic,
 )
-from tests.kafka_support import create_topics, read_all
+from tests.kafka_support import PRODUCING, TRANSPORTS, create_topics, read_all
 from tests.support import eventually
 
 pytestmark = pytest.mark.integration
@@ -54,9 +54,11 @@ def make_relay(
     )
 
 
+@pytest.mark.parametrize("transport", PRODUCING)
 async def test_every_row_is_published_with_its_key_and_headers_then_marked(
-    settings: Settings, database_url: str, kafka_bootstrap: str, topic_prefix: str
+    settings: Settings, database_url: str, kafka_bootstrap: str, topic_prefix: str, transport: str
 ) -> None:
+    settings = settings.replace(**TRANSPORTS[transport])
     pairs = [(key_id(k), s) for s in range(1, 11) for k in range(12)]
     await enqueue_numbered(database_url, pairs)
     registry = CollectorRegistry()
@@ -235,11 +237,13 @@ async def test_a_relay_with_no_shard_left_is_a_ready_standby(
         await others.close()
 
 
+@pytest.mark.parametrize("transport", PRODUCING)
 async def test_a_record_as_large_as_the_contract_allows_is_published(
-    settings: Settings, database_url: str, kafka_bootstrap: str, topic_prefix: str
+    settings: Settings, database_url: str, kafka_bootstrap: str, topic_prefix: str, transport: str
 ) -> None:
     """A valid record whose value is exactly 1 MiB leaves the relay (aiokafka's default request
     limit refuses it once its key and headers are added) and the declared topic takes it."""
+    settings = settings.replace(**TRANSPORTS[transport])
     for topic in declared_topics([WORK_ITEM_ENQUEUED], topic_prefix, TopicPolicy(), 1):
         await create_topics(kafka_bootstrap, [topic.name], topic.partitions, dict(topic.config))
     item = UUID(int=7)
