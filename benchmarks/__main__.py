@@ -16,6 +16,7 @@ from pathlib import Path
 
 from rich.console import Console
 
+from benchmarks.budgets import run_budgets
 from benchmarks.contention import run_contention
 from benchmarks.dedup import run_dedup
 from benchmarks.executor import run_executor
@@ -61,6 +62,7 @@ def _options(argv: list[str]) -> Options:
     parser.add_argument("--governance-big-items", type=int, default=defaults.governance_big_items)
     parser.add_argument("--governance-window", type=float, default=defaults.governance_window)
     parser.add_argument("--governance-latency", type=float, default=defaults.governance_latency)
+    parser.add_argument("--budget-items", type=int, default=defaults.budget_items)
     parser.add_argument("--freshness-rate", type=int, default=defaults.freshness_rate)
     parser.add_argument("--freshness-high-rate", type=int, default=defaults.freshness_high_rate)
     parser.add_argument("--freshness-seconds", type=float, default=defaults.freshness_seconds)
@@ -102,6 +104,7 @@ def _options(argv: list[str]) -> Options:
         governance_big_items=args.governance_big_items,
         governance_window=args.governance_window,
         governance_latency=args.governance_latency,
+        budget_items=args.budget_items,
         freshness_rate=args.freshness_rate,
         freshness_high_rate=args.freshness_high_rate,
         freshness_seconds=args.freshness_seconds,
@@ -124,6 +127,7 @@ RUNNERS: dict[str, Runner] = {
     "transports": run_transports,
     "soak": run_soak,
     "governance": run_governance,
+    "budgets": run_budgets,
 }
 """Every stage, in the order a run takes them (``--stages`` picks a subset, each runnable on its
 own). A new stage is a ``run_NAME(stack, options, report)`` coroutine added here and to

@@ -12,6 +12,7 @@ STAGES = (
     "freshness",
     "executor",
     "governance",
+    "budgets",
     "dedup",
     "transports",
     "soak",
@@ -22,6 +23,7 @@ DEFAULT_STAGES = (
     "freshness",
     "executor",
     "governance",
+    "budgets",
     "dedup",
     "transports",
 )
@@ -69,6 +71,12 @@ class Options:
     governance_window: float = 120.0
     """Seconds of the big tenant's steady state measured for throughput (and the executor's RSS,
     whose first half is its warm-up)."""
+    budget_items: int = 1_500
+    """Items of the budget stage (benchmarks/budgets.py), over 5 nested budget scopes whose
+    limits admit about 1,000 of them."""
+    budget_executors: int = 3
+    budget_latency: float = 0.1
+    """The budget stage's median call latency in seconds (the p99 is 6 x this)."""
     compare: Path | None = None
     """Another checkout: its consumer is run against this one's, alternating (A/B)."""
     compare_rounds: int = 2

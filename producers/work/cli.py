@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
@@ -29,6 +30,13 @@ from producers.work.domain.history import reconstruct
 from producers.work.domain.model import Priority
 from producers.work.domain.read import WorkReader
 from producers.work.domain.settings import WorkSettings
+from producers.work.reconcile import (
+    ExportError,
+    ExportFormat,
+    Reconciliation,
+    read_export,
+    reconcile,
+)
 from producers.work.routes import RouteView, UnknownRouteError, list_routes, resume_route
 from producers.work.schemas import (
     BudgetChangeOut,
@@ -530,3 +538,94 @@ def routes_resume(
         _print_json(_route_json(route))
         return
     typer.echo(_route_line(route))
+
+
+# -- spectral work reconcile --------------------------------------------------------------------
+
+
+def _reconcile_lines(result: Reconciliation) -> list[str]:
+    window = (
+        f" (ledger window {result.window[0].isoformat()} .. {result.window[1].isoformat()})"
+        if result.window
+        else ""
+    )
+    summary = (
+        f"{result.rows:,} billed row(s), {result.matched:,} matched the ledger{window}; "
+        f"{result.discrepancies:,} discrepancy(ies), {len(result.invalid):,} invalid row(s)"
+    )
+    lines = [summary]
+    for title, entries in (
+        ("billed but unknown to the ledger", result.unknown_to_ledger),
+        ("settled in the ledger but not billed", result.not_billed),
+        ("billed amount differs from the ledger", result.amount_differs),
+        ("billed, outcome unknown to the ledger", result.billed_unknown_outcome),
+    ):
+        if entries:
+            lines.append(f"{title}: {len(entries):,}")
+            lines += [f"  {json.dumps(e, sort_keys=True, default=str)}" for e in entries[:20]]
+    if result.duplicates:
+        lines.append(f"billed more than once: {', '.join(result.duplicates[:20])}")
+    lines += [f"invalid line {line}: {why}" for line, why in result.invalid[:20]]
+    for title, drifts in (("route", result.by_route), ("org", result.by_org)):
+        for name, drift in sorted(drifts.items()):
+            lines.append(
+                f"{title} {name}: billed {drift.billed_tokens:,} tokens / {drift.billed_cost} "
+                f"cost, recorded {drift.recorded_tokens:,} / {drift.recorded_cost}"
+            )
+    return lines
+
+
+@app.command("reconcile")
+def reconcile_export(
+    file: Annotated[
+        Path,
+        typer.Argument(
+            help="A provider's billing export: CSV (idempotency_key or call_id, tokens, cost?) "
+            "or JSON lines with those fields.",
+            exists=True,
+            dir_okay=False,
+            readable=True,
+        ),
+    ],
+    fmt: Annotated[
+        ExportFormat | None,
+        typer.Option("--format", help="csv or jsonl (default: from the file's extension)."),
+    ] = None,
+    since: Annotated[
+        datetime | None,
+        typer.Option("--since", help="Ledger window start (reservation time, UTC)."),
+    ] = None,
+    until: Annotated[
+        datetime | None,
+        typer.Option("--until", help="Ledger window end (reservation time, UTC)."),
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print as JSON.")] = False,
+) -> None:
+    """Compare a provider's billing export with the spend ledger: calls billed but unknown to
+    it, calls it settled that were not billed, amounts that differ, drift per route and org.
+    Exit 1 on any discrepancy or invalid row, 2 when the file is not an export."""
+    try:
+        with file.open("rb") as stream:
+            export = read_export(stream, fmt or ExportFormat.of(file))
+    except ExportError as exc:
+        fail(f"{file}: {exc}", code=2)
+    start, end = (_utc(t) for t in (since, until))
+
+    async def go(pool: Any) -> Reconciliation:
+        async with pool.acquire() as conn:
+            return await reconcile(conn, export, since=start, until=end)
+
+    result = _with_pool(OPERATOR, go)
+    if as_json:
+        _print_json(result.as_json())
+    else:
+        for line in _reconcile_lines(result):
+            typer.echo(line)
+    if not result.clean:
+        raise typer.Exit(EXIT_FAILURE)
+
+
+def _utc(value: datetime | None) -> datetime | None:
+    if value is None or value.tzinfo is not None:
+        return value
+    return value.replace(tzinfo=UTC)

@@ -13,6 +13,16 @@ Behaviour is scripted by markers in the prompt (the executor's prompt carries th
 * ``[script:NAME]``    — answer ``scripts[NAME]``: a status and the exact body bytes (hostile
   bodies: content with U+0000 or lone surrogates, deep nesting, bodies that are not JSON);
 * otherwise            — 200 with a valid ``{"stories": [...]}`` JSON content.
+
+A request with ``"stream": true`` is answered as a stream of server-sent events (chunks of
+``choices[0].delta.content``, one word each, then a usage chunk and ``data: [DONE]``); with
+``[endless]`` in the prompt the stream never ends (a hostile gateway ignoring ``max_tokens``):
+``streamed`` counts the chunks sent and ``stream_closed`` is set when the caller hung up.
+
+``idempotent=True`` makes it a gateway that honours ``Idempotency-Key``: the first call of a key
+is done (to its end, even if its caller goes away) and billed; a repeated key gets that same
+answer, waiting for it if it is still being made, and is not billed again. ``answered`` holds
+one key per answer billed.
 """
 
 from __future__ import annotations
@@ -23,12 +33,13 @@ import re
 import socket
 import threading
 import time
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any, Self
 
 import uvicorn
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 _SLOW = re.compile(r"\[slow:(\d+(?:\.\d+)?)\]")
 _TRANSIENT = re.compile(r"\[transient:(\d+)\]")
@@ -62,6 +73,10 @@ class FakeModelServer:
     scripts: dict[str, tuple[int, bytes]] = field(default_factory=dict)
     calls: list[RecordedCall] = field(default_factory=list)
     answered: list[str] = field(default_factory=list)
+    idempotent: bool = False
+    streamed: int = 0
+    stream_closed: bool = False
+    _first: dict[str, asyncio.Task[Response]] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _server: uvicorn.Server | None = None
     _thread: threading.Thread | None = None
@@ -94,48 +109,87 @@ class FakeModelServer:
             with self._lock:
                 self.calls.append(call)
                 earlier = sum(1 for c in self.calls if c.item == call.item) - 1
-            prompt = call.prompt
-            slow = _SLOW.search(prompt)
-            if slow:
-                await asyncio.sleep(float(slow.group(1)))
-            transient = _TRANSIENT.search(prompt)
-            if transient and earlier < int(transient.group(1)):
-                return JSONResponse({"error": {"message": "overloaded"}}, status_code=503)
-            limited = _RATE_LIMITED.search(prompt)
-            if limited and earlier < int(limited.group(1)):
-                return JSONResponse(
-                    {"error": {"message": "rate limited"}},
-                    status_code=429,
-                    headers={"Retry-After": limited.group(2)},
-                )
-            script = _SCRIPT.search(prompt)
-            if script:
-                status, raw = self.scripts[script.group(1)]
-                with self._lock:
-                    self.answered.append(call.idempotency_key or "")
-                return Response(raw, status_code=status, media_type="application/json")
-            if "[permanent]" in prompt:
-                return JSONResponse({"error": {"message": "bad request"}}, status_code=400)
-            content = "this is not JSON" if "[invalid]" in prompt else self.stories(prompt)
-            with self._lock:
-                self.answered.append(call.idempotency_key or "")
-            return JSONResponse(
-                {
-                    "id": "chatcmpl-fake",
-                    "object": "chat.completion",
-                    "model": self.model,
-                    "choices": [
-                        {
-                            "index": 0,
-                            "message": {"role": "assistant", "content": content},
-                            "finish_reason": "stop",
-                        }
-                    ],
-                    "usage": {"prompt_tokens": 11, "completion_tokens": 22, "total_tokens": 33},
-                }
-            )
+            key = call.idempotency_key
+            if self.idempotent and key:
+                first = self._first.get(key)  # one event loop: no race between get and set
+                if first is None:
+                    first = self._first[key] = asyncio.ensure_future(self._respond(call, earlier))
+                return await asyncio.shield(first)
+            return await self._respond(call, earlier)
 
         return app
+
+    async def _respond(self, call: RecordedCall, earlier: int) -> Response:
+        prompt = call.prompt
+        slow = _SLOW.search(prompt)
+        if slow:
+            await asyncio.sleep(float(slow.group(1)))
+        transient = _TRANSIENT.search(prompt)
+        if transient and earlier < int(transient.group(1)):
+            return JSONResponse({"error": {"message": "overloaded"}}, status_code=503)
+        limited = _RATE_LIMITED.search(prompt)
+        if limited and earlier < int(limited.group(1)):
+            return JSONResponse(
+                {"error": {"message": "rate limited"}},
+                status_code=429,
+                headers={"Retry-After": limited.group(2)},
+            )
+        script = _SCRIPT.search(prompt)
+        if script:
+            status, raw = self.scripts[script.group(1)]
+            with self._lock:
+                self.answered.append(call.idempotency_key or "")
+            return Response(raw, status_code=status, media_type="application/json")
+        if "[permanent]" in prompt:
+            return JSONResponse({"error": {"message": "bad request"}}, status_code=400)
+        content = "this is not JSON" if "[invalid]" in prompt else self.stories(prompt)
+        with self._lock:
+            self.answered.append(call.idempotency_key or "")
+        if call.body.get("stream") is True:
+            return StreamingResponse(
+                self._stream(content, endless="[endless]" in prompt),
+                media_type="text/event-stream",
+            )
+        return JSONResponse(
+            {
+                "id": "chatcmpl-fake",
+                "object": "chat.completion",
+                "model": self.model,
+                "choices": [
+                    {
+                        "index": 0,
+                        "message": {"role": "assistant", "content": content},
+                        "finish_reason": "stop",
+                    }
+                ],
+                "usage": {"prompt_tokens": 11, "completion_tokens": 22, "total_tokens": 33},
+            }
+        )
+
+    async def _stream(self, content: str, *, endless: bool) -> AsyncIterator[bytes]:
+        def event(data: object) -> bytes:
+            return b"data: " + json.dumps(data).encode() + b"\n\n"
+
+        def chunk(text: str) -> bytes:
+            delta = {"index": 0, "delta": {"content": text}, "finish_reason": None}
+            return event(
+                {"object": "chat.completion.chunk", "model": self.model, "choices": [delta]}
+            )
+
+        try:
+            words = content.split(" ")
+            for n, word in enumerate(words):
+                self.streamed += 1
+                yield chunk(word if n == len(words) - 1 else word + " ")
+            while endless:
+                self.streamed += 1
+                yield chunk(" more")
+                await asyncio.sleep(0.001)
+            usage = {"prompt_tokens": 11, "completion_tokens": len(words), "total_tokens": 0}
+            yield event({"object": "chat.completion.chunk", "choices": [], "usage": usage})
+            yield b"data: [DONE]\n\n"
+        finally:
+            self.stream_closed = True
 
     @staticmethod
     def stories(prompt: str) -> str:

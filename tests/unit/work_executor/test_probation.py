@@ -20,6 +20,7 @@ from consumers.work_executor.schedule import (
     Situation,
     plan_claim,
 )
+from producers.work.domain.budgets import ScopeKind
 from spectral.llm.limits import ProviderLimits, RouteLimits
 
 NOW = datetime(2026, 12, 1, 23, 0, tzinfo=UTC)
@@ -128,7 +129,7 @@ def test_a_route_on_probation_never_has_more_than_one_call_in_flight(  # noqa: P
         limits=limits,
         routes={"m": RouteState(in_flight=in_flight, probation=True)},
         budgets={
-            f"t{t}": BudgetState(budget, None, 0, Decimal(0), 0)
+            (ScopeKind.ORG, f"t{t}"): BudgetState(budget, None, 0, Decimal(0), 0)
             for t in range(tenants)
             if budget is not None
         },
