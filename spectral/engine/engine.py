@@ -72,9 +72,10 @@ IDLE_PROBE_SECONDS = 5.0
 """How long ``stop_when_idle`` waits for the broker and the database to answer before the
 idle time is judged an outage instead (and counted again from zero)."""
 JOIN_PATIENCE_SECONDS = 30.0
-"""How long ``stop_when_idle`` waits for a member's first assignment (possibly empty) before
-its idle time counts anyway: joining a group takes a few heartbeats, longer on a busy machine,
-and a member that stopped before it was given its partitions read none of them."""
+"""How long ``stop_when_idle`` waits for a member's first assignment (possibly empty), and
+after an assignment for the source to say it has read its partitions to their end, before its
+idle time counts anyway: joining takes a few heartbeats and a first fetch a few round trips,
+longer on a busy machine, and a member that stopped before read none of its partitions."""
 
 
 @dataclass(frozen=True)
@@ -266,7 +267,7 @@ class ConsumerEngine:
         """The last idle probe found the broker or the database unreachable."""
         self._joined = False
         """The group gave this member its first assignment (a range needs none)."""
-        self._created_at = time.monotonic()
+        self._created_at = self._assigned_at = time.monotonic()
 
     async def _revoking(self, partitions: Collection[TopicPartition]) -> None:
         """``partitions`` are about to leave: wait for the running transaction and for every
@@ -282,7 +283,7 @@ class ConsumerEngine:
             self.hook.revoked(partitions)
 
     def _assigned(self, partitions: Collection[TopicPartition]) -> None:
-        self._busy_at = time.monotonic()
+        self._busy_at = self._assigned_at = time.monotonic()
         self._joined = True
         self.hook.assigned(partitions)
 
@@ -475,9 +476,13 @@ class ConsumerEngine:
             await asyncio.wait((probe,))  # its cancellation has ended it
             return False
         unreachable = probe.result()
-        if unreachable is None and not self._outage and not await self._caught_up():
-            self._busy_at = time.monotonic()  # records left to read: not idle
-            return False
+        if (
+            unreachable is None
+            and not self._outage
+            and time.monotonic() - self._assigned_at < JOIN_PATIENCE_SECONDS
+            and not await self._caught_up()
+        ):
+            return False  # records left to read since the last assignment: not idle yet
         if unreachable is None and not self._outage:
             # Partitions moved while the probe ran (up to IDLE_PROBE_SECONDS): the count started
             # again then, and the partitions just assigned may hold records unread.
