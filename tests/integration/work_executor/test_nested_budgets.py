@@ -443,3 +443,46 @@ async def test_the_migration_keeps_org_budgets_their_spend_and_parked_items(
         await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
     finally:
         await admin.close()
+
+
+async def test_items_wait_for_a_reservation_of_unknown_outcome_instead_of_parking(
+    database_url: str,
+) -> None:
+    """A scope full only because of a call of unknown outcome is not parked: that reservation
+    is resolved by its policy (re-issued, or released at the horizon), and then the items go."""
+    async with harness(database_url) as h:
+        _, _, child_ids = await _seed(h, "acme")
+        one = _one_reservation()
+        thread = (ScopeKind.THREAD, child_ids[0])
+        await BudgetCommands(h.producer).set(thread, Period.DAY, token_limit=one + one // 2)
+        pool = await create_pool(database_url, role="spectral_executor", max_size=1)
+        try:
+            claims = ClaimRepository(pool, resolve=lambda _f, _o: MODEL, limits=LIMITS)
+            only = await h.admin.fetch(
+                "SELECT work_item_id FROM work.work_items WHERE thread_id = $1::uuid",
+                child_ids[0],
+            )
+            first = await claims.claim(1, uuid4(), "w", only=[r["work_item_id"] for r in only])
+            assert len(first.jobs) == 1
+            item = first.jobs[0][0]
+            # Its call's outcome is unknown; the item waits for a retry in the same thread.
+            await h.admin.execute(
+                "UPDATE work.spend SET state = 'unknown' WHERE work_item_id = $1", item
+            )
+            await h.admin.execute(
+                "UPDATE work.work_items SET status = 'failed', attempt = 1, lease_token = NULL, "
+                "leased_at = NULL, leased_by = NULL WHERE work_item_id = $1",
+                item,
+            )
+            waiting = await claims.claim(1, uuid4(), "w", only=[item])
+            assert waiting.jobs == []
+            assert waiting.parked_by == {}  # waits: the unknown reservation may be released
+            await h.admin.execute(
+                "UPDATE work.spend SET state = 'released', released_unknown_at = now() "
+                "WHERE work_item_id = $1",
+                item,
+            )
+            again = await claims.claim(1, uuid4(), "w", only=[item])
+            assert [job for job, _ in again.jobs] == [item]
+        finally:
+            await pool.close()
