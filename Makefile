@@ -280,10 +280,12 @@ unit: install tooling
 # The build steps before pytest run side by side, TEST_BUILD_JOBS at a time (on a fresh clone they
 # take minutes, waiting on the network or on one core each: compiling helm and kubeconform, Maven,
 # npm, mypy, the docs site), and the local stack starts meanwhile; a failed step stops the stack.
+# Their output comes line by line as it is written (a cold helm compile is minutes long: buffered
+# per step, the log would look hung).
 TEST_WORKERS ?= 4
 TEST_BUILD_JOBS ?= 4
 test:
-	@$(MAKE) --no-print-directory -j$(TEST_BUILD_JOBS) --output-sync=target test-build \
+	@$(MAKE) --no-print-directory -j$(TEST_BUILD_JOBS) --output-sync=line test-build \
 		|| { $(MAKE) --no-print-directory down; exit 1; }
 	@status=0; $(BIN)/pytest -q -p no:cacheprovider --durations=15 \
 		-m "not cluster_slow and not slow and not example" -n $(TEST_WORKERS) --dist loadgroup \

@@ -65,8 +65,9 @@ async def run_transports(stack: BenchStack, options: Options, report: Report) ->
         )
         await _check(report, name, group, stats=stats, records=records, database_url=database_url)
         runs.setdefault(name, []).append(group)
+        label = name if len(runs[name]) == 1 else f"{name}_again"
         report.add(
-            f"transport_{name}_throughput",
+            f"transport_{label}_throughput",
             group.per_second,
             "events/s",
             f"one process, {records:,} records on {options.partitions} partitions; "
@@ -74,7 +75,7 @@ async def run_transports(stack: BenchStack, options: Options, report: Report) ->
             f"{group.machine_busy:.0%}; run {time.monotonic() - started:.0f} s",
         )
         report.add(
-            f"transport_{name}_cpu_per_event",
+            f"transport_{label}_cpu_per_event",
             group.cpu_us_per_event,
             "us",
             "the consumer process's user+system CPU (all its threads) per event",

@@ -67,14 +67,18 @@ class Counted(StrEnum):
     STALE = "stale"
 
 
-Counts = Counter[tuple[Counted, str]]
-"""What one ``apply`` did, by (what, severity): carried to ``after_commit``."""
+Counts = Counter[tuple[str, str]]
+"""What one ``apply`` did, by (what: a :class:`Counted` value, severity): carried to
+``after_commit``. Keyed by plain strings: an enum member hashes through Python code, and a
+batch counts every snapshot."""
 
 # Fact names (HandlerResult.facts): the totals of the engine's batch log line and reports.
 INSERTED: Final = Counted.INSERTED.value
 UPDATED: Final = Counted.UPDATED.value
 SUPERSEDED: Final = "superseded"
 RESURFACED: Final = Counted.RESURFACED.value
+_APPLIED: Final = Counted.APPLIED.value
+_STALE: Final = Counted.STALE.value
 
 
 class RuleCandidatesHandler(Handler[Counts]):
@@ -148,18 +152,18 @@ class RuleCandidatesHandler(Handler[Counts]):
                     (stale if keys[id(delivery)] <= row.prior else newer).append(delivery)
                 earlier = newer
             severity = _severity(winner)
-            kind = Counted.INSERTED if row.inserted else Counted.UPDATED
-            facts[kind.value] += 1
+            kind = INSERTED if row.inserted else UPDATED
+            facts[kind] += 1
             counts[kind, severity] += 1
             facts[SUPERSEDED] += len(earlier)
             if row.resurfaced:
                 facts[RESURFACED] += 1
-                counts[Counted.RESURFACED, severity] += 1
-            counts[Counted.APPLIED, severity] += 1
+                counts[RESURFACED, severity] += 1
+            counts[_APPLIED, severity] += 1
             for delivery in earlier:
-                counts[Counted.APPLIED, delivery.payload.severity] += 1
+                counts[_APPLIED, delivery.payload.severity] += 1
         for delivery in stale:
-            counts[Counted.STALE, delivery.payload.severity] += 1
+            counts[_STALE, delivery.payload.severity] += 1
         result.stale = {delivery.idempotency_key for delivery in stale}
         result.facts = {name: count for name, count in facts.items() if count}
         result.facts.setdefault(RESURFACED, 0)
@@ -168,14 +172,14 @@ class RuleCandidatesHandler(Handler[Counts]):
 
     async def after_commit(self, result: HandlerResult[Counts]) -> None:
         """Count what the committed transaction did (never a rolled-back attempt)."""
-        by_kind: dict[Counted, dict[str, int]] = {kind: {} for kind in Counted}
+        by_kind: dict[str, dict[str, int]] = {kind.value: {} for kind in Counted}
         for counts in result.carry:
             for (kind, severity), count in counts.items():
                 by_kind[kind][severity] = by_kind[kind].get(severity, 0) + count
-        self.metrics.count_snapshots(Counted.APPLIED, by_kind[Counted.APPLIED])
-        self.metrics.count_snapshots(Counted.STALE, by_kind[Counted.STALE])
-        self.metrics.count_new_clusters(by_kind[Counted.INSERTED])
-        self.metrics.count_resurfaced(by_kind[Counted.RESURFACED])
+        self.metrics.count_snapshots(Counted.APPLIED, by_kind[_APPLIED])
+        self.metrics.count_snapshots(Counted.STALE, by_kind[_STALE])
+        self.metrics.count_new_clusters(by_kind[INSERTED])
+        self.metrics.count_resurfaced(by_kind[RESURFACED])
 
     def rebuild(self) -> Rebuild:
         """The inbox rebuilt from the topic, operator columns kept (rebuild.py)."""

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Final
 
 import asyncpg
+import msgspec
 
 from consumers.rule_candidates.churn import RETENTION_HOURS, WindowCount
 from consumers.rule_candidates.collapse import OrderKey
@@ -42,8 +43,7 @@ class SnapshotRows:
     """last_observed_at capped for a producer's clock (collapse.py ``ordered_at``)."""
 
 
-@dataclass(frozen=True, slots=True)
-class WrittenSnapshot:
+class WrittenSnapshot(msgspec.Struct, frozen=True, gc=False):
     """A cluster whose snapshot was written (not stale)."""
 
     cluster_id: str

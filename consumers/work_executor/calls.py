@@ -24,8 +24,13 @@ def answer_payload(response: Any, duration_ms: int) -> tuple[str | None, dict[st
     broken one may not even return a ``SynthesisResponse``)."""
     if isinstance(response, SynthesisResponse) and isinstance(response.content, str):
         model = response.model if isinstance(response.model, str) else repr(response.model)
+        bound = response.stopped_at_bound
         payload = response_payload(
-            content=response.content, model=model, usage=response.usage, duration_ms=duration_ms
+            content=response.content,
+            model=model,
+            usage=response.usage,
+            duration_ms=duration_ms,
+            stopped_at_bound=bound if isinstance(bound, int) else None,
         )
         return response.content, payload
     payload = unreadable_response_payload(

@@ -198,8 +198,15 @@ class ClaimRepository:
             }
         )
         budget_states = {
+            # A reservation of unknown outcome is resolved by its policy (re-issued and settled,
+            # or released at the horizon: outcomes.py), so it may give room back like one not
+            # settled yet: the scope's items wait for it instead of parking.
             scope: BudgetState(
-                view.token_limit, view.cost_limit, view.tokens, view.cost, view.outstanding
+                view.token_limit,
+                view.cost_limit,
+                view.tokens,
+                view.cost,
+                view.outstanding + view.unknown,
             )
             for scope, view in (await scope_budgets(conn, scopes)).items()
         }

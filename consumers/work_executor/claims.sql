@@ -199,8 +199,11 @@ WITH refused AS (
     WHERE w.status IN ('queued', 'failed')
     UNION ALL
     SELECT w.work_item_id, p.kind, p.scope_id, p.reason
-    FROM scopes p JOIN work.threads t ON p.kind = 'thread'
-                                     AND p.thread_id IN (t.thread_id, t.parent_thread_id)
+    FROM scopes p JOIN work.work_items w ON p.kind = 'thread' AND w.thread_id = p.thread_id
+    WHERE w.status IN ('queued', 'failed')
+    UNION ALL
+    SELECT w.work_item_id, p.kind, p.scope_id, p.reason
+    FROM scopes p JOIN work.threads t ON p.kind = 'thread' AND t.parent_thread_id = p.thread_id
     JOIN work.work_items w ON w.thread_id = t.thread_id
     WHERE w.status IN ('queued', 'failed')
 ), chosen AS (

@@ -19,6 +19,7 @@ from consumers.work_executor.executor import ExecutorConfig
 from consumers.work_executor.faults import CrashPoint, crashing_store, crashing_synthesizer
 from consumers.work_executor.handler import WorkExecutorHandler
 from consumers.work_executor.metrics import ExecutorMetrics, SpendLabels
+from consumers.work_executor.outcomes import UnknownOutcomePolicy
 from consumers.work_executor.overruns import OverrunPolicy
 from consumers.work_executor.schedule import Resolve
 from consumers.work_executor.store import Store
@@ -81,6 +82,7 @@ def build(
             journal_dir=journal_directory(settings, database_url),
             call_timeout_seconds=llm.llm_timeout_seconds + CALL_TIMEOUT_MARGIN_SECONDS,
             limits=limits,
+            unknown_outcomes=UnknownOutcomePolicy.from_settings(settings),
         ),
         resolve=route_resolver(router),
         store=partial(Store.over, overruns=overruns)

@@ -3,8 +3,9 @@
 Each item goes lease -> load -> prompt + attempt n (committed before any paid call) -> paid call
 -> response (journaled, then recorded) -> parse_report -> mutation_report -> parents settled; a
 batch only shares each step's statements and transactions. Every failure ends its own item
-alone; an attempt is counted when it starts, so there is never more than one paid call per
-attempt. The steps, the unknown-outcome rule, failures, spend and cancellation are explained in
+alone; an attempt is counted when it starts, so there is never more than one new paid call per
+attempt (a call whose outcome is unknown may be re-issued under its own idempotency key:
+outcomes.py). The steps, the unknown-outcome rule, failures, spend and cancellation are explained in
 docs/explanation/work-ledger.md ("How the executor runs a batch").
 """
 
@@ -30,8 +31,17 @@ from consumers.work_executor.metrics import (
     FailureReason,
     QueueStatus,
 )
+from consumers.work_executor.outcomes import UnknownOutcomePolicy
 from consumers.work_executor.patience import patiently
-from consumers.work_executor.plan import Exhausted, Reuse, Start, Step, Unknown, next_step
+from consumers.work_executor.plan import (
+    REISSUE,
+    Exhausted,
+    Reuse,
+    Start,
+    Step,
+    Unknown,
+    next_step,
+)
 from consumers.work_executor.pool import Job, JobDone
 from consumers.work_executor.reads import LoadedBatch, LoadedItem
 from consumers.work_executor.recorder import ResponseRecorder
@@ -99,6 +109,9 @@ class ExecutorConfig:
     """The longest wait between two tries of a statement while the database is unavailable."""
     limits: ProviderLimits = field(default_factory=ProviderLimits)
     """Provider limits per model route: the ``max_tokens`` each call sends."""
+    unknown_outcomes: UnknownOutcomePolicy = field(default_factory=UnknownOutcomePolicy)
+    """What resolves a call whose outcome is unknown: re-issued under its idempotency key, or
+    its reservation released after a horizon (outcomes.py)."""
 
 
 class WorkExecutor:
@@ -381,7 +394,9 @@ class WorkExecutor:
                 "reusing a recorded response", work_item_id=str(one.item_id), attempt=step.attempt
             )
             return Answer(one, step.attempt, content=step.content)
-        if isinstance(step, Unknown):
+        if isinstance(step, Unknown) and self._config.unknown_outcomes.reissues(step):
+            self._reissue(before, one, step, requests)
+        elif isinstance(step, Unknown):
             failure = (FailureKind.OUTCOME_UNKNOWN, FailureReason.OUTCOME_UNKNOWN, _UNKNOWN_OUTCOME)
             self._fail(before, one, step.attempt, failure, spend=SpendOutcome.UNKNOWN)
         elif isinstance(step, Exhausted):
@@ -464,6 +479,47 @@ class WorkExecutor:
         before.add_held(one)
         requests[one.item_id] = request
 
+    def _reissue(
+        self, before: Writes, one: Held, step: Unknown, requests: dict[UUID, SynthesisRequest]
+    ) -> None:
+        """The unknown call of ``step.attempt`` is sent again exactly as recorded, under its
+        idempotency key, against the attempt's reservation (outcomes.py)."""
+        prompt = step.prompt or {}
+        item = one.loaded.item
+        org = prompt.get("org_id")
+        request = SynthesisRequest(
+            function_key=str(prompt.get("function_key") or item.function_key),
+            prompt=str(prompt.get("prompt", "")),
+            input=dict(prompt.get("input") or {}),
+            idempotency_key=str(
+                prompt.get("idempotency_key") or f"{item.work_item_id}:{step.attempt}"
+            ),
+            org_id=str(org) if org else None,
+            max_tokens=self._config.limits.for_model(item.route).max_tokens,
+        )
+        record = error_payload(
+            kind=FailureKind.OUTCOME_UNKNOWN.value,
+            reason=FailureReason.OUTCOME_UNKNOWN.value,
+            message=(
+                "the outcome of the call is unknown: its worker died or lost the lease before a "
+                f"response was recorded; re-issued under its idempotency key "
+                f"{request.idempotency_key} (re-issue {step.reissues + 1}), so a gateway that "
+                "honours the key answers without billing again"
+            ),
+            disposition=REISSUE,
+            attempt=step.attempt,
+        )
+        log.warning(
+            "re-issuing a call whose outcome is unknown under its idempotency key",
+            work_item_id=str(one.item_id),
+            attempt=step.attempt,
+            reissue=step.reissues + 1,
+        )
+        self._metrics.reissued.inc()
+        before.starts.append(AttemptStart(one.loaded, one.token, step.attempt, prompt, record))
+        before.add_held(one)
+        requests[one.item_id] = request
+
     def _call_all(
         self, before: Writes, written: BatchWritten, requests: Mapping[UUID, SynthesisRequest]
     ) -> dict[asyncio.Task[Answer], Held]:
@@ -474,12 +530,18 @@ class WorkExecutor:
         calls: dict[asyncio.Task[Answer], Held] = {}
         for start in started:
             one = before.held[start.loaded.item.work_item_id]
-            task = asyncio.create_task(self._call(one, start.attempt, requests[one.item_id]))
+            reissued = start.reissue is not None
+            task = asyncio.create_task(
+                self._call(one, start.attempt, requests[one.item_id], reissued=reissued)
+            )
             calls[task] = one
         return calls
 
-    async def _call(self, one: Held, attempt: int, request: SynthesisRequest) -> Answer:
-        """One paid call; its answer is recorded (journal, then ledger) before it is returned."""
+    async def _call(
+        self, one: Held, attempt: int, request: SynthesisRequest, *, reissued: bool = False
+    ) -> Answer:
+        """One paid call; its answer is recorded (journal, then ledger) before it is returned.
+        A failed re-issue keeps its reservation unknown: the first call may have been billed."""
         started = time.perf_counter()
         try:
             async with asyncio.timeout(self._config.call_timeout_seconds):
@@ -501,16 +563,26 @@ class WorkExecutor:
                 one,
                 attempt,
                 failure=failure,
-                spend=SpendOutcome.RELEASED,
+                spend=SpendOutcome.UNKNOWN if reissued else SpendOutcome.RELEASED,
                 retry_after=exc.retry_after,
             )
         except Exception as exc:  # noqa: BLE001 - classified; unexpected ones are retried
             answered = isinstance(exc, CallRefusedError | RequestRejectedError)
-            spend = SpendOutcome.RELEASED if answered else SpendOutcome.UNKNOWN
+            spend = SpendOutcome.RELEASED if answered and not reissued else SpendOutcome.UNKNOWN
             return Answer(one, attempt, failure=classify_call_failure(exc), spend=spend)
         finally:
             self._metrics.duration.observe(time.perf_counter() - started)
         content, payload = answer_payload(response, ms_since(started))
+        if "stopped_at_bound" in payload:
+            self._metrics.stream_stopped(one.loaded.item.route)
+            log.warning(
+                "a streamed answer reached its completion bound: reading stopped there, and it "
+                "settles at its reservation",
+                work_item_id=str(one.item_id),
+                attempt=attempt,
+                model=one.loaded.item.route,
+                max_tokens=payload["stopped_at_bound"],
+            )
         await self._recorder.record(ResponseRecord.of(one.loaded, attempt, payload))
         self._capacity()
         if content is None:
@@ -836,6 +908,7 @@ class WorkExecutor:
             jobs.extend((item_id, token) for item_id in recovered)
         await self._settle(await self._reads.parents_to_settle(100))
         self._metrics.oldest_lease_age.set(await self._reads.oldest_lease_age())
+        await self._release_unknown()
         calls, tokens = await self._reads.unknown_outcome_spend()
         self._metrics.unknown_outcome_calls.set(calls)
         self._metrics.unknown_outcome_tokens.set(tokens)
@@ -845,3 +918,19 @@ class WorkExecutor:
             depth.get(ItemStatus.DEAD_LETTER.value, 0),
         )
         return jobs
+
+    async def _release_unknown(self) -> None:
+        """Reservations left unknown past the horizon are released, once (outcomes.py)."""
+        released = await self._transitions.release_unknown(
+            self._config.unknown_outcomes.horizon_seconds, 1000
+        )
+        for one in released:
+            self._metrics.unknown_released.inc()
+            log.warning(
+                "released the reservation of a call whose outcome stayed unknown past the horizon",
+                work_item_id=str(one.work_item_id),
+                attempt=one.attempt,
+                model=one.model,
+                reserved_tokens=one.tokens,
+                reserved_cost=str(one.cost),
+            )

@@ -226,6 +226,25 @@ class ExecutorMetrics:
             "periodic sweep).",
             registry=registry,
         )
+        self.streams_stopped = Counter(
+            "work_streams_stopped",
+            "Streamed answers whose reading stopped at the call's completion bound (max_tokens): "
+            "the provider did not stop; the call settles at its reservation.",
+            ["model"],
+            registry=registry,
+        )
+        self.reissued = Counter(
+            "work_unknown_outcome_reissues",
+            "Calls whose outcome was unknown (their worker died mid-call) sent again under the "
+            "same idempotency key: a gateway that honours it answers without billing again.",
+            registry=registry,
+        )
+        self.unknown_released = Counter(
+            "work_unknown_outcome_released",
+            "Reservations of calls whose outcome stayed unknown released at the horizon "
+            "(SPECTRAL_WORK_UNKNOWN_OUTCOME_HORIZON_SECONDS).",
+            registry=registry,
+        )
         self.canceled = Counter(
             "work_canceled_items",
             "Work items this executor ended canceled (their cancellation was asked for while "
@@ -244,6 +263,7 @@ class ExecutorMetrics:
             self.overruns.labels(model)
             self.overrun_tokens.labels(model)
             self.overrun_cost.labels(model)
+            self.streams_stopped.labels(model)
             for blocked in Blocked:
                 self.provider_waits.labels(model, blocked.value)
         self._journal_records = per_member(self.journal_records, JournalEvent)
@@ -283,6 +303,9 @@ class ExecutorMetrics:
         self.overruns.labels(label).inc()
         self.overrun_tokens.labels(label).inc(tokens)
         self.overrun_cost.labels(label).inc(float(cost))
+
+    def stream_stopped(self, model: str | None) -> None:
+        self.streams_stopped.labels(self.labels.model(model)).inc()
 
     def parked(self, by_scope: dict[ScopeKind, int]) -> None:
         for kind, items in by_scope.items():

@@ -6,8 +6,11 @@ This is where the unknown-outcome rule lives (see executor.py for the whole rule
    never paid again (a crash after the response, or a late answer of an attempt that had been
    declared unknown, both end here);
 2. else, if the item's last attempt recorded a ``prompt`` but neither a ``response`` nor an
-   ``error``, its call's outcome is UNKNOWN (the worker died or lost its lease mid-call): that
-   attempt is used up, never re-sent under the same attempt number;
+   ``error`` that concluded it, its call's outcome is UNKNOWN (the worker died or lost its lease
+   mid-call). The executor's unknown-outcome policy (outcomes.py) then re-issues that same call
+   under its idempotency key — recorded as an ``error`` entry of disposition ``reissue``, which
+   does not conclude the attempt — or, when re-issuing is off or used up, counts the attempt as
+   used;
 3. else a new attempt STARTs if the attempt limit allows (attempts the gateway refused for
    capacity — an ``error`` of kind ``rate_limited`` — do not count: retry.py);
 4. else the item is EXHAUSTED.
@@ -15,8 +18,9 @@ This is where the unknown-outcome rule lives (see executor.py for the whole rule
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from consumers.work_executor.retry import FailureKind, RetryStrategy
 from producers.work.domain.model import EntryType, LedgerEntry
@@ -32,9 +36,18 @@ class Reuse:
     """The answer as the model gave it; None for a paid answer that was not readable."""
 
 
+REISSUE = "reissue"
+"""The disposition of the ``error`` entry recording that an unknown call was re-issued under
+its idempotency key: the attempt goes on (its answer may still come)."""
+
+
 @dataclass(frozen=True)
 class Unknown:
     attempt: int
+    reissues: int = 0
+    """How often this attempt's call was re-issued already."""
+    prompt: Mapping[str, Any] | None = None
+    """The attempt's recorded prompt: the exact request to re-issue."""
 
 
 @dataclass(frozen=True)
@@ -60,9 +73,11 @@ def next_step(attempts_started: int, entries: Sequence[LedgerEntry], policy: Ret
         return Reuse(latest.attempt, response_content(latest.payload))
     last = attempts_started
     if last > 0:
-        kinds = {e.entry_type for e in entries if e.attempt == last}
+        mine = [e for e in entries if e.attempt == last]
+        kinds = {e.entry_type for e in mine if not _reissue(e)}
         if EntryType.PROMPT in kinds and not kinds & {EntryType.RESPONSE, EntryType.ERROR}:
-            return Unknown(last)
+            prompt = next(e.payload for e in mine if e.entry_type is EntryType.PROMPT)
+            return Unknown(last, sum(1 for e in mine if _reissue(e)), prompt)
     refused = {
         e.attempt
         for e in entries
@@ -72,3 +87,7 @@ def next_step(attempts_started: int, entries: Sequence[LedgerEntry], policy: Ret
     if policy.may_start_attempt(counted):
         return Start(attempts_started + 1)
     return Exhausted(counted)
+
+
+def _reissue(entry: LedgerEntry) -> bool:
+    return entry.entry_type is EntryType.ERROR and entry.payload.get("disposition") == REISSUE

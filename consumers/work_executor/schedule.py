@@ -124,7 +124,8 @@ class BudgetState:
     """Spent in the period: settled usage, plus reservations not settled (nor released)."""
     cost: Decimal
     outstanding: int
-    """Reservations not settled yet: when they settle, room may come back."""
+    """Reservations not settled yet, or of unknown outcome (resolved by a policy): when they
+    settle or are released, room may come back."""
 
     def fits(self, tokens: int, cost: Decimal) -> bool:
         if self.token_limit is not None and self.tokens + tokens > self.token_limit:

@@ -57,6 +57,7 @@ from spectral.outbox.writer import OutboxItem, enqueue
 
 _SQL = load_queries(Path(__file__).with_name("transitions.sql"))
 _PROBATION = load_queries(Path(__file__).with_name("probation.sql"))
+_OUTCOMES = load_queries(Path(__file__).with_name("outcomes.sql"))
 
 
 class LeaseLostError(PermanentError):
@@ -82,6 +83,22 @@ class AttemptStart:
     token: UUID
     attempt: int
     prompt: Mapping[str, Any]
+    reissue: Mapping[str, Any] | None = None
+    """Not a new attempt: attempt ``attempt``'s unknown call is sent again under its idempotency
+    key (if the item is still at ``attempt``); this ``error`` payload (disposition ``reissue``)
+    records it, and ``prompt`` is the attempt's recorded one."""
+
+
+@dataclass(frozen=True)
+class UnknownReleased:
+    """A reservation left ``unknown`` released at the horizon."""
+
+    work_item_id: UUID
+    attempt: int
+    org_id: str | None
+    model: str | None
+    tokens: int
+    cost: Decimal
 
 
 @dataclass(frozen=True)
@@ -508,6 +525,12 @@ class Transitions:
     async def _start(
         self, conn: Conn, starts: Sequence[AttemptStart], done: BatchWritten, changes: _Changes
     ) -> None:
+        reissues = [s for s in starts if s.reissue is not None]
+        if reissues:
+            await self._reissue(conn, reissues, done, changes)
+        starts = [s for s in starts if s.reissue is None]
+        if not starts:
+            return
         rows = await conn.fetch(
             _SQL["start_attempts"],
             [s.loaded.item.work_item_id for s in starts],
@@ -532,6 +555,54 @@ class Transitions:
                 (start.loaded, NewEntry(start.attempt, EntryType.PROMPT, start.prompt))
             )
             changes.states.append(_state(start.loaded, ItemStatus.RUNNING, start.attempt))
+
+    async def _reissue(
+        self, conn: Conn, reissues: Sequence[AttemptStart], done: BatchWritten, changes: _Changes
+    ) -> None:
+        """Unknown calls sent again under their idempotency keys (outcomes.py): the attempt goes
+        on against its reservation; an item no longer held keeps its reservation unknown."""
+        rows = await conn.fetch(
+            _OUTCOMES["reissue_attempts"],
+            [r.loaded.item.work_item_id for r in reissues],
+            [r.token for r in reissues],
+            [r.attempt for r in reissues],
+        )
+        going = {row["work_item_id"] for row in rows}
+        for reissue in reissues:
+            item_id = reissue.loaded.item.work_item_id
+            if item_id not in going:
+                changes.diverted.append(
+                    CancelEnd(
+                        reissue.loaded,
+                        reissue.token,
+                        reissue.attempt,
+                        "canceled: the outcome of its last call is unknown (its worker died "
+                        "mid-call); not sent again, its spend stays counted",
+                        SpendOutcome.UNKNOWN,
+                    )
+                )
+                continue
+            assert reissue.reissue is not None  # noqa: S101 - filtered by the caller
+            done.started.add(item_id)
+            changes.entries.append(
+                (reissue.loaded, NewEntry(reissue.attempt, EntryType.ERROR, reissue.reissue))
+            )
+            changes.states.append(_state(reissue.loaded, ItemStatus.RUNNING, reissue.attempt))
+
+    async def release_unknown(self, horizon_seconds: float, limit: int) -> list[UnknownReleased]:
+        """Release reservations left ``unknown`` longer than the horizon (outcomes.py)."""
+        rows = await self._pool.fetch(_OUTCOMES["release_unknown_spend"], horizon_seconds, limit)
+        return [
+            UnknownReleased(
+                row["work_item_id"],
+                row["attempt"],
+                row["org_id"],
+                row["model"],
+                row["reserved_tokens"],
+                row["reserved_cost"],
+            )
+            for row in rows
+        ]
 
     async def _release(
         self, conn: Conn, releases: Sequence[RetryRelease], done: BatchWritten, changes: _Changes

@@ -1,6 +1,6 @@
 """Tools over MCP for durable work (ADR-035): a thread with its child summary and items, its
-execution reconstructed from the ledger, a project's threads and an org's budget (scope
-``work:read``); cancelling a thread (scope ``work:cancel``)."""
+execution reconstructed from the ledger, a project's threads, an org's budget and any scope's
+(scope ``work:read``); cancelling a thread (scope ``work:cancel``)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,9 @@ from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 
 from producers.work.api import project_threads_page
-from producers.work.budgets import BudgetCommands
+from producers.work.budgets import BudgetCommands, check_scope
 from producers.work.cancel import UnknownThreadError, cancel_thread
+from producers.work.domain.budgets import ScopeKind
 from producers.work.domain.history import reconstruct
 from producers.work.domain.identity import check_identifier
 from producers.work.domain.read import WorkReader
@@ -99,4 +100,22 @@ def register(server: MCPServer, caller: Caller) -> None:  # noqa: C901 - a funct
         view = await BudgetCommands(resources.operator).get(org_id)
         if view is None:
             raise ToolError(f"org {org_id} has no budget (its work is not limited)")
+        return as_json(BudgetOut.of(view))
+
+    @server.tool(
+        description="The spend budget of any scope: scope_kind org, project, thread (its calls "
+        "and its child threads') or route (a model route), and its id. Its limits per period, "
+        "what the scope spent in the current period and how many items this budget parked. A "
+        "call is admitted only if every budget of its scopes has room. Needs work:read."
+    )
+    @tool_errors
+    async def get_budget(scope_kind: str, scope_id: str) -> dict[str, Any]:
+        await caller.require(WORK_READ)
+        try:
+            scope = check_scope(ScopeKind(scope_kind), scope_id)
+        except ValueError as exc:
+            raise ToolError(str(exc)) from None
+        view = await BudgetCommands(resources.operator).get(scope)
+        if view is None:
+            raise ToolError(f"{scope_kind} {scope_id} has no budget (its work is not limited)")
         return as_json(BudgetOut.of(view))

@@ -37,7 +37,11 @@ def consume(  # noqa: PLR0917 - typer maps each parameter to an option
         min=0.0,
         help="Exit 0 once no record arrived for this many seconds.",
     ),
-    max_batch: int = typer.Option(2000, min=1, help="Most records per batch (one transaction)."),
+    max_batch: int = typer.Option(
+        2000,
+        min=1,
+        help="Records per fetch; a backlog grows a batch (one transaction) up to 4x this.",
+    ),
     metrics_port: int | None = typer.Option(None, help=METRICS_PORT_HELP, min=0, max=MAX_PORT),
     metrics_host: str | None = typer.Option(None, help=METRICS_HOST_HELP),
 ) -> None:

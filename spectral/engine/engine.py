@@ -64,26 +64,36 @@ log = get_logger(__name__)
 DECODE_SLICE = 64
 """Records decoded between two yields to the event loop while a batch is in flight (~2 ms:
 each of the in-flight batch's statement replies waits at most that long for the loop)."""
-PIPELINE_DEPTH = 2
-"""Batches fetched and decoded ahead of the one being applied. With one, the loop idled while
-a batch it had already decoded waited for the previous one's database round trips."""
-POOL_SIZE = 3
-"""Connections of the engine's pool: one batch's transaction, beside it the batch before it
-acknowledging (its dead letters fall back to a table when the broker refuses them), and the
+POOL_SIZE = 4
+"""Connections of the engine's pool: one batch's transaction, beside it the batches before it
+acknowledging (their dead letters fall back to a table when the broker refuses them), and the
 readiness probe's ``SELECT 1``."""
 IDLE_PROBE_SECONDS = 5.0
 """How long ``stop_when_idle`` waits for the broker and the database to answer before the
 idle time is judged an outage instead (and counted again from zero)."""
 JOIN_PATIENCE_SECONDS = 30.0
-"""How long ``stop_when_idle`` waits for a member's first assignment (possibly empty) before
-its idle time counts anyway: joining a group takes a few heartbeats, longer on a busy machine,
-and a member that stopped before it was given its partitions read none of them."""
+"""How long ``stop_when_idle`` waits for a member's first assignment (possibly empty), and
+after an assignment for the source to say it has read its partitions to their end, before its
+idle time counts anyway: joining takes a few heartbeats and a first fetch a few round trips,
+longer on a busy machine, and a member that stopped before read none of its partitions."""
 
 
 @dataclass(frozen=True)
 class EngineOptions:
     group: str | None = None
     max_batch: int = 2000
+    """Records per fetch, and per batch while the consumer keeps up."""
+    batch_growth: int = 4
+    """How far a backlog grows a batch: up to ``batch_growth`` x ``max_batch`` records (one
+    transaction, fewer round trips per record). A batch grows while fetches come back full,
+    doubling its target after a batch that reached it, and falls back to ``max_batch`` once a
+    fetch comes back short (caught up: freshness first)."""
+    in_flight: int = 3
+    """Batches handed over to be applied and acknowledged at once (the loop fetches and decodes
+    the next one beside them). With three, one is acknowledged (dead letters, offsets), the next
+    applied, and the one after it waits for that commit with its transaction ready: a slow
+    acknowledgement (one broker round trip that did not get a core) does not idle the database
+    between two transactions. With two, the decoded batch waited for the acknowledgement."""
     poll_timeout_ms: int = 200
     stop_when_idle: float | None = None
     periodic_interval: float = 30.0
@@ -247,6 +257,8 @@ class ConsumerEngine:
         self._pool: asyncpg.Pool | None = None
         self._transaction: BatchTransaction | None = None
         self._in_flight: collections.deque[_InFlight] = collections.deque()
+        self._target = self.options.max_batch
+        """How many records the next batch gathers at most (see ``EngineOptions.batch_growth``)."""
         self._busy_at = time.monotonic()
         """The last moment the engine had work or was not healthy: a batch settled (after its
         retries through an outage), partitions moved, a server answered again after an
@@ -255,7 +267,7 @@ class ConsumerEngine:
         """The last idle probe found the broker or the database unreachable."""
         self._joined = False
         """The group gave this member its first assignment (a range needs none)."""
-        self._created_at = time.monotonic()
+        self._created_at = self._assigned_at = time.monotonic()
 
     async def _revoking(self, partitions: Collection[TopicPartition]) -> None:
         """``partitions`` are about to leave: wait for the running transaction and for every
@@ -271,7 +283,7 @@ class ConsumerEngine:
             self.hook.revoked(partitions)
 
     def _assigned(self, partitions: Collection[TopicPartition]) -> None:
-        self._busy_at = time.monotonic()
+        self._busy_at = self._assigned_at = time.monotonic()
         self._joined = True
         self.hook.assigned(partitions)
 
@@ -395,14 +407,43 @@ class ConsumerEngine:
                     return
                 continue
             last_record = time.monotonic()
-            epoch = self._epoch
+            records, epoch = await self._gather(records)
+            if not records:
+                continue
             decoded = await self._decode_batch(records, epoch, cooperative=bool(self._in_flight))
-            while len(self._in_flight) >= PIPELINE_DEPTH:
+            while len(self._in_flight) >= max(1, self.options.in_flight):
                 await self._settle()
             previous = self._in_flight[-1] if self._in_flight else None
             applied: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
             task = asyncio.create_task(self._finish(decoded, previous, applied))
             self._in_flight.append(_InFlight(applied, task))
+
+    async def _gather(self, first: Sequence[Any]) -> tuple[list[Any], int]:
+        """The batch that starts with the fetch ``first``, and the epoch it belongs to.
+
+        While fetches come back full (a backlog), more are taken at once, up to the target; the
+        target doubles after a batch that reached it, up to ``batch_growth`` x ``max_batch``,
+        and falls back to ``max_batch`` once a fetch comes back short. Fetches keep each
+        partition's order, so the batch does too. Partitions revoked between two fetches: the
+        records fetched of them before are dropped, as a batch of the earlier epoch would drop
+        them (their owner reads them from the committed offset)."""
+        full = self.options.max_batch
+        records = list(first)
+        epoch = self._epoch
+        if len(first) < full:  # caught up: the batch is what arrived
+            self._target = full
+            return records, epoch
+        more: Sequence[Any] = first
+        while more and len(records) < self._target and not self._stop.is_set():
+            more = await self.source.fetch(0)  # what the client already holds, at once
+            if self._epoch != epoch:
+                gone = self._revoked_since(epoch)
+                records = [r for r in records if TopicPartition(r.topic, r.partition) not in gone]
+                epoch = self._epoch
+            records.extend(more)
+        if len(records) >= self._target:
+            self._target = min(2 * self._target, full * max(1, self.options.batch_growth))
+        return records, epoch
 
     async def _idle(self, last_record: float) -> bool:
         """``stop_when_idle`` has passed with nothing fetched while healthy: no batch in flight
@@ -435,9 +476,13 @@ class ConsumerEngine:
             await asyncio.wait((probe,))  # its cancellation has ended it
             return False
         unreachable = probe.result()
-        if unreachable is None and not self._outage and not await self._caught_up():
-            self._busy_at = time.monotonic()  # records left to read: not idle
-            return False
+        if (
+            unreachable is None
+            and not self._outage
+            and time.monotonic() - self._assigned_at < JOIN_PATIENCE_SECONDS
+            and not await self._caught_up()
+        ):
+            return False  # records left to read since the last assignment: not idle yet
         if unreachable is None and not self._outage:
             # Partitions moved while the probe ran (up to IDLE_PROBE_SECONDS): the count started
             # again then, and the partitions just assigned may hold records unread.

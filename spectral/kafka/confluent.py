@@ -598,9 +598,10 @@ class ConfluentSource(ClientSource):
 
     async def caught_up(self) -> bool:
         """Every partition this member owns read to its end: its position at the high
-        watermark (past any transaction markers), or none yet on an empty partition. After an
-        assignment librdkafka looks the offsets up before its first fetch — seconds on a busy
-        machine, while fetches return nothing —, so a member is not idle before."""
+        watermark (past any transaction markers) or, where it has consumed nothing yet, the
+        group's committed offset there (an empty partition needs neither). After an assignment
+        librdkafka looks the offsets up before its first fetch — seconds on a busy machine,
+        while fetches return nothing —, so a member is not idle before."""
         owned = sorted(self._owned)
         if not owned:
             return True
@@ -609,9 +610,10 @@ class ConfluentSource(ClientSource):
         asked = [ConfluentPartition(tp.topic, tp.partition) for tp in owned]
         positions = await thread.run(lambda: consumer.position(asked))
         for found in positions:
-            low, high = marks[TopicPartition(found.topic, found.partition)]
-            position = found.offset if found.offset >= 0 else None
-            if (position is None and high > low) or (position is not None and position < high):
+            tp = TopicPartition(found.topic, found.partition)
+            low, high = marks[tp]
+            position = found.offset if found.offset >= 0 else await self.committed(tp)
+            if high > low and (position is None or position < high):
                 return False
         return True
 

@@ -36,14 +36,25 @@ def usage_counts(raw: Any) -> dict[str, int]:
     }
 
 
-def response_payload(*, content: str, model: str, usage: Any, duration_ms: int) -> dict[str, Any]:
-    """A paid answer, exactly as received (``response_content`` reads it back)."""
-    return {
+def response_payload(
+    *,
+    content: str,
+    model: str,
+    usage: Any,
+    duration_ms: int,
+    stopped_at_bound: int | None = None,
+) -> dict[str, Any]:
+    """A paid answer, exactly as received (``response_content`` reads it back);
+    ``stopped_at_bound``: a streamed answer whose reading stopped at that completion bound."""
+    payload = {
         **encode_text("content", content),
         **encode_text("model", model),
         "usage": usage_counts(usage),
         "duration_ms": duration_ms,
     }
+    if stopped_at_bound is not None:
+        payload["stopped_at_bound"] = stopped_at_bound
+    return payload
 
 
 def unreadable_response_payload(

@@ -4,7 +4,8 @@
 function key, the prompt as the user message, temperature 0, and two headers: ``Authorization:
 Bearer <llm_api_key>`` (when a key is set) and ``Idempotency-Key: <request.idempotency_key>`` —
 gateways that honour it answer a repeated key from their cache instead of charging again. The
-executor sends one key per attempt (``work_item_id:attempt``) and never calls twice per attempt.
+executor sends one key per attempt (``work_item_id:attempt``) and sends a call twice only under
+its own key, when its outcome is unknown (its worker died mid-call: a re-issue).
 
 The prompt must carry everything the model needs: ``request.input`` is context for routing,
 the stub and the ledger, and is not sent.
@@ -15,6 +16,12 @@ carrying the ``Retry-After`` the gateway sent, in seconds or as an HTTP date); o
 ``RequestRejectedError``, a ``PermanentError`` (their body's excerpt, escaped so it can be
 stored, is in the message). ``max_tokens`` is sent when the request carries one (the model
 route's limit: it makes the spend reserved for the call an upper bound).
+
+With ``stream=True`` (``SPECTRAL_LLM_STREAM``) the call asks for a stream of server-sent events
+(``stream_options.include_usage``) and reads it with ``streams.StreamReader`` up to the call's
+completion bound: reading stops at ``max_tokens`` and the connection is closed, whatever the
+provider goes on sending; the answer then carries ``stopped_at_bound`` and no usage. A gateway
+that answers a stream request in one piece is read as usual.
 
 A 2xx answer was paid for: a body that is not JSON (or nested too deeply to read), or has no
 text ``choices[0].message.content``, raises ``UnreadableAnswerError`` carrying the body's
@@ -47,6 +54,7 @@ from spectral.llm.seam import (
     UnreadableAnswerError,
 )
 from spectral.llm.settings import LlmSettings
+from spectral.llm.streams import StreamError, StreamReader
 from spectral.settings import Settings
 
 _RETRYABLE_STATUS: Final = frozenset({408, 409, 425, 429})
@@ -67,6 +75,7 @@ class OpenAICompatSynthesizer:
         api_key: SecretStr | None = None,
         timeout_seconds: float = 60.0,
         transport: httpx.AsyncBaseTransport | None = None,
+        stream: bool = False,
     ) -> None:
         if not base_url.startswith(("http://", "https://")):
             raise ConfigurationError("llm_base_url must be an http(s) URL")
@@ -74,6 +83,7 @@ class OpenAICompatSynthesizer:
         self._router = router
         self._api_key = api_key
         self._timeout = timeout_seconds
+        self._stream = stream
         self._client = httpx.AsyncClient(
             timeout=httpx.Timeout(timeout_seconds), transport=transport, follow_redirects=False
         )
@@ -91,6 +101,7 @@ class OpenAICompatSynthesizer:
             ModelRouter.from_settings(settings),
             api_key=llm.llm_api_key,
             timeout_seconds=llm.llm_timeout_seconds,
+            stream=llm.llm_stream,
         )
 
     def __repr__(self) -> str:
@@ -112,28 +123,67 @@ class OpenAICompatSynthesizer:
         if request.max_tokens is not None:
             body["max_tokens"] = request.max_tokens
         headers["Content-Type"] = "application/json"
+        if self._stream:
+            body["stream"] = True
+            body["stream_options"] = {"include_usage": True}
         try:
             async with asyncio.timeout(self._timeout):  # the whole call, not each phase
+                if self._stream:
+                    return await self._streamed(body, headers, resolved.model, request.max_tokens)
                 response = await self._client.post(self._url, content=_json(body), headers=headers)
         except (httpx.TimeoutException, TimeoutError) as exc:
             raise TransientError(f"model call timed out ({type(exc).__name__})") from exc
         except httpx.TransportError as exc:
             raise TransientError(f"model endpoint unreachable ({type(exc).__name__})") from exc
-        status = response.status_code
-        if status == _TOO_MANY_REQUESTS:
-            wait = retry_after(response.headers.get("retry-after"))
-            raise RateLimitedError(
-                "model endpoint answered 429 (rate limited"
-                + (f", retry after {wait:g} s)" if wait is not None else ")"),
-                retry_after=wait,
-            )
-        if status in _RETRYABLE_STATUS or status >= _SERVER_ERROR:
-            raise CallRefusedError(f"model endpoint answered {status}", status=status)
-        if status >= _CLIENT_ERROR:
-            raise RequestRejectedError(
-                f"model endpoint refused the call: {status} {_excerpt(response)}", status=status
-            )
+        _refused(response)
         return _parse(response, resolved.model)
+
+    async def _streamed(
+        self, body: Mapping[str, Any], headers: Mapping[str, str], model: str, bound: int | None
+    ) -> SynthesisResponse:
+        """A streamed answer, read up to its completion bound (streams.py): reading stops there
+        and the connection is closed, whatever the provider goes on sending."""
+        request = self._client.build_request(
+            "POST", self._url, content=_json(body), headers=headers
+        )
+        response = await self._client.send(request, stream=True)
+        try:
+            if response.status_code >= _CLIENT_ERROR or not response.headers.get(
+                "content-type", ""
+            ).startswith("text/event-stream"):
+                await response.aread()  # an error, or a gateway that answered in one piece
+                _refused(response)
+                return _parse(response, model)
+            reader = StreamReader(bound, model)
+            try:
+                async for data in response.aiter_bytes():
+                    if reader.feed(data):
+                        break
+            except StreamError as exc:
+                raise UnreadableAnswerError(
+                    f"model endpoint streamed {exc}", body=bytes(reader.raw), model=model
+                ) from exc
+            return reader.response()
+        finally:
+            await response.aclose()
+
+
+def _refused(response: httpx.Response) -> None:
+    """Raise what an answered status that is not a 2xx means."""
+    status = response.status_code
+    if status == _TOO_MANY_REQUESTS:
+        wait = retry_after(response.headers.get("retry-after"))
+        raise RateLimitedError(
+            "model endpoint answered 429 (rate limited"
+            + (f", retry after {wait:g} s)" if wait is not None else ")"),
+            retry_after=wait,
+        )
+    if status in _RETRYABLE_STATUS or status >= _SERVER_ERROR:
+        raise CallRefusedError(f"model endpoint answered {status}", status=status)
+    if status >= _CLIENT_ERROR:
+        raise RequestRejectedError(
+            f"model endpoint refused the call: {status} {_excerpt(response)}", status=status
+        )
 
 
 def _json(body: Mapping[str, Any]) -> bytes:

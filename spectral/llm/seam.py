@@ -52,6 +52,9 @@ class SynthesisResponse:
     content: str
     model: str
     usage: Mapping[str, int] = field(default_factory=dict)
+    stopped_at_bound: int | None = None
+    """A streamed answer cut at the completion bound: the ``max_tokens`` it was stopped at
+    (the content is what had come in by then; the caller bills no more than the bound)."""
 
 
 class UnreadableAnswerError(PermanentError):

@@ -27,6 +27,12 @@ class LlmSettings(PluginSettings):
     )
     llm_api_key: SecretStr | None = Field(default=None, description="Bearer token of the gateway.")
     llm_timeout_seconds: float = Field(default=60.0, gt=0, description="One model call, at most.")
+    llm_stream: bool = Field(
+        default=False,
+        description="Ask the endpoint to stream its answer (server-sent events) and stop reading "
+        "at the call's completion bound (max_tokens): a provider that does not stop is cut off "
+        "there, and the call is billed no more than its reservation on spectral's side.",
+    )
     llm_routes: dict[str, str] = Field(
         default_factory=dict,
         description='function key -> model, JSON: {"story_generate": "m", "org-1/story_generate": '

@@ -288,7 +288,10 @@ async def _engine_run(
         run.settings,
         kafka_bootstrap=run.bootstrap,
         database_url=run.database_url,
-        options=EngineOptions(max_batch=request.max_batch, stop_when_idle=request.idle_timeout),
+        # --max-batch bounds a replay's batches (a rebuild's savepoints): no growth.
+        options=EngineOptions(
+            max_batch=request.max_batch, batch_growth=1, stop_when_idle=request.idle_timeout
+        ),
         registry=CollectorRegistry(),  # a replay's counts never mix with the live consumer's
         reading=FixedRange(
             start={TopicPartition(r.topic, r.partition): r.start for r in ranges},

@@ -462,7 +462,7 @@ class RebalanceLine:
         handled = Counter(
             r["idempotency_key"]
             for r in await self.admin.fetch(
-                "SELECT idempotency_key FROM core.event_handled WHERE consumer = $1", CONSUMER
+                "SELECT idempotency_key FROM core.event_handled_keys WHERE consumer = $1", CONSUMER
             )
         )
         lost = len(self.keys - set(handled)) + sum(
@@ -517,13 +517,12 @@ async def measure_all(line: RebalanceLine) -> list[Measured]:
     return out
 
 
-def table(transport: str, rows: list[Measured], baseline: float, lost: int, twice: int) -> str:
-    """The rows as a Markdown table, with the run's baseline and exactly-once counts."""
+def table(transport: str, rows: list[Measured], baseline: float) -> str:
+    """The rows as a Markdown table, with the run's baseline."""
     lines = [
         (
             f"REBALANCE {transport}: {RATE:.0f} snapshots/s over {PARTITIONS} partitions; "
-            f"a partition's usual longest pause {baseline:.2f}s; lost {lost}, "
-            f"applied twice {twice}"
+            f"a partition's usual longest pause {baseline:.2f}s"
         ),
         (
             "| fault | members | moved | unmoved revoked | unmoved away (s) "

@@ -35,7 +35,9 @@ async def test_rebalances_under_load(  # noqa: PLR0917 - fixtures
     ) as line:
         baseline = line.baseline()
         rows = await measure_all(line)
+        with capsys.disabled():  # the measured stalls are the test's output, whatever follows
+            print(f"\n{table(transport, rows, baseline)}")  # noqa: T201
         lost, twice = await line.finish()
-    with capsys.disabled():  # the measured stalls are the test's output
-        print(f"\n{table(transport, rows, baseline, lost, twice)}")  # noqa: T201
+    with capsys.disabled():
+        print(f"REBALANCE {transport}: lost {lost}, applied twice {twice}")  # noqa: T201
     assert (lost, twice) == (0, 0)

@@ -138,6 +138,8 @@ def _outcome(item: ItemHistory) -> ItemOutcome:
         return ItemOutcome.NOT_STARTED
     if any(a.mutation is not None for a in item.attempts.values()):
         return ItemOutcome.APPLIED
+    if last.entry_type is EntryType.ERROR and last.payload.get("disposition") == "reissue":
+        return ItemOutcome.IN_FLIGHT  # its unknown call was sent again under the same key
     if last.entry_type is EntryType.ERROR:
         return _ENDED_BY.get(str(last.payload.get("disposition")), ItemOutcome.RETRY_SCHEDULED)
     if any(a.response_at is not None and a.parse_ok is not False for a in item.attempts.values()):

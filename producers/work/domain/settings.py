@@ -27,6 +27,19 @@ class WorkSettings(PluginSettings):
         description="The largest reserve ratio 'raise' goes to: a route billing more than this "
         "many times its worst case is suspended whatever the policy.",
     )
+    work_unknown_outcome_policy: Literal["reissue", "release"] = Field(
+        default="reissue",
+        description="A paid call whose worker died mid-call (its outcome unknown): 'reissue' "
+        "sends the same call again under the same idempotency key (a gateway that honours it "
+        "answers without billing again; one that ignores it bills twice), 'release' counts the "
+        "attempt as used and keeps its reservation until the horizon.",
+    )
+    work_unknown_outcome_horizon_seconds: float = Field(
+        default=86_400.0,
+        gt=0,
+        description="A reservation whose call's outcome stayed unknown is released once it is "
+        "this old (seconds): until then it counts in full against its budget.",
+    )
     work_max_attempts: int = Field(
         default=3, ge=1, description="Paid calls per work item, at most."
     )

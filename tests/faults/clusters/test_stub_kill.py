@@ -4,12 +4,11 @@ attempt), waiting for a retry that is due or not yet due, finalized, given up �
 never asked. It is migrated; the tick asks for the missing stub; the work executor (`spectral
 consume work-executor`, a real process) pays the stubs against a gateway that bills per
 idempotency key, and is killed with SIGKILL while calls are in flight; a second executor takes
-over. Every stub must end applied exactly once (none lost), nothing be sent for a stub that was
-finalized or given up, no call be sent twice, every call be on the ledger, the ledger be
-consistent, and each stub be billed once for the answer it applied; any other bill is of a call
-whose outcome an executor could not know (in flight when the old holder stopped, or when the
-executor was killed: the provider completed it, and the unknown-outcome rule counts that attempt
-as used)."""
+over. Every stub must end applied exactly once (none lost) and be billed exactly once (none
+paid twice): a call whose outcome was unknown — in flight when the old holder stopped, or when
+the executor was killed — is re-issued under the key it went out with, and no other call is sent
+twice; nothing is sent for a stub that was finalized or given up, every call is on the ledger,
+and the ledger is consistent."""
 
 from __future__ import annotations
 
@@ -26,7 +25,7 @@ from uuid import UUID
 import asyncpg
 import pytest
 
-from consumers.work_executor.retry import FailureKind
+from consumers.work_executor.plan import REISSUE
 from producers.clusters import ClusterPolicy
 from producers.work.domain.history import AttemptHistory, History, ItemHistory, reconstruct
 from producers.work.domain.model import EntryType
@@ -35,7 +34,7 @@ from spectral.db.connect import create_pool
 from spectral.db.migrate import migrate
 from spectral.devstack import Endpoints
 from spectral.settings import Settings
-from tests.fakes.billing_gateway import RULE_STUB, BillingGateway
+from tests.fakes.openai_server import RULE_STUB, FakeModelServer
 from tests.faults.work_executor.support import executor_env, start_executor, tail, wait_until
 from tests.integration.clusters.legacy_stubs import MIGRATION, OldLease, insert_lease, old_requests
 from tests.integration.clusters.support import failure, fetch, outbox_events, rule, service
@@ -111,7 +110,7 @@ async def _live_stubs(pool: asyncpg.Pool) -> bool:
 
 
 async def _kill_mid_call_and_take_over(
-    gateway: BillingGateway, env: dict[str, str], log: Path, url: str
+    gateway: FakeModelServer, env: dict[str, str], log: Path, url: str
 ) -> set[str]:
     """An executor killed while calls are in flight, then a second one until every stub item
     ended, then the calls the killed one abandoned answered; the keys in flight at the kill."""
@@ -196,7 +195,7 @@ async def _stubs(url: str, clusters: dict[int, UUID]) -> Stubs:
     )
 
 
-async def test_sigkill_mid_call_across_the_stub_migration_bills_no_call_twice_and_loses_no_stub(
+async def test_sigkill_mid_call_across_the_stub_migration_pays_every_stub_once_and_loses_none(
     database_url: str,
     settings: Settings,
     kafka_bootstrap: str,
@@ -211,11 +210,11 @@ async def test_sigkill_mid_call_across_the_stub_migration_bills_no_call_twice_an
     async with service(url, policy=policy) as svc:
         await svc.tick()  # asks for the stubs of the clusters never asked (10, 11)
 
-    with BillingGateway(delay=ANSWER_SECONDS) as gateway:
+    with FakeModelServer(idempotent=True, delay=ANSWER_SECONDS) as gateway:
         # The provider billed what the old service paid for: the finalized stub's call and the
         # calls that were in flight when the old holders stopped (it completed them).
-        for n in {1} | IN_FLIGHT_BEFORE:
-            gateway.bill(old_keys[n])
+        billed_before = [old_keys[n] for n in {1} | IN_FLIGHT_BEFORE]
+        gateway.billed_before(*billed_before)
         env = executor_env(
             spectral_env,
             gateway,
@@ -229,7 +228,7 @@ async def test_sigkill_mid_call_across_the_stub_migration_bills_no_call_twice_an
         killed_in_flight = await _kill_mid_call_and_take_over(
             gateway, env, tmp_path / "executor.log", url
         )
-        billed = gateway.billed()
+        billed = Counter(gateway.answered) + Counter(billed_before)
         sent = Counter(call.idempotency_key or "" for call in gateway.snapshot())
 
     assert killed_in_flight, "the kill found no call in flight"
@@ -252,21 +251,21 @@ async def test_sigkill_mid_call_across_the_stub_migration_bills_no_call_twice_an
     assert set(sent) | set(billed) <= set(prompted), set(sent) | set(billed) - set(prompted)
     assert not {prompted[k] for k in sent} & {1, 2}
 
-    # Each stub is billed once for the answer it applied; every other bill is of an attempt
-    # whose outcome an executor could not know — in flight when the old holder stopped or when
-    # the executor was killed: the provider completed it, and the unknown-outcome rule counts
-    # the attempt as used (the next one goes out under its own key).
+    # Each stub is billed exactly once: a call whose outcome an executor could not know — in
+    # flight when the old holder stopped, or when the executor was killed — is re-issued under
+    # the key it was sent with (the old service's, for a lease that moved onto the ledger), and
+    # the gateway answers it without billing it again.
     applied = {stubs.key_of[(i.work_item_id, a.attempt)] for i, a in stubs.attempts() if a.mutation}
-    unknown = {
+    reissued = {
         stubs.key_of[(i.work_item_id, a.attempt)]
         for i, a in stubs.attempts()
-        if any(e.get("kind") == FailureKind.OUTCOME_UNKNOWN.value for e in a.errors)
+        if any(e.get("disposition") == REISSUE for e in a.errors)
     }
-    assert Counter(prompted[k] for k in applied & set(billed)) == {n: 1 for n in LEASES if n != 2}
-    assert set(billed) - applied <= unknown, set(billed) - applied - unknown
-    assert {old_keys[n] for n in IN_FLIGHT_BEFORE} | killed_in_flight <= unknown
-    # No call is sent twice, but to learn the outcome of one that was not known.
-    assert {k for k, times in sent.items() if times > 1} <= unknown, sent
+    assert Counter(prompted[k] for k in billed) == {n: 1 for n in LEASES if n != 2}, billed
+    assert set(billed) == applied
+    assert {old_keys[n] for n in IN_FLIGHT_BEFORE} | killed_in_flight <= reissued
+    # No call is sent twice, but to re-issue one whose outcome was not known.
+    assert {k for k, times in sent.items() if times > 1} <= reissued, sent
 
     # The tick publishes every cluster with its stub (the given-up one without).
     async with service(url, policy=policy) as svc:

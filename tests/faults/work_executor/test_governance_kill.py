@@ -147,10 +147,13 @@ async def test_sigkill_during_a_cancellation_pays_nothing_again_and_applies_noth
             history = await h.history()
             assert history.consistent, history.problems
             responses = sum(i.responses for i in history.items.values())
-            assert responses == (2 if crash else 0)  # recorded answers are kept
+            # Recorded answers are kept. Killed after a response write: its answers are recorded
+            # (both, when they came in together; on a loaded machine the other call may still
+            # have been in flight, its outcome then unknown).
+            assert responses in ((1, 2) if crash else (0,))
             spend = Counter(r["state"] for r in await h.admin.fetch("SELECT state FROM work.spend"))
             # Both calls were sent: answered ones settle, unknown ones stay counted in full.
-            assert spend == ({"settled": 2} if crash else {"unknown": 2})
+            assert spend == Counter({"settled": responses, "unknown": 2 - responses}) - Counter()
 
 
 async def test_sigkill_during_settlement_settles_once_and_never_exceeds_the_budget(

@@ -27,7 +27,7 @@ from tests.integration.work.support import DOCUMENT, PROJECT, backlog, harness
 
 pytestmark = [pytest.mark.integration, pytest.mark.faults]
 
-LEASE_TIMEOUT = 12.0  # must exceed the model timeout (2 s) by 10 s: see consumers/work_executor
+LEASE_TIMEOUT = 14.0  # must exceed the model timeout (4 s) by 10 s: see consumers/work_executor
 MAX_ATTEMPTS = 3
 
 
@@ -38,7 +38,7 @@ def _executor_env(
         base,
         server,
         journal,
-        llm_timeout_seconds="2",
+        llm_timeout_seconds="4",  # a 1.5 s call re-issued on a loaded machine still answers
         work_lease_timeout_seconds=str(LEASE_TIMEOUT),
         work_max_attempts=str(MAX_ATTEMPTS),
         work_pool_size="1",
@@ -70,8 +70,8 @@ async def _wait_for_call(server: FakeModelServer, timeout: float) -> None:
 CASES = [
     ("after_claim", 2),  # nothing recorded: the recovered item starts attempt 1
     ("before_call", 2),  # attempt 1 recorded but never sent: used up, attempt 2 pays
-    ("during", 3),  # attempt 1 paid, outcome unknown: used up, attempt 2 pays again (one more
-    # per item whose call was in flight at the kill)
+    ("during", 3),  # attempt 1 paid, outcome unknown: re-issued under its key, which this
+    # gateway (it ignores keys) pays again (one more per item whose call was in flight)
     ("after_response", 2),  # the recorded response is reused: no second call
     ("after_mutation", 2),  # already applied: only the parent is left to settle
 ]
@@ -135,9 +135,13 @@ async def test_sigkill_at_each_step_leaves_every_item_terminal_and_pays_at_most_
             calls = server.snapshot()
             per_key = Counter(c.idempotency_key for c in calls)
             per_item = Counter(c.item for c in calls)
-            assert max(per_key.values()) == 1  # at most one paid call per attempt
+            # At most one paid call per attempt — but for a call whose outcome was unknown,
+            # re-issued under the same key (a gateway honouring it would not bill it twice).
+            repeated = {key for key, times in per_key.items() if times > 1}
+            assert max(per_key.values()) <= 2
+            assert len(repeated) == (expected_calls - 2 if point == "during" else 0), per_key
             assert max(per_item.values()) <= MAX_ATTEMPTS
-            assert len(calls) == expected_calls
+            assert len(calls) == expected_calls, (per_key, log.read_text()[-3000:])
             history = await h.history()
             assert history.consistent, history.problems
             sent = {key for key in per_key if key is not None}

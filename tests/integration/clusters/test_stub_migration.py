@@ -1,9 +1,10 @@
 """Rule-stub leases of the old schema, mid-flight, move onto the work ledger without losing or
 re-paying anything: a database with a lease in every state (finalized, given up, superseded,
 waiting for its retry, in flight when its holder stopped) is migrated, then the tick and the
-work executor run. Finalized and given-up stubs are never paid for again; a due retry and a
-call in flight (its outcome unknown: that attempt is used) are each made once more; every paid
-call, old and new, is on the ledger."""
+work executor run. Finalized and given-up stubs are never paid for again; a due retry is made
+once more; a call in flight (its outcome unknown) is re-issued under the key the old service
+sent it with, so a gateway that honours the key bills it once; every paid call, old and new, is
+on the ledger."""
 
 from __future__ import annotations
 
@@ -128,12 +129,12 @@ async def test_stub_leases_mid_flight_move_onto_the_ledger_and_nothing_is_paid_t
         item["superseded"],
     )
     # Finalized, given-up and superseded stubs are never paid again. The retry that was due is
-    # made (attempt 2); the call in flight when its holder stopped has an unknown outcome: that
-    # attempt is used, as for every paid call on the ledger, and attempt 2 is made under its own
-    # key. The superseded cluster's current content is asked once.
+    # made (attempt 2); the call in flight when its holder stopped has an unknown outcome: it is
+    # re-issued, as every such call on the ledger, under the key it went out with (the old
+    # service's). The superseded cluster's current content is asked once.
     assert dict(model.calls) == {
         f"{item['retry']}:2": 1,
-        f"{item['in_flight']}:2": 1,
+        key["in_flight"]: 1,
         f"{current['work_item_id']}:1": 1,
     }
 
@@ -150,7 +151,7 @@ async def test_stub_leases_mid_flight_move_onto_the_ledger_and_nothing_is_paid_t
         item["failed"]: [key["failed"]] * 3,
         item["superseded"]: [key["superseded"]],
         item["retry"]: [key["retry"], f"{item['retry']}:2"],
-        item["in_flight"]: [key["in_flight"], f"{item['in_flight']}:2"],
+        item["in_flight"]: [key["in_flight"]],
         current["work_item_id"]: [f"{current['work_item_id']}:1"],
     }
 

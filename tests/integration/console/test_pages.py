@@ -210,3 +210,13 @@ async def test_the_thread_page_offers_cancel_only_to_work_cancel_and_shows_the_o
     listing = await _send(http, Page("GET", "/console/budgets", WORK_READ), reader)
     assert 'id="budget-acme"' in listing.text
     assert 'id="set-budget"' not in listing.text  # reading is not setting
+    nested = Page(
+        "POST",
+        "/console/budgets",
+        WORK_BUDGET,
+        (("scope_kind", "project"), ("org_id", "p1"), ("period", "week"), ("tokens", "700")),
+    )
+    assert (await _send(http, nested, budgeter)).status_code == 303
+    listing = await _send(http, Page("GET", "/console/budgets", WORK_READ), reader)
+    assert 'id="budget-project-p1"' in listing.text
+    assert "project p1" in listing.text

@@ -228,3 +228,55 @@ async def _crashing_runs(database_url: str, scenario: Scenario) -> None:
     await _engine(settings, broker, database_url, max_batch=batch, idle=0.3).run()
     await _exactly_once(database_url, keys)
     assert _at_end(broker, topic)
+
+
+class SizingHandler(RecordingHandler):
+    """Records how many deliveries each batch handed it, and in which order per partition."""
+
+    def __init__(self) -> None:
+        self.sizes: list[int] = []
+        self.offsets: dict[int, list[int]] = {}
+
+    async def apply(
+        self, conn: asyncpg.Connection, deliveries: Sequence[Delivery]
+    ) -> HandlerResult[None]:
+        self.sizes.append(len(deliveries))
+        for d in deliveries:
+            self.offsets.setdefault(d.partition, []).append(d.offset)
+        return await super().apply(conn, deliveries)
+
+
+@pytest.mark.usefixtures("effects_table")
+async def test_a_backlog_grows_the_batches_to_their_bound_and_keeps_the_order(
+    settings: Settings, database_url: str
+) -> None:
+    """A backlog of 400 records, 10 a fetch: batches grow (20, then 40 = batch_growth x 10,
+    never more), each partition's records still arrive in offset order, each applied once."""
+    broker, topic = MemoryBroker(), _topic(settings)
+    keys = _publish(broker, topic, 400)
+    handler = SizingHandler()
+    summary = await _engine(settings, broker, database_url, handler=handler).run()
+    await _exactly_once(database_url, keys)
+    assert _at_end(broker, topic)
+    assert max(handler.sizes) == 40
+    assert summary.batches < 400 // 10 // 2
+    assert all(offsets == sorted(offsets) for offsets in handler.offsets.values())
+
+
+@pytest.mark.usefixtures("effects_table")
+async def test_a_consumer_that_keeps_up_applies_what_arrived_at_once(
+    settings: Settings, database_url: str
+) -> None:
+    """Records arriving one at a time while the consumer keeps up: every batch is what one fetch
+    found (no waiting for more), so freshness does not pay for the growth."""
+    broker, topic = MemoryBroker(), _topic(settings)
+    handler = SizingHandler()
+    engine = _engine(settings, broker, database_url, handler=handler, idle=1.0)
+    running = asyncio.create_task(engine.run())
+    keys: list[str] = []
+    for _ in range(15):
+        keys += _publish(broker, topic, 1)
+        await asyncio.sleep(0.1)
+    await running
+    await _exactly_once(database_url, keys)
+    assert max(handler.sizes) <= 2

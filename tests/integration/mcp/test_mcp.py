@@ -47,6 +47,7 @@ TOOLS = {
     "list_project_threads": WORK_READ,
     "cancel_work_thread": WORK_CANCEL,
     "get_org_budget": WORK_READ,
+    "get_budget": WORK_READ,
     "dead_letter_summary": OPS_READ,
     "list_dead_letters": OPS_READ,
     "consumer_lag": OPS_READ,
@@ -56,6 +57,7 @@ UNKNOWN_IDS = {
     "get_thread_history": "no thread",
     "cancel_work_thread": "no thread",
     "get_org_budget": "has no budget",
+    "get_budget": "has no budget",
 }
 
 
@@ -298,6 +300,7 @@ async def test_every_tool_under_every_scope(
         "list_project_threads": {"project_id": "p1"},
         "cancel_work_thread": {"thread_id": str(uuid.uuid4()), "reason": "test"},
         "get_org_budget": {"org_id": "acme"},
+        "get_budget": {"scope_kind": "route", "scope_id": "openai/gpt-4o"},
         "dead_letter_summary": {},
         "list_dead_letters": {"topic": topic},
         "consumer_lag": {},

@@ -21,6 +21,7 @@ from consumers.work_executor.claims import ClaimRepository
 from consumers.work_executor.executor import ExecutorConfig
 from consumers.work_executor.handler import WorkExecutorHandler
 from consumers.work_executor.metrics import ExecutorMetrics
+from consumers.work_executor.outcomes import UnknownOutcomePolicy
 from consumers.work_executor.schedule import Resolve
 from consumers.work_executor.store import Store
 from producers.work.commands import WorkCommands
@@ -173,6 +174,7 @@ async def executor(
     limits: ProviderLimits | None = None,
     resolve: Resolve | None = None,
     store: Callable[[asyncpg.Pool, Functions], Store] = Store.over,
+    unknown_outcomes: UnknownOutcomePolicy | None = None,
 ) -> AsyncIterator[WorkExecutorHandler]:
     handler = WorkExecutorHandler(
         settings,
@@ -183,6 +185,7 @@ async def executor(
             worker_id=worker,
             lease_timeout_seconds=lease_timeout,
             limits=limits or ProviderLimits(),
+            unknown_outcomes=unknown_outcomes or UnknownOutcomePolicy(),
         ),
         resolve=resolve,
         store=store,

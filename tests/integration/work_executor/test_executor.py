@@ -12,12 +12,14 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry
 
+from consumers.work_executor.outcomes import UnknownOutcomePolicy
 from consumers.work_executor.store import Store
 from producers.work.commands import GenerateAll, GenerateEpic
 from producers.work.domain.functions import installed_functions
 from producers.work.domain.history import ItemOutcome
 from producers.work.domain.model import EntryType
 from spectral.db.connect import create_pool
+from spectral.llm.seam import SynthesisRequest, SynthesisResponse
 from spectral.settings import Settings
 from tests.integration.work.support import (
     DOCUMENT,
@@ -243,10 +245,57 @@ async def test_stop_on_error_cancels_siblings_that_have_not_started(
         assert await h.thread_status(parent.thread_id) == "failed"
 
 
+class _Answering:
+    """A gateway that answers any request with E1's stories, counting keys."""
+
+    def __init__(self) -> None:
+        self.requests: list[SynthesisRequest] = []
+
+    async def synthesize(self, request: SynthesisRequest) -> SynthesisResponse:
+        self.requests.append(request)
+        content = json.dumps({"stories": [{"story_key": "E1-1", "title": "As a user I can pay"}]})
+        return SynthesisResponse(content=content, model="m", usage={"completion_tokens": 9})
+
+
+async def test_a_stale_lease_after_a_crash_mid_call_reissues_the_recorded_call_under_its_key(
+    database_url: str, settings: Settings
+) -> None:
+    """The outcome of a call whose worker died is unknown: by default the same call (the
+    recorded prompt, the same idempotency key, the same attempt) is sent again."""
+    model = _Answering()
+    async with harness(database_url) as h:
+        await h.commands.put_document(PROJECT, DOCUMENT, backlog("Checkout"))
+        await h.commands.generate_epic(GenerateEpic(PROJECT, DOCUMENT, "E1"))
+        (item,) = await h.items()
+        await _crash_after(database_url, item["work_item_id"], respond=False)
+        async with executor(
+            executor_settings(settings), database_url, model, lease_timeout=0.5
+        ) as handler:
+            await asyncio.sleep(0.6)
+            await run_until_settled(handler, h.admin)
+        (item,) = await h.items()
+        assert (item["status"], item["attempt"]) == ("applied", 1)
+        assert [(r.prompt, r.idempotency_key) for r in model.requests] == [("p", "k")]
+        kinds = await h.admin.fetch(
+            "SELECT attempt, entry_type, payload->>'kind' AS kind, "
+            "payload->>'disposition' AS disposition FROM work.ledger_entries ORDER BY seq"
+        )
+        assert [(r["attempt"], r["entry_type"], r["kind"], r["disposition"]) for r in kinds] == [
+            (1, "prompt", None, None),
+            (1, "error", "outcome_unknown", "reissue"),
+            (1, "response", None, None),
+            (1, "parse_report", None, None),
+            (1, "mutation_report", None, None),
+        ]
+        spend = await h.admin.fetch("SELECT attempt, state, tokens, reissues FROM work.spend")
+        assert [tuple(s) for s in spend] == [(1, "settled", 9, 1)]
+        assert (await h.history()).consistent
+
+
 async def test_a_stale_lease_after_a_crash_mid_call_counts_the_attempt_and_retries(
     database_url: str, settings: Settings
 ) -> None:
-    """The outcome of a call whose worker died is unknown: its attempt is used up."""
+    """Under the ``release`` policy the unknown attempt is used up: a new attempt, a new key."""
     model = ScriptedSynthesizer()
     async with harness(database_url) as h:
         await h.commands.put_document(PROJECT, DOCUMENT, backlog("Checkout"))
@@ -258,6 +307,7 @@ async def test_a_stale_lease_after_a_crash_mid_call_counts_the_attempt_and_retri
             database_url,
             model,
             lease_timeout=0.5,
+            unknown_outcomes=UnknownOutcomePolicy(reissue=False),
         ) as handler:
             await asyncio.sleep(0.6)
             await run_until_settled(handler, h.admin)
@@ -312,8 +362,12 @@ async def test_the_last_attempt_lost_in_a_crash_dead_letters_without_another_cal
         (item,) = await h.items()
         await h.admin.execute("UPDATE work.work_items SET attempt = 2")  # two attempts used
         await _crash_after(database_url, item["work_item_id"], respond=False, attempt=3)
-        async with executor(
-            executor_settings(settings), database_url, model, lease_timeout=0.5
+        async with executor(  # not re-issued: the last attempt is used up
+            executor_settings(settings),
+            database_url,
+            model,
+            lease_timeout=0.5,
+            unknown_outcomes=UnknownOutcomePolicy(reissue=False),
         ) as handler:
             await asyncio.sleep(0.6)
             await run_until_settled(handler, h.admin)

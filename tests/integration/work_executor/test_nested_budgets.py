@@ -3,7 +3,7 @@ projects, their generate-all threads, child threads and a model route never let 
 plus reservations pass any scope's limit (hypothesis draws the limits and the interleaving);
 nothing is refused while every scope still has room; work over a scope's budget is parked naming
 that scope and resumes when that budget changes; an org budget set before nested budgets existed
-still works unchanged."""
+still works unchanged, across the migration too."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import asyncio
 import random
 from collections.abc import Sequence
 from decimal import Decimal
+from pathlib import Path
 from uuid import uuid4
 
 import asyncpg
@@ -26,8 +27,11 @@ from producers.work.budgets import BudgetCommands
 from producers.work.commands import GenerateAll
 from producers.work.domain.budgets import Period, Scope, ScopeKind
 from spectral.db.connect import create_pool
+from spectral.db.migrate import MIGRATIONS_DIR, migrate
+from spectral.devstack import Endpoints
 from spectral.llm.limits import ProviderLimits, RouteLimits
 from tests.integration.work.support import backlog, harness
+from tests.support import unique_name, with_database
 
 pytestmark = pytest.mark.integration
 
@@ -366,3 +370,119 @@ async def test_an_org_budget_holds_over_nested_ones_and_its_view_is_unchanged(
         assert org.parked == 2 * EPICS - len(claimed.jobs)
         assert org.tokens <= 3 * one
         assert views[1].parked == 0
+
+
+async def test_the_migration_keeps_org_budgets_their_spend_and_parked_items(
+    stack: Endpoints, tmp_path: Path
+) -> None:
+    """A database with an org budget, its settled spend and items it parked, migrated across
+    0027: the budget reads the same, the parked items are parked by the org (and resume when its
+    budget changes), and the spend rows name their project and threads."""
+    name = unique_name("spectral_m_")
+    admin_url = with_database(stack.database_url, "postgres")
+    admin = await asyncpg.connect(admin_url)
+    try:
+        await admin.execute(f'CREATE DATABASE "{name}"')
+    finally:
+        await admin.close()
+    url = with_database(stack.database_url, name)
+    before = sorted(
+        (p for p in MIGRATIONS_DIR.iterdir() if p.name.endswith(".sql")), key=lambda p: p.name
+    )
+    nested = next(p for p in before if p.name.endswith("_nested_budgets.sql"))
+    for path in before:
+        if path.name < nested.name:
+            (tmp_path / path.name).write_text(path.read_text())
+    await migrate(url, tmp_path)
+    async with harness(url) as h:
+        await h.commands.put_document("p1", "d1", backlog("A", "B", "C"))
+        await h.commands.generate_all(GenerateAll("p1", "d1", org_id="acme"))
+        await h.admin.execute(
+            "INSERT INTO work.budgets (org_id, period, token_limit) VALUES ('acme', 'day', 1000)"
+        )
+        items = [r["work_item_id"] for r in await h.items()]
+        await h.admin.execute(
+            "INSERT INTO work.spend (work_item_id, attempt, org_id, model, function_key, state, "
+            "reserved_tokens, reserved_cost, tokens, cost, settled_at) "
+            "VALUES ($1, 1, 'acme', 'm', 'story_generate', 'settled', 900, 0, 950, 0, now())",
+            items[0],
+        )
+        await h.admin.execute(
+            "UPDATE work.work_items SET status = 'parked', park_reason = 'budget of org acme', "
+            "parked_at = now() WHERE work_item_id = ANY($1::uuid[])",
+            items[1:],
+        )
+        old = await h.admin.fetchrow(
+            "SELECT b.token_limit, sum(s.tokens) AS tokens FROM work.budgets b "
+            "JOIN work.spend s ON s.org_id = b.org_id GROUP BY b.token_limit"
+        )
+        assert old is not None
+    (tmp_path / nested.name).write_text(nested.read_text())
+    await migrate(url, tmp_path)
+    async with harness(url) as h:
+        budgets = BudgetCommands(h.producer)
+        view = await budgets.get("acme")
+        assert view is not None
+        assert (view.kind, view.token_limit, view.tokens) == (
+            ScopeKind.ORG,
+            old["token_limit"],
+            old["tokens"],
+        )
+        assert view.parked == 2
+        spend = await h.admin.fetchrow(
+            "SELECT s.project_id, s.thread_id = w.thread_id AS own, s.parent_thread_id "
+            "FROM work.spend s JOIN work.work_items w USING (work_item_id)"
+        )
+        assert spend is not None
+        assert (spend["project_id"], spend["own"]) == ("p1", True)
+        assert spend["parent_thread_id"] is not None
+        change = await budgets.set("acme", Period.DAY, token_limit=10_000)
+        assert change.resumed == 2
+    admin = await asyncpg.connect(admin_url)
+    try:
+        await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    finally:
+        await admin.close()
+
+
+async def test_items_wait_for_a_reservation_of_unknown_outcome_instead_of_parking(
+    database_url: str,
+) -> None:
+    """A scope full only because of a call of unknown outcome is not parked: that reservation
+    is resolved by its policy (re-issued, or released at the horizon), and then the items go."""
+    async with harness(database_url) as h:
+        _, _, child_ids = await _seed(h, "acme")
+        one = _one_reservation()
+        thread = (ScopeKind.THREAD, child_ids[0])
+        await BudgetCommands(h.producer).set(thread, Period.DAY, token_limit=one + one // 2)
+        pool = await create_pool(database_url, role="spectral_executor", max_size=1)
+        try:
+            claims = ClaimRepository(pool, resolve=lambda _f, _o: MODEL, limits=LIMITS)
+            only = await h.admin.fetch(
+                "SELECT work_item_id FROM work.work_items WHERE thread_id = $1::uuid",
+                child_ids[0],
+            )
+            first = await claims.claim(1, uuid4(), "w", only=[r["work_item_id"] for r in only])
+            assert len(first.jobs) == 1
+            item = first.jobs[0][0]
+            # Its call's outcome is unknown; the item waits for a retry in the same thread.
+            await h.admin.execute(
+                "UPDATE work.spend SET state = 'unknown' WHERE work_item_id = $1", item
+            )
+            await h.admin.execute(
+                "UPDATE work.work_items SET status = 'failed', attempt = 1, lease_token = NULL, "
+                "leased_at = NULL, leased_by = NULL WHERE work_item_id = $1",
+                item,
+            )
+            waiting = await claims.claim(1, uuid4(), "w", only=[item])
+            assert waiting.jobs == []
+            assert waiting.parked_by == {}  # waits: the unknown reservation may be released
+            await h.admin.execute(
+                "UPDATE work.spend SET state = 'released', released_unknown_at = now() "
+                "WHERE work_item_id = $1",
+                item,
+            )
+            again = await claims.claim(1, uuid4(), "w", only=[item])
+            assert [job for job, _ in again.jobs] == [item]
+        finally:
+            await pool.close()

@@ -93,9 +93,23 @@ async def test_a_member_that_has_not_read_what_it_owns_is_not_idle() -> None:
     engine._unreachable = answering  # type: ignore[method-assign]
     engine.source.caught_up = caught_up  # type: ignore[method-assign]
     assert not await engine._idle(time.monotonic() - 2 * IDLE)
-    assert engine._busy_at > time.monotonic() - 1  # the idle count starts again
     behind = False
-    engine._busy_at = time.monotonic() - 2 * IDLE
+    assert await engine._idle(time.monotonic() - 2 * IDLE)
+
+
+async def test_a_source_that_never_says_it_caught_up_holds_a_member_for_a_bounded_time() -> None:
+    engine = _idle_engine()
+
+    async def answering() -> str | None:
+        return None
+
+    async def never() -> bool:
+        return False
+
+    engine._unreachable = answering  # type: ignore[method-assign]
+    engine.source.caught_up = never  # type: ignore[method-assign]
+    assert not await engine._idle(time.monotonic() - 2 * IDLE)
+    engine._assigned_at = time.monotonic() - JOIN_PATIENCE_SECONDS  # assigned that long ago
     assert await engine._idle(time.monotonic() - 2 * IDLE)
 
 

@@ -63,7 +63,7 @@ def test_a_fresh_item_starts_attempt_one() -> None:
 
 
 def test_a_prompt_without_response_or_error_is_an_unknown_outcome() -> None:
-    assert next_step(1, [_e(1, 1, EntryType.PROMPT)], POLICY) == Unknown(1)
+    assert next_step(1, [_e(1, 1, EntryType.PROMPT)], POLICY) == Unknown(1, 0, {})
 
 
 def test_a_recorded_response_is_reused_never_paid_again() -> None:
@@ -100,7 +100,7 @@ def test_a_consumed_response_is_not_reused_and_a_known_failure_moves_on() -> Non
 
 def test_the_last_attempt_lost_is_unknown_then_exhausted() -> None:
     entries = [_e(1, 3, EntryType.PROMPT)]
-    assert next_step(3, entries, POLICY) == Unknown(3)
+    assert next_step(3, entries, POLICY) == Unknown(3, 0, {})
     assert next_step(3, [*entries, _e(2, 3, EntryType.ERROR)], POLICY) == Exhausted(3)
 
 
