@@ -365,6 +365,21 @@ def _governance(api: APIRouter, resources: Resources) -> None:  # noqa: C901 - a
         except ValueError as exc:
             raise ProblemError(422, str(exc), slug=ProblemType.INVALID_REQUEST) from None
 
+    async def set_budget(
+        scope: str | Scope, body: BudgetIn, principal: Principal
+    ) -> BudgetChangeOut:
+        try:
+            change = await BudgetCommands(resources.producer).set(
+                scope,
+                body.period,
+                token_limit=body.token_limit,
+                cost_limit=body.cost_limit,
+                requested_by=principal.actor,
+            )
+        except ValueError as exc:
+            raise ProblemError(422, str(exc), slug=ProblemType.INVALID_REQUEST) from None
+        return BudgetChangeOut.of(change)
+
     @api.get(
         "/budgets/{scope_kind}/{scope_id:path}",
         tags=["budgets"],
@@ -395,18 +410,7 @@ def _governance(api: APIRouter, resources: Resources) -> None:  # noqa: C901 - a
         body: BudgetIn,
         principal: Principal = budgeter,
     ) -> BudgetChangeOut:
-        scope = scope_of(scope_kind, scope_id)
-        try:
-            change = await BudgetCommands(resources.producer).set(
-                scope,
-                body.period,
-                token_limit=body.token_limit,
-                cost_limit=body.cost_limit,
-                requested_by=principal.actor,
-            )
-        except ValueError as exc:
-            raise ProblemError(422, str(exc), slug=ProblemType.INVALID_REQUEST) from None
-        return BudgetChangeOut.of(change)
+        return await set_budget(scope_of(scope_kind, scope_id), body, principal)
 
     @api.delete(
         "/budgets/{scope_kind}/{scope_id:path}",
@@ -446,17 +450,7 @@ def _governance(api: APIRouter, resources: Resources) -> None:  # noqa: C901 - a
     async def put_budget(
         *, org_id: IdentifierPath, body: BudgetIn, principal: Principal = budgeter
     ) -> BudgetChangeOut:
-        try:
-            change = await BudgetCommands(resources.producer).set(
-                org_id,
-                body.period,
-                token_limit=body.token_limit,
-                cost_limit=body.cost_limit,
-                requested_by=principal.actor,
-            )
-        except ValueError as exc:
-            raise ProblemError(422, str(exc), slug=ProblemType.INVALID_REQUEST) from None
-        return BudgetChangeOut.of(change)
+        return await set_budget(org_id, body, principal)
 
     @api.delete(
         "/orgs/{org_id}/budget",
