@@ -45,6 +45,7 @@ from uuid import UUID
 
 from producers.work.domain.types import Conn
 from spectral.db.queries import load_queries
+from spectral.errors import PermanentError
 
 _SQL = load_queries(Path(__file__).with_name("reconcile.sql"))
 
@@ -63,7 +64,7 @@ class ExportFormat(StrEnum):
         return cls.CSV if path.suffix.lower() == ".csv" else cls.JSONL
 
 
-class ExportError(ValueError):
+class ExportError(PermanentError, ValueError):
     """The file as a whole cannot be read as an export (no such file, no required column)."""
 
 

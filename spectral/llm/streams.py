@@ -22,6 +22,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from spectral.errors import PermanentError
 from spectral.llm.seam import SynthesisResponse
 
 MAX_BYTES_PER_TOKEN: Final = 32
@@ -29,7 +30,7 @@ MAX_BYTES_PER_TOKEN: Final = 32
 MAX_EVENT_BYTES: Final = 1 << 20
 
 
-class StreamError(ValueError):
+class StreamError(PermanentError, ValueError):
     """The stream is not a chat-completion stream (an event is not JSON)."""
 
 
