@@ -102,6 +102,8 @@ def targets(app: FastAPI, cluster: str) -> list[Target]:
         "project_id": PROJECT,
         "document_id": DOCUMENT,
         "org_id": "acme",
+        "scope_kind": "org",
+        "scope_id": "acme",
         "topic": "no-such-topic",
         "deployment": "no-such-deployment",
     }
