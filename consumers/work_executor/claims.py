@@ -5,7 +5,8 @@ this module reads and writes).
 One transaction, under the scheduler's advisory lock (every executor's claims are serialised,
 so the counts decided on are exact across replicas — a claim takes a few milliseconds):
 
-1. resume parked items whose scope's budget changed or whose period rolled over;
+1. resume parked items whose scope's budget changed, whose period rolled over or whose scope
+   had a reservation of unknown outcome released at the horizon since they were parked;
 2. read the candidates (each tenant's first items due, in rank order), the leased items (in
    flight per tenant and per route), the routes' rate-limiter state and the budgets of every
    scope a candidate's call belongs to (org, project, thread and parent thread, model route)

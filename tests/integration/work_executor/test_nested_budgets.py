@@ -12,7 +12,7 @@ import random
 from collections.abc import Sequence
 from decimal import Decimal
 from pathlib import Path
-from uuid import uuid4
+from uuid import UUID, uuid4
 
 import asyncpg
 import pytest
@@ -23,9 +23,11 @@ from prometheus_client import CollectorRegistry
 from consumers.work_executor.claims import ClaimRepository
 from consumers.work_executor.metrics import ExecutorMetrics
 from consumers.work_executor.schedule import Candidate, reservation
+from consumers.work_executor.transitions import Transitions
 from producers.work.budgets import BudgetCommands
 from producers.work.commands import GenerateAll
 from producers.work.domain.budgets import Period, Scope, ScopeKind
+from producers.work.domain.functions import installed_functions
 from spectral.db.connect import create_pool
 from spectral.db.migrate import MIGRATIONS_DIR, migrate
 from spectral.devstack import Endpoints
@@ -486,3 +488,84 @@ async def test_items_wait_for_a_reservation_of_unknown_outcome_instead_of_parkin
             assert [job for job, _ in again.jobs] == [item]
         finally:
             await pool.close()
+
+
+async def test_room_released_at_the_unknown_outcome_horizon_resumes_the_items_it_parked(
+    database_url: str,
+) -> None:
+    """Items parked by a scope holding a reservation of unknown outcome (parked before such a
+    reservation made its items wait, or by an executor that did not count it) resume when the
+    horizon sweep releases that reservation: the room came back, and they are claimed. A
+    release in another scope, or one before they were parked, resumes nothing."""
+    async with harness(database_url) as h:
+        _, parents, _ = await _seed(h, "acme")
+        one = _one_reservation()
+        budgets = BudgetCommands(h.producer)
+        pool = await create_pool(database_url, role="spectral_executor", max_size=1)
+        try:
+            claims = ClaimRepository(pool, resolve=lambda _f, _o: MODEL, limits=LIMITS)
+            transitions = Transitions(pool, installed_functions())
+            lost: list[UUID] = []
+            parked: list[UUID] = []
+            for parent in parents:  # a generate-all each: one call's room in its budget
+                await budgets.set((ScopeKind.THREAD, parent), Period.DAY, token_limit=one * 3 // 2)
+                items = [
+                    r["work_item_id"]
+                    for r in await h.admin.fetch(
+                        "SELECT w.work_item_id FROM work.work_items w JOIN work.threads t "
+                        "USING (thread_id) WHERE t.parent_thread_id = $1::uuid "
+                        "ORDER BY w.created_at, w.work_item_id",
+                        parent,
+                    )
+                ]
+                first = await claims.claim(1, uuid4(), "w", only=items[:1])
+                assert [job for job, _ in first.jobs] == items[:1]
+                # Its call's outcome is unknown (its worker died mid-call): counted in full.
+                await h.admin.execute(
+                    "UPDATE work.spend SET state = 'unknown', "
+                    "reserved_at = now() - interval '2 s' WHERE work_item_id = $1",
+                    items[0],
+                )
+                await h.admin.execute(
+                    "UPDATE work.work_items SET status = 'failed', attempt = 1, "
+                    "lease_token = NULL, leased_at = NULL, leased_by = NULL, "
+                    "not_before = now() + interval '1 hour' WHERE work_item_id = $1",
+                    items[0],
+                )
+                lost.append(items[0])
+                parked.append(items[1])
+            # The second generate-all's reservation is released before its item is parked.
+            await h.admin.execute(
+                "UPDATE work.spend SET state = 'released', released_unknown_at = now() "
+                "WHERE work_item_id = $1",
+                lost[1],
+            )
+            for parent, item in zip(parents, parked, strict=True):
+                await h.admin.execute(
+                    "UPDATE work.work_items SET status = 'parked', parked_at = now(), "
+                    "park_reason = 'budget used up', park_scope_kind = 'thread', "
+                    "park_scope_id = $2 WHERE work_item_id = $1",
+                    item,
+                    parent,
+                )
+            nothing = await claims.claim(2, uuid4(), "w", only=parked)
+            assert nothing.jobs == []
+            assert await _statuses(h.admin, parked) == ["parked", "parked"]
+            released = await transitions.release_unknown(1.0, 100)
+            swept = {(r.work_item_id, r.attempt) for r in released}
+            assert (lost[0], 1) in swept
+            assert (lost[1], 1) not in swept
+            again = await claims.claim(2, uuid4(), "w", only=parked)
+            assert [job for job, _ in again.jobs] == parked[:1]
+            assert await _statuses(h.admin, parked) == ["claimed", "parked"]
+        finally:
+            await pool.close()
+
+
+async def _statuses(admin: asyncpg.Pool, items: Sequence[UUID]) -> list[str]:
+    rows = await admin.fetch(
+        "SELECT work_item_id, status FROM work.work_items WHERE work_item_id = ANY($1::uuid[])",
+        list(items),
+    )
+    found = {r["work_item_id"]: r["status"] for r in rows}
+    return [found[item] for item in items]
