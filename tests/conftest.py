@@ -22,6 +22,7 @@ from spectral import devstack
 from spectral.db.migrate import migrate
 from spectral.devstack import Endpoints
 from spectral.settings import Settings, load_settings
+from tests import reaper
 from tests.support import unique_name, with_database
 
 # Property tests are judged by what they find, never by how fast a loaded machine generates or
@@ -43,6 +44,12 @@ def _docker_answers() -> bool:
     return True
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _reaped(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """What this test process starts dies with it, even when it is killed (tests/reaper.py)."""
+    reaper.start(tmp_path_factory.getbasetemp())
+
+
 @pytest.fixture(scope="session")
 def stack() -> Iterator[Endpoints]:
     """Kafka bootstrap and an admin database URL for the session."""
@@ -59,12 +66,16 @@ def stack() -> Iterator[Endpoints]:
             yield Endpoints(kafka.get_bootstrap_server(), url)
         return
     try:
-        yield devstack.up(base)
+        with (
+            reaper.unowned()
+        ):  # the checkout's stack is reused by the next run; `make test` stops it
+            endpoints = devstack.up(base)
     except Exception as exc:  # noqa: BLE001
         pytest.fail(
             f"no Kafka/PostgreSQL for the tests and the local stack could not start: {exc}",
             pytrace=False,
         )
+    yield endpoints
 
 
 @pytest.fixture(scope="session")

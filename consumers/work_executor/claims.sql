@@ -5,11 +5,18 @@
 -- name: scheduler_lock
 SELECT pg_advisory_xact_lock($1::int, 0)
 
+-- name: fold_spend
+-- The spend changes committed since the last claim enter the running totals the budgets are
+-- read from (migration 0031); what commits after this is read from the changes themselves.
+SELECT work.fold_spend_changes()
+
 -- name: resume_parked
 -- Parked items resume (queued, or failed = waiting for a retry when an attempt was made) when
--- the budget of the scope that parked them was changed or removed after they were parked, or a
--- new period started. (Changing a budget through the API or CLI resumes them at once, in its
--- own transaction.)
+-- the budget of the scope that parked them was changed or removed after they were parked, a
+-- new period started, or a reservation of that scope whose call's outcome stayed unknown was
+-- released at the horizon after they were parked (room came back; an item that still does not
+-- fit parks again). (Changing a budget through the API or CLI resumes them at once, in its own
+-- transaction.)
 WITH resumable AS (
     SELECT w.work_item_id
     FROM work.work_items w
@@ -17,7 +24,18 @@ WITH resumable AS (
         ON b.scope_kind = w.park_scope_kind AND b.scope_id = w.park_scope_id
     WHERE w.status = 'parked'
       AND (b.scope_id IS NULL OR b.updated_at > w.parked_at
-           OR work.period_start(b.period, now()) > w.parked_at)
+           OR work.period_start(b.period, now()) > w.parked_at
+           OR EXISTS (
+               SELECT 1 FROM work.spend x
+               WHERE x.released_unknown_at > w.parked_at
+                 AND CASE w.park_scope_kind
+                         WHEN 'org' THEN x.org_id = w.park_scope_id
+                         WHEN 'project' THEN x.project_id = w.park_scope_id
+                         WHEN 'thread' THEN w.park_scope_id IN (x.thread_id::text,
+                                                                x.parent_thread_id::text)
+                         WHEN 'route' THEN x.model = w.park_scope_id
+                         ELSE false
+                     END))
     FOR UPDATE OF w SKIP LOCKED
 )
 UPDATE work.work_items w

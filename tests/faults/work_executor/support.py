@@ -5,15 +5,18 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import signal
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from tests.fakes.openai_server import FakeModelServer
+from tests.integration.work.support import Harness
 
 ROOT = Path(__file__).resolve().parents[3]
 SPECTRAL = str(Path(sys.executable).with_name("spectral"))
@@ -83,3 +86,46 @@ async def wait_until(
 
 def tail(log: Path, chars: int = 4000) -> str:
     return log.read_text(errors="replace")[-chars:]
+
+
+@dataclass
+class ExecutorRig:
+    """A test's work harness and the executors it starts (one log, one journal directory)."""
+
+    h: Harness
+    base_env: dict[str, str]
+    log: Path
+    journal: Path
+    processes: list[subprocess.Popen[bytes]] = field(default_factory=list)
+
+    def env(self, server: FakeModelServer, **settings: str) -> dict[str, str]:
+        """An executor's environment against ``server`` (:func:`executor_env`)."""
+        return executor_env(self.base_env, server, self.journal, **settings)
+
+    def start(self, env: dict[str, str]) -> subprocess.Popen[bytes]:
+        """An executor; one still running at the test's end is killed then."""
+        process = start_executor(env, self.log)
+        self.processes.append(process)
+        return process
+
+    async def killed(self, process: subprocess.Popen[bytes], *, timeout: float = 60.0) -> None:
+        """SIGKILL ``process`` and wait until it is gone."""
+        os.kill(process.pid, signal.SIGKILL)
+        await self.died(process, timeout=timeout)
+
+    async def died(self, process: subprocess.Popen[bytes], *, timeout: float = 60.0) -> None:
+        """Wait until ``process`` is gone, which must be by SIGKILL (its own crash point's)."""
+        await wait_until("the executor died", lambda: process.poll() is not None, timeout, self.log)
+        assert process.returncode == -signal.SIGKILL, tail(self.log)
+
+    @contextmanager
+    def running(self, env: dict[str, str]) -> Iterator[subprocess.Popen[bytes]]:
+        """An executor for the body of the block, stopped with SIGTERM (exit 0) at its end."""
+        with running_executor(env, self.log) as process:
+            yield process
+
+    def stop_all(self) -> None:
+        for process in self.processes:
+            if process.poll() is None:
+                process.kill()
+                process.wait(timeout=30)

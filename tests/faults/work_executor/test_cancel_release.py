@@ -15,38 +15,27 @@ as a real process, the real database, and the fake OpenAI-compatible gateway cou
 from __future__ import annotations
 
 import asyncio
-import signal
 import time
 from collections import Counter
-from pathlib import Path
 
 import asyncpg
 import pytest
 
 from producers.work.cancel import Disposition, cancel_thread
 from producers.work.commands import GenerateAll
-from spectral.settings import Settings
 from tests.fakes.openai_server import FakeModelServer
-from tests.faults.work_executor.support import (
-    executor_env,
-    running_executor,
-    start_executor,
-    tail,
-    wait_until,
-)
-from tests.integration.work.kafka_support import create_work_topic, relay_running, settled
-from tests.integration.work.support import DOCUMENT, PROJECT, backlog, harness
+from tests.faults.work_executor.support import ExecutorRig, wait_until
+from tests.integration.work.kafka_support import settled
+from tests.integration.work.support import DOCUMENT, PROJECT, backlog
 
 pytestmark = [pytest.mark.integration, pytest.mark.faults]
 
 RELEASE_BOUND = 1.0  # seconds: the bound for releasing what will not run
 
 
-def _env(base: dict[str, str], server: FakeModelServer, tmp: Path, **extra: str) -> dict[str, str]:
-    return executor_env(
-        base,
+def _env(rig: ExecutorRig, server: FakeModelServer, **extra: str) -> dict[str, str]:
+    return rig.env(
         server,
-        tmp / "journal",
         llm_timeout_seconds="5",
         work_lease_timeout_seconds="15",
         work_pool_size="4",
@@ -75,85 +64,57 @@ async def _released_within(admin: asyncpg.Pool, bound: float) -> float:
 
 
 async def test_a_cancel_releases_the_reservations_of_claimed_work_its_dead_holder_will_not_run(
-    *,
-    database_url: str,
-    settings: Settings,
-    kafka_bootstrap: str,
-    spectral_env: dict[str, str],
-    tmp_path: Path,
+    rig: ExecutorRig,
 ) -> None:
-    await create_work_topic(kafka_bootstrap, settings.topic_prefix)
-    log = tmp_path / "executor.log"
+    h = rig.h
     with FakeModelServer() as server:
-        async with (
-            harness(database_url) as h,
-            relay_running(settings, kafka_bootstrap, database_url),
-        ):
-            await h.commands.put_document(PROJECT, DOCUMENT, backlog("One", "Two"))
-            parent = await h.commands.generate_all(GenerateAll(PROJECT, DOCUMENT))
-            first = start_executor(
-                _env(spectral_env, server, tmp_path, work_crash_at="after_claim"), log
-            )
-            try:
-                await wait_until("the executor died", lambda: first.poll() is not None, 60, log)
-            finally:
-                if first.poll() is None:
-                    first.kill()
-            assert first.returncode == -signal.SIGKILL, tail(log)
-            assert await _reserved(h.admin) >= 1  # leased and reserved, never started
+        await h.commands.put_document(PROJECT, DOCUMENT, backlog("One", "Two"))
+        parent = await h.commands.generate_all(GenerateAll(PROJECT, DOCUMENT))
+        await rig.died(rig.start(_env(rig, server, work_crash_at="after_claim")))
+        assert await _reserved(h.admin) >= 1  # leased and reserved, never started
 
-            result = await cancel_thread(h.producer, parent.thread_id, reason="stop")
-            assert result.disposition is Disposition.CANCELING
-            await _released_within(h.admin, RELEASE_BOUND)
+        result = await cancel_thread(h.producer, parent.thread_id, reason="stop")
+        assert result.disposition is Disposition.CANCELING
+        await _released_within(h.admin, RELEASE_BOUND)
 
-            # A successor recovers the leases later and ends the items canceled, calling nothing.
-            with running_executor(_env(spectral_env, server, tmp_path), log):
-                await settled(h.admin, timeout=60)
-            assert {r["status"] for r in await h.items()} == {"canceled"}
-            assert await h.thread_status(parent.thread_id) == "canceled"
-            assert server.snapshot() == []
-            spend = Counter(r["state"] for r in await h.admin.fetch("SELECT state FROM work.spend"))
-            assert set(spend) == {"released"}
-            history = await h.history()
-            assert history.consistent, history.problems
+        # A successor recovers the leases later and ends the items canceled, calling nothing.
+        with rig.running(_env(rig, server)):
+            await settled(h.admin, timeout=60)
+        assert {r["status"] for r in await h.items()} == {"canceled"}
+        assert await h.thread_status(parent.thread_id) == "canceled"
+        assert server.snapshot() == []
+        spend = Counter(r["state"] for r in await h.admin.fetch("SELECT state FROM work.spend"))
+        assert set(spend) == {"released"}
+        history = await h.history()
+        assert history.consistent, history.problems
 
 
 async def test_a_cancel_settles_a_call_in_flight_to_its_usage_and_ends_queued_work_at_once(
-    *,
-    database_url: str,
-    settings: Settings,
-    kafka_bootstrap: str,
-    spectral_env: dict[str, str],
-    tmp_path: Path,
+    rig: ExecutorRig,
 ) -> None:
-    await create_work_topic(kafka_bootstrap, settings.topic_prefix)
-    log = tmp_path / "executor.log"
+    h = rig.h
     with FakeModelServer() as server:
-        async with (
-            harness(database_url) as h,
-            relay_running(settings, kafka_bootstrap, database_url),
-        ):
-            await h.commands.put_document(PROJECT, DOCUMENT, backlog("One [slow:1.5]", "Two"))
-            parent = await h.commands.generate_all(GenerateAll(PROJECT, DOCUMENT))
-            await h.admin.execute(  # E2 waits: it is canceled without ever being claimed
-                "UPDATE work.work_items SET not_before = now() + interval '1 hour' "
-                "WHERE input->>'epic_id' = 'E2'"
-            )
-            with running_executor(_env(spectral_env, server, tmp_path), log):
-                await wait_until("the call in flight", lambda: len(server.snapshot()) == 1, 60, log)
-                result = await cancel_thread(h.producer, parent.thread_id, reason="stop")
-                assert (result.canceled_items, result.in_flight_items) == (1, 1)
-                await _released_within(h.admin, RELEASE_BOUND)  # nothing unstarted is held
-                # The call in flight keeps its reservation until it answers...
-                held = await h.admin.fetchval("SELECT state FROM work.spend")
-                assert held in ("reserved", "settled")
-                await settled(h.admin, timeout=60)
-            # ... and is settled to what it used: the gateway reports 11 + 22 tokens.
-            [spend] = await h.admin.fetch("SELECT state, tokens FROM work.spend")
-            assert (spend["state"], spend["tokens"]) == ("settled", 33)
-            assert {r["status"] for r in await h.items()} == {"canceled"}
-            assert await h.thread_status(parent.thread_id) == "canceled"
-            assert len(server.snapshot()) == 1
-            assert await h.admin.fetchval("SELECT count(*) FROM work.mutations") == 0
-            history = await h.history()
-            assert history.consistent, history.problems
+        await h.commands.put_document(PROJECT, DOCUMENT, backlog("One [slow:1.5]", "Two"))
+        parent = await h.commands.generate_all(GenerateAll(PROJECT, DOCUMENT))
+        await h.admin.execute(  # E2 waits: it is canceled without ever being claimed
+            "UPDATE work.work_items SET not_before = now() + interval '1 hour' "
+            "WHERE input->>'epic_id' = 'E2'"
+        )
+        with rig.running(_env(rig, server)):
+            await wait_until("the call in flight", lambda: len(server.snapshot()) == 1, 60, rig.log)
+            result = await cancel_thread(h.producer, parent.thread_id, reason="stop")
+            assert (result.canceled_items, result.in_flight_items) == (1, 1)
+            await _released_within(h.admin, RELEASE_BOUND)  # nothing unstarted is held
+            # The call in flight keeps its reservation until it answers...
+            held = await h.admin.fetchval("SELECT state FROM work.spend")
+            assert held in ("reserved", "settled")
+            await settled(h.admin, timeout=60)
+        # ... and is settled to what it used: the gateway reports 11 + 22 tokens.
+        [spend] = await h.admin.fetch("SELECT state, tokens FROM work.spend")
+        assert (spend["state"], spend["tokens"]) == ("settled", 33)
+        assert {r["status"] for r in await h.items()} == {"canceled"}
+        assert await h.thread_status(parent.thread_id) == "canceled"
+        assert len(server.snapshot()) == 1
+        assert await h.admin.fetchval("SELECT count(*) FROM work.mutations") == 0
+        history = await h.history()
+        assert history.consistent, history.problems

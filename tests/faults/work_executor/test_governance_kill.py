@@ -16,11 +16,7 @@ budget. A second executor takes over. The gateway counts every call.
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
 from collections import Counter
-from pathlib import Path
 
 import pytest
 
@@ -29,24 +25,19 @@ from producers.work.cancel import Disposition, cancel_thread
 from producers.work.commands import GenerateAll
 from producers.work.domain.budgets import Period
 from producers.work.domain.story.prompts import prompt_bytes_bound, prompt_tokens_bound
-from spectral.settings import Settings
 from tests.fakes.openai_server import FakeModelServer
-from tests.faults.work_executor.support import executor_env, start_executor, tail, wait_until
-from tests.integration.work.kafka_support import create_work_topic, relay_running, settled
-from tests.integration.work.support import DOCUMENT, PROJECT, Harness, backlog, harness
+from tests.faults.work_executor.support import ExecutorRig, wait_until
+from tests.integration.work.kafka_support import settled
+from tests.integration.work.support import DOCUMENT, PROJECT, backlog
 
 pytestmark = [pytest.mark.integration, pytest.mark.faults]
 
 LEASE_TIMEOUT = 12.0  # the model timeout (2 s) + 10 s, the shortest allowed
 
 
-def _env(
-    base: dict[str, str], server: FakeModelServer, journal: Path, crash_at: str | None
-) -> dict[str, str]:
-    env = executor_env(
-        base,
+def _env(rig: ExecutorRig, server: FakeModelServer, crash_at: str | None) -> dict[str, str]:
+    env = rig.env(
         server,
-        journal,
         llm_timeout_seconds="2",
         work_lease_timeout_seconds=str(LEASE_TIMEOUT),
         work_pool_size="4",
@@ -58,31 +49,22 @@ def _env(
     return env
 
 
-async def _died(process: subprocess.Popen[bytes], log: Path) -> None:
-    await wait_until("the executor died", lambda: process.poll() is not None, 60, log)
-    assert process.returncode == -signal.SIGKILL, tail(log)
-
-
 async def _successor_settles(
-    h: Harness, env: dict[str, str], log: Path, *, parked_ok: bool = False
+    rig: ExecutorRig, server: FakeModelServer, *, parked_ok: bool = False
 ) -> None:
-    second = start_executor(env, log)
-    try:
+    with rig.running(_env(rig, server, None)):
         if parked_ok:
 
             async def quiet() -> bool:
-                live = await h.admin.fetchval(
+                live = await rig.h.admin.fetchval(
                     "SELECT count(*) FROM work.work_items "
                     "WHERE status IN ('queued', 'claimed', 'running', 'failed')"
                 )
                 return int(live) == 0
 
-            await wait_until("every item ended or parked", quiet, LEASE_TIMEOUT + 45, log)
+            await wait_until("every item ended or parked", quiet, LEASE_TIMEOUT + 45, rig.log)
         else:
-            await settled(h.admin, timeout=LEASE_TIMEOUT + 45)
-    finally:
-        second.send_signal(signal.SIGTERM)
-        assert second.wait(timeout=30) == 0, tail(log)
+            await settled(rig.h.admin, timeout=LEASE_TIMEOUT + 45)
 
 
 @pytest.mark.parametrize(
@@ -95,126 +77,92 @@ async def _successor_settles(
     ],
 )
 async def test_sigkill_during_a_cancellation_pays_nothing_again_and_applies_nothing(
-    *,
     kill: str,
-    database_url: str,
-    settings: Settings,
-    kafka_bootstrap: str,
-    spectral_env: dict[str, str],
-    tmp_path: Path,
+    rig: ExecutorRig,
 ) -> None:
-    await create_work_topic(kafka_bootstrap, settings.topic_prefix)
-    log = tmp_path / "executor.log"
+    h = rig.h
     crash = "after_response" if kill == "after_answers_recorded" else None
     with FakeModelServer() as server:
-        async with (
-            harness(database_url) as h,
-            relay_running(settings, kafka_bootstrap, database_url),
-        ):
-            await h.commands.put_document(
-                PROJECT, DOCUMENT, backlog("One [slow:1.5]", "Two [slow:1.5]", "Three")
-            )
-            parent = await h.commands.generate_all(GenerateAll(PROJECT, DOCUMENT))
-            await h.admin.execute(  # a route proven before: both calls go out at once
-                "INSERT INTO work.provider_routes (model, probation) VALUES ('fake-model', false)"
-            )
-            await h.admin.execute(  # E3 waits: it is canceled without ever being claimed
-                "UPDATE work.work_items SET not_before = now() + interval '1 hour' "
-                "WHERE input->>'epic_id' = 'E3'"
-            )
-            first = start_executor(_env(spectral_env, server, tmp_path / "journal", crash), log)
-            try:
-                await wait_until(
-                    "two calls in flight", lambda: len(server.snapshot()) == 2, 60, log
-                )
-                result = await cancel_thread(h.producer, parent.thread_id, reason="stop")
-                assert result.disposition is Disposition.CANCELING
-                assert (result.canceled_items, result.in_flight_items) == (1, 2)
-                if crash is None:
-                    os.kill(first.pid, signal.SIGKILL)  # the calls are still running
-                await _died(first, log)
-            finally:
-                if first.poll() is None:
-                    first.kill()
-            await _successor_settles(h, _env(spectral_env, server, tmp_path / "journal", None), log)
+        await h.commands.put_document(
+            PROJECT, DOCUMENT, backlog("One [slow:1.5]", "Two [slow:1.5]", "Three")
+        )
+        parent = await h.commands.generate_all(GenerateAll(PROJECT, DOCUMENT))
+        await h.admin.execute(  # a route proven before: both calls go out at once
+            "INSERT INTO work.provider_routes (model, probation) VALUES ('fake-model', false)"
+        )
+        await h.admin.execute(  # E3 waits: it is canceled without ever being claimed
+            "UPDATE work.work_items SET not_before = now() + interval '1 hour' "
+            "WHERE input->>'epic_id' = 'E3'"
+        )
+        first = rig.start(_env(rig, server, crash))
+        await wait_until("two calls in flight", lambda: len(server.snapshot()) == 2, 60, rig.log)
+        result = await cancel_thread(h.producer, parent.thread_id, reason="stop")
+        assert result.disposition is Disposition.CANCELING
+        assert (result.canceled_items, result.in_flight_items) == (1, 2)
+        if crash is None:
+            await rig.killed(first)  # the calls are still running
+        else:
+            await rig.died(first)
+        await _successor_settles(rig, server)
 
-            assert {r["status"] for r in await h.items()} == {"canceled"}
-            assert await h.thread_status(parent.thread_id) == "canceled"
-            calls = server.snapshot()
-            assert len(calls) == 2  # nothing was paid again
-            assert max(Counter(c.idempotency_key for c in calls).values()) == 1
-            assert await h.admin.fetchval("SELECT count(*) FROM work.mutations") == 0
-            history = await h.history()
-            assert history.consistent, history.problems
-            responses = sum(i.responses for i in history.items.values())
-            # Recorded answers are kept. Killed after a response write: its answers are recorded
-            # (both, when they came in together; on a loaded machine the other call may still
-            # have been in flight, its outcome then unknown).
-            assert responses in ((1, 2) if crash else (0,))
-            spend = Counter(r["state"] for r in await h.admin.fetch("SELECT state FROM work.spend"))
-            # Both calls were sent: answered ones settle, unknown ones stay counted in full.
-            assert spend == Counter({"settled": responses, "unknown": 2 - responses}) - Counter()
+        assert {r["status"] for r in await h.items()} == {"canceled"}
+        assert await h.thread_status(parent.thread_id) == "canceled"
+        calls = server.snapshot()
+        assert len(calls) == 2  # nothing was paid again
+        assert max(Counter(c.idempotency_key for c in calls).values()) == 1
+        assert await h.admin.fetchval("SELECT count(*) FROM work.mutations") == 0
+        history = await h.history()
+        assert history.consistent, history.problems
+        responses = sum(i.responses for i in history.items.values())
+        # Recorded answers are kept. Killed after a response write: its answers are recorded
+        # (both, when they came in together; on a loaded machine the other call may still
+        # have been in flight, its outcome then unknown).
+        assert responses in ((1, 2) if crash else (0,))
+        spend = Counter(r["state"] for r in await h.admin.fetch("SELECT state FROM work.spend"))
+        # Both calls were sent: answered ones settle, unknown ones stay counted in full.
+        assert spend == Counter({"settled": responses, "unknown": 2 - responses}) - Counter()
 
 
 async def test_sigkill_during_settlement_settles_once_and_never_exceeds_the_budget(
-    *,
-    database_url: str,
-    settings: Settings,
-    kafka_bootstrap: str,
-    spectral_env: dict[str, str],
-    tmp_path: Path,
+    rig: ExecutorRig,
 ) -> None:
-    await create_work_topic(kafka_bootstrap, settings.topic_prefix)
-    log = tmp_path / "executor.log"
-    journal = tmp_path / "journal"
+    h = rig.h
     with FakeModelServer() as server:
-        async with (
-            harness(database_url) as h,
-            relay_running(settings, kafka_bootstrap, database_url),
-        ):
-            budgets = BudgetCommands(h.producer)
-            await h.commands.put_document(
-                PROJECT, DOCUMENT, backlog(*(f"Epic {n}" for n in range(6)))
-            )
-            # A call reserves its prompt's bound plus max_tokens; each answer reports 33 tokens.
-            # The budget fits two settled answers and one more reservation: three calls of six.
-            reserved = (
-                prompt_tokens_bound(
-                    prompt_bytes_bound(
-                        epic_id_bytes=2, title_bytes=7, backlog_title_bytes=4, description_bytes=0
-                    )
+        budgets = BudgetCommands(h.producer)
+        await h.commands.put_document(PROJECT, DOCUMENT, backlog(*(f"Epic {n}" for n in range(6))))
+        # A call reserves its prompt's bound plus max_tokens; each answer reports 33 tokens.
+        # The budget fits two settled answers and one more reservation: three calls of six.
+        reserved = (
+            prompt_tokens_bound(
+                prompt_bytes_bound(
+                    epic_id_bytes=2, title_bytes=7, backlog_title_bytes=4, description_bytes=0
                 )
-                + 100
             )
-            limit = reserved + 2 * 33 + 10
-            first = start_executor(_env(spectral_env, server, journal, "before_settlement"), log)
-            try:
-                await budgets.set("acme", Period.DAY, token_limit=limit)
-                await h.commands.generate_all(GenerateAll(PROJECT, DOCUMENT, org_id="acme"))
-                await _died(first, log)
-            finally:
-                if first.poll() is None:
-                    first.kill()
-            assert len(server.snapshot()) == 1  # one answer paid, journaled, not settled
-            unsettled = await h.admin.fetchval(
-                "SELECT count(*) FROM work.spend WHERE state = 'reserved'"
-            )
-            assert unsettled == 1
-            await _successor_settles(
-                h, _env(spectral_env, server, journal, None), log, parked_ok=True
-            )
+            + 100
+        )
+        limit = reserved + 2 * 33 + 10
+        first = rig.start(_env(rig, server, "before_settlement"))
+        await budgets.set("acme", Period.DAY, token_limit=limit)
+        await h.commands.generate_all(GenerateAll(PROJECT, DOCUMENT, org_id="acme"))
+        await rig.died(first)
+        assert len(server.snapshot()) == 1  # one answer paid, journaled, not settled
+        unsettled = await h.admin.fetchval(
+            "SELECT count(*) FROM work.spend WHERE state = 'reserved'"
+        )
+        assert unsettled == 1
+        await _successor_settles(rig, server, parked_ok=True)
 
-            view = await budgets.get("acme")
-            assert view is not None
-            assert view.tokens <= limit
-            assert view.outstanding == 0
-            statuses = Counter(r["status"] for r in await h.items())
-            assert statuses == {"applied": 3, "parked": 3}
-            calls = server.snapshot()
-            assert len(calls) == 3
-            assert max(Counter(c.idempotency_key for c in calls).values()) == 1
-            spend = await h.admin.fetch("SELECT state, tokens FROM work.spend ORDER BY reserved_at")
-            assert [(r["state"], r["tokens"]) for r in spend] == [("settled", 33)] * 3
-            assert view.tokens == 3 * 33
-            history = await h.history()
-            assert history.consistent, history.problems
+        view = await budgets.get("acme")
+        assert view is not None
+        assert view.tokens <= limit
+        assert view.outstanding == 0
+        statuses = Counter(r["status"] for r in await h.items())
+        assert statuses == {"applied": 3, "parked": 3}
+        calls = server.snapshot()
+        assert len(calls) == 3
+        assert max(Counter(c.idempotency_key for c in calls).values()) == 1
+        spend = await h.admin.fetch("SELECT state, tokens FROM work.spend ORDER BY reserved_at")
+        assert [(r["state"], r["tokens"]) for r in spend] == [("settled", 33)] * 3
+        assert view.tokens == 3 * 33
+        history = await h.history()
+        assert history.consistent, history.problems

@@ -12,7 +12,7 @@ import random
 from collections.abc import Sequence
 from decimal import Decimal
 from pathlib import Path
-from uuid import uuid4
+from uuid import UUID, uuid4
 
 import asyncpg
 import pytest
@@ -23,9 +23,11 @@ from prometheus_client import CollectorRegistry
 from consumers.work_executor.claims import ClaimRepository
 from consumers.work_executor.metrics import ExecutorMetrics
 from consumers.work_executor.schedule import Candidate, reservation
+from consumers.work_executor.transitions import Transitions
 from producers.work.budgets import BudgetCommands
 from producers.work.commands import GenerateAll
-from producers.work.domain.budgets import Period, Scope, ScopeKind
+from producers.work.domain.budgets import Period, Scope, ScopeKind, scope_budgets
+from producers.work.domain.functions import installed_functions
 from spectral.db.connect import create_pool
 from spectral.db.migrate import MIGRATIONS_DIR, migrate
 from spectral.devstack import Endpoints
@@ -61,6 +63,19 @@ LEFT JOIN s ON (b.scope_kind = 'org' AND s.org_id = b.scope_id)
             OR (b.scope_kind = 'route' AND s.model = b.scope_id)
 GROUP BY 1, 2, 3
 """
+
+
+async def _drift(admin: asyncpg.Pool) -> list[str]:
+    """Every budget whose running totals (what claims read) differ from the sum over its spend
+    rows, both read in one snapshot."""
+    async with admin.acquire() as conn, conn.transaction(isolation="repeatable_read"):
+        totals = await scope_budgets(conn)
+        ledger = await scope_budgets(conn, from_ledger=True)
+    return [
+        f"{scope}: running totals {totals.get(scope)} != ledger {view}"
+        for scope, view in ledger.items()
+        if totals.get(scope) != view
+    ] + [f"{scope}: no budget in the ledger's view" for scope in totals.keys() - ledger.keys()]
 
 
 async def _over(admin: asyncpg.Pool) -> list[str]:
@@ -121,6 +136,7 @@ async def _claimer(
         while idle < 3:
             claimed = await claims.claim(rng.randint(1, 4), uuid4(), worker)
             violations.extend(await _over(admin))
+            violations.extend(await _drift(admin))
             held += [(item, 1) for item, _ in claimed.jobs]
             rng.shuffle(held)
             cut = rng.randint(0, len(held))
@@ -128,11 +144,21 @@ async def _claimer(
             for item, attempt in settle:
                 fraction = Decimal(rng.choice([0, 25, 60, 100])) / 100
                 state = "released" if fraction == 0 else "settled"
+                if rng.random() < 0.1:  # its outcome is unknown, then released at the horizon
+                    await admin.execute(
+                        "UPDATE work.spend SET state = 'unknown' "
+                        "WHERE work_item_id = $1 AND attempt = $2",
+                        item,
+                        attempt,
+                    )
+                    violations.extend(await _drift(admin))
+                    state, fraction = "released", Decimal(0)
                 await admin.execute(
                     "UPDATE work.spend SET state = $3, settled_at = CASE $3 WHEN 'settled' THEN "
                     "now() END, tokens = CASE $3 WHEN 'settled' THEN floor(reserved_tokens * $4) "
-                    "END, cost = CASE $3 WHEN 'settled' THEN reserved_cost * $4 END "
-                    "WHERE work_item_id = $1 AND attempt = $2 AND state = 'reserved'",
+                    "END, cost = CASE $3 WHEN 'settled' THEN reserved_cost * $4 END, "
+                    "released_unknown_at = CASE WHEN state = 'unknown' THEN now() END "
+                    "WHERE work_item_id = $1 AND attempt = $2 AND state IN ('reserved', 'unknown')",
                     item,
                     attempt,
                     state,
@@ -161,6 +187,7 @@ async def _drain(database_url: str, admin: asyncpg.Pool, violations: list[str]) 
     try:
         while (await claims.claim(10, uuid4(), "drain")).jobs:
             violations.extend(await _over(admin))
+            violations.extend(await _drift(admin))
             await _settle_in_full(admin)
         await claims.claim(10, uuid4(), "drain")  # parks what nothing can free room for
     finally:
@@ -195,7 +222,9 @@ def test_concurrent_claims_never_pass_any_enclosing_limit(  # noqa: PLR0917 - a 
     concurrently while reservations settle for less or are released. After every claim, no
     scope's settled spend plus reservations passes its limit; at the end, every item left
     unclaimed has a scope whose budget has no room for it (no false refusal), and the parked ones
-    name such a scope."""
+    name such a scope. Throughout, every budget's running totals (what claims admit on) equal
+    the sum over its spend rows, read in the same snapshot: admission decides on the same
+    figures as if it summed the period's spend."""
 
     async def scenario() -> None:
         one = _one_reservation()
@@ -238,6 +267,7 @@ def test_concurrent_claims_never_pass_any_enclosing_limit(  # noqa: PLR0917 - a 
             await _drain(database_url, h.admin, violations)
             assert violations == []
             assert await _over(h.admin) == []
+            assert await _drift(h.admin) == []
             await _nothing_refused_with_room(h.admin, org_id)
 
     asyncio.run(scenario())
@@ -376,8 +406,9 @@ async def test_the_migration_keeps_org_budgets_their_spend_and_parked_items(
     stack: Endpoints, tmp_path: Path
 ) -> None:
     """A database with an org budget, its settled spend and items it parked, migrated across
-    0027: the budget reads the same, the parked items are parked by the org (and resume when its
-    budget changes), and the spend rows name their project and threads."""
+    0027 (and the migrations after it: the running totals of 0031 are filled from the spend
+    rows already there): the budget reads the same, the parked items are parked by the org
+    (and resume when its budget changes), and the spend rows name their project and threads."""
     name = unique_name("spectral_m_")
     admin_url = with_database(stack.database_url, "postgres")
     admin = await asyncpg.connect(admin_url)
@@ -417,7 +448,9 @@ async def test_the_migration_keeps_org_budgets_their_spend_and_parked_items(
             "JOIN work.spend s ON s.org_id = b.org_id GROUP BY b.token_limit"
         )
         assert old is not None
-    (tmp_path / nested.name).write_text(nested.read_text())
+    for path in before:  # 0027 and every later migration (the code reads what they add)
+        if path.name >= nested.name:
+            (tmp_path / path.name).write_text(path.read_text())
     await migrate(url, tmp_path)
     async with harness(url) as h:
         budgets = BudgetCommands(h.producer)
@@ -486,3 +519,84 @@ async def test_items_wait_for_a_reservation_of_unknown_outcome_instead_of_parkin
             assert [job for job, _ in again.jobs] == [item]
         finally:
             await pool.close()
+
+
+async def test_room_released_at_the_unknown_outcome_horizon_resumes_the_items_it_parked(
+    database_url: str,
+) -> None:
+    """Items parked by a scope holding a reservation of unknown outcome (parked before such a
+    reservation made its items wait, or by an executor that did not count it) resume when the
+    horizon sweep releases that reservation: the room came back, and they are claimed. A
+    release in another scope, or one before they were parked, resumes nothing."""
+    async with harness(database_url) as h:
+        _, parents, _ = await _seed(h, "acme")
+        one = _one_reservation()
+        budgets = BudgetCommands(h.producer)
+        pool = await create_pool(database_url, role="spectral_executor", max_size=1)
+        try:
+            claims = ClaimRepository(pool, resolve=lambda _f, _o: MODEL, limits=LIMITS)
+            transitions = Transitions(pool, installed_functions())
+            lost: list[UUID] = []
+            parked: list[UUID] = []
+            for parent in parents:  # a generate-all each: one call's room in its budget
+                await budgets.set((ScopeKind.THREAD, parent), Period.DAY, token_limit=one * 3 // 2)
+                items = [
+                    r["work_item_id"]
+                    for r in await h.admin.fetch(
+                        "SELECT w.work_item_id FROM work.work_items w JOIN work.threads t "
+                        "USING (thread_id) WHERE t.parent_thread_id = $1::uuid "
+                        "ORDER BY w.created_at, w.work_item_id",
+                        parent,
+                    )
+                ]
+                first = await claims.claim(1, uuid4(), "w", only=items[:1])
+                assert [job for job, _ in first.jobs] == items[:1]
+                # Its call's outcome is unknown (its worker died mid-call): counted in full.
+                await h.admin.execute(
+                    "UPDATE work.spend SET state = 'unknown', "
+                    "reserved_at = now() - interval '2 s' WHERE work_item_id = $1",
+                    items[0],
+                )
+                await h.admin.execute(
+                    "UPDATE work.work_items SET status = 'failed', attempt = 1, "
+                    "lease_token = NULL, leased_at = NULL, leased_by = NULL, "
+                    "not_before = now() + interval '1 hour' WHERE work_item_id = $1",
+                    items[0],
+                )
+                lost.append(items[0])
+                parked.append(items[1])
+            # The second generate-all's reservation is released before its item is parked.
+            await h.admin.execute(
+                "UPDATE work.spend SET state = 'released', released_unknown_at = now() "
+                "WHERE work_item_id = $1",
+                lost[1],
+            )
+            for parent, item in zip(parents, parked, strict=True):
+                await h.admin.execute(
+                    "UPDATE work.work_items SET status = 'parked', parked_at = now(), "
+                    "park_reason = 'budget used up', park_scope_kind = 'thread', "
+                    "park_scope_id = $2 WHERE work_item_id = $1",
+                    item,
+                    parent,
+                )
+            nothing = await claims.claim(2, uuid4(), "w", only=parked)
+            assert nothing.jobs == []
+            assert await _statuses(h.admin, parked) == ["parked", "parked"]
+            released = await transitions.release_unknown(1.0, 100)
+            swept = {(r.work_item_id, r.attempt) for r in released}
+            assert (lost[0], 1) in swept
+            assert (lost[1], 1) not in swept
+            again = await claims.claim(2, uuid4(), "w", only=parked)
+            assert [job for job, _ in again.jobs] == parked[:1]
+            assert await _statuses(h.admin, parked) == ["claimed", "parked"]
+        finally:
+            await pool.close()
+
+
+async def _statuses(admin: asyncpg.Pool, items: Sequence[UUID]) -> list[str]:
+    rows = await admin.fetch(
+        "SELECT work_item_id, status FROM work.work_items WHERE work_item_id = ANY($1::uuid[])",
+        list(items),
+    )
+    found = {r["work_item_id"]: r["status"] for r in rows}
+    return [found[item] for item in items]

@@ -146,14 +146,37 @@ def test_unreachable_servers_exit_3(args: list[str]) -> None:
     assert "Traceback" not in result.stderr
 
 
-def test_tokens_start_without_the_web_stack() -> None:
-    """`spectral tokens` is a database command: it must not pay for importing the HTTP API."""
+WEB = {"fastapi", "uvicorn", "starlette", "mcp", "jinja2", "sse_starlette"}
+SERVERS = {"api", "mcp"}
+"""The commands that serve HTTP (and MCP): the only ones that import the web stack."""
+
+
+def test_no_command_but_the_servers_imports_the_web_stack() -> None:
+    """Every other command (spectral's and the built-in plugins') starts without paying for the
+    HTTP API, the console or MCP: `spectral dlq`, `consume`, `work`... start in many processes."""
     code = (
-        "import importlib; from spectral.cli import COMMANDS; "
-        "importlib.import_module(COMMANDS['tokens'][0].split(':')[0])"
+        "from spectral.cli import commands, load_command; "
+        f"[load_command(name) for name in commands() if name not in {sorted(SERVERS)!r}]"
     )
-    web = {"fastapi", "uvicorn", "starlette", "mcp", "jinja2"}
-    assert _packages_loaded_by(code, web) == set()
+    assert _packages_loaded_by(code, WEB) == set()
+
+
+def test_a_command_run_to_its_end_imports_no_web_stack(tmp_path: Path) -> None:
+    """What a command imports while it runs counts too (imports inside functions)."""
+    code = (
+        "import atexit, pathlib, sys; out = pathlib.Path(sys.argv[1]); "
+        "atexit.register(lambda: out.write_text(' '.join({m.split('.')[0] "
+        "for m in sys.modules}))); "
+        "sys.argv = ['spectral', 'contracts', 'asyncapi']; "
+        "from spectral.cli import main; main()"
+    )
+    out = tmp_path / "modules"
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(out)], capture_output=True, text=True, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert "asyncapi" in done.stdout
+    assert set(out.read_text().split()) & WEB == set()
 
 
 def _packages_loaded_by(code: str, packages: set[str]) -> set[str]:
