@@ -300,6 +300,9 @@ class ConfluentSource(ClientSource):
         self._buffer: list[Record] = []
         """Records a pump consumed while the engine was not fetching (live members only)."""
         self._revocations = 0
+        self._lost = False
+        """The group moved on without this member (its partitions were lost, e.g. behind a
+        broker outage longer than the session) and has not assigned it partitions since."""
         self._last_fetch = 0.0
         self._pump: asyncio.Task[None] | None = None
         self._pump_failure: Exception | None = None
@@ -385,6 +388,7 @@ class ConfluentSource(ClientSource):
     def _on_assign(self, _consumer: Consumer, partitions: list[ConfluentPartition]) -> None:
         assigned = _ours(partitions)
         self._owned |= frozenset(assigned)
+        self._lost = False
         rebalance = self._told()
 
         async def tell() -> None:
@@ -407,6 +411,7 @@ class ConfluentSource(ClientSource):
         lost = _ours(partitions)
         self._owned -= frozenset(lost)  # first: nothing of them may be committed any more
         if lost:
+            self._lost = True  # not caught up until the group assigns partitions again
             self._revocations += 1
             self._tell(self._revoking(lost))
             log.warning(
@@ -601,7 +606,12 @@ class ConfluentSource(ClientSource):
         watermark (past any transaction markers) or, where it has consumed nothing yet, the
         group's committed offset there (an empty partition needs neither). After an assignment
         librdkafka looks the offsets up before its first fetch — seconds on a busy machine,
-        while fetches return nothing —, so a member is not idle before."""
+        while fetches return nothing —, so a member is not idle before. A member whose
+        partitions were lost (the classic protocol loses them when the coordinator does not
+        answer for a session) owns nothing until it joined again and the group assigned it
+        partitions, most likely the same: it is not caught up meanwhile."""
+        if self._lost:
+            return False
         owned = sorted(self._owned)
         if not owned:
             return True
@@ -647,6 +657,7 @@ class ConfluentSource(ClientSource):
             self._thread = self._consumer = None
             self._attached = False
             self._owned = frozenset()
+            self._lost = False
             self._buffer = []
             if thread is not None:
                 await thread.stop()
