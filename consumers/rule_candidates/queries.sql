@@ -13,10 +13,11 @@
 -- time capped for a producer's clock, leads it); operator columns are never
 -- named. A dismissed or resolved cluster receiving a newer, different snapshot gets
 -- resurfaced_at = now() and keeps its status. Clusters not returned were stale.
--- evidence ($9) is each snapshot's evidence bundle as its bytes stood on the wire (a JSON array,
--- repository.py evidence_bytes), or the whole record value (a JSON object) whose
--- payload.evidence_bundle is taken: no re-serialising, and fields a newer producer added to the
--- bundle are kept. Parsing only the bundle costs the database about half of parsing the record.
+-- evidence ($9) is each snapshot's evidence bundle as JSON text (a JSON array: the bundle the
+-- contract check read, FailureClusterView.evidence, or repository.py evidence_bytes of a record),
+-- or the whole record value (a JSON object) whose payload.evidence_bundle is taken: the same
+-- jsonb as the wire's bundle, fields a newer producer added to the bundle kept. Parsing only the
+-- bundle costs the database about half of parsing the record.
 -- inserted: xmax is 0 on a freshly inserted row version, the locker's xid on an updated one.
 -- resurfaced: now() is this transaction's start time; only this statement can have written it.
 -- prior_*: the stored snapshot as it was before this statement (every sub-statement reads the

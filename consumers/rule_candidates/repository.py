@@ -36,9 +36,10 @@ class SnapshotRows:
     failure_count: list[int]
     first_observed_at: list[datetime]
     last_observed_at: list[datetime]
-    envelope: list[bytes]
-    """The record values as received; the upsert takes evidence_bundle from them as it was on
-    the wire (:func:`evidence_bytes`)."""
+    evidence: list[bytes]
+    """Each snapshot's evidence bundle as JSON text (a JSON array: the bundle as the view
+    carries it, ``FailureClusterView.evidence``; or a whole record value, from which the
+    database takes the bundle): what the upsert stores as jsonb."""
     suggested_rule_stub: list[str | None]
     ordered_at: list[datetime]
     """last_observed_at capped for a producer's clock (collapse.py ``ordered_at``)."""
@@ -107,7 +108,7 @@ class RuleCandidatesRepository:
                 rows.failure_count,
                 rows.first_observed_at,
                 rows.last_observed_at,
-                [evidence_bytes(envelope) for envelope in rows.envelope],
+                rows.evidence,
                 rows.suggested_rule_stub,
                 rows.ordered_at,
             ),

@@ -89,6 +89,15 @@ async def test_totals_equal_the_spend_rows_for_every_period_and_every_change(
             assert await _drift(h.admin) == []  # nothing folded yet: read from the changes
             assert await _fold(executor) > 0
             assert await _drift(h.admin) == []
+            await _fold(executor)  # buckets no period reads any more are dropped
+            old = await h.admin.fetch(
+                "SELECT bucket, bucket_start FROM work.spend_totals WHERE scope_id = $1 AND "
+                "((bucket = 'hour' AND bucket_start < now() - interval '2 hours') OR "
+                "(bucket = 'day' AND bucket_start < now() - interval '32 days'))",
+                org,
+            )
+            assert old == []
+            assert await _drift(h.admin) == []
             changes = [
                 # settled within its reservation, and beyond it (a provider overrun)
                 (
