@@ -4,7 +4,8 @@ A producer inside the benchmark writes failure-cluster snapshots into ``core.out
 ``freshness_rate`` events/s (default 2,000: a transaction of 20 every 10 ms, acting as
 ``spectral_producer``, the records of the triage stage's generator; above 2,500 events/s the rate
 is split over several writer connections, each with its own clusters), then at
-``freshness_high_rate`` (default 10,000, four writers of 25 rows every 10 ms); the rate the
+``freshness_high_rate`` (default 10,000, four writers of 25 rows every 10 ms; a writer whose
+commit outlasted its tick writes what the schedule owes in its next transaction); the rate the
 writers reached is reported (``freshness*_offered``) and a window below 90 % of its rate does
 not count for its target; ``spectral outbox relay``
 and ``spectral consume rule-candidates`` run as processes with their metrics served. After a
@@ -23,6 +24,9 @@ p50 and p99 are interpolated inside the histogram's buckets, as Prometheus' hist
 does. The relay runs twice: sleeping on LISTEN/NOTIFY (the default) and polling only
 (``--no-listen``), so the run shows what the wake-up buys. CPU of the relay and the consumer per
 event at this load comes from /proc.
+
+First, the relay's own ceiling (``relay_drain``): a running relay, idle, finds 50,000 rows
+committed at once; from that commit to the last row marked, with the relay's CPU per event.
 """
 
 from __future__ import annotations
@@ -57,6 +61,8 @@ WRITER_RATE = 2_500
 """Events/s one writer connection offers at most: a higher rate is split over several writers,
 each with the records of its own clusters (a cluster's snapshots stay in order), so a slow
 round trip of one does not cut the offered load."""
+CATCH_UP = 10
+"""A late writer writes at most this many ticks' worth of records in one transaction."""
 WARM_UP = 5.0
 _LOW_RATE = 2_000
 _HELD = 0.9
@@ -177,14 +183,23 @@ class _Produced:
 async def _produce(
     url: str, records: Sequence[Record], per_tick: int, stop: asyncio.Event, out: _Produced
 ) -> None:
-    """Write ``per_tick`` records every TICK seconds on a fixed schedule (late ticks catch up,
-    they are not skipped: the offered load stays the rate)."""
+    """Write ``per_tick`` records every TICK seconds on a fixed schedule. A late tick catches
+    up in one transaction: it writes every record the schedule owes by then (at most
+    CATCH_UP ticks' worth), so a commit slower than a tick does not cut the offered load."""
     conn = await asyncpg.connect(url, server_settings={"role": "spectral_producer"})
     try:
         position = 0
-        next_tick = time.monotonic()
+        began = time.monotonic()
         while not stop.is_set() and position < len(records):
-            chunk = records[position : position + per_tick]
+            now = time.monotonic()
+            tick = int((now - began) / TICK)
+            owed = (tick + 1) * per_tick - position
+            if owed <= 0:
+                await asyncio.sleep(began + (tick + 1) * TICK - now)
+                continue
+            if owed > per_tick:
+                out.late_ticks += 1
+            chunk = records[position : position + min(owed, CATCH_UP * per_tick)]
             position += len(chunk)
             async with conn.transaction():
                 await conn.fetch(
@@ -197,12 +212,6 @@ async def _produce(
                 )
             out.events += len(chunk)
             out.transactions += 1
-            next_tick += TICK
-            delay = next_tick - time.monotonic()
-            if delay > 0:
-                await asyncio.sleep(delay)
-            else:
-                out.late_ticks += 1
     finally:
         await conn.close()
 
@@ -358,7 +367,73 @@ async def _drained(url: str, report: Report, mode: str) -> None:
     )
 
 
+DRAIN_EVENTS = 50_000
+"""Rows the relay's rate ceiling is measured on: committed at once, published from a backlog."""
+
+
+async def _drain_ceiling(stack: BenchStack, options: Options, report: Report) -> None:
+    """The relay's own ceiling: a running, idle relay (on LISTEN/NOTIFY) finds DRAIN_EVENTS rows
+    committed in one transaction; the time from that commit until the last is marked published,
+    and the relay's CPU over it. No consumer: the relay alone, with the database and the broker
+    it needs. Steadier than latency under load."""
+    url = await stack.database("fresh_drain")
+    prefix = f"bench-{stack.run_id}-fresh-drain."
+    await stack.create_topic(prefix + FAILURE_CLUSTER_DETECTED, options.partitions)
+    logs = options.log_dir / stack.run_id
+    logs.mkdir(parents=True, exist_ok=True)
+    records = list(generate(DatasetSpec(events=DRAIN_EVENTS, clusters=2_000, seed=12)))
+    relay = await _spawn(
+        stack, url, prefix, logs / "fresh-drain-relay.log", "relay", "outbox", "relay"
+    )
+    conn = await asyncpg.connect(url, server_settings={"role": "spectral_producer"})
+    watch = await asyncpg.connect(url)
+    try:
+        async with conn.transaction():
+            for at in range(0, len(records), 5_000):
+                chunk = records[at : at + 5_000]
+                await conn.fetch(
+                    _ENQUEUE,
+                    [FAILURE_CLUSTER_DETECTED] * len(chunk),
+                    [r.key.decode() for r in chunk],
+                    [r.idempotency_key for r in chunk],
+                    [r.value for r in chunk],
+                    [None] * len(chunk),
+                )
+        began, cpu = time.monotonic(), relay.cpu()
+        waiting, deadline = len(records), began + 120
+        while waiting and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
+            waiting = int(
+                await watch.fetchval("SELECT count(*) FROM core.outbox WHERE published_at IS NULL")
+            )
+        seconds, cpu = time.monotonic() - began, relay.cpu() - cpu
+    finally:
+        await conn.close()
+        await watch.close()
+    code = await relay.stop()
+    report.check(
+        "freshness (drain): the relay published the whole backlog and stopped cleanly",
+        waiting == 0 and code == 0,
+        f"{waiting:,} unpublished; exit {code}",
+    )
+    report.add(
+        "relay_drain",
+        len(records) / seconds,
+        "events/s",
+        f"{len(records):,} rows committed at once, published and marked in {seconds:.2f} s by "
+        f"one relay (the relay's ceiling, no consumer); {cpu / len(records) * 1e6:.1f} us of "
+        "relay CPU per event",
+    )
+    report.add(
+        "relay_cpu_per_event_drain",
+        cpu / len(records) * 1e6,
+        "us",
+        "the relay process draining a backlog (batches at their largest)",
+    )
+
+
 async def run_freshness(stack: BenchStack, options: Options, report: Report) -> None:
+    await _drain_ceiling(stack, options, report)
     windows: dict[str, _Window] = {}
     runs = [
         ("listen", options.freshness_seconds, options.freshness_rate),

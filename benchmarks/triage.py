@@ -622,8 +622,9 @@ def _cpu_breakdown(report: Report, first: GroupRun, cost: DecodeCost, drain_cpu:
             "consumer_cpu_decode",
             cost.decode_us,
             (
-                "the registry's decode + the key check per record, in-process (json.loads alone "
-                f"{cost.loads_us:.1f} us)"
+                "the engine's decode step per record as the rule-candidates consumer runs it "
+                "(the contract check of value and key, the view, the Delivery), in-process "
+                f"(json.loads alone {cost.loads_us:.1f} us)"
             ),
         ),
         ("consumer_cpu_rest", rest, "the handler, asyncpg, the engine: the total less the two"),

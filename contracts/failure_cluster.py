@@ -37,6 +37,7 @@ from typing import Annotated, Any, Final, Literal, Self, cast
 from uuid import UUID
 
 import msgspec
+import orjson
 from pydantic import (
     BaseModel,
     ConfigDict,
@@ -45,6 +46,7 @@ from pydantic import (
     ValidationError,
     model_validator,
 )
+from xxhash import xxh3_128_hexdigest
 
 from contracts.canonical import (
     MAX_SAFE_INTEGER,
@@ -63,7 +65,7 @@ from contracts.fields import (
     written_instants,
 )
 from contracts.spec import EventSpec
-from contracts.wire import NUL_ESCAPE, find_nul, parse_json_object
+from contracts.wire import MAX_RECORD_BYTES, find_nul, parse_json_object
 
 FAILURE_CLUSTER_DETECTED: Final = "platform.failure_cluster.detected"
 FAILURE_CLUSTER_SCHEMA_VERSION: Final = 1
@@ -175,10 +177,10 @@ def _verify_hash(raw: Mapping[str, Any], payload: FailureClusterDetectedPayload)
 class FailureClusterView(msgspec.Struct, frozen=True, gc=False):
     """A failure-cluster snapshot as handlers read it: the payload's fields, checked against
     the contract like the pydantic model, in their lightest form — UUIDs as their one wire
-    spelling (``str``), timestamps as UTC datetimes, the evidence bundle as it was parsed from
-    the wire (a list of JSON objects, unknown members included). One C-built object per record
-    (no model tree, not tracked by the garbage collector); ``Delivery.envelope`` still gives the
-    full :class:`FailureClusterDetectedPayload` to whoever asks for it."""
+    spelling (``str``), timestamps as UTC datetimes, the evidence bundle as JSON text. One
+    C-built object per record (no model tree, not tracked by the garbage collector);
+    ``Delivery.envelope`` still gives the full :class:`FailureClusterDetectedPayload` to
+    whoever asks for it."""
 
     cluster_id: str
     snapshot_hash: str
@@ -188,8 +190,18 @@ class FailureClusterView(msgspec.Struct, frozen=True, gc=False):
     failure_count: int
     first_observed_at: datetime
     last_observed_at: datetime
-    evidence_bundle: list[dict[str, Any]]
     suggested_rule_stub: str | None
+    evidence: bytes
+    """The evidence bundle as JSON text: the wire's items, members (unknown ones included) and
+    values, members sorted, no whitespace (what a database stores as ``jsonb`` from it is what
+    it would store from the wire's text)."""
+
+    @property
+    def evidence_bundle(self) -> list[dict[str, Any]]:
+        """The evidence bundle parsed (a list of JSON objects, unknown members included), on
+        each access."""
+        bundle: list[dict[str, Any]] = orjson.loads(self.evidence)
+        return bundle
 
 
 _Text = Annotated[str, msgspec.Meta(min_length=1)]
@@ -205,9 +217,10 @@ class _WrittenRef(msgspec.Struct, forbid_unknown_fields=True, gc=False):
 
 
 class _WrittenPayload(msgspec.Struct, forbid_unknown_fields=True, gc=False):
-    """The payload in the form spectral writes: the model's fields and bounds, no other member
-    (``snapshot_hash`` is left to the hash's comparison: a digest equal to the computed one has
-    the pattern's 32 lowercase hex digits)."""
+    """The payload in the form spectral writes: the model's fields and bounds, every one
+    present (an absent ``suggested_rule_stub`` is not hashed, a null one is: only the slow path
+    tells them apart), no other member (``snapshot_hash`` is left to the hash's comparison: a
+    digest equal to the computed one has the pattern's 32 lowercase hex digits)."""
 
     cluster_id: str
     snapshot_hash: str
@@ -218,14 +231,14 @@ class _WrittenPayload(msgspec.Struct, forbid_unknown_fields=True, gc=False):
     first_observed_at: str
     last_observed_at: str
     evidence_bundle: Annotated[list[_WrittenRef], msgspec.Meta(max_length=MAX_EVIDENCE_ITEMS)]
-    suggested_rule_stub: Annotated[str, msgspec.Meta(max_length=MAX_RULE_STUB_CHARS)] | None = None
+    suggested_rule_stub: Annotated[str, msgspec.Meta(max_length=MAX_RULE_STUB_CHARS)] | None
 
 
 class _WrittenRecord(msgspec.Struct, forbid_unknown_fields=True, gc=False):
     """The envelope in the form spectral writes (ENVELOPE_FIELDS, no other member)."""
 
     event_id: str
-    event_type: str
+    event_type: Literal["platform.failure_cluster.detected"]
     schema_version: _Count
     source: _Text
     target: _Text
@@ -236,23 +249,42 @@ class _WrittenRecord(msgspec.Struct, forbid_unknown_fields=True, gc=False):
     causation_id: str | None = None
 
 
-_convert: Final = msgspec.convert
-_Invalid: Final = msgspec.ValidationError
+_read_written: Final = msgspec.json.Decoder(_WrittenRecord).decode
+_sorted_json: Final = msgspec.json.Encoder(order="sorted").encode
+_CLUSTER_ID_MEMBER: Final = len('{"cluster_id":"') + 36 + len('",')
+"""Where the second member of a sorted payload starts: after ``{"cluster_id":"<uuid>",``."""
+_EVIDENCE_START: Final = _CLUSTER_ID_MEMBER + len('"evidence_bundle":')
+"""Where the evidence bundle's value starts (the second member: ``"evidence_bundle":[...``)."""
+_COUNT_MEMBER: Final = b',"failure_count":'
+"""The member after the evidence bundle."""
+_HASH_MEMBER: Final = b',"snapshot_hash":"'
+_HASH_MEMBER_LENGTH: Final = len(_HASH_MEMBER) + 32 + 1
+_UNICODE_ESCAPE: Final = b"\\u"
 
 
-def _read_view(obj: dict[str, Any], data: bytes, key: bytes | None) -> FailureClusterView | None:
-    """The view of a record (``obj``: its value parsed, ``data``: its bytes, ``key``: its
+def _read_view(data: bytes, key: bytes | None) -> tuple[FailureClusterView, str, str] | None:
+    """``(view, idempotency_key, event_id)`` of a record (``data``: its value, ``key``: its
     record key) that passes every check of ``decode_record``, or None to let the full decode
     decide. Only records in the form spectral writes take this path: no unknown member
-    anywhere, every timestamp in the written form, no escaped U+0000 in the text; anything
+    anywhere, every member present, every timestamp in the written form, no ``\\u`` escape in
+    the text (so no U+0000 and no lone surrogate), at most :data:`MAX_RECORD_BYTES`; anything
     else goes the slow way, which also words the refusals. So whatever this accepts, the full
     decode accepts with the same values (a property test holds the two together).
 
-    The members' types, bounds and presence are checked by ``msgspec.convert`` in C; the UUIDs'
-    spelling and the timestamps' layout by one regular expression each over all of them."""
+    The bytes are parsed straight into structs by msgspec (types, bounds and presence checked
+    in C; it refuses every text orjson refuses, and a duplicate member's last value wins in
+    both); the UUIDs' spelling and the timestamps' layout are checked for all of them at once
+    (:func:`~contracts.fields.are_wire_uuids`, :func:`~contracts.fields.written_instants`). The
+    hash is taken over the payload struct written back
+    with sorted members (the same bytes as orjson's canonical form of the parsed payload: both
+    escape exactly the characters RFC 8785 escapes, a test holds them together over every code
+    point) minus its first member (``cluster_id``) and the ``snapshot_hash`` member; the view's
+    evidence is the second member's value in the same text."""
+    if len(data) > MAX_RECORD_BYTES or (data.find(b"\\") >= 0 and _UNICODE_ESCAPE in data):
+        return None  # (memchr first: most records hold no backslash at all)
     try:
-        record = _convert(obj, _WrittenRecord)
-    except _Invalid:
+        record = _read_written(data)
+    except Exception:  # noqa: BLE001 - whatever msgspec refuses, the full decode words
         return None
     payload = record.payload
     cluster_id = payload.cluster_id
@@ -266,21 +298,18 @@ def _read_view(obj: dict[str, Any], data: bytes, key: bytes | None) -> FailureCl
     stamps = [payload.first_observed_at, payload.last_observed_at, record.occurred_at]
     stamps += [ref.observed_at for ref in payload.evidence_bundle]
     instants = written_instants(stamps)
-    if (
-        instants is None
-        or instants[0] > instants[1]
-        or (data.find(b"\\") >= 0 and NUL_ESCAPE in data)  # memchr first
-    ):
+    if instants is None or instants[0] > instants[1]:
         return None
-    raw = obj["payload"]
     digest = payload.snapshot_hash
-    try:
-        actual = snapshot_hash_prechecked(raw)
-    except CanonicalizationError:  # pragma: no cover - strings and bounded integers only
+    # Structural members of the JSON msgspec writes: a string's own quotes are escaped, so
+    # these bytes never stand inside one, and the payload's members are known.
+    written = _sorted_json(payload)
+    cut = written.find(_HASH_MEMBER, _CLUSTER_ID_MEMBER)
+    canonical = b"{" + written[_CLUSTER_ID_MEMBER:cut] + written[cut + _HASH_MEMBER_LENGTH :]
+    idempotency_key = record.idempotency_key
+    if xxh3_128_hexdigest(canonical) != digest or idempotency_key != f"{cluster_id}:{digest}":
         return None
-    if actual != digest or record.idempotency_key != f"{cluster_id}:{digest}":
-        return None
-    return FailureClusterView(
+    view = FailureClusterView(
         cluster_id,
         digest,
         payload.rule_id,
@@ -289,9 +318,10 @@ def _read_view(obj: dict[str, Any], data: bytes, key: bytes | None) -> FailureCl
         payload.failure_count,
         instants[0],
         instants[1],
-        raw["evidence_bundle"],
         payload.suggested_rule_stub,
+        written[_EVIDENCE_START : written.find(_COUNT_MEMBER, _EVIDENCE_START)],
     )
+    return view, idempotency_key, record.event_id
 
 
 def _view_of(
@@ -308,8 +338,8 @@ def _view_of(
         payload.failure_count,
         payload.first_observed_at,
         payload.last_observed_at,
-        raw["evidence_bundle"],
         payload.suggested_rule_stub,
+        orjson.dumps(raw["evidence_bundle"], option=orjson.OPT_SORT_KEYS),
     )
 
 

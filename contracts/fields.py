@@ -33,7 +33,6 @@ Text
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Annotated, Final
@@ -158,30 +157,52 @@ def is_wire_uuid(value: object) -> bool:
 
 
 _UUID_CHARS: Final = 36
-_UUID_RUN: Final = re.compile(
-    "[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
-    "(?: [0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})*"
-).fullmatch
-_WRITTEN: Final = f"{_YEAR}-[0-9][0-9]-[0-9][0-9]T[0-9][0-9]:[0-9][0-9]:[0-9][0-9][.][0-9]{{6}}Z"
-_WRITTEN_RUN: Final = re.compile(f"{_WRITTEN}(?: {_WRITTEN})*").fullmatch
+_HEX_AS_ZERO: Final = bytes.maketrans(b"123456789abcdef", b"0" * 15)
+"""Every lowercase hex digit as ``0``, every other byte as itself (``bytes.translate``)."""
+_DIGITS_AS_ZERO: Final = bytes.maketrans(b"123456789", b"0" * 9)
+"""Every decimal digit as ``0``, every other byte as itself."""
+_UUID_LAYOUT: Final = b"00000000-0000-0000-0000-000000000000"
+_WRITTEN_LAYOUT: Final = b"0000-00-00T00:00:00.000000Z"
 _from_iso: Final = datetime.fromisoformat
+
+
+def _layouts(layout: bytes, count: int) -> bytes:
+    """``count`` copies of ``layout`` joined by spaces (cached for the counts a record has)."""
+    return b" ".join([layout] * count)
+
+
+_UUID_LAYOUTS: Final = [_layouts(_UUID_LAYOUT, count) for count in range(8)]
+_WRITTEN_LAYOUTS: Final = [_layouts(_WRITTEN_LAYOUT, count) for count in range(16)]
 
 
 def are_wire_uuids(values: Sequence[str]) -> bool:
     """Every one of ``values`` (at least one string) is a UUID in its one spelling
-    (:func:`is_wire_uuid`), checked by one match of them joined by spaces: the run matches only
-    if no piece holds a space, and with the length it holds exactly one UUID per piece."""
-    joined = " ".join(values)
-    return len(joined) == len(values) * (_UUID_CHARS + 1) - 1 and _UUID_RUN(joined) is not None
+    (:func:`is_wire_uuid`), checked at once: the values joined by spaces, as UTF-8, with every
+    lowercase hex digit read as ``0`` must be the layout ``00000000-0000-0000-0000-000000000000``
+    repeated, joined by spaces (a space, an uppercase digit or a non-ASCII character anywhere
+    else breaks it, and so does any piece of another length)."""
+    count = len(values)
+    layout = _UUID_LAYOUTS[count] if count < len(_UUID_LAYOUTS) else _layouts(_UUID_LAYOUT, count)
+    return " ".join(values).encode("utf-8", "surrogatepass").translate(_HEX_AS_ZERO) == layout
 
 
 def written_instants(values: Sequence[str]) -> list[datetime] | None:
     """The instants of ``values`` (at least one string) when every one is a timestamp in the
-    written form (:func:`written_utc`), else None: one match of them joined by spaces checks
-    the layouts and the year bound (as :func:`are_wire_uuids` does), ``fromisoformat`` the
-    calendar."""
-    joined = " ".join(values)
-    if len(joined) != len(values) * (_WRITTEN_CHARS + 1) - 1 or _WRITTEN_RUN(joined) is None:
+    written form (:func:`written_utc`), else None: the layout checked at once as
+    :func:`are_wire_uuids` does (``0000-00-00T00:00:00.000000Z``, digits read as ``0``), the
+    year bound by the least and the greatest text (the layout is fixed, so they hold the least
+    and the greatest year), ``fromisoformat`` the calendar."""
+    count = len(values)
+    layout = (
+        _WRITTEN_LAYOUTS[count]
+        if count < len(_WRITTEN_LAYOUTS)
+        else _layouts(_WRITTEN_LAYOUT, count)
+    )
+    if (
+        " ".join(values).encode("utf-8", "surrogatepass").translate(_DIGITS_AS_ZERO) != layout
+        or min(values) < _MIN_YEAR_TEXT
+        or max(values) >= _YEAR_AFTER_MAX_TEXT
+    ):
         return None
     try:
         return list(map(_from_iso, values))

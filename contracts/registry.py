@@ -32,7 +32,7 @@ unknown fields kept) and by default decodes the result before returning it, rais
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any, Final, NoReturn, TypeVar, cast
 from uuid import UUID
 
@@ -54,11 +54,14 @@ Reading = tuple[Any, str, "str | UUID", str, "EventEnvelope[Any] | None"]
 """What :meth:`EventRegistry.read_record` returns: ``(payload, idempotency_key, event_id,
 event_type, envelope)`` (a plain tuple: it is built for every record a consumer reads)."""
 
+ViewReader = Callable[[bytes, "bytes | None"], "tuple[Any, str, str] | None"]
+"""An ``EventSpec.read_view``: the fast path from a record's value and key to its view."""
+
 
 class EventRegistry:
     """An immutable set of event specs, with decode and encode over them."""
 
-    __slots__ = ("_specs",)
+    __slots__ = ("_readers", "_readers_of", "_specs")
 
     def __init__(self, specs: Iterable[EventSpec[Any]]) -> None:
         table: dict[str, EventSpec[Any]] = {}
@@ -67,6 +70,13 @@ class EventRegistry:
                 raise ValueError(f"event type {spec.event_type!r} registered twice")
             table[spec.event_type] = spec
         self._specs = table
+        self._readers: tuple[tuple[str, ViewReader], ...] = tuple(
+            (name, spec.read_view) for name, spec in table.items() if spec.read_view is not None
+        )
+        """The fast paths of the types that offer views (``EventSpec.read_view``)."""
+        self._readers_of: dict[str, tuple[tuple[str, ViewReader], ...]] = {
+            name: ((name, read),) for name, read in self._readers
+        }
 
     def event_types(self) -> tuple[str, ...]:
         """Registered event types, sorted."""
@@ -148,27 +158,30 @@ class EventRegistry:
         self._check_wire_key(envelope, spec, raw, key)
         return envelope
 
-    def read_record(self, value: bytes | None, key: bytes | None) -> Reading:
+    def read_record(
+        self, value: bytes | None, key: bytes | None, event_type: str | None = None
+    ) -> Reading:
         """``decode_record``'s verdict on a whole Kafka record (the same refusals, raised as the
         same :class:`DecodeError`), read as a consumer's handlers want it: ``(payload,
         idempotency_key, event_id, event_type, envelope)``.
 
         ``payload`` is the type's view when its spec offers one (``EventSpec.read_view``), else
-        the pydantic payload. A record in the form spectral writes is checked and read without
-        building the envelope model (``envelope`` is None then: :meth:`decode` of the same bytes
-        gives it to whoever asks); anything else takes the full decode, which also words every
-        refusal. ``event_id`` is the wire text on the fast path, a UUID otherwise.
+        the pydantic payload. A record in the form spectral writes is checked and read straight
+        from its bytes without building the envelope model (``envelope`` is None then:
+        :meth:`decode` of the same bytes gives it to whoever asks); anything else takes the full
+        decode, which also words every refusal. ``event_id`` is the wire text on the fast path,
+        a UUID otherwise. ``event_type``: the type the record is expected to be (a consumer
+        knows it from the topic): only that type's fast path is tried (every type's when None).
         """
         if value is None:
             raise DecodeError(DecodeReason.NOT_JSON, TOMBSTONE_DETAIL)
-        obj = parse_json_object(value)
-        event_type = obj.get("event_type")
-        spec = self._specs.get(event_type) if type(event_type) is str else None
-        if spec is not None and spec.read_view is not None:
-            view = spec.read_view(obj, value, key)
-            if view is not None:
-                return view, obj["idempotency_key"], obj["event_id"], spec.event_type, None
-        envelope, spec, raw = self._decode_parsed(value, obj)
+        readers = self._readers if event_type is None else self._readers_of.get(event_type, ())
+        for name, read_view in readers:
+            found = read_view(value, key)
+            if found is not None:
+                view, idempotency_key, event_id = found
+                return view, idempotency_key, event_id, name, None
+        envelope, spec, raw = self._decode(value)
         self._check_wire_key(envelope, spec, raw, key)
         payload = envelope.payload if spec.view_of is None else spec.view_of(envelope, raw)
         return payload, envelope.idempotency_key, envelope.event_id, spec.event_type, envelope

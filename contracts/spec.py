@@ -28,10 +28,12 @@ class EventSpec(Generic[PayloadT]):
 
     ``read_view`` and ``view_of``, when given, offer the type's *view*: a light typed object
     handlers read instead of the pydantic payload (``EventRegistry.read_record``, the consumer
-    engine's decode step). ``read_view(parsed, value, key)`` is the fast path: the view of a
-    record that passes every check ``decode_record`` makes, or None to let the full decode
-    decide (it never refuses: refusals and their wording stay the full decode's);
-    ``view_of(envelope, raw_payload)`` builds the view of a record the full decode accepted.
+    engine's decode step). ``read_view(value, key)`` is the fast path, straight from a record's
+    value bytes and key: ``(view, idempotency_key, event_id)`` of a record of this type that
+    passes every check ``decode_record`` makes, or None to let the full decode decide (it never
+    refuses: refusals and their wording stay the full decode's, and a record of another type
+    is None too); ``view_of(envelope, raw_payload)`` builds the view of a record the full
+    decode accepted.
 
     What the published documents say of the type (the spec's tables and the AsyncAPI document
     are generated from these, never written twice): ``idempotency_key_rule`` and
@@ -55,7 +57,7 @@ class EventSpec(Generic[PayloadT]):
     idempotency_key_rule: str | None = None
     record_key_rule: str | None = None
     open_to_producers: bool = True
-    read_view: Callable[[dict[str, Any], bytes, bytes | None], Any] | None = None
+    read_view: Callable[[bytes, bytes | None], tuple[Any, str, str] | None] | None = None
     view_of: Callable[[EventEnvelope[PayloadT], Mapping[str, Any]], Any] | None = None
     envelope_model: type[EventEnvelope[PayloadT]] = field(init=False, repr=False, compare=False)
 

@@ -32,6 +32,7 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 from enum import StrEnum
+from operator import attrgetter
 from typing import Final
 
 import asyncpg
@@ -135,8 +136,12 @@ class RuleCandidatesHandler(Handler[Counts]):
             )
         }
 
-        facts: Counter[str] = Counter()
-        counts: Counts = Counter()
+        # Severities gathered in lists and counted once each by Counter (in C): a Counter
+        # update per snapshot costs a tuple, a hash and a Python-level __missing__.
+        inserted: list[str] = []
+        updated: list[str] = []
+        resurfaced: list[str] = []
+        applied: list[Delivery] = []
         stale: list[Delivery] = list(collapsed.stale)
         for cluster, winner in collapsed.winners.items():
             earlier = collapsed.superseded.get(cluster, ())
@@ -152,19 +157,28 @@ class RuleCandidatesHandler(Handler[Counts]):
                     (stale if keys[id(delivery)] <= row.prior else newer).append(delivery)
                 earlier = newer
             severity = _severity(winner)
-            kind = INSERTED if row.inserted else UPDATED
-            facts[kind] += 1
-            counts[kind, severity] += 1
-            facts[SUPERSEDED] += len(earlier)
+            (inserted if row.inserted else updated).append(severity)
             if row.resurfaced:
-                facts[RESURFACED] += 1
-                counts[RESURFACED, severity] += 1
-            counts[_APPLIED, severity] += 1
-            for delivery in earlier:
-                counts[_APPLIED, delivery.payload.severity] += 1
-        for delivery in stale:
-            counts[_STALE, delivery.payload.severity] += 1
+                resurfaced.append(severity)
+            applied.append(winner)
+            applied.extend(earlier)
+        counts: Counts = Counter()
+        for kind, severities in (
+            (INSERTED, inserted),
+            (UPDATED, updated),
+            (RESURFACED, resurfaced),
+            (_APPLIED, map(_SEVERITY_OF, applied)),
+            (_STALE, map(_SEVERITY_OF, stale)),
+        ):
+            for severity, count in Counter(severities).items():
+                counts[kind, severity] = count
         result.stale = {delivery.idempotency_key for delivery in stale}
+        facts = {
+            INSERTED: len(inserted),
+            UPDATED: len(updated),
+            SUPERSEDED: len(applied) - len(inserted) - len(updated),
+            RESURFACED: len(resurfaced),
+        }
         result.facts = {name: count for name, count in facts.items() if count}
         result.facts.setdefault(RESURFACED, 0)
         result.carry.append(counts)
@@ -220,6 +234,10 @@ class RuleCandidatesHandler(Handler[Counts]):
         return trailing_baseline(hour, previous.windows)
 
 
+_SEVERITY_OF: Final = attrgetter("payload.severity")
+"""A delivery's severity (its view's), read in C."""
+
+
 def _severity(delivery: Delivery) -> str:
     payload: FailureClusterView = delivery.payload
     return payload.severity
@@ -237,7 +255,7 @@ def _rows(winners: Iterable[Delivery], ordered: list[datetime]) -> SnapshotRows:
         failure_count=[p.failure_count for p in payloads],
         first_observed_at=[p.first_observed_at for p in payloads],
         last_observed_at=[p.last_observed_at for p in payloads],
-        envelope=[d.raw for d in deliveries],
+        evidence=[p.evidence for p in payloads],
         suggested_rule_stub=[p.suggested_rule_stub for p in payloads],
         ordered_at=ordered,
     )

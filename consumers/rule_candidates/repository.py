@@ -36,11 +36,39 @@ class SnapshotRows:
     failure_count: list[int]
     first_observed_at: list[datetime]
     last_observed_at: list[datetime]
-    envelope: list[bytes]
-    """The record values as received; evidence_bundle is read from them by the database."""
+    evidence: list[bytes]
+    """Each snapshot's evidence bundle as JSON text (a JSON array: the bundle as the view
+    carries it, ``FailureClusterView.evidence``; or a whole record value, from which the
+    database takes the bundle): what the upsert stores as jsonb."""
     suggested_rule_stub: list[str | None]
     ordered_at: list[datetime]
     """last_observed_at capped for a producer's clock (collapse.py ``ordered_at``)."""
+
+
+class _Evidence(msgspec.Struct, gc=False):
+    evidence_bundle: msgspec.Raw
+
+
+class _Record(msgspec.Struct, gc=False):
+    payload: _Evidence
+
+
+_read_evidence: Final = msgspec.json.Decoder(_Record).decode
+
+
+def evidence_bytes(envelope: bytes) -> bytes:
+    """The evidence bundle's bytes exactly as they stand in a record ``envelope`` (a JSON array:
+    the contract's bundle), or the envelope itself when they cannot be told apart cheaply (an
+    unknown member nested deeper than this reader goes): the upsert then takes the bundle from
+    the whole record, as it always could. The database parses only the bundle into jsonb, not the
+    whole envelope (~1 KB, of which the bundle is about half); fields a newer producer added to
+    the bundle are kept, as on the wire, and a member named twice counts by its last occurrence,
+    as jsonb counts it."""
+    try:
+        bundle = bytes(_read_evidence(envelope).payload.evidence_bundle)
+    except (RecursionError, msgspec.MsgspecError):
+        return envelope
+    return bundle if bundle.startswith(b"[") else envelope
 
 
 class WrittenSnapshot(msgspec.Struct, frozen=True, gc=False):
@@ -80,7 +108,7 @@ class RuleCandidatesRepository:
                 rows.failure_count,
                 rows.first_observed_at,
                 rows.last_observed_at,
-                rows.envelope,
+                rows.evidence,
                 rows.suggested_rule_stub,
                 rows.ordered_at,
             ),

@@ -5,12 +5,13 @@ this module reads and writes).
 One transaction, under the scheduler's advisory lock (every executor's claims are serialised,
 so the counts decided on are exact across replicas — a claim takes a few milliseconds):
 
-1. resume parked items whose scope's budget changed, whose period rolled over or whose scope
-   had a reservation of unknown outcome released at the horizon since they were parked;
+1. fold the spend changes committed since the last claim into the running totals, and resume
+   parked items whose scope's budget changed, whose period rolled over or whose scope had a
+   reservation of unknown outcome released at the horizon since;
 2. read the candidates (each tenant's first items due, in rank order), the leased items (in
    flight per tenant and per route), the routes' rate-limiter state and the budgets of every
    scope a candidate's call belongs to (org, project, thread and parent thread, model route)
-   with their spend in the period;
+   with their spend in the period (from the running totals: a few rows per scope);
 3. ``schedule.plan_claim`` picks;
 4. lease the picked items (still waiting: a cancellation may have ended one meanwhile), start
    their threads, reserve each one's next attempt's spend in all of its scopes (one spend row
@@ -109,6 +110,7 @@ class ClaimRepository:
             return Claimed()
         async with self._pool.acquire() as conn, conn.transaction():
             await conn.execute(_SQL["scheduler_lock"], SCHEDULER_LOCK)
+            await conn.execute(_SQL["fold_spend"])
             resumed = len(await conn.fetch(_SQL["resume_parked"]))
             situation = await self._situation(conn, want, only)
             plan = plan_claim(situation)

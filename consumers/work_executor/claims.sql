@@ -5,6 +5,11 @@
 -- name: scheduler_lock
 SELECT pg_advisory_xact_lock($1::int, 0)
 
+-- name: fold_spend
+-- The spend changes committed since the last claim enter the running totals the budgets are
+-- read from (migration 0031); what commits after this is read from the changes themselves.
+SELECT work.fold_spend_changes()
+
 -- name: resume_parked
 -- Parked items resume (queued, or failed = waiting for a retry when an attempt was made) when
 -- the budget of the scope that parked them was changed or removed after they were parked, a

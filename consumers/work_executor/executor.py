@@ -40,6 +40,7 @@ from consumers.work_executor.plan import (
     Start,
     Step,
     Unknown,
+    is_reissue,
     next_step,
 )
 from consumers.work_executor.pool import Job, JobDone
@@ -76,6 +77,7 @@ from producers.work.domain.payloads import (
 from spectral.llm.limits import ProviderLimits
 from spectral.llm.seam import (
     CallRefusedError,
+    CallTimedOutError,
     RateLimitedError,
     RequestRejectedError,
     SynthesisRequest,
@@ -93,6 +95,14 @@ _UNKNOWN_OUTCOME = (
     "the outcome of the call is unknown: its worker died or lost the lease before a response "
     "was recorded; the attempt is counted as used"
 )
+
+
+@dataclass(frozen=True)
+class _TimedOut:
+    """A call that timed out after ``seconds``: its request left, its outcome is unknown."""
+
+    seconds: float
+    error: Exception
 
 
 @dataclass(frozen=True)
@@ -530,18 +540,86 @@ class WorkExecutor:
         calls: dict[asyncio.Task[Answer], Held] = {}
         for start in started:
             one = before.held[start.loaded.item.work_item_id]
-            reissued = start.reissue is not None
+            reissues = 0
+            if start.reissue is not None:
+                reissues = 1 + sum(
+                    1 for e in one.loaded.entries if e.attempt == start.attempt and is_reissue(e)
+                )
             task = asyncio.create_task(
-                self._call(one, start.attempt, requests[one.item_id], reissued=reissued)
+                self._call(one, start.attempt, requests[one.item_id], reissues=reissues)
             )
             calls[task] = one
         return calls
 
     async def _call(
-        self, one: Held, attempt: int, request: SynthesisRequest, *, reissued: bool = False
+        self, one: Held, attempt: int, request: SynthesisRequest, *, reissues: int = 0
     ) -> Answer:
         """One paid call; its answer is recorded (journal, then ledger) before it is returned.
-        A failed re-issue keeps its reservation unknown: the first call may have been billed."""
+        ``reissues``: how often the attempt's call was sent again under its key already. A call
+        that times out is re-issued under its key at once when the policy allows and it fits
+        the lease (outcomes.py); a failed re-issue keeps its reservation unknown: the first call
+        may have been billed."""
+        while True:
+            answer = await self._call_once(one, attempt, request, reissued=reissues > 0)
+            if not isinstance(answer, _TimedOut):
+                return answer
+            if not await self._reissue_timed_out(one, attempt, request, reissues, answer.seconds):
+                failure = classify_call_failure(answer.error)
+                return Answer(one, attempt, failure=failure, spend=SpendOutcome.UNKNOWN)
+            reissues += 1
+
+    async def _reissue_timed_out(
+        self, one: Held, attempt: int, request: SynthesisRequest, reissues: int, seconds: float
+    ) -> bool:
+        """Record that the call that timed out after ``seconds`` goes out again under its
+        idempotency key, within the lease (the record renews it); False when the policy or the
+        lease does not allow it, or the item is no longer held at this attempt."""
+        if not self._config.unknown_outcomes.reissues_timed_out(
+            reissues, seconds, self._config.lease_timeout_seconds
+        ):
+            return False
+        record = error_payload(
+            kind=FailureKind.OUTCOME_UNKNOWN.value,
+            reason=FailureReason.OUTCOME_UNKNOWN.value,
+            message=(
+                f"the call timed out after {seconds:.1f} s: its outcome is unknown; re-issued "
+                f"within the lease under its idempotency key {request.idempotency_key} "
+                f"(re-issue {reissues + 1}), so a gateway that honours the key answers without "
+                "billing again"
+            ),
+            disposition=REISSUE,
+            attempt=attempt,
+        )
+        start = AttemptStart(one.loaded, one.token, attempt, {}, record)
+        try:
+            written = await self._patiently(
+                "record a re-issue", lambda: self._transitions.write(BatchWrite(starts=[start]))
+            )
+        except Exception as exc:  # noqa: BLE001 - not re-issued: the attempt ends unknown
+            log.warning(
+                "could not record the re-issue of a call that timed out; its attempt ends with "
+                "its outcome unknown",
+                work_item_id=str(one.item_id),
+                attempt=attempt,
+                error=f"{type(exc).__name__}: {exc}",
+            )
+            return False
+        if one.item_id not in written.started:
+            return False
+        log.warning(
+            "re-issuing a call that timed out under its idempotency key, within the lease",
+            work_item_id=str(one.item_id),
+            attempt=attempt,
+            reissue=reissues + 1,
+            seconds=round(seconds, 3),
+        )
+        self._metrics.reissued.inc()
+        return True
+
+    async def _call_once(
+        self, one: Held, attempt: int, request: SynthesisRequest, *, reissued: bool
+    ) -> Answer | _TimedOut:
+        """One sending of the call: its answer, or how it timed out (its outcome is unknown)."""
         started = time.perf_counter()
         try:
             async with asyncio.timeout(self._config.call_timeout_seconds):
@@ -566,6 +644,8 @@ class WorkExecutor:
                 spend=SpendOutcome.UNKNOWN if reissued else SpendOutcome.RELEASED,
                 retry_after=exc.retry_after,
             )
+        except (TimeoutError, CallTimedOutError) as exc:
+            return _TimedOut(time.perf_counter() - started, exc)
         except Exception as exc:  # noqa: BLE001 - classified; unexpected ones are retried
             answered = isinstance(exc, CallRefusedError | RequestRejectedError)
             spend = SpendOutcome.RELEASED if answered and not reissued else SpendOutcome.UNKNOWN

@@ -235,8 +235,9 @@ class ExecutorMetrics:
         )
         self.reissued = Counter(
             "work_unknown_outcome_reissues",
-            "Calls whose outcome was unknown (their worker died mid-call) sent again under the "
-            "same idempotency key: a gateway that honours it answers without billing again.",
+            "Calls whose outcome was unknown (their worker died mid-call, or the call timed out) "
+            "sent again under the same idempotency key: a gateway that honours it answers "
+            "without billing again.",
             registry=registry,
         )
         self.unknown_released = Counter(

@@ -14,6 +14,14 @@ The reservation stays counted in full until one of these resolves it, exactly on
   attempt (a call whose re-issues keep dying is then counted as used, as under ``release``); a
   re-issued call that fails keeps its reservation ``unknown`` (the first call may have been
   billed), and the item's next attempt is a new call.
+* **re-issue within the lease after a timeout**: a call that timed out while its worker is
+  alive has an unknown outcome too (the request left; the provider may still do it). Under
+  ``reissue`` the worker sends it again at once under the same idempotency key, recorded the
+  same way (and counted against the same ``max_reissues``), when the re-issue fits the lease:
+  recording it renews the lease, and the re-issue is bounded by the same timeout the call ran
+  into, so that time plus ``REISSUE_LEASE_MARGIN_SECONDS`` must be within the lease timeout.
+  Otherwise (or once re-issues are used up) the attempt ends as before: its reservation stays
+  ``unknown`` and the item's next attempt is a new call with a new key.
 * **release after a horizon**: a reservation left ``unknown`` (the policy is ``release``, the
   call timed out, re-issues were used up, or the item was canceled) is released by the
   executor's sweep once it is older than ``SPECTRAL_WORK_UNKNOWN_OUTCOME_HORIZON_SECONDS``
@@ -31,6 +39,10 @@ from producers.work.domain.settings import WorkSettings
 from spectral.settings import Settings
 
 MAX_REISSUES: Final = 3
+
+REISSUE_LEASE_MARGIN_SECONDS: Final = 5.0
+"""A call that timed out is re-issued within the lease only if its timeout plus this is within
+the lease timeout (time to record the answer before the lease could be taken)."""
 
 
 @dataclass(frozen=True)
@@ -58,3 +70,13 @@ class UnknownOutcomePolicy:
     def reissues(self, step: Unknown) -> bool:
         """Whether the unknown call of ``step`` is sent again under its idempotency key."""
         return self.reissue and step.prompt is not None and step.reissues < self.max_reissues
+
+    def reissues_timed_out(self, reissues: int, call_seconds: float, lease_seconds: float) -> bool:
+        """Whether a call that timed out after ``call_seconds`` (re-issued ``reissues`` times
+        already) is sent again now under its idempotency key by its live worker: the re-issue
+        renews the lease and may take as long, so it must fit within ``lease_seconds``."""
+        return (
+            self.reissue
+            and reissues < self.max_reissues
+            and call_seconds + REISSUE_LEASE_MARGIN_SECONDS <= lease_seconds
+        )

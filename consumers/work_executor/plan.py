@@ -74,10 +74,10 @@ def next_step(attempts_started: int, entries: Sequence[LedgerEntry], policy: Ret
     last = attempts_started
     if last > 0:
         mine = [e for e in entries if e.attempt == last]
-        kinds = {e.entry_type for e in mine if not _reissue(e)}
+        kinds = {e.entry_type for e in mine if not is_reissue(e)}
         if EntryType.PROMPT in kinds and not kinds & {EntryType.RESPONSE, EntryType.ERROR}:
             prompt = next(e.payload for e in mine if e.entry_type is EntryType.PROMPT)
-            return Unknown(last, sum(1 for e in mine if _reissue(e)), prompt)
+            return Unknown(last, sum(1 for e in mine if is_reissue(e)), prompt)
     refused = {
         e.attempt
         for e in entries
@@ -89,5 +89,6 @@ def next_step(attempts_started: int, entries: Sequence[LedgerEntry], policy: Ret
     return Exhausted(counted)
 
 
-def _reissue(entry: LedgerEntry) -> bool:
+def is_reissue(entry: LedgerEntry) -> bool:
+    """An ``error`` entry recording that the attempt's call was sent again under its key."""
     return entry.entry_type is EntryType.ERROR and entry.payload.get("disposition") == REISSUE

@@ -36,9 +36,12 @@ class RecordDecoder:
     def decode(self, record: Any) -> Delivery | DeadLetter:
         """One record: its delivery, or its dead letter (the decode reason and detail)."""
         value: bytes | None = record.value
+        expected = self._topics.get(record.topic)
         try:
             if self._views:
-                payload, key, event_id, event_type, envelope = self._read_record(value, record.key)
+                payload, key, event_id, event_type, envelope = self._read_record(
+                    value, record.key, expected
+                )
             else:
                 envelope = self._decode_record(value, record.key)
                 payload, key, event_id = (
@@ -52,7 +55,6 @@ class RecordDecoder:
         except Exception as exc:  # noqa: BLE001 - no record's bytes may stop the partition
             detail = f"{type(exc).__name__}: {exc}"[:1000]
             return self._dead(record, RefusalReason.DECODE_ERROR, detail)
-        expected = self._topics.get(record.topic)
         if event_type != expected:
             return self._dead(
                 record,

@@ -73,9 +73,11 @@ IDLE_PROBE_SECONDS = 5.0
 idle time is judged an outage instead (and counted again from zero)."""
 JOIN_PATIENCE_SECONDS = 30.0
 """How long ``stop_when_idle`` waits for a member's first assignment (possibly empty), and
-after an assignment for the source to say it has read its partitions to their end, before its
-idle time counts anyway: joining takes a few heartbeats and a first fetch a few round trips,
-longer on a busy machine, and a member that stopped before read none of its partitions."""
+after partitions moved (an assignment, a revocation, a loss) or an outage ended for the source
+to say it has read its partitions to their end, before its idle time counts anyway: joining
+takes a few heartbeats and a first fetch a few round trips, longer on a busy machine, a member
+whose partitions were lost behind an outage is given them back only once it joined again, and
+a member that stopped before read none of them."""
 
 
 @dataclass(frozen=True)
@@ -267,7 +269,9 @@ class ConsumerEngine:
         """The last idle probe found the broker or the database unreachable."""
         self._joined = False
         """The group gave this member its first assignment (a range needs none)."""
-        self._created_at = self._assigned_at = time.monotonic()
+        self._created_at = self._moved_at = time.monotonic()
+        """When the run started; when partitions last moved or an outage ended (the source is
+        asked whether it caught up for JOIN_PATIENCE_SECONDS after it)."""
 
     async def _revoking(self, partitions: Collection[TopicPartition]) -> None:
         """``partitions`` are about to leave: wait for the running transaction and for every
@@ -279,11 +283,13 @@ class ConsumerEngine:
             self._epoch += 1
             for tp in partitions:
                 self._revoked_at[tp] = self._epoch
-            self._busy_at = time.monotonic()
+            # A loss (the group moved on without this member) is a revocation too: until the
+            # group assigns the partitions again the source does not count as caught up.
+            self._busy_at = self._moved_at = time.monotonic()
             self.hook.revoked(partitions)
 
     def _assigned(self, partitions: Collection[TopicPartition]) -> None:
-        self._busy_at = self._assigned_at = time.monotonic()
+        self._busy_at = self._moved_at = time.monotonic()
         self._joined = True
         self.hook.assigned(partitions)
 
@@ -479,17 +485,22 @@ class ConsumerEngine:
         if (
             unreachable is None
             and not self._outage
-            and time.monotonic() - self._assigned_at < JOIN_PATIENCE_SECONDS
+            and time.monotonic() - self._moved_at < JOIN_PATIENCE_SECONDS
             and not await self._caught_up()
         ):
-            return False  # records left to read since the last assignment: not idle yet
+            # Records left to read since partitions last moved, or partitions lost and not
+            # assigned again yet: not idle yet.
+            return False
         if unreachable is None and not self._outage:
             # Partitions moved while the probe ran (up to IDLE_PROBE_SECONDS): the count started
             # again then, and the partitions just assigned may hold records unread.
             return self._busy_at < probed_at
         if unreachable is None:
             # Back after an outage: the idle count starts now, not at the last failed probe,
-            # so records published once the server is back are read before the run ends.
+            # so records published once the server is back are read before the run ends; and
+            # the source is asked again whether it caught up (partitions lost behind the outage
+            # come back only once the member joined again).
+            self._moved_at = time.monotonic()
             log.info("idle time counted again: reachable")
         else:
             log.warning("idle time not counted: unreachable", component=unreachable)

@@ -14,35 +14,28 @@ the same key, and :func:`key_text` gives the key back (the database's ``core.ded
 
 from __future__ import annotations
 
+from binascii import unhexlify
 from typing import Final
 from uuid import UUID
 
 _COMPACT_LENGTH: Final = 69
-_SEPARATORS: Final = (8, 13, 18, 23)
 _TAG: Final = b"\x00"
+_HEX_AS_ZERO: Final = bytes.maketrans(b"123456789abcdef", b"0" * 15)
+"""Every lowercase hex digit as ``0``, every other byte as itself (``bytes.translate``)."""
+_COMPACT_LAYOUT: Final = b"00000000-0000-0000-0000-000000000000:" + b"0" * 32
+"""A key in the compact form with every hex digit read as ``0``."""
 
 
 def _compact(key: str) -> bytes | None:
     """The compact form of ``key`` when it is spelled ``{uuid}:{32 hex digits}`` in lowercase
-    (the positions of the separators, then every other character a lowercase hex digit: the
-    digits read as bytes spell the same text again), else None."""
-    if (
-        len(key) != _COMPACT_LENGTH
-        or key[36] != ":"
-        or key[8] != "-"
-        or key[13] != "-"
-        or key[18] != "-"
-        or key[23] != "-"
-    ):
+    (its bytes, every lowercase hex digit read as ``0``, are the layout: the separators where
+    they belong and a lowercase hex digit everywhere else), else None."""
+    if len(key) != _COMPACT_LENGTH or not key.isascii():
         return None
-    digits = key.replace("-", "").replace(":", "")
-    try:
-        raw = bytes.fromhex(digits)
-    except ValueError:
+    spelled = key.encode()
+    if spelled.translate(_HEX_AS_ZERO) != _COMPACT_LAYOUT:
         return None
-    # fromhex also reads uppercase digits and skips whitespace: only the canonical spelling
-    # gives the same digits back.
-    return _TAG + raw if raw.hex() == digits else None
+    return _TAG + unhexlify(spelled.translate(None, b"-:"))
 
 
 def dedup_key(key: str) -> bytes:

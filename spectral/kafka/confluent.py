@@ -106,18 +106,29 @@ _TRANSIENT: Final = frozenset(
 )
 _MOVED: Final = frozenset(
     {
-        KafkaError.ILLEGAL_GENERATION,
         KafkaError.UNKNOWN_MEMBER_ID,
-        KafkaError.REBALANCE_IN_PROGRESS,
         KafkaError.FENCED_INSTANCE_ID,
-        KafkaError.STALE_MEMBER_EPOCH,
         KafkaError.FENCED_MEMBER_EPOCH,
-        KafkaError.UNKNOWN_MEMBER_ID,
         KafkaError._ASSIGNMENT_LOST,  # noqa: SLF001
         KafkaError._STATE,  # noqa: SLF001 - not a member (any more)
     }
 )
 """Commit refusals that mean the partitions moved on without this member."""
+_REBALANCING: Final = frozenset(
+    {
+        KafkaError.ILLEGAL_GENERATION,
+        KafkaError.REBALANCE_IN_PROGRESS,
+        KafkaError.STALE_MEMBER_EPOCH,
+    }
+)
+"""Commit refusals while the group rebalances: the commit carried the generation (or member
+epoch) the rebalance is replacing. An incremental rebalance moves only some partitions, so the
+member may keep these: the commit is tried again once it has joined the new generation."""
+REBALANCE_COMMIT_SECONDS: Final = CLASSIC_SESSION_TIMEOUT_MS / 1000
+"""How long a commit refused by a rebalance is tried again, while this member still owns its
+partitions (a rebalance ends within a session, or the member is out of the group)."""
+REBALANCE_COMMIT_PAUSE: Final = 0.2
+"""The pause between two tries of a commit a rebalance refused."""
 
 
 class KafkaClientError(PermanentError):
@@ -300,6 +311,10 @@ class ConfluentSource(ClientSource):
         self._buffer: list[Record] = []
         """Records a pump consumed while the engine was not fetching (live members only)."""
         self._revocations = 0
+        self._losses = 0
+        self._lost = False
+        """The group moved on without this member (its partitions were lost, e.g. behind a
+        broker outage longer than the session) and has not assigned it partitions since."""
         self._last_fetch = 0.0
         self._pump: asyncio.Task[None] | None = None
         self._pump_failure: Exception | None = None
@@ -385,6 +400,7 @@ class ConfluentSource(ClientSource):
     def _on_assign(self, _consumer: Consumer, partitions: list[ConfluentPartition]) -> None:
         assigned = _ours(partitions)
         self._owned |= frozenset(assigned)
+        self._lost = False
         rebalance = self._told()
 
         async def tell() -> None:
@@ -407,6 +423,8 @@ class ConfluentSource(ClientSource):
         lost = _ours(partitions)
         self._owned -= frozenset(lost)  # first: nothing of them may be committed any more
         if lost:
+            self._losses += 1
+            self._lost = True  # not caught up until the group assigns partitions again
             self._revocations += 1
             self._tell(self._revoking(lost))
             log.warning(
@@ -523,29 +541,69 @@ class ConfluentSource(ClientSource):
         return not self._remaining
 
     async def commit(self, records: Sequence[Record]) -> Mapping[TopicPartition, int]:
+        """Commit past ``records`` on the partitions this member owns. A commit a rebalance
+        refuses (it carried the generation being replaced) is tried again, for the partitions
+        the member still owns, until the rebalance is over (at most REBALANCE_COMMIT_SECONDS):
+        an incremental rebalance leaves it most of them, and their records may be the last
+        ones, whose offsets no later commit would carry (the group's offsets would stay
+        behind what the database committed until the next record arrives). A partition
+        revoked meanwhile is committed from inside its revocation (the engine waits for it
+        there); once the member's partitions were lost, nothing is tried again."""
         if not self.live:
             return {}
         thread, consumer = self._started()
-        owned = {tp: offset for tp, offset in offsets_after(records).items() if tp in self._owned}
-        if not owned:
-            return {}
+        pending = offsets_after(records)
+        committed: dict[TopicPartition, int] = {}
+        deadline = time.monotonic() + REBALANCE_COMMIT_SECONDS
+        losses = self._losses
+        while True:
+            owned = {tp: offset for tp, offset in pending.items() if tp in self._owned}
+            if not owned or self._losses != losses:
+                # Lost meanwhile: partitions given back since may have been read and committed
+                # further by another member, and an offset must never go back.
+                return committed
+            done, pending, refused = await self._commit(thread, consumer, owned)
+            committed |= done
+            if refused is None:
+                return committed
+            if time.monotonic() >= deadline:
+                log.warning("offset commit refused after a rebalance", error=refused.str())
+                return committed
+            log.info(
+                "offset commit refused while the group rebalances; trying again",
+                partitions=self.names(pending),
+                error=refused.str(),
+            )
+            await asyncio.sleep(REBALANCE_COMMIT_PAUSE)
+
+    async def _commit(
+        self, thread: _ClientThread, consumer: Consumer, owned: Mapping[TopicPartition, int]
+    ) -> tuple[dict[TopicPartition, int], dict[TopicPartition, int], KafkaError | None]:
+        """One commit of ``owned``: the offsets committed, those a rebalance refused (to be
+        tried again) and its refusal (None: none). Partitions that moved on without this
+        member are not committed (logged); a fault raises, for the engine to retry."""
         offsets = [ConfluentPartition(tp.topic, tp.partition, o) for tp, o in owned.items()]
         try:
             done = await thread.run(lambda: consumer.commit(offsets=offsets, asynchronous=False))
         except KafkaException as exc:
             error: KafkaError = exc.args[0]
+            if error.code() in _REBALANCING:
+                return {}, dict(owned), error
             if error.code() in _MOVED:
                 log.warning("offset commit refused after a rebalance", error=error.str())
-                return {}
+                return {}, {}, None
             raise _fault(error, "offset commit failed") from exc
-        failed = [p for p in done or () if p.error is not None]
-        if failed:
-            error = failed[0].error
-            if error.code() in _MOVED:
+        failed = {TopicPartition(p.topic, p.partition): p.error for p in done or () if p.error}
+        again: dict[TopicPartition, int] = {}
+        refused: KafkaError | None = None
+        for tp, error in failed.items():
+            if error.code() in _REBALANCING:
+                again[tp], refused = owned[tp], error
+            elif error.code() in _MOVED:
                 log.warning("offset commit refused after a rebalance", error=error.str())
-                return {tp: o for tp, o in owned.items() if tp not in set(_ours(failed))}
-            raise _fault(error, "offset commit failed")
-        return owned
+            else:
+                raise _fault(error, "offset commit failed")
+        return {tp: o for tp, o in owned.items() if tp not in failed}, again, refused
 
     def assignment(self) -> frozenset[TopicPartition]:
         return self._owned
@@ -601,7 +659,12 @@ class ConfluentSource(ClientSource):
         watermark (past any transaction markers) or, where it has consumed nothing yet, the
         group's committed offset there (an empty partition needs neither). After an assignment
         librdkafka looks the offsets up before its first fetch — seconds on a busy machine,
-        while fetches return nothing —, so a member is not idle before."""
+        while fetches return nothing —, so a member is not idle before. A member whose
+        partitions were lost (the classic protocol loses them when the coordinator does not
+        answer for a session) owns nothing until it joined again and the group assigned it
+        partitions, most likely the same: it is not caught up meanwhile."""
+        if self._lost:
+            return False
         owned = sorted(self._owned)
         if not owned:
             return True
@@ -647,6 +710,7 @@ class ConfluentSource(ClientSource):
             self._thread = self._consumer = None
             self._attached = False
             self._owned = frozenset()
+            self._lost = False
             self._buffer = []
             if thread is not None:
                 await thread.stop()

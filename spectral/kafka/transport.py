@@ -226,9 +226,12 @@ class RecordSource(ABC):
         await self.end_offsets(self.assignment())
 
     async def caught_up(self) -> bool:
-        """Whether this member has read every partition it owns to its end (``--stop-when-idle``
+        """Whether this member has read every partition it owns to its end, and owns what the
+        group means it to: a member whose partitions were lost (the group moved on without it)
+        is not caught up before the group assigned it partitions again (``--stop-when-idle``
         asks before it stops). By default yes: a source whose fetch answers only once it has
-        caught up (aiokafka's, the in-memory one) never looks idle before."""
+        caught up and whose client keeps its partitions until the group takes them back
+        (aiokafka's, the in-memory one) never looks idle before."""
         return True
 
     @abstractmethod

@@ -11,8 +11,9 @@ The prompt must carry everything the model needs: ``request.input`` is context f
 the stub and the ledger, and is not sent.
 
 Errors: a timeout, a connection failure, 408, 409, 425, 429 and 5xx are ``TransientError``
-(worth retrying; an answered status is a ``CallRefusedError``, 429 a ``RateLimitedError``
-carrying the ``Retry-After`` the gateway sent, in seconds or as an HTTP date); other 4xx are
+(worth retrying; a timeout is a ``CallTimedOutError``, an answered status a
+``CallRefusedError``, 429 a ``RateLimitedError`` carrying the ``Retry-After`` the gateway
+sent, in seconds or as an HTTP date); other 4xx are
 ``RequestRejectedError``, a ``PermanentError`` (their body's excerpt, escaped so it can be
 stored, is in the message). ``max_tokens`` is sent when the request carries one (the model
 route's limit: it makes the spend reserved for the call an upper bound).
@@ -47,6 +48,7 @@ from spectral.errors import ConfigurationError, TransientError
 from spectral.llm.router import ModelRouter
 from spectral.llm.seam import (
     CallRefusedError,
+    CallTimedOutError,
     RateLimitedError,
     RequestRejectedError,
     SynthesisRequest,
@@ -132,7 +134,7 @@ class OpenAICompatSynthesizer:
                     return await self._streamed(body, headers, resolved.model, request.max_tokens)
                 response = await self._client.post(self._url, content=_json(body), headers=headers)
         except (httpx.TimeoutException, TimeoutError) as exc:
-            raise TransientError(f"model call timed out ({type(exc).__name__})") from exc
+            raise CallTimedOutError(f"model call timed out ({type(exc).__name__})") from exc
         except httpx.TransportError as exc:
             raise TransientError(f"model endpoint unreachable ({type(exc).__name__})") from exc
         _refused(response)

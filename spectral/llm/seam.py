@@ -90,6 +90,12 @@ class RateLimitedError(CallRefusedError):
         self.retry_after = retry_after
 
 
+class CallTimedOutError(TransientError):
+    """The call took longer than its timeout: the request left, and no answer came back in
+    time. Its outcome is unknown (the provider may be doing it, and bill it): a retry under the
+    same idempotency key lets a gateway that honours keys answer it without billing again."""
+
+
 class RequestRejectedError(PermanentError):
     """The provider refused the request itself (4xx other than 408, 409, 425, 429): retrying
     cannot help, and nothing was charged."""

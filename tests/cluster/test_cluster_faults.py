@@ -13,7 +13,8 @@ load (tests/cluster/pipeline.py). Each test takes a baseline of the stages' norm
 * restarts all three brokers one after the other (SIGTERM, start, wait until every replica is
   back in sync), as an operator's rolling upgrade does.
 
-The last two (marker ``cluster_slow``) run in ``make test-cluster``, not in ``make test``.
+Each runs on every transport and group protocol. The last two (marker ``cluster_slow``), and
+the first one's confluent variants, run in ``make test-cluster``, not in ``make test``.
 
 The stall — per stage, the longest time without progress from the fault on, and when progress
 resumed — is printed as a ``STALL`` line. Afterwards the load stops, everything offered must be
@@ -36,7 +37,7 @@ from spectral.kafka.topics import group_for
 from spectral.settings import Settings
 from tests.cluster.pipeline import Pipeline, Stall, pipeline, report
 from tests.cluster.support import BROKERS, busiest_partition, coordinator_of, in_sync
-from tests.kafka_support import transport_env, transport_params
+from tests.kafka_support import TRANSPORTS, transport_env, transport_params
 
 pytestmark = [pytest.mark.integration, pytest.mark.faults, pytest.mark.cluster]
 
@@ -50,14 +51,6 @@ The relay must publish again while the broker is still frozen."""
 
 
 @pytest.fixture
-async def line(
-    settings: Settings, database_url: str, spectral_env: dict[str, str], tmp_path: Path
-) -> AsyncIterator[Pipeline]:
-    async with pipeline(settings, database_url, spectral_env, tmp_path) as running:
-        yield running
-
-
-@pytest.fixture
 async def transported_line(
     request: pytest.FixtureRequest,
     settings: Settings,
@@ -65,8 +58,8 @@ async def transported_line(
     spectral_env: dict[str, str],
     tmp_path: Path,
 ) -> AsyncIterator[Pipeline]:
-    """``line`` with the relay and both consumers on each transport (confluent's variants in
-    ``make test-cluster``)."""
+    """The relay and both consumers (tests/cluster/pipeline.py) on each transport and group
+    protocol."""
     env = {**spectral_env, **transport_env(request.param)}
     async with pipeline(settings, database_url, env, tmp_path) as running:
         yield running
@@ -112,9 +105,11 @@ async def test_sigkill_of_the_busiest_partitions_leader(
 
 
 @pytest.mark.cluster_slow
+@pytest.mark.parametrize("transported_line", sorted(TRANSPORTS), indirect=True)
 async def test_sigstop_of_a_broker_past_its_session(
-    cluster: LocalKafkaCluster, line: Pipeline, capsys: pytest.CaptureFixture[str]
+    cluster: LocalKafkaCluster, transported_line: Pipeline, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    line = transported_line
     baseline = await _baseline(line)
     # The coordinator of the rule-candidates group: it also leads partitions of every topic
     # (one in three), so freezing it stalls the producers' sends and the consumers' commits.
@@ -148,9 +143,12 @@ async def test_sigstop_of_a_broker_past_its_session(
 
 
 @pytest.mark.cluster_slow
+@pytest.mark.timeout(900)  # three brokers restarted in turn (a minute each on a busy machine)
+@pytest.mark.parametrize("transported_line", sorted(TRANSPORTS), indirect=True)
 async def test_rolling_restart_of_every_broker(
-    cluster: LocalKafkaCluster, line: Pipeline, capsys: pytest.CaptureFixture[str]
+    cluster: LocalKafkaCluster, transported_line: Pipeline, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    line = transported_line
     baseline = await _baseline(line)
     steps: list[str] = []
     fault_at = time.monotonic()

@@ -6,8 +6,11 @@ in the provider limits, spectral/llm/limits.py). No budget row: no limit. Scopes
 counts against its org, its project, its thread (and the thread's parent thread, a
 generate-all) and its model route, and it is admitted only if every one of those budgets has
 room for it (consumers/work_executor/schedule.py). What a scope spent in the current period is
-read from ``work.spend`` (one row per attempt, reserved before the call in every scope it
-belongs to, and settled from the usage its response reported; migrations 0014, 0022, 0027).
+what its ``work.spend`` rows count (one row per attempt, reserved before the call in every
+scope it belongs to, and settled from the usage its response reported; migrations 0014, 0022,
+0027), read from running totals per scope and hour/day bucket that the transactions writing
+spend keep (migration 0031: ``work.spend_changes``, folded by each claim into
+``work.spend_totals``), so a read costs a few rows per scope whatever the period's volume.
 """
 
 from __future__ import annotations
@@ -105,13 +108,17 @@ async def budgets(conn: Conn, orgs: Sequence[str] | None = None) -> dict[str, Bu
 
 
 async def scope_budgets(
-    conn: Conn, scopes: Sequence[Scope] | None = None
+    conn: Conn, scopes: Sequence[Scope] | None = None, *, from_ledger: bool = False
 ) -> dict[Scope, BudgetView]:
     """The budgets of ``scopes`` (every budget when None) with their scope's spend in the
-    period; a scope without a budget is absent (not limited)."""
+    period; a scope without a budget is absent (not limited). Read from the running totals
+    (a few rows per scope, whatever the period's volume); ``from_ledger`` sums the period's
+    spend rows themselves instead — the same figures, at a cost that grows with the period
+    (an audit of the totals)."""
     kinds = [kind.value for kind, _ in scopes] if scopes is not None else None
     ids = [scope_id for _, scope_id in scopes] if scopes is not None else None
-    rows = await conn.fetch(_SQL["budgets_with_spend"], kinds, ids)
+    query = _SQL["budgets_from_ledger" if from_ledger else "budgets_with_spend"]
+    rows = await conn.fetch(query, kinds, ids)
     views = (
         BudgetView(
             kind=ScopeKind(row["scope_kind"]),

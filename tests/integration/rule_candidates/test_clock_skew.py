@@ -16,7 +16,14 @@ import pytest
 from consumers.rule_candidates.collapse import MAX_CLOCK_SKEW
 from contracts import EventEnvelope, FailureRef, failure_cluster_detected_event
 from spectral.engine.handler import Delivery
-from tests.integration.rule_candidates.helpers import apply, delivery, new_cluster, new_handler, row
+from tests.integration.rule_candidates.helpers import (
+    apply,
+    connected,
+    delivery,
+    new_cluster,
+    new_handler,
+    row,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -91,3 +98,25 @@ async def test_the_last_year_the_contract_allows_is_stored_as_written_not_as_inf
     later = observed(cluster, NOW + timedelta(hours=1))
     await apply(database_url, handler, [published(later, NOW + timedelta(hours=1), offset=1)])
     assert (await row(database_url, cluster))["snapshot_hash"] == later.payload.snapshot_hash
+
+
+async def test_a_row_inserted_without_an_order_is_ordered_by_its_observation_time(
+    database_url: str,
+) -> None:
+    # By hand or by a tool that predates ordered_at; the projection always names it.
+    insert = (
+        "INSERT INTO platform.rule_candidates_pending (cluster_id, snapshot_hash, rule_id,"
+        " workspace_id, severity, failure_count, first_observed_at, last_observed_at,"
+        " evidence_bundle{column}) VALUES ($1, repeat('a', 32), gen_random_uuid(),"
+        " gen_random_uuid(), 'low', 1, $2, $2, '[]'{value}) RETURNING ordered_at"
+    )
+    async with connected(database_url, None) as conn:
+        unnamed = await conn.fetchval(insert.format(column="", value=""), new_cluster(), NOW)
+        named = await conn.fetchval(
+            insert.format(column=", ordered_at", value=", $3"),
+            new_cluster(),
+            NOW,
+            NOW - MAX_CLOCK_SKEW,
+        )
+    assert unnamed == NOW
+    assert named == NOW - MAX_CLOCK_SKEW

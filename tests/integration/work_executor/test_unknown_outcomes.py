@@ -9,12 +9,16 @@ import asyncio
 import pytest
 from prometheus_client import CollectorRegistry
 
+from consumers.work_executor.deployment import route_resolver
 from consumers.work_executor.outcomes import UnknownOutcomePolicy
 from producers.work.budgets import BudgetCommands
 from producers.work.commands import GenerateAll
 from producers.work.domain.budgets import Period
 from spectral.llm.limits import ProviderLimits
+from spectral.llm.openai_compat import OpenAICompatSynthesizer
+from spectral.llm.router import ModelRouter
 from spectral.settings import Settings
+from tests.fakes.openai_server import FakeModelServer
 from tests.integration.work.support import (
     DOCUMENT,
     PROJECT,
@@ -73,3 +77,60 @@ async def test_an_unknown_reservation_is_released_once_at_the_horizon(
         view = await budgets.get("acme")
         assert view is not None
         assert (view.unknown, view.tokens) == (0, spend[1]["tokens"])
+
+
+async def test_a_call_that_times_out_is_reissued_under_its_key_within_the_lease_and_paid_once(
+    database_url: str, settings: Settings
+) -> None:
+    """A call that takes longer than the model timeout, its worker alive: the call is sent
+    again under the same idempotency key, in the same attempt, against the same reservation.
+    A gateway that honours keys (it finishes the first call and answers the repeat with its
+    answer) bills it once; the answer settles the reservation once and is applied; the ledger
+    records the re-issue. Without re-issues, each attempt's new key is billed again."""
+    registry = CollectorRegistry()
+    with FakeModelServer(idempotent=True) as gateway:
+        current = executor_settings(
+            settings,
+            synthesizer="openai",
+            llm_base_url=gateway.url,
+            llm_routes={"*": "fake-model"},
+            llm_timeout_seconds=1.0,
+        )
+        synthesizer = OpenAICompatSynthesizer.from_settings(current)
+        try:
+            async with (
+                harness(database_url) as h,
+                executor(
+                    current,
+                    database_url,
+                    synthesizer,
+                    registry=registry,
+                    lease_timeout=30.0,
+                    limits=ProviderLimits.parse({"fake-model": {"max_tokens": 200}}),
+                    resolve=route_resolver(ModelRouter.from_settings(current)),
+                ) as handler,
+            ):
+                await h.commands.put_document(PROJECT, DOCUMENT, backlog("Slow [slow:1.6]"))
+                await h.commands.generate_all(GenerateAll(PROJECT, DOCUMENT))
+                await run_until_settled(handler, h.admin)
+                item = await h.admin.fetchrow(
+                    "SELECT work_item_id, status, attempt FROM work.work_items"
+                )
+                spend = await h.admin.fetch("SELECT attempt, state, reissues FROM work.spend")
+                errors = await h.admin.fetch(
+                    "SELECT attempt, payload->>'message' AS message, "
+                    "payload->>'disposition' AS disposition "
+                    "FROM work.ledger_entries WHERE entry_type = 'error'"
+                )
+        finally:
+            await synthesizer.aclose()
+    assert item is not None
+    assert (item["status"], item["attempt"]) == ("applied", 1)
+    key = f"{item['work_item_id']}:1"
+    calls = [c.idempotency_key for c in gateway.snapshot()]
+    assert calls == [key, key]  # sent twice, under one key
+    assert gateway.answered == [key]  # billed once
+    assert [(s["attempt"], s["state"], s["reissues"]) for s in spend] == [(1, "settled", 1)]
+    assert [(e["attempt"], e["disposition"]) for e in errors] == [(1, "reissue")]
+    assert "timed out" in errors[0]["message"]
+    assert registry.get_sample_value("work_unknown_outcome_reissues_total") == 1

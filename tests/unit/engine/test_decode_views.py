@@ -17,6 +17,7 @@ from datetime import UTC, datetime
 from types import SimpleNamespace
 from typing import Any
 
+import msgspec
 import orjson
 import pytest
 import xxhash
@@ -162,6 +163,107 @@ def test_other_forms_take_the_slow_path_with_the_same_verdict(change: Any) -> No
     value = orjson.dumps(obj)
     path = assert_same_verdict(value, payload["cluster_id"].encode())
     assert path in {"slow view", "fast view"}
+
+
+def _valid_record() -> tuple[bytes, bytes]:
+    obj, key = _written(suggested_rule_stub='rule "a" { when x > 3 }\nthen page')
+    obj["payload"]["evidence_bundle"][0]["summary"] = 'a "quoted" path C:\\temp, née ✓ 🚀'
+    _rehash(obj)
+    return orjson.dumps(obj), key
+
+
+def _rehash(obj: dict[str, Any]) -> None:
+    payload = obj["payload"]
+    body = {k: v for k, v in payload.items() if k not in {"cluster_id", "snapshot_hash"}}
+    payload["snapshot_hash"] = xxhash.xxh3_128_hexdigest(canonical_json(body))
+    obj["idempotency_key"] = f"{payload['cluster_id']}:{payload['snapshot_hash']}"
+
+
+def test_a_record_with_escapes_and_non_ascii_text_takes_the_fast_path() -> None:
+    value, key = _valid_record()
+    assert b'\\"' in value
+    assert assert_same_verdict(value, key) == "fast view"
+
+
+def _members_twice(value: bytes) -> bytes:
+    """The record with its payload's severity written twice, the first time wrongly."""
+    return value.replace(b'"severity":', b'"severity":"urgent","severity":', 1)
+
+
+@pytest.mark.parametrize(
+    "edit",
+    [
+        pytest.param(_members_twice, id="a member twice (the last wins)"),
+        pytest.param(
+            lambda v: v.replace(b'"severity":', b'"event_type":"x","severity":', 1),
+            id="an envelope member repeated inside the payload",
+        ),
+        pytest.param(lambda v: v + b" " * (1024 * 1024), id="padded past the size limit"),
+        pytest.param(lambda v: b"\xef\xbb\xbf" + v, id="a byte order mark"),
+        pytest.param(lambda v: v + b" x", id="trailing content"),
+        pytest.param(
+            lambda v: v.replace(b"n\xc3\xa9e", b"n\xed\xa0\x80e"), id="a surrogate as UTF-8"
+        ),
+        pytest.param(lambda v: v.replace(b"n\xc3\xa9e", b"n\xffe"), id="bytes that are not UTF-8"),
+        pytest.param(
+            lambda v: v.replace(b"n\xc3\xa9e", b"n\\ud800e"), id="an escaped lone surrogate"
+        ),
+        pytest.param(lambda v: v.replace(b"n\xc3\xa9e", b"n\\u00e9e"), id="an escaped character"),
+        pytest.param(lambda v: v.replace(b"n\xc3\xa9e", b"n\\u0000e"), id="an escaped U+0000"),
+        pytest.param(lambda v: v.replace(b"n\xc3\xa9e", b"n\x01e"), id="a raw control character"),
+        pytest.param(
+            lambda v: v.replace(b'"failure_count":', b'"failure_count":1.0,"x":', 1),
+            id="a float count",
+        ),
+        pytest.param(lambda v: v.replace(b"{", b"{\n\t ", 2), id="whitespace between members"),
+        pytest.param(
+            lambda v: v.replace(
+                b'"event_type":"platform.failure_cluster.detected"',
+                b'"event_type":"work.item.enqueued"',
+            ),
+            id="another event type",
+        ),
+    ],
+)
+def test_byte_level_edits_get_the_full_decodes_verdict(edit: Any) -> None:
+    value, key = _valid_record()
+    edited = edit(value)
+    assert edited != value
+    assert_same_verdict(edited, key)
+    topic = CLUSTERS
+    decoder = RecordDecoder("c", {topic: topic}, EVENTS, views=True)
+    without = RecordDecoder("c", {topic: topic}, EVENTS)
+    viewed, modelled = (_delivered(d, topic, key, edited) for d in (decoder, without))
+    assert type(viewed) is type(modelled)
+    if not isinstance(viewed, Delivery):
+        assert (viewed.reason, viewed.detail) == (modelled.reason, modelled.detail)
+
+
+@settings(max_examples=1000, deadline=None)
+@given(st.data())
+def test_a_record_edited_byte_by_byte_gets_the_full_decodes_verdict(data: st.DataObject) -> None:
+    value, key = _valid_record()
+    edited = bytearray(value)
+    for _ in range(data.draw(st.integers(1, 3))):
+        at = data.draw(st.integers(0, len(edited) - 1))
+        action = data.draw(st.sampled_from(["replace", "insert", "delete"]))
+        byte = data.draw(st.sampled_from(b'"\\{}[],:0129aefnrtuz -+.\x00\x01\x7f\xc3\xa9\xed\xff'))
+        if action == "replace":
+            edited[at] = byte
+        elif action == "insert":
+            edited.insert(at, byte)
+        else:
+            del edited[at]
+    event(assert_same_verdict(bytes(edited), key))
+
+
+def test_the_written_form_is_escaped_as_the_canonical_form_over_every_code_point() -> None:
+    """The fast path hashes the payload as msgspec writes it back: every character must be
+    written exactly as the canonical form (orjson) writes it."""
+    encode_sorted = msgspec.json.Encoder(order="sorted").encode
+    for start in range(0, 0x110000, 0x1000):
+        text = "".join(chr(c) for c in range(start, start + 0x1000) if not 0xD800 <= c < 0xE000)
+        assert encode_sorted(text) == canonical_json(text)
 
 
 def test_a_view_holds_the_wire_text_of_uuids_and_utc_instants() -> None:

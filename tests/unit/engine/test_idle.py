@@ -109,8 +109,56 @@ async def test_a_source_that_never_says_it_caught_up_holds_a_member_for_a_bounde
     engine._unreachable = answering  # type: ignore[method-assign]
     engine.source.caught_up = never  # type: ignore[method-assign]
     assert not await engine._idle(time.monotonic() - 2 * IDLE)
-    engine._assigned_at = time.monotonic() - JOIN_PATIENCE_SECONDS  # assigned that long ago
+    engine._moved_at = time.monotonic() - JOIN_PATIENCE_SECONDS  # assigned that long ago
     assert await engine._idle(time.monotonic() - 2 * IDLE)
+
+
+async def test_a_member_whose_partitions_were_lost_is_not_idle_until_given_them_again() -> None:
+    # Behind a broker outage longer than its session the classic protocol loses the member's
+    # partitions (a revocation the engine is told of); long after its last assignment, it
+    # owns nothing until it joined again: not idle, or it stops with their records unread
+    # and their offsets not committed.
+    engine = _idle_engine()
+    engine._moved_at = time.monotonic() - 2 * JOIN_PATIENCE_SECONDS  # assigned long ago
+    given_back = False
+
+    async def answering() -> str | None:
+        return None
+
+    async def caught_up() -> bool:
+        return given_back
+
+    engine._unreachable = answering  # type: ignore[method-assign]
+    engine.source.caught_up = caught_up  # type: ignore[method-assign]
+    await engine._revoking([TopicPartition("t", 0)])
+    engine._busy_at = time.monotonic() - 2 * IDLE
+    assert not await engine._idle(time.monotonic() - 2 * IDLE)
+    given_back = True
+    assert await engine._idle(time.monotonic() - 2 * IDLE)
+
+
+async def test_a_member_back_after_an_outage_asks_its_source_again() -> None:
+    # The outage ended long after the last assignment: partitions lost meanwhile come back
+    # only once the member joined again, so the source is asked before the member stops.
+    engine = _idle_engine()
+    engine._moved_at = time.monotonic() - 2 * JOIN_PATIENCE_SECONDS
+    engine._outage = True  # the last probe found the broker away
+    asked = 0
+
+    async def answering() -> str | None:
+        return None
+
+    async def caught_up() -> bool:
+        nonlocal asked
+        asked += 1
+        return False
+
+    engine._unreachable = answering  # type: ignore[method-assign]
+    engine.source.caught_up = caught_up  # type: ignore[method-assign]
+    assert not await engine._idle(time.monotonic() - 2 * IDLE)  # back: counted again
+    engine._busy_at = time.monotonic() - 2 * IDLE
+    assert not await engine._idle(time.monotonic() - 2 * IDLE)
+    assert asked == 1
 
 
 async def _probing_a_frozen_server(engine: ConsumerEngine) -> asyncio.Task[bool]:

@@ -13,6 +13,7 @@ from spectral.errors import ConfigurationError, PermanentError, TransientError
 from spectral.llm.openai_compat import OpenAICompatSynthesizer
 from spectral.llm.router import ModelRouter
 from spectral.llm.seam import (
+    CallTimedOutError,
     SynthesisRequest,
     SynthesisResponse,
     Synthesizer,
@@ -87,9 +88,11 @@ async def test_client_errors_and_bad_bodies_are_permanent(server: FakeModelServe
 
 
 async def test_a_slow_endpoint_times_out_as_transient(server: FakeModelServer) -> None:
+    """A timeout is transient, and says it timed out (its outcome is unknown: re-issued under
+    the same idempotency key by the executor)."""
     client = _client(server.url, timeout=0.3)
     try:
-        with pytest.raises(TransientError, match="timed out"):
+        with pytest.raises(CallTimedOutError, match="timed out"):
             await client.synthesize(_request("epic E-4: [slow:2]"))
     finally:
         await client.aclose()

@@ -12,7 +12,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from consumers.work_executor.outcomes import MAX_REISSUES, UnknownOutcomePolicy
+from consumers.work_executor.outcomes import (
+    MAX_REISSUES,
+    REISSUE_LEASE_MARGIN_SECONDS,
+    UnknownOutcomePolicy,
+)
 from consumers.work_executor.plan import REISSUE, Reuse, Start, Unknown, next_step
 from consumers.work_executor.retry import RetryStrategy
 from producers.work.domain.hashing import content_hash
@@ -76,3 +80,21 @@ def test_the_history_of_a_reissued_call_is_in_flight_then_one_paid_call() -> Non
 def test_the_policy_refuses_a_horizon_that_is_not_positive() -> None:
     with pytest.raises(ValueError, match="horizon"):
         UnknownOutcomePolicy(horizon_seconds=0)
+
+
+@given(
+    reissues=st.integers(0, 6),
+    call=st.floats(0.0, 120.0),
+    lease=st.floats(1.0, 600.0),
+)
+def test_a_timed_out_call_is_reissued_only_while_allowed_and_only_if_it_fits_the_lease(
+    reissues: int, call: float, lease: float
+) -> None:
+    """A call that timed out after ``call`` seconds goes out again under its key within the
+    lease only under ``reissue``, within the re-issue limit, and if a call as long (the same
+    timeout bounds it) plus the margin fits in the lease its record renews."""
+    fits = call + REISSUE_LEASE_MARGIN_SECONDS <= lease
+    assert UnknownOutcomePolicy().reissues_timed_out(reissues, call, lease) == (
+        fits and reissues < MAX_REISSUES
+    )
+    assert not UnknownOutcomePolicy(reissue=False).reissues_timed_out(reissues, call, lease)

@@ -1,0 +1,188 @@
+"""The running totals budgets are read from (migration 0031) against the spend rows themselves:
+whatever writes spend — reserving, re-reserving a released attempt, settling within or beyond
+the reservation, marking an outcome unknown, releasing, deleting — and whenever the changes
+are folded, every budget of every period kind reads the same figures from the totals as from
+a sum over its spend rows, rows of earlier hours, days, weeks and months included."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from decimal import Decimal
+from uuid import UUID, uuid4
+
+import asyncpg
+import pytest
+
+from consumers.work_executor.claims import ClaimRepository
+from producers.work.budgets import BudgetCommands
+from producers.work.commands import GenerateAll
+from producers.work.domain.budgets import Period, ScopeKind, scope_budgets
+from spectral.db.connect import create_pool
+from spectral.llm.limits import ProviderLimits
+from tests.integration.work.support import backlog, harness
+from tests.support import unique_name
+
+pytestmark = pytest.mark.integration
+
+AGES = tuple(timedelta(hours=hours) for hours in (0, 50 / 60, 3, 26, 8 * 24, 40 * 24, 400 * 24))
+"""How long before now each spend row was reserved: in this hour, the last hour or so, earlier
+today or yesterday, earlier this week or month, last month and last year (which of them falls
+into a budget's period depends on when the test runs: the totals must agree either way)."""
+
+
+async def _drift(admin: asyncpg.Pool) -> list[str]:
+    async with admin.acquire() as conn, conn.transaction(isolation="repeatable_read"):
+        totals = await scope_budgets(conn)
+        ledger = await scope_budgets(conn, from_ledger=True)
+    assert totals.keys() == ledger.keys()
+    return [f"{s}: {totals[s]} != {ledger[s]}" for s in ledger if totals[s] != ledger[s]]
+
+
+async def _fold(pool: asyncpg.Pool) -> int:
+    folded: int = await pool.fetchval("SELECT work.fold_spend_changes()")
+    return folded
+
+
+async def test_totals_equal_the_spend_rows_for_every_period_and_every_change(
+    database_url: str,
+) -> None:
+    async with harness(database_url) as h:
+        org = unique_name("o")
+        project, document = unique_name("p"), unique_name("d")
+        await h.commands.put_document(project, document, backlog("A", "B"))
+        await h.commands.generate_all(GenerateAll(project, document, org_id=org))
+        rows = await h.admin.fetch(
+            "SELECT w.work_item_id, w.thread_id, t.parent_thread_id FROM work.work_items w "
+            "JOIN work.threads t USING (thread_id) WHERE w.org_id = $1 ORDER BY w.sequence",
+            org,
+        )
+        item: UUID = rows[0]["work_item_id"]
+        thread, parent = str(rows[0]["thread_id"]), str(rows[0]["parent_thread_id"])
+        model = unique_name("m")
+        budgets = BudgetCommands(h.producer)
+        # One budget of each period kind, on each kind of scope the rows count in.
+        await budgets.set(org, Period.MONTH, token_limit=10**9)
+        await budgets.set((ScopeKind.PROJECT, project), Period.WEEK, token_limit=10**9)
+        await budgets.set((ScopeKind.THREAD, thread), Period.DAY, token_limit=10**9)
+        await budgets.set((ScopeKind.THREAD, parent), Period.TOTAL, cost_limit=Decimal(10**6))
+        await budgets.set((ScopeKind.ROUTE, model), Period.HOUR, token_limit=10**9)
+        executor = await create_pool(database_url, role="spectral_executor", max_size=1)
+        try:
+            for attempt, age in enumerate(AGES, start=1):
+                await h.admin.execute(
+                    "INSERT INTO work.spend (work_item_id, attempt, org_id, model, function_key, "
+                    "state, reserved_tokens, reserved_cost, project_id, thread_id, "
+                    "parent_thread_id, reserved_at) "
+                    "VALUES ($1, $2, $3, $4, 'story_generate', 'reserved', $5, $6, $7, $8, $9, "
+                    "now() - $10::interval)",
+                    item,
+                    attempt,
+                    org,
+                    model,
+                    100 * attempt,
+                    attempt / 10,
+                    project,
+                    rows[0]["thread_id"],
+                    rows[0]["parent_thread_id"],
+                    age,
+                )
+            assert await _drift(h.admin) == []  # nothing folded yet: read from the changes
+            assert await _fold(executor) > 0
+            assert await _drift(h.admin) == []
+            await _fold(executor)  # buckets no period reads any more are dropped
+            old = await h.admin.fetch(
+                "SELECT bucket, bucket_start FROM work.spend_totals WHERE scope_id = $1 AND "
+                "((bucket = 'hour' AND bucket_start < now() - interval '2 hours') OR "
+                "(bucket = 'day' AND bucket_start < now() - interval '32 days'))",
+                org,
+            )
+            assert old == []
+            assert await _drift(h.admin) == []
+            changes = [
+                # settled within its reservation, and beyond it (a provider overrun)
+                (
+                    "UPDATE work.spend SET state = 'settled', settled_at = now(), tokens = 60, "
+                    "cost = 0.05 WHERE work_item_id = $1 AND attempt = 1"
+                ),
+                (
+                    "UPDATE work.spend SET state = 'settled', settled_at = now(), tokens = 900, "
+                    "cost = 1.5 WHERE work_item_id = $1 AND attempt = 2"
+                ),
+                # outcome unknown, then released at the horizon
+                "UPDATE work.spend SET state = 'unknown' WHERE work_item_id = $1 AND attempt >= 3",
+                (
+                    "UPDATE work.spend SET state = 'released', released_unknown_at = now() "
+                    "WHERE work_item_id = $1 AND attempt = 4"
+                ),
+                # a released attempt reserved again, now (the claim's re-reservation)
+                (
+                    "UPDATE work.spend SET state = 'reserved', reserved_tokens = 77, "
+                    "released_unknown_at = NULL, reserved_at = now() "
+                    "WHERE work_item_id = $1 AND attempt = 4"
+                ),
+                # a re-issue counted on its row changes nothing budgets count
+                "UPDATE work.spend SET reissues = reissues + 1 WHERE work_item_id = $1",
+                "DELETE FROM work.spend WHERE work_item_id = $1 AND attempt = 7",
+            ]
+            for n, statement in enumerate(changes):
+                await h.admin.execute(statement, item)
+                assert await _drift(h.admin) == [], statement
+                if n % 2:
+                    await _fold(executor)
+                    assert await _drift(h.admin) == [], statement
+            count = "SELECT count(*) FROM work.spend_changes WHERE org_id = $1"
+            async with h.admin.acquire() as conn, conn.transaction(isolation="repeatable_read"):
+                before = await conn.fetchval(count, org)
+                await conn.execute(
+                    "UPDATE work.spend SET reissues = reissues + 1 WHERE work_item_id = $1", item
+                )
+                assert await conn.fetchval(count, org) == before  # nothing counted changed
+        finally:
+            await executor.close()
+
+
+async def test_a_claim_folds_the_changes_and_admits_on_the_same_figures(
+    database_url: str,
+) -> None:
+    """The claim folds what changed into the totals; a scope's view (what admission decides
+    on) is the same before and after the fold, and the same as summed from the spend rows."""
+    async with harness(database_url) as h:
+        org, project, document = unique_name("o"), unique_name("p"), unique_name("d")
+        await h.commands.put_document(project, document, backlog("A", "B", "C"))
+        await h.commands.generate_all(GenerateAll(project, document, org_id=org))
+        budgets = BudgetCommands(h.producer)
+        await budgets.set(org, Period.DAY, token_limit=10**9)
+        executor = await create_pool(database_url, role="spectral_executor", max_size=1)
+        try:
+            claims = ClaimRepository(executor, resolve=lambda _f, _o: None, limits=ProviderLimits())
+            claimed = await claims.claim(2, uuid4(), "w")
+            assert claimed.jobs
+            assert await _drift(h.admin) == []
+            # A lease handed back before its attempt started: its reservation released, the
+            # item waiting again; the next claim reserves the same attempt again (the claim's
+            # insert meets the released row and updates it).
+            item = claimed.jobs[0][0]
+            await h.admin.execute(
+                "UPDATE work.spend SET state = 'released' WHERE work_item_id = $1", item
+            )
+            await h.admin.execute(
+                "UPDATE work.work_items SET status = 'queued', lease_token = NULL, "
+                "leased_at = NULL, leased_by = NULL WHERE work_item_id = $1",
+                item,
+            )
+            assert await _drift(h.admin) == []
+            view = await budgets.get(org)
+            again = await claims.claim(1, uuid4(), "w", only=[item])
+            assert [job for job, _ in again.jobs] == [item]
+            state = await h.admin.fetchval(
+                "SELECT state FROM work.spend WHERE work_item_id = $1 AND attempt = 1", item
+            )
+            assert state == "reserved"
+            assert await _drift(h.admin) == []
+            after = await budgets.get(org)
+            assert view is not None
+            assert after is not None
+            assert after.outstanding == view.outstanding + 1
+            assert after.tokens > view.tokens
+        finally:
+            await executor.close()
