@@ -159,18 +159,37 @@ def spectral_env(settings: Settings) -> dict[str, str]:
 
 # Tests that share a resource bigger than one test run in one parallel worker (`--dist loadgroup`):
 # the private 3-broker cluster (a session fixture), the private broker of test_local_kafka (a module
-# fixture), the Go producer's build directory and the compose logins (roles are server-wide).
-_GROUPS = {
-    "tests/cluster/": "kafka-cluster",
-    "tests/integration/devstack/test_local_kafka.py": "local-kafka",
-    "tests/integration/test_compose_logins.py": "compose-logins",  # server-wide login names
+# fixture: only the tests that use it) and the compose logins (roles are server-wide). Path prefix
+# -> (group, the fixture they share, or None for every test of the path).
+_GROUPS: dict[str, tuple[str, str | None]] = {
+    "tests/cluster/": ("kafka-cluster", None),
+    "tests/integration/devstack/test_local_kafka.py": ("local-kafka", "kafka"),
+    "tests/integration/test_compose_logins.py": ("compose-logins", None),  # server-wide logins
 }
+
+# The slowest tests (30 s to 3 min each, waiting on brokers, servers and subprocesses) start first:
+# xdist hands work out in collection order (groups first, the largest first), so a slow test
+# collected late runs on while the other workers have nothing left to do.
+_SLOW_FIRST = (
+    "tests/integration/test_wheel_install.py",
+    "tests/faults/observability/test_outage_visibility.py",
+    "tests/faults/engine/test_consumer_faults.py",
+    "tests/faults/engine/test_hostile_corpus.py",
+    "tests/faults/work_executor/test_outage.py",
+    "tests/helm/test_chart_runs.py",
+    "tests/integration/work/test_cli.py",
+    "tests/faults/engine/test_frozen_member.py",
+    "tests/integration/dlq/test_dlq.py",
+    "tests/faults/clusters/test_stub_kill.py",
+)
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which reads the groups into node ids
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         path = item.nodeid.split("::", 1)[0]
-        for prefix, group in _GROUPS.items():
-            if path.startswith(prefix):
+        for prefix, (group, fixture) in _GROUPS.items():
+            uses = fixture is None or fixture in getattr(item, "fixturenames", ())
+            if path.startswith(prefix) and uses:
                 item.add_marker(pytest.mark.xdist_group(group))
+    items.sort(key=lambda item: not item.nodeid.startswith(_SLOW_FIRST))

@@ -9,7 +9,9 @@
 
 Each runs as a process, sampled like spectral's consumer (CPU inside its window, the machine,
 the database's backends), and prints one JSON line at the end: records, the window (first record
-to the end of its last write) and its CPU.
+to the end of its last write) and its CPU. The quix-streams peers share their set-up (quix_app.py)
+and import it through this package in their own environment: what this file imports at its top
+must be there too (the standard library).
 """
 
 from __future__ import annotations
@@ -18,8 +20,10 @@ import json
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from benchmarks.processes import GroupRun, ProcessRun, Servers, run_commands
+if TYPE_CHECKING:  # the quix-streams peers import this package in their own environment
+    from benchmarks.processes import GroupRun, ProcessRun, Servers
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
@@ -128,6 +132,8 @@ async def run_peer(
 ) -> GroupRun:
     """Run one peer to its end; its window and record count come from its JSON line.
     ``name``: of its log and group run (the peer's own by default)."""
+    from benchmarks.processes import run_commands  # noqa: PLC0415 - see the imports above
+
     run = await run_commands(
         [peer.argv],
         name=name or peer.name,

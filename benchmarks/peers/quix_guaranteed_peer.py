@@ -22,36 +22,22 @@ out against spectral: the contract's check (hash, spellings, record key), dead l
 operator columns' protection by role, metrics.
 
 Runs in the peers' virtual environment (benchmarks/peers/quix-requirements.txt): it imports
-nothing from spectral. Stops after ``--records`` records and prints one JSON line: records, the
-window (first record to the end of the last sink write) and the process's CPU in it.
+nothing from spectral (its set-up is quix_app.py's, shared with the other quix-streams peer).
+Stops after ``--records`` records and prints one JSON line: records, the window (first record to
+the end of the last sink write) and the process's CPU in it.
 """
 
 from __future__ import annotations
 
-import argparse
-import json
-import time
 from datetime import UTC, datetime, timedelta
 from typing import Any
-from urllib.parse import parse_qs, unquote, urlsplit
 
 import psycopg2
 from psycopg2.extras import Json, execute_values
-from quixstreams import Application
 from quixstreams.sinks import BatchingSink, SinkBatch
 
-COLUMNS = (
-    "cluster_id",
-    "snapshot_hash",
-    "rule_id",
-    "workspace_id",
-    "severity",
-    "failure_count",
-    "first_observed_at",
-    "last_observed_at",
-    "evidence_bundle",
-    "suggested_rule_stub",
-)
+from benchmarks.peers.quix_app import COLUMNS, WINDOW, arguments, connection, flat, run
+
 SKEW = timedelta(minutes=5)
 
 CLAIM = (
@@ -66,19 +52,6 @@ WHERE (EXCLUDED.ordered_at, EXCLUDED.last_observed_at, EXCLUDED.failure_count,
     > ({table}.ordered_at, {table}.last_observed_at, {table}.failure_count,
        {table}.snapshot_hash)
 """
-
-
-class Window:
-    def __init__(self) -> None:
-        self.records = 0
-        self.first: float | None = None
-        self.cpu_first = 0.0
-        self.last = 0.0
-        self.cpu_last = 0.0
-        self.writes = 0
-
-
-WINDOW = Window()
 
 
 def _utc(text: str) -> datetime:
@@ -132,66 +105,17 @@ class GuaranteedSink(BatchingSink):  # type: ignore[misc]
                     ],
                     page_size=len(newest),
                 )
-        WINDOW.writes += 1
-        WINDOW.last = time.time()
-        WINDOW.cpu_last = time.process_time()
+        WINDOW.wrote()
 
 
 def row(event: dict[str, Any]) -> dict[str, Any]:
-    if WINDOW.first is None:
-        WINDOW.first = time.time()
-        WINDOW.cpu_first = time.process_time()
-    WINDOW.records += 1
-    payload = event["payload"]
-    flat = {column: payload.get(column) for column in COLUMNS}
-    flat["idempotency_key"] = event["idempotency_key"]
-    return flat
+    """The table's columns and the event's idempotency key."""
+    return {**flat(event), "idempotency_key": event["idempotency_key"]}
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(prog="quix_guaranteed_peer.py")
-    parser.add_argument("--bootstrap", required=True)
-    parser.add_argument("--topic", required=True)
-    parser.add_argument("--group", required=True)
-    parser.add_argument("--database-url", required=True)
-    parser.add_argument("--table", required=True)
-    parser.add_argument("--handled", required=True, help="the dedup table")
-    parser.add_argument("--records", type=int, required=True)
-    parser.add_argument("--idle-seconds", type=float, default=5.0)
-    args = parser.parse_args()
-
-    url = urlsplit(args.database_url)
-    connect = {
-        "host": url.hostname or "localhost",
-        "port": url.port or 5432,
-        "dbname": url.path.lstrip("/"),
-        "user": unquote(url.username or ""),
-        "password": unquote(url.password or ""),
-        **{k: v[0] for k, v in parse_qs(url.query).items()},  # e.g. passfile, sslmode
-    }
-    sink = GuaranteedSink(connect, args.table, args.handled)
-    app = Application(
-        broker_address=args.bootstrap,
-        consumer_group=args.group,
-        auto_offset_reset="earliest",
-    )
-    topic = app.topic(args.topic, value_deserializer="json")
-    frame = app.dataframe(topic=topic)
-    frame = frame.apply(row)
-    frame.sink(sink)
-    app.run(count=args.records, timeout=args.idle_seconds)
-    print(
-        json.dumps(
-            {
-                "records": WINDOW.records,
-                "batches": WINDOW.writes,
-                "first": WINDOW.first,
-                "last": WINDOW.last,
-                "cpu_seconds": WINDOW.cpu_last - WINDOW.cpu_first,
-            }
-        ),
-        flush=True,
-    )
+    args = arguments("quix_guaranteed_peer.py", ("--handled", "the dedup table"))
+    run(args, row, GuaranteedSink(connection(args.database_url), args.table, args.handled))
 
 
 if __name__ == "__main__":

@@ -3,19 +3,29 @@ fresh virtual environment, run from a directory outside the repository. Its only
 import packages are spectral's (contracts/, producers/ and consumers/ ship inside the spectral
 namespace); it loads every part of every built-in plugin, finds its migrations and event schemas,
 migrates an empty database, creates its topics and runs the demo (which consumes both streams);
-a plugin installed beside it adds its command, its migrations and its contract."""
+a plugin installed beside it adds its command, its migrations and its contract.
+
+The fresh environment sees, besides the wheel, exactly the distributions the wheel requires
+(its Requires-Dist, transitively, with their extras), linked from this checkout's environment
+rather than downloaded again: an import of anything the wheel does not declare fails as it would
+for a user, and `pip check` holds the versions to the wheel's ranges."""
 
 from __future__ import annotations
 
+import email
 import json
 import os
 import shutil
 import subprocess
 import sys
+import zipfile
+from importlib import metadata
 from pathlib import Path
 
 import asyncpg
 import pytest
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
 
 from tests.support import unique_name, with_database
 
@@ -56,6 +66,59 @@ def _commands(usage: str) -> set[str]:
     return {line.split()[1] for line in usage.splitlines() if line.startswith("│ ")}
 
 
+def _pip(*args: str, python: Path | None = None, **kwargs: object) -> None:
+    """This environment's pip (``python``: acting on another environment's interpreter)."""
+    target = ("--python", str(python)) if python is not None else ()
+    done = _run([sys.executable, "-m", "pip", *target, *args], **kwargs)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def _wheel(source: Path, dist: Path) -> Path:
+    """The wheel of the project in ``source``, built with this environment's setuptools."""
+    _pip("wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(dist), str(source))
+    [wheel] = dist.glob("*.whl")
+    return wheel
+
+
+def _requirements(wheel: Path) -> list[Requirement]:
+    with zipfile.ZipFile(wheel) as archive:
+        [name] = [n for n in archive.namelist() if n.endswith(".dist-info/METADATA")]
+        meta = email.message_from_bytes(archive.read(name))
+    return [Requirement(line) for line in meta.get_all("Requires-Dist") or []]
+
+
+def _closure(requirements: list[Requirement]) -> list[metadata.Distribution]:
+    """The installed distributions ``requirements`` need, transitively, with their extras
+    (requirements of extras nobody asked for, the wheel's ``dev`` among them, left out)."""
+    found: dict[str, tuple[metadata.Distribution, set[str]]] = {}
+    todo = [(r, frozenset[str]()) for r in requirements]
+    while todo:
+        requirement, extras = todo.pop()
+        if requirement.marker and not any(
+            requirement.marker.evaluate({"extra": e}) for e in {"", *extras}
+        ):
+            continue
+        name = canonicalize_name(requirement.name)
+        dist, asked = found.get(name) or (metadata.distribution(name), set())
+        if name in found and requirement.extras <= asked:
+            continue
+        asked |= requirement.extras
+        found[name] = (dist, asked)
+        todo.extend((Requirement(line), frozenset(asked)) for line in dist.requires or [])
+    return [dist for dist, _ in found.values()]
+
+
+def _link_requirements(wheel: Path, venv: Path) -> None:
+    """Link what the wheel requires from this environment into ``venv``'s site-packages."""
+    [site] = venv.glob("lib/python*/site-packages")
+    for dist in _closure(_requirements(wheel)):
+        origin = Path(str(dist.locate_file("")))
+        tops = {f.parts[0] for f in dist.files or [] if f.parts[0] not in {"..", "__pycache__"}}
+        for top in tops:
+            if (origin / top).exists() and not (site / top).exists():
+                (site / top).symlink_to(origin / top)
+
+
 def _installed(tmp_path: Path) -> tuple[Path, Path]:
     """The wheel built from this checkout and installed into a fresh virtual environment; and
     a directory outside the checkout to run it from."""
@@ -70,16 +133,12 @@ def _installed(tmp_path: Path) -> tuple[Path, Path]:
         if (ROOT / name).is_file():
             (source / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(ROOT / name, source / name)
-    built = _run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(dist), str(source)],
-        cwd=tmp_path,
-    )
-    assert built.returncode == 0, built.stderr
-    wheels = list(dist.glob("spectral-*.whl"))
-    assert len(wheels) == 1
-    assert _run([sys.executable, "-m", "venv", str(venv)]).returncode == 0
-    installed = _run([str(venv / "bin/pip"), "install", "-q", str(wheels[0])], cwd=outside)
-    assert installed.returncode == 0, installed.stderr
+    wheel = _wheel(source, dist)
+    assert wheel.name.startswith("spectral-")
+    assert _run([sys.executable, "-m", "venv", "--without-pip", str(venv)]).returncode == 0
+    _link_requirements(wheel, venv)
+    _pip("install", "-q", "--no-deps", str(wheel), python=venv / "bin/python", cwd=outside)
+    _pip("check", python=venv / "bin/python", cwd=outside)
     return venv, outside
 
 
@@ -163,8 +222,8 @@ def _a_plugin_installed_beside_it(
     spectral = str(venv / "bin/spectral")
     example = tmp_path / "deploy-tracker"  # built in a copy: the build writes beside it
     shutil.copytree(ROOT / "examples" / "deploy-tracker", example)
-    plugin = _run([str(venv / "bin/pip"), "install", "-q", "--no-deps", str(example)])
-    assert plugin.returncode == 0, plugin.stderr
+    wheel = _wheel(example, tmp_path / "plugin-dist")
+    _pip("install", "-q", "--no-deps", str(wheel), python=venv / "bin/python")
     usage = _run([spectral, "--help"], cwd=outside, env=env)
     assert "deploys" in _commands(usage.stdout), usage.stdout + usage.stderr
     migrate = _run([spectral, "db", "migrate"], cwd=outside, env=env)
