@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import queue
 import threading
 import time
@@ -168,6 +169,7 @@ def confluent_config(settings: Settings, bootstrap: str, client_id: str) -> dict
         "socket.timeout.ms": settings.kafka_request_timeout_ms,
         "topic.metadata.refresh.interval.ms": int(settings.kafka_metadata_refresh_seconds * 1000),
         "error_cb": _log_error,
+        "logger": CLIENT_LOG,
     }
     if protocol in (SecurityProtocol.SSL, SecurityProtocol.SASL_SSL):
         # The system's CAs, as aiokafka's default SSL context: the wheel's OpenSSL looks for them.
@@ -183,9 +185,20 @@ def confluent_config(settings: Settings, bootstrap: str, client_id: str) -> dict
     return config
 
 
+CLIENT_LOG: Final = logging.getLogger("kafka.librdkafka")
+"""Where librdkafka's own lines and its client-wide errors go: a logger of the Kafka client
+family, so the client-line throttle (spectral.observability.outages) passes the first lines of
+an outage and counts the rest. librdkafka reports a broker that is down dozens of times a
+second per client (a consumer wrote 1,100 lines in a 30 s broker outage before)."""
+
+
 def _log_error(error: KafkaError) -> None:
-    """librdkafka's client-wide errors (brokers down, authentication): it retries on its own."""
-    log.warning("kafka client error", error=f"{error.name()}: {error.str()}", fatal=error.fatal())
+    """librdkafka's client-wide errors (brokers down, authentication): it retries on its own.
+    A fatal one is not throttled: the client stops for good."""
+    if error.fatal():
+        log.error("kafka client error", error=f"{error.name()}: {error.str()}", fatal=True)
+        return
+    CLIENT_LOG.warning("kafka client error %s: %s", error.name(), error.str())
 
 
 # -- the client's thread ----------------------------------------------------------------------
