@@ -120,15 +120,20 @@ def build(bootstrap: str, topic: str, group: str, pool: asyncpg.Pool, window: Wi
 
 
 async def apply(conn: Any, events: list[ClusterEvent], records: tuple[Any, ...]) -> None:
+    # Each key is claimed once per batch (its first occurrence), as the engine does.
+    first: dict[str, tuple[ClusterEvent, Any]] = {}
+    for event, record in zip(events, records, strict=True):
+        first.setdefault(event.idempotency_key, (event, record))
+    claimed = list(first.values())
     fresh = {
         key_text(row[0])
         for row in await conn.fetch(
             ENGINE_SQL["claim_keys"],
             CONSUMER,
-            dedup_keys([e.idempotency_key for e in events]),
-            [e.event_id for e in events],
-            [r.partition for r in records],
-            [r.offset for r in records],
+            dedup_keys(list(first)),
+            [e.event_id for e, _ in claimed],
+            [r.partition for _, r in claimed],
+            [r.offset for _, r in claimed],
         )
     }
     now = datetime.now(UTC)

@@ -5,17 +5,14 @@
 -- their stored form (spectral/engine/keys.py: the idempotency key, compact when it is a
 -- cluster_id:snapshot_hash).
 -- core.event_handled is a ring of two slots (migration bounded_state;
--- docs/explanation/bounded-state.md): the current generation's slot and the previous one's. A key
--- is new when neither slot holds it: each slot is probed (one index probe per slot and key,
--- LATERAL ... LIMIT 1 keeps it a probe whatever the plan), and the new keys are inserted into the
--- current slot, whose primary key settles races: a concurrent transaction inserting the same key
--- makes this insert wait on its row, and if it commits, fail with a unique violation, which the
--- engine retries as a fault of the moment (spectral/engine/transaction.py); the retry's probe
--- finds the key. (A plain insert: ON CONFLICT DO NOTHING would probe the current slot a second
--- time and take a speculative-insertion lock for every key.) This statement's lock on
--- core.event_handled lasts until commit and a rotation needs an exclusive one, so no rotation
--- happens between the probe and the commit; a statement that waited for a rotation reads the new
--- current slot (its snapshot is taken after its locks): one key never lands in both slots.
+-- docs/explanation/bounded-state.md): the current generation's slot and the previous one's. A key is new when neither slot
+-- holds it: the previous slot is probed first (one index probe per key, LATERAL ... LIMIT 1 keeps
+-- it a probe whatever the plan), then the insert into the current slot settles races (a
+-- concurrent transaction inserting the same key waits on this row and then finds it). This
+-- statement's lock on core.event_handled lasts until commit and a rotation needs an exclusive
+-- one, so no rotation happens between the probe and the commit; a statement that waited for a
+-- rotation reads the new current slot (its snapshot is taken after its locks): one key never
+-- lands in both slots.
 INSERT INTO core.event_handled
     (consumer, dedup_key, event_id, outcome, source_partition, source_offset, slot)
 SELECT $1, t.k, t.e, 'applied', t.p, t.o, (SELECT core.dedup_current_slot())
@@ -25,9 +22,11 @@ LEFT JOIN LATERAL (
     FROM core.event_handled AS earlier
     WHERE earlier.consumer = $1
       AND earlier.dedup_key = t.k
+      AND earlier.slot <> (SELECT core.dedup_current_slot())
     LIMIT 1
-) AS handled ON true
-WHERE handled.held IS NULL
+) AS previous ON true
+WHERE previous.held IS NULL
+ON CONFLICT (consumer, dedup_key, slot) DO NOTHING
 RETURNING dedup_key;
 
 -- name: mark_stale

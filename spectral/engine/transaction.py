@@ -162,7 +162,7 @@ class BatchTransaction:
         except SpectralError:
             raise
         except Exception as exc:
-            if is_transient(exc) or _claimed_concurrently(exc):
+            if is_transient(exc):
                 raise TransientError(f"{type(exc).__name__}: {exc}") from exc
             if isinstance(exc, asyncpg.InsufficientPrivilegeError):
                 raise self._refused_privilege(exc) from exc
@@ -207,14 +207,3 @@ class BatchTransaction:
             fresh_total += fresh
             merged = merged.merge(result)
         return merged, fresh_total, failed
-
-
-def _claimed_concurrently(exc: Exception) -> bool:
-    """A claim found one of its keys inserted by a concurrent transaction that committed first
-    (a unique violation on the dedup record: queries.sql ``claim_keys`` probes, then inserts).
-    Nothing of the batch was applied; applied again, its probe finds the key a duplicate."""
-    return (
-        isinstance(exc, asyncpg.UniqueViolationError)
-        and exc.schema_name == "core"
-        and (exc.table_name or "").startswith("event_handled")
-    )

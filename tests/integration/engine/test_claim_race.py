@@ -1,8 +1,7 @@
 """Two members claiming the same key at once (a rebalance hands a partition over while the old
-owner's batch is still in its transaction): the key is applied once. The claim probes both dedup
-slots, then inserts; a concurrent transaction that inserted the key first makes the insert wait,
-and when it commits, fail with a unique violation that the engine retries as a fault of the
-moment (queries.sql ``claim_keys``, transaction.py): the retry finds the key a duplicate."""
+owner's batch is still in its transaction): the key is applied once. The claim's insert into the
+current slot settles the race (queries.sql ``claim_keys``): a concurrent transaction that inserted
+the key first makes it wait, and when that one commits, the key is not returned as new."""
 
 from __future__ import annotations
 
