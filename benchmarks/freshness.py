@@ -142,6 +142,18 @@ class _Process:
             return await self.proc.wait()
 
 
+async def _enqueue(conn: asyncpg.Connection, records: Sequence[Record]) -> None:
+    """Write ``records`` into the outbox as the producer does (writer.sql ``enqueue``)."""
+    await conn.fetch(
+        _ENQUEUE,
+        [FAILURE_CLUSTER_DETECTED] * len(records),
+        [r.key.decode() for r in records],
+        [r.idempotency_key for r in records],
+        [r.value for r in records],
+        [None] * len(records),
+    )
+
+
 def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -202,14 +214,7 @@ async def _produce(
             chunk = records[position : position + min(owed, CATCH_UP * per_tick)]
             position += len(chunk)
             async with conn.transaction():
-                await conn.fetch(
-                    _ENQUEUE,
-                    [FAILURE_CLUSTER_DETECTED] * len(chunk),
-                    [r.key.decode() for r in chunk],
-                    [r.idempotency_key for r in chunk],
-                    [r.value for r in chunk],
-                    [None] * len(chunk),
-                )
+                await _enqueue(conn, chunk)
             out.events += len(chunk)
             out.transactions += 1
     finally:
@@ -390,15 +395,7 @@ async def _drain_ceiling(stack: BenchStack, options: Options, report: Report) ->
     try:
         async with conn.transaction():
             for at in range(0, len(records), 5_000):
-                chunk = records[at : at + 5_000]
-                await conn.fetch(
-                    _ENQUEUE,
-                    [FAILURE_CLUSTER_DETECTED] * len(chunk),
-                    [r.key.decode() for r in chunk],
-                    [r.idempotency_key for r in chunk],
-                    [r.value for r in chunk],
-                    [None] * len(chunk),
-                )
+                await _enqueue(conn, records[at : at + 5_000])
         began, cpu = time.monotonic(), relay.cpu()
         waiting, deadline = len(records), began + 120
         while waiting and time.monotonic() < deadline:
