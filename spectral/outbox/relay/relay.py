@@ -8,16 +8,26 @@ the acknowledged rows published. A crash (SIGKILL) anywhere before the mark leav
 unmarked and they are published again by whichever relay holds the shard next: a duplicate on
 the topic that consumers deduplicate by idempotency_key, never a loss. A row is marked only when
 it and every earlier row of its key in the batch were acknowledged, so a failed send never lets
-a later row of the same key be recorded as done before it. Two batches overlap and a backlog
-grows them (``_loop``; docs/explanation/clusters-and-outbox.md).
+a later row of the same key be recorded as done before it.
+
+Two batches overlap: while a batch's acks are awaited the next one is read (leaving out the
+rows in flight); it is sent only once the first one's outcome is known, holding back every row
+behind an unmarked row of its key (refused, failed, not sent) — so a key's rows never overtake
+one another on the topic — and the first one is marked while the second one's acks are awaited.
+A fetch that comes back full (a backlog) doubles the next one, up to ``batch_growth`` x
+``batch``; a short one brings it back. Shard locks change hands only with nothing in flight.
 
 Idle: a relay that found nothing to publish sleeps on the outbox's doorbell (PostgreSQL
 LISTEN/NOTIFY, migration ``outbox_wakeup``): it takes its doorbell slot — waiting, at most the
 poll interval, for the writers between their outbox insert and their commit — reads once more,
 and sleeps until a writer rings or the poll interval runs out (the fallback: a lost notification
-delays a row by at most that); woken, it keeps its slot while its batches come back short
-(``_idle``). Each record carries the header ``outbox.ready_at`` (when its row became
-publishable, the database's clock): consumers measure end-to-end freshness from it.
+delays a row by at most that). Woken, it keeps its slot while it keeps up (its batches short):
+a ring is forgotten only before a read, and a writer that commits after a read that found
+nothing finds the slot held and rings, so the relay goes back to sleep at once, without taking
+the slot and reading again. It gives the slot back once a batch comes back full, so writers stop
+ringing while a backlog lasts.
+Each record carries the header ``outbox.ready_at`` (when its row became publishable, RFC 3339, the
+database's clock): consumers measure end-to-end freshness from it.
 
 A record Kafka refuses for good (too large for its topic, a topic the relay may not write: no
 outage, ``spectral.faults.refusal_of``) keeps the session going: its key is left out and tried
