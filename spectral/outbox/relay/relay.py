@@ -10,23 +10,13 @@ the topic that consumers deduplicate by idempotency_key, never a loss. A row is 
 it and every earlier row of its key in the batch were acknowledged, so a failed send never lets
 a later row of the same key be recorded as done before it.
 
-Two batches overlap: while a batch's acks are awaited the next one is read (leaving out the
-rows in flight); it is sent only once the first one's outcome is known, holding back every row
-behind an unmarked row of its key (refused, failed, not sent) — so a key's rows never overtake
-one another on the topic — and the first one is marked while the second one's acks are awaited.
-A fetch that comes back full (a backlog) doubles the next one, up to ``batch_growth`` x
-``batch``; a short one brings it back. Shard locks change hands only with nothing in flight.
-
 Idle: a relay that found nothing to publish sleeps on the outbox's doorbell (PostgreSQL
 LISTEN/NOTIFY, migration ``outbox_wakeup``): it takes its doorbell slot — waiting, at most the
 poll interval, for the writers between their outbox insert and their commit — reads once more,
 and sleeps until a writer rings or the poll interval runs out (the fallback: a lost notification
-delays a row by at most that). Woken, it keeps its slot while it keeps up (its batches short):
-a ring is forgotten only before a read, and a writer that commits after a read that found
-nothing finds the slot held and rings, so the relay goes back to sleep at once, without taking
-the slot and reading again. It gives the slot back once a batch comes back full, so writers stop
-ringing while a backlog lasts.
-Each record carries the header ``outbox.ready_at`` (when its row became publishable, RFC 3339, the
+delays a row by at most that). Woken, it gives its slot back first, so writers stop ringing
+while it works. Each
+record carries the header ``outbox.ready_at`` (when its row became publishable, RFC 3339, the
 database's clock): consumers measure end-to-end freshness from it.
 
 A record Kafka refuses for good (too large for its topic, a topic the relay may not write: no
@@ -65,7 +55,6 @@ from typing import Any, Protocol
 
 from aiokafka import AIOKafkaProducer
 from aiokafka.errors import KafkaError
-from aiokafka.partitioner import DefaultPartitioner, murmur2
 
 from contracts import MAX_PRODUCE_BYTES, format_utc
 from spectral.db.connect import ping
@@ -134,17 +123,6 @@ def safe_to_mark(
     return acked, fault
 
 
-def unsettled(rows: Sequence[OutboxRow], marked: set[int]) -> dict[str, int]:
-    """Per key of ``rows``, the lowest id of its rows left unmarked (refused, failed, not sent):
-    a later row of that key must not be sent before that row is — the next batch, read while
-    this one was in flight, holds such rows back (they are read again once it has gone)."""
-    first: dict[str, int] = {}
-    for row in rows:
-        if row.id not in marked and row.record_key not in first:
-            first[row.record_key] = row.id
-    return first
-
-
 def _headers(row: OutboxRow) -> list[tuple[str, bytes]]:
     headers = [
         ("event_type", row.event_type.encode()),
@@ -153,29 +131,6 @@ def _headers(row: OutboxRow) -> list[tuple[str, bytes]]:
     if row.ready_at is not None:
         headers.append((READY_AT_HEADER, format_utc(row.ready_at).encode()))
     return headers
-
-
-class KeyPartitioner:
-    """aiokafka's default partitioner — murmur2 of the key, as the Java client and librdkafka's
-    ``murmur2_random`` compute it, so a key lands on the same partition whichever client sent
-    it — with each key's hash remembered: the relay sends the same keys again and again, and
-    aiokafka's pure-Python murmur2 costs microseconds a record. At most ``size`` keys are
-    remembered (then the memory starts afresh)."""
-
-    def __init__(self, size: int = 65_536) -> None:
-        self._size = size
-        self._hashes: dict[bytes, int] = {}
-        self._default = DefaultPartitioner()
-
-    def __call__(self, key: bytes | None, all_partitions: list[int], available: list[int]) -> int:
-        if key is None:
-            return int(self._default(key, all_partitions, available))
-        hashed = self._hashes.get(key)
-        if hashed is None:
-            if len(self._hashes) >= self._size:
-                self._hashes.clear()
-            hashed = self._hashes[key] = murmur2(key) & 0x7FFFFFFF
-        return all_partitions[hashed % len(all_partitions)]
 
 
 @dataclass
@@ -236,35 +191,6 @@ FORGET_AFTER = 600.0
 """Seconds past its try after which a held-back key nobody refused again is forgotten."""
 
 
-@dataclass
-class _Flight:
-    """A batch sent to Kafka, its acknowledgements awaited (the next batch is read meanwhile)."""
-
-    rows: Sequence[OutboxRow]
-    sent: list[asyncio.Future[object] | BaseException | None]
-    failure: BaseException | None
-    """The fault that stopped the sending (the rows after it were not sent)."""
-    started: float
-    answered_at: float = 0.0
-    """When the last acknowledgement (or fault) came back (this host's clock, UNIX time)."""
-    _outcomes: asyncio.Future[list[object]] | None = None
-
-    def __post_init__(self) -> None:
-        self._outcomes = asyncio.gather(
-            *(f for f in self.sent if isinstance(f, asyncio.Future)), return_exceptions=True
-        )
-        self._outcomes.add_done_callback(self._answered)
-
-    def _answered(self, _: object) -> None:
-        self.answered_at = time.time()
-
-    async def results(self) -> list[object]:
-        """Each row's outcome in order: its acknowledgement, its fault, or None (not sent)."""
-        assert self._outcomes is not None  # noqa: S101 - set at creation
-        acks = iter(await self._outcomes)
-        return [next(acks) if isinstance(f, asyncio.Future) else f for f in self.sent]
-
-
 class BrokerUnavailableError(TransientError):
     """Kafka did not acknowledge (part of) a batch."""
 
@@ -280,9 +206,6 @@ class RelayOptions:
     listen: bool = True
     """Sleep on the doorbell (LISTEN/NOTIFY) when idle; False: poll only."""
     stats_interval: float = 1.0
-    batch_growth: int = 4
-    """How far a backlog grows a batch: after a full fetch the next one asks for twice as
-    many rows, up to ``batch_growth`` x ``batch``; a short fetch brings it back to ``batch``."""
     linger_ms: int = 0
     """The producer's wait for more records before it sends a request. A batch sends every row
     at once and then waits for every ack, so no more records come: any linger only delays the
@@ -398,8 +321,6 @@ class OutboxRelay:
             report.sessions += 1
             log.info("relay session started", once=self.options.once)
             self._ready("session", ok=True, detail="database and Kafka connected")
-            if self.options.listen and not self.options.once:
-                await repo.listen(self._bell.set)
             await self._loop(repo, producer, held, report)
         finally:
             self._ready("shards", ok=False, detail="no session")
@@ -416,104 +337,40 @@ class OutboxRelay:
     async def _loop(
         self, repo: RelayRepository, producer: _Producer, held: set[int], report: RelayReport
     ) -> None:
-        """Batches, two at a time: while one batch's acknowledgements are awaited the next one
-        is read; it is sent once the first one's outcome is known (so a key's rows never
-        overtake a row of it that was not acknowledged), and the first one is marked while the
-        second one's acknowledgements are awaited."""
         next_rebalance = 0.0
         idle = _Idle()
-        limit = self.options.batch
-        flight: _Flight | None = None
+        if self.options.listen and not self.options.once:
+            await repo.listen(self._bell.set)
         while not self._stopping:
             now = time.monotonic()
             if now >= next_rebalance:
-                await self._rebalance_landed(repo, producer, flight, held, report)
-                flight = None
+                with self._call(Component.DATABASE, "shard rebalance"):
+                    await self._rebalance(repo, held)
                 next_rebalance = now + self.options.rebalance_interval
             started = time.perf_counter()
-            rows = await self._fetch(repo, held, limit, flight)
-            limit = self._next_limit(limit, len(rows))
-            if flight is not None:
-                flight = await self._land(
-                    repo, producer, flight, following=rows, report=report, started=started
+            with self._call(Component.DATABASE, "fetch a batch"):
+                rows = await repo.fetch_batch(
+                    sorted(held), self.options.batch, leave_out=self._held_back.waiting()
                 )
-            elif rows:
-                flight = await self._send(producer, rows, {}, started)
-            if flight is not None:
-                if len(flight.rows) >= self.options.batch:
-                    await idle.disarm(repo)  # a backlog: writers stop ringing
+            if not rows:
+                if self.options.once:
+                    await self._refresh_stats(repo)
+                    return
+                if not await self._idle(repo, idle, held):
+                    next_rebalance = 0.0  # slept it out: look for shards freed meanwhile
                 continue
-            if self.options.once:
-                await self._refresh_stats(repo)
-                return
-            if not await self._idle(repo, idle, held):
-                next_rebalance = 0.0  # slept it out: look for shards freed meanwhile
-        await self._stopped(repo, producer, flight, report)
-
-    async def _rebalance_landed(
-        self,
-        repo: RelayRepository,
-        producer: _Producer,
-        flight: _Flight | None,
-        held: set[int],
-        report: RelayReport,
-    ) -> None:
-        """Land the batch in flight (shards change hands only between marked batches), then
-        rebalance the shards."""
-        if flight is not None:
-            await self._land(repo, producer, flight, report=report)
-        with self._call(Component.DATABASE, "shard rebalance"):
-            await self._rebalance(repo, held)
-
-    async def _stopped(
-        self,
-        repo: RelayRepository,
-        producer: _Producer,
-        flight: _Flight | None,
-        report: RelayReport,
-    ) -> None:
-        """Asked to stop: finish the batch in flight (publish and mark)."""
-        if flight is not None:
-            await self._land(repo, producer, flight, report=report)
+            await idle.disarm(repo)
+            await self._batch(repo, producer, rows, started, report)
         if self.options.once:
             await self._refresh_stats(repo)  # (the session's end gives a held doorbell slot back)
 
-    async def _fetch(
-        self, repo: RelayRepository, held: set[int], limit: int, flight: _Flight | None
-    ) -> list[OutboxRow]:
-        """The next batch: rows of the held shards, none of the keys waiting for their next try
-        nor of the batch in flight."""
-        with self._call(Component.DATABASE, "fetch a batch"):
-            return await repo.fetch_batch(
-                sorted(held),
-                limit,
-                leave_out=self._held_back.waiting(),
-                in_flight=[row.id for row in flight.rows] if flight else (),
-            )
-
-    def _next_limit(self, limit: int, fetched: int) -> int:
-        """A full fetch (a backlog) doubles the next batch, up to ``batch_growth`` times the
-        batch; a short one (caught up) brings it back."""
-        if fetched < limit:
-            return self.options.batch
-        return min(2 * limit, self.options.batch * max(1, self.options.batch_growth))
-
     async def _idle(self, repo: RelayRepository, idle: _Idle, held: set[int]) -> bool:
         """Nothing to publish: sleep until the doorbell rings or the wait runs out; return
-        whether it rang (or the relay was asked to stop).
-
-        The doorbell slot is taken before a read that finds nothing, and kept while the relay
-        keeps up (short batches). The bell is cleared only right before a read: a writer that
-        commits after a read that found nothing finds the slot held and rings, so the wait
-        that follows that read misses nothing. The loop gives the slot back once a batch comes
-        back full (a backlog)."""
+        whether it rang (or the relay was asked to stop)."""
         slot = doorbell_slot(held)
         if not self.options.listen or slot is None:  # polling only, or nothing to publish
-            await idle.disarm(repo)
             await self._sleep(self.options.poll_interval)
             return self._stopping
-        if idle.slot is not None and idle.slot != slot:  # the shards changed meanwhile
-            await idle.disarm(repo)
         if idle.slot is None:
             self._bell.clear()  # a ring from now on ends the next wait at once
             if await repo.await_doorbell(slot, self.options.poll_interval):
@@ -526,67 +383,41 @@ class OutboxRelay:
         rang = self._bell.is_set()
         if not self._stopping:
             self.metrics.wakeups[Wakeup.NOTIFY if rang else Wakeup.POLL].inc()
-        self._bell.clear()  # before the next read: a writer committing after it rings again
+        await idle.disarm(repo)
         return rang
 
-    async def _send(
-        self,
-        producer: _Producer,
-        rows: Sequence[OutboxRow],
-        behind: dict[str, int],
-        started: float,
-    ) -> _Flight:
-        """Send ``rows`` but those held back: rows of a key on trial behind its first row, and
-        rows behind an unmarked row of their key in the batch before (``behind``)."""
-        hold = self._held_back.on_trial(rows)
-        if behind:
-            hold.update(r.id for r in rows if behind.get(r.record_key, r.id) < r.id)
-        with self._call(Component.KAFKA, "publish"):
-            sent, failure = await self._publish(producer, rows, hold)
-        return _Flight(rows, sent, failure, started)
-
-    async def _land(
+    async def _batch(
         self,
         repo: RelayRepository,
         producer: _Producer,
-        flight: _Flight,
-        *,
+        rows: Sequence[OutboxRow],
+        started: float,
         report: RelayReport,
-        following: Sequence[OutboxRow] = (),
-        started: float = 0.0,
-    ) -> _Flight | None:
-        """Wait for ``flight``'s acknowledgements; send the ``following`` batch (read
-        meanwhile) unless Kafka is away; mark ``flight``'s acknowledged rows while the
-        following batch's acknowledgements are awaited. Returns the following batch in
-        flight."""
+    ) -> None:
         with self._call(Component.KAFKA, "publish"):
-            results = await flight.results()
-        acked, _ = safe_to_mark(flight.rows, results)
-        outage = flight.failure or next(
+            results, failure = await self._publish(producer, rows, self._held_back.on_trial(rows))
+        acked, _ = safe_to_mark(rows, results)
+        outage = failure or next(
             (r for r in results if isinstance(r, BaseException) and refusal_of(r) is None), None
         )
         if self.options.crash_after_publish:
             sys.stderr.write("relay: crash hook: exiting after publish, before mark\n")
             sys.stderr.flush()
             os._exit(CRASH_EXIT_CODE)
-        acked_at = flight.answered_at or time.time()
         marked = set(acked)
-        self._settle_refusals(flight.rows, results, marked, report)
-        nxt: _Flight | None = None
-        if following and outage is None:
-            nxt = await self._send(producer, following, unsettled(flight.rows, marked), started)
+        acked_at = time.time()
         with self._call(Component.DATABASE, "mark published"):
-            await repo.mark_published([row for row in flight.rows if row.id in marked])
+            await repo.mark_published([row for row in rows if row.id in marked])
         self.metrics.published.inc(len(acked))
-        self.metrics.batch_duration.observe(time.perf_counter() - flight.started)
-        for row in flight.rows:
+        self.metrics.batch_duration.observe(time.perf_counter() - started)
+        for row in rows:
             if row.id in marked and row.ready_at is not None:
                 self.metrics.publish_delay.observe(max(0.0, acked_at - row.ready_at.timestamp()))
         report.published += len(acked)
         report.batches += 1
+        self._settle_refusals(rows, results, marked, report)
         if outage is not None:
             raise BrokerUnavailableError(f"Kafka did not acknowledge a batch: {outage}") from outage
-        return nxt
 
     def _settle_refusals(
         self,
@@ -691,7 +522,6 @@ class OutboxRelay:
         producer: _Producer = AIOKafkaProducer(
             **producer_kwargs(self._settings, self._bootstrap),
             client_id=client_id,
-            partitioner=KeyPartitioner(),
             linger_ms=self.options.linger_ms,
             max_batch_size=self.options.max_batch_bytes,
             # the contract's producer limit: aiokafka's default (1 MiB) refuses a valid record
@@ -712,12 +542,12 @@ class OutboxRelay:
 
     async def _publish(
         self, producer: _Producer, rows: Sequence[OutboxRow], hold: set[int]
-    ) -> tuple[list[asyncio.Future[object] | BaseException | None], BaseException | None]:
-        """Send every row but those of ``hold``; return each row's send (the future of its
-        acknowledgement, its refusal, or None when it was not sent) and the fault that stopped
-        the sending, if any (the rows after it were not sent). A record the producer refuses
-        for good before sending it (too large) is that row's outcome; the rows after it are
-        sent."""
+    ) -> tuple[list[object], BaseException | None]:
+        """Send every row but those of ``hold``, wait for every ack; return each row's outcome
+        in order (its acknowledgement, its fault, or None when it was not sent) and the fault
+        that stopped the sending, if any (the rows after it were not sent). A record the
+        producer refuses for good before sending it (too large) is that row's outcome; the rows
+        after it are sent."""
         prefix = self._settings.topic_prefix
         sent: list[asyncio.Future[object] | BaseException | None] = []
         failure: BaseException | None = None
@@ -739,7 +569,12 @@ class OutboxRelay:
                 sent.append(exc)
                 continue
             sent.append(fut)
-        return sent, failure
+        acks = iter(
+            await asyncio.gather(
+                *(f for f in sent if isinstance(f, asyncio.Future)), return_exceptions=True
+            )
+        )
+        return [next(acks) if isinstance(f, asyncio.Future) else f for f in sent], failure
 
     async def _sleep(self, seconds: float) -> None:
         await self._sessions.sleep(seconds)
