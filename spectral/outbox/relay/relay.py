@@ -15,9 +15,8 @@ LISTEN/NOTIFY, migration ``outbox_wakeup``): it takes its doorbell slot — wait
 poll interval, for the writers between their outbox insert and their commit — reads once more,
 and sleeps until a writer rings or the poll interval runs out (the fallback: a lost notification
 delays a row by at most that). Woken, it gives its slot back first, so writers stop ringing
-while it works. Each
-record carries the header ``outbox.ready_at`` (when its row became publishable, RFC 3339, the
-database's clock): consumers measure end-to-end freshness from it.
+while it works. Each record carries the header ``outbox.ready_at`` (when its row became
+publishable, RFC 3339, the database's clock): consumers measure end-to-end freshness from it.
 
 A record Kafka refuses for good (too large for its topic, a topic the relay may not write: no
 outage, ``spectral.faults.refusal_of``) keeps the session going: its key is left out and tried
@@ -25,7 +24,8 @@ again after a capped backoff, its first row alone, so nothing behind it is skipp
 docs/howto/deploy/health-and-alerts.md says how it shows).
 
 Faults (database or broker unavailable) end the session — its locks are released with it — and
-the relay starts a new one after a capped exponential backoff: a supervised loop
+the relay starts a new one after a capped exponential backoff, which starts over once a session
+has published a batch or caught up: a supervised loop
 (``spectral.service``), so an outage is logged when it starts, now and then while it lasts, and
 when it ends, never once per session tried. SIGTERM/SIGINT finish the batch in flight (publish
 and mark), release the locks and exit.
@@ -353,6 +353,7 @@ class OutboxRelay:
                     sorted(held), self.options.batch, leave_out=self._held_back.waiting()
                 )
             if not rows:
+                self._sessions.progressed()  # caught up: the faults before are over
                 if self.options.once:
                     await self._refresh_stats(repo)
                     return
@@ -361,6 +362,7 @@ class OutboxRelay:
                 continue
             await idle.disarm(repo)
             await self._batch(repo, producer, rows, started, report)
+            self._sessions.progressed()  # published and marked: the next fault backs off anew
         if self.options.once:
             await self._refresh_stats(repo)  # (the session's end gives a held doorbell slot back)
 
