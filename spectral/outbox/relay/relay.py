@@ -206,6 +206,9 @@ class RelayOptions:
     listen: bool = True
     """Sleep on the doorbell (LISTEN/NOTIFY) when idle; False: poll only."""
     stats_interval: float = 1.0
+    batch_growth: int = 4
+    """How far a backlog grows a batch: after a full fetch the next one asks for twice as
+    many rows, up to ``batch_growth`` x ``batch``; a short fetch brings it back to ``batch``."""
     linger_ms: int = 0
     """The producer's wait for more records before it sends a request. A batch sends every row
     at once and then waits for every ack, so no more records come: any linger only delays the
@@ -339,6 +342,7 @@ class OutboxRelay:
     ) -> None:
         next_rebalance = 0.0
         idle = _Idle()
+        limit = self.options.batch
         if self.options.listen and not self.options.once:
             await repo.listen(self._bell.set)
         while not self._stopping:
@@ -350,8 +354,9 @@ class OutboxRelay:
             started = time.perf_counter()
             with self._call(Component.DATABASE, "fetch a batch"):
                 rows = await repo.fetch_batch(
-                    sorted(held), self.options.batch, leave_out=self._held_back.waiting()
+                    sorted(held), limit, leave_out=self._held_back.waiting()
                 )
+            limit = self._next_limit(limit, len(rows))
             if not rows:
                 self._sessions.progressed()  # caught up: the faults before are over
                 if self.options.once:
@@ -365,6 +370,13 @@ class OutboxRelay:
             self._sessions.progressed()  # published and marked: the next fault backs off anew
         if self.options.once:
             await self._refresh_stats(repo)  # (the session's end gives a held doorbell slot back)
+
+    def _next_limit(self, limit: int, fetched: int) -> int:
+        """A full fetch (a backlog) doubles the next batch, up to ``batch_growth`` times the
+        batch; a short one (caught up) brings it back."""
+        if fetched < limit:
+            return self.options.batch
+        return min(2 * limit, self.options.batch * max(1, self.options.batch_growth))
 
     async def _idle(self, repo: RelayRepository, idle: _Idle, held: set[int]) -> bool:
         """Nothing to publish: sleep until the doorbell rings or the wait runs out; return
