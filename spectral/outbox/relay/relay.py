@@ -8,7 +8,7 @@ the acknowledged rows published. A crash (SIGKILL) anywhere before the mark leav
 unmarked and they are published again by whichever relay holds the shard next: a duplicate on
 the topic that consumers deduplicate by idempotency_key, never a loss. A row is marked only when
 it and every earlier row of its key in the batch were acknowledged, so a failed send never lets
-a later row of the same key be recorded as done before it.
+a later row of the same key be recorded as done before it. Two batches overlap (``_loop``).
 
 Idle: a relay that found nothing to publish sleeps on the outbox's doorbell (PostgreSQL
 LISTEN/NOTIFY, migration ``outbox_wakeup``): it takes its doorbell slot — waiting, at most the
@@ -25,10 +25,9 @@ docs/howto/deploy/health-and-alerts.md says how it shows).
 
 Faults (database or broker unavailable) end the session — its locks are released with it — and
 the relay starts a new one after a capped exponential backoff, which starts over once a session
-has published a batch or caught up: a supervised loop
-(``spectral.service``), so an outage is logged when it starts, now and then while it lasts, and
-when it ends, never once per session tried. SIGTERM/SIGINT finish the batch in flight (publish
-and mark), release the locks and exit.
+has published a batch or caught up: a supervised loop (``spectral.service``), so an outage is
+logged when it starts, now and then while it lasts, and when it ends, never once per session
+tried. SIGTERM/SIGINT finish the batches in flight (publish and mark), release the locks, exit.
 
 Nothing the relay reports waits on a call that may block. Readiness: the ``database`` and
 ``kafka`` checks are probes on clocks of their own (a ``SELECT 1`` on a connection of its own; a
@@ -55,6 +54,7 @@ from typing import Any, Protocol
 
 from aiokafka import AIOKafkaProducer
 from aiokafka.errors import KafkaError
+from aiokafka.partitioner import DefaultPartitioner, murmur2
 
 from contracts import MAX_PRODUCE_BYTES, format_utc
 from spectral.db.connect import ping
@@ -123,6 +123,17 @@ def safe_to_mark(
     return acked, fault
 
 
+def unsettled(rows: Sequence[OutboxRow], marked: set[int]) -> dict[str, int]:
+    """Per key of ``rows``, the lowest id of its rows left unmarked (refused, failed, not sent):
+    a later row of that key must not be sent before that row is — the next batch, read while
+    this one was in flight, holds such rows back (they are read again once it has gone)."""
+    first: dict[str, int] = {}
+    for row in rows:
+        if row.id not in marked and row.record_key not in first:
+            first[row.record_key] = row.id
+    return first
+
+
 def _headers(row: OutboxRow) -> list[tuple[str, bytes]]:
     headers = [
         ("event_type", row.event_type.encode()),
@@ -131,6 +142,29 @@ def _headers(row: OutboxRow) -> list[tuple[str, bytes]]:
     if row.ready_at is not None:
         headers.append((READY_AT_HEADER, format_utc(row.ready_at).encode()))
     return headers
+
+
+class KeyPartitioner:
+    """aiokafka's default partitioner — murmur2 of the key, as the Java client and librdkafka's
+    ``murmur2_random`` compute it, so a key lands on the same partition whichever client sent
+    it — with each key's hash remembered: the relay sends the same keys again and again, and
+    aiokafka's pure-Python murmur2 costs ~5 us a record. At most ``size`` keys are remembered
+    (then the memory starts afresh)."""
+
+    def __init__(self, size: int = 65_536) -> None:
+        self._size = size
+        self._hashes: dict[bytes, int] = {}
+        self._default = DefaultPartitioner()
+
+    def __call__(self, key: bytes | None, all_partitions: list[int], available: list[int]) -> int:
+        if key is None:
+            return int(self._default(key, all_partitions, available))
+        hashed = self._hashes.get(key)
+        if hashed is None:
+            if len(self._hashes) >= self._size:
+                self._hashes.clear()
+            hashed = self._hashes[key] = murmur2(key) & 0x7FFFFFFF
+        return all_partitions[hashed % len(all_partitions)]
 
 
 @dataclass
@@ -191,6 +225,35 @@ FORGET_AFTER = 600.0
 """Seconds past its try after which a held-back key nobody refused again is forgotten."""
 
 
+@dataclass
+class _Flight:
+    """A batch sent to Kafka, its acknowledgements awaited (the next batch is read meanwhile)."""
+
+    rows: Sequence[OutboxRow]
+    sent: list[asyncio.Future[object] | BaseException | None]
+    failure: BaseException | None
+    """The fault that stopped the sending (the rows after it were not sent)."""
+    started: float
+    answered_at: float = 0.0
+    """When the last acknowledgement (or fault) came back (this host's clock, UNIX time)."""
+    _outcomes: asyncio.Future[list[object]] | None = None
+
+    def __post_init__(self) -> None:
+        self._outcomes = asyncio.gather(
+            *(f for f in self.sent if isinstance(f, asyncio.Future)), return_exceptions=True
+        )
+        self._outcomes.add_done_callback(self._answered)
+
+    def _answered(self, _: object) -> None:
+        self.answered_at = time.time()
+
+    async def results(self) -> list[object]:
+        """Each row's outcome in order: its acknowledgement, its fault, or None (not sent)."""
+        assert self._outcomes is not None  # noqa: S101 - set at creation
+        acks = iter(await self._outcomes)
+        return [next(acks) if isinstance(f, asyncio.Future) else f for f in self.sent]
+
+
 class BrokerUnavailableError(TransientError):
     """Kafka did not acknowledge (part of) a batch."""
 
@@ -206,6 +269,9 @@ class RelayOptions:
     listen: bool = True
     """Sleep on the doorbell (LISTEN/NOTIFY) when idle; False: poll only."""
     stats_interval: float = 1.0
+    batch_growth: int = 4
+    """How far a backlog grows a batch: after a full fetch the next one asks for twice as
+    many rows, up to ``batch_growth`` x ``batch``; a short fetch brings it back to ``batch``."""
     linger_ms: int = 0
     """The producer's wait for more records before it sends a request. A batch sends every row
     at once and then waits for every ack, so no more records come: any linger only delays the
@@ -321,6 +387,8 @@ class OutboxRelay:
             report.sessions += 1
             log.info("relay session started", once=self.options.once)
             self._ready("session", ok=True, detail="database and Kafka connected")
+            if self.options.listen and not self.options.once:
+                await repo.listen(self._bell.set)
             await self._loop(repo, producer, held, report)
         finally:
             self._ready("shards", ok=False, detail="no session")
@@ -337,34 +405,87 @@ class OutboxRelay:
     async def _loop(
         self, repo: RelayRepository, producer: _Producer, held: set[int], report: RelayReport
     ) -> None:
+        """Batches, two at a time: while one batch's acknowledgements are awaited the next one
+        is read; it is sent once the first one's outcome is known (so a key's rows never
+        overtake a row of it that was not acknowledged), and the first one is marked while the
+        second one's acknowledgements are awaited."""
         next_rebalance = 0.0
         idle = _Idle()
-        if self.options.listen and not self.options.once:
-            await repo.listen(self._bell.set)
+        limit = self.options.batch
+        flight: _Flight | None = None
         while not self._stopping:
             now = time.monotonic()
             if now >= next_rebalance:
-                with self._call(Component.DATABASE, "shard rebalance"):
-                    await self._rebalance(repo, held)
+                await self._rebalance_landed(repo, producer, flight, held, report)
+                flight = None
                 next_rebalance = now + self.options.rebalance_interval
             started = time.perf_counter()
-            with self._call(Component.DATABASE, "fetch a batch"):
-                rows = await repo.fetch_batch(
-                    sorted(held), self.options.batch, leave_out=self._held_back.waiting()
+            rows = await self._fetch(repo, held, limit, flight)
+            limit = self._next_limit(limit, len(rows))
+            if flight is not None:
+                flight = await self._land(
+                    repo, producer, flight, following=rows, report=report, started=started
                 )
-            if not rows:
-                self._sessions.progressed()  # caught up: the faults before are over
-                if self.options.once:
-                    await self._refresh_stats(repo)
-                    return
-                if not await self._idle(repo, idle, held):
-                    next_rebalance = 0.0  # slept it out: look for shards freed meanwhile
+            elif rows:
+                flight = await self._send(producer, rows, {}, started)
+            if flight is not None:
+                await idle.disarm(repo)  # at work: writers stop ringing
                 continue
-            await idle.disarm(repo)
-            await self._batch(repo, producer, rows, started, report)
-            self._sessions.progressed()  # published and marked: the next fault backs off anew
+            self._sessions.progressed()  # caught up: the faults before are over
+            if self.options.once:
+                await self._refresh_stats(repo)
+                return
+            if not await self._idle(repo, idle, held):
+                next_rebalance = 0.0  # slept it out: look for shards freed meanwhile
+        await self._stopped(repo, producer, flight, report)
+
+    async def _rebalance_landed(
+        self,
+        repo: RelayRepository,
+        producer: _Producer,
+        flight: _Flight | None,
+        held: set[int],
+        report: RelayReport,
+    ) -> None:
+        """Land the batch in flight (shards change hands only between marked batches), then
+        rebalance the shards."""
+        if flight is not None:
+            await self._land(repo, producer, flight, report=report)
+        with self._call(Component.DATABASE, "shard rebalance"):
+            await self._rebalance(repo, held)
+
+    async def _stopped(
+        self,
+        repo: RelayRepository,
+        producer: _Producer,
+        flight: _Flight | None,
+        report: RelayReport,
+    ) -> None:
+        """Asked to stop: finish the batch in flight (publish and mark)."""
+        if flight is not None:
+            await self._land(repo, producer, flight, report=report)
         if self.options.once:
             await self._refresh_stats(repo)  # (the session's end gives a held doorbell slot back)
+
+    async def _fetch(
+        self, repo: RelayRepository, held: set[int], limit: int, flight: _Flight | None
+    ) -> list[OutboxRow]:
+        """The next batch: rows of the held shards, none of the keys waiting for their next try
+        nor of the batch in flight."""
+        with self._call(Component.DATABASE, "fetch a batch"):
+            return await repo.fetch_batch(
+                sorted(held),
+                limit,
+                leave_out=self._held_back.waiting(),
+                in_flight=[row.id for row in flight.rows] if flight else (),
+            )
+
+    def _next_limit(self, limit: int, fetched: int) -> int:
+        """A full fetch (a backlog) doubles the next batch, up to ``batch_growth`` times the
+        batch; a short one (caught up) brings it back."""
+        if fetched < limit:
+            return self.options.batch
+        return min(2 * limit, self.options.batch * max(1, self.options.batch_growth))
 
     async def _idle(self, repo: RelayRepository, idle: _Idle, held: set[int]) -> bool:
         """Nothing to publish: sleep until the doorbell rings or the wait runs out; return
@@ -388,38 +509,65 @@ class OutboxRelay:
         await idle.disarm(repo)
         return rang
 
-    async def _batch(
+    async def _send(
+        self,
+        producer: _Producer,
+        rows: Sequence[OutboxRow],
+        behind: dict[str, int],
+        started: float,
+    ) -> _Flight:
+        """Send ``rows`` but those held back: rows of a key on trial behind its first row, and
+        rows behind an unmarked row of their key in the batch before (``behind``)."""
+        hold = self._held_back.on_trial(rows)
+        if behind:
+            hold.update(r.id for r in rows if behind.get(r.record_key, r.id) < r.id)
+        with self._call(Component.KAFKA, "publish"):
+            sent, failure = await self._publish(producer, rows, hold)
+        return _Flight(rows, sent, failure, started)
+
+    async def _land(
         self,
         repo: RelayRepository,
         producer: _Producer,
-        rows: Sequence[OutboxRow],
-        started: float,
+        flight: _Flight,
+        *,
         report: RelayReport,
-    ) -> None:
+        following: Sequence[OutboxRow] = (),
+        started: float = 0.0,
+    ) -> _Flight | None:
+        """Wait for ``flight``'s acknowledgements; send the ``following`` batch (read
+        meanwhile) unless Kafka is away; mark ``flight``'s acknowledged rows while the
+        following batch's acknowledgements are awaited. Returns the following batch in
+        flight."""
         with self._call(Component.KAFKA, "publish"):
-            results, failure = await self._publish(producer, rows, self._held_back.on_trial(rows))
-        acked, _ = safe_to_mark(rows, results)
-        outage = failure or next(
+            results = await flight.results()
+        acked, _ = safe_to_mark(flight.rows, results)
+        outage = flight.failure or next(
             (r for r in results if isinstance(r, BaseException) and refusal_of(r) is None), None
         )
         if self.options.crash_after_publish:
             sys.stderr.write("relay: crash hook: exiting after publish, before mark\n")
             sys.stderr.flush()
             os._exit(CRASH_EXIT_CODE)
+        acked_at = flight.answered_at or time.time()
         marked = set(acked)
-        acked_at = time.time()
+        self._settle_refusals(flight.rows, results, marked, report)
+        nxt: _Flight | None = None
+        if following and outage is None:
+            nxt = await self._send(producer, following, unsettled(flight.rows, marked), started)
         with self._call(Component.DATABASE, "mark published"):
-            await repo.mark_published([row for row in rows if row.id in marked])
+            await repo.mark_published([row for row in flight.rows if row.id in marked])
         self.metrics.published.inc(len(acked))
-        self.metrics.batch_duration.observe(time.perf_counter() - started)
-        for row in rows:
+        self.metrics.batch_duration.observe(time.perf_counter() - flight.started)
+        for row in flight.rows:
             if row.id in marked and row.ready_at is not None:
                 self.metrics.publish_delay.observe(max(0.0, acked_at - row.ready_at.timestamp()))
         report.published += len(acked)
         report.batches += 1
-        self._settle_refusals(rows, results, marked, report)
         if outage is not None:
             raise BrokerUnavailableError(f"Kafka did not acknowledge a batch: {outage}") from outage
+        self._sessions.progressed()  # published and marked: the next fault backs off anew
+        return nxt
 
     def _settle_refusals(
         self,
@@ -524,6 +672,7 @@ class OutboxRelay:
         producer: _Producer = AIOKafkaProducer(
             **producer_kwargs(self._settings, self._bootstrap),
             client_id=client_id,
+            partitioner=KeyPartitioner(),
             linger_ms=self.options.linger_ms,
             max_batch_size=self.options.max_batch_bytes,
             # the contract's producer limit: aiokafka's default (1 MiB) refuses a valid record
@@ -544,12 +693,12 @@ class OutboxRelay:
 
     async def _publish(
         self, producer: _Producer, rows: Sequence[OutboxRow], hold: set[int]
-    ) -> tuple[list[object], BaseException | None]:
-        """Send every row but those of ``hold``, wait for every ack; return each row's outcome
-        in order (its acknowledgement, its fault, or None when it was not sent) and the fault
-        that stopped the sending, if any (the rows after it were not sent). A record the
-        producer refuses for good before sending it (too large) is that row's outcome; the rows
-        after it are sent."""
+    ) -> tuple[list[asyncio.Future[object] | BaseException | None], BaseException | None]:
+        """Send every row but those of ``hold``; return each row's send (the future of its
+        acknowledgement, its refusal, or None when it was not sent) and the fault that stopped
+        the sending, if any (the rows after it were not sent). A record the producer refuses
+        for good before sending it (too large) is that row's outcome; the rows after it are
+        sent."""
         prefix = self._settings.topic_prefix
         sent: list[asyncio.Future[object] | BaseException | None] = []
         failure: BaseException | None = None
@@ -571,12 +720,7 @@ class OutboxRelay:
                 sent.append(exc)
                 continue
             sent.append(fut)
-        acks = iter(
-            await asyncio.gather(
-                *(f for f in sent if isinstance(f, asyncio.Future)), return_exceptions=True
-            )
-        )
-        return [next(acks) if isinstance(f, asyncio.Future) else f for f in sent], failure
+        return sent, failure
 
     async def _sleep(self, seconds: float) -> None:
         await self._sessions.sleep(seconds)
