@@ -32,6 +32,32 @@ AXE_STAMP := $(AXE_DIR)/node_modules/.installed-stamp
 BROKERS ?=
 DEV_UP := $(SPECTRAL) dev up $(if $(BROKERS),--brokers $(BROKERS))
 
+# The test targets run on this checkout's own local stack (./.spectral), whatever the shell
+# exported: a SPECTRAL_STATE_DIR, SPECTRAL_KAFKA_BOOTSTRAP or SPECTRAL_DATABASE_URL inherited from
+# the environment (another checkout's `eval "$(spectral dev up)"`, say) would make the run share
+# that stack's database and broker with whatever else uses them, and stop it at the end. Given on
+# make's command line they are used: `make test SPECTRAL_STATE_DIR=DIR` (another local stack), or
+# `make test SPECTRAL_KAFKA_BOOTSTRAP=HOST:PORT SPECTRAL_DATABASE_URL=URL` (existing servers).
+# The other targets (up, down, demo, ...) keep following the environment, as `spectral` does.
+TEST_TARGETS := test test-build test-cluster test-slow test-example
+STACK_VARIABLES := SPECTRAL_STATE_DIR SPECTRAL_KAFKA_BOOTSTRAP SPECTRAL_DATABASE_URL
+ifneq ($(filter all $(TEST_TARGETS),$(or $(MAKECMDGOALS),all)),)
+inherited_stack := $(foreach v,$(STACK_VARIABLES),$(if $(filter environment%,$(origin $(v))),$(v)))
+$(foreach v,$(filter-out SPECTRAL_STATE_DIR,$(inherited_stack)),\
+	$(info make: $(v) from the environment is not used: the tests run on this checkout's stack (give it on make's command line to use it)))
+ifneq ($(filter SPECTRAL_STATE_DIR,$(inherited_stack)),)
+ifneq ($(abspath $(SPECTRAL_STATE_DIR)),$(CURDIR)/.spectral)
+$(info make: SPECTRAL_STATE_DIR=$(SPECTRAL_STATE_DIR) from the environment is not used: the tests run on this checkout's stack, $(CURDIR)/.spectral (give it on make's command line to use it))
+endif
+endif
+ifneq ($(filter-out SPECTRAL_STATE_DIR,$(inherited_stack)),)
+unexport $(filter-out SPECTRAL_STATE_DIR,$(inherited_stack))
+endif
+ifneq ($(origin SPECTRAL_STATE_DIR),command line)
+export SPECTRAL_STATE_DIR := $(CURDIR)/.spectral
+endif
+endif
+
 .PHONY: all install bench-tools tooling helm-tools interop maven postgres-binaries promtool amtool chromium debian-package up down status migrate topics demo test test-cluster test-slow test-example unit lint docs docs-generate bench soak clean test-build
 
 all: test

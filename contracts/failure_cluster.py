@@ -33,6 +33,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from datetime import datetime
+from operator import attrgetter
 from typing import Annotated, Any, Final, Literal, Self, cast
 from uuid import UUID
 
@@ -216,14 +217,21 @@ class _WrittenRef(msgspec.Struct, forbid_unknown_fields=True, gc=False):
     summary: Annotated[str, msgspec.Meta(max_length=MAX_SUMMARY_CHARS)]
 
 
-class _WrittenPayload(msgspec.Struct, forbid_unknown_fields=True, gc=False):
+class _WrittenPayload(
+    msgspec.Struct, forbid_unknown_fields=True, gc=False, kw_only=True, omit_defaults=True
+):
     """The payload in the form spectral writes: the model's fields and bounds, every one
     present (an absent ``suggested_rule_stub`` is not hashed, a null one is: only the slow path
     tells them apart), no other member (``snapshot_hash`` is left to the hash's comparison: a
-    digest equal to the computed one has the pattern's 32 lowercase hex digits)."""
+    digest equal to the computed one has the pattern's 32 lowercase hex digits).
 
-    cluster_id: str
-    snapshot_hash: str
+    ``cluster_id`` and ``snapshot_hash`` default to the empty string, which neither may be
+    (it is not a UUID, and no digest is empty: :func:`_read_view` refuses both), so that,
+    emptied, they are left out when the struct is written back: what remains, written with
+    sorted members, is the text the snapshot hash is taken over."""
+
+    cluster_id: str = ""
+    snapshot_hash: str = ""
     rule_id: str
     workspace_id: str
     severity: Severity
@@ -251,14 +259,11 @@ class _WrittenRecord(msgspec.Struct, forbid_unknown_fields=True, gc=False):
 
 _read_written: Final = msgspec.json.Decoder(_WrittenRecord).decode
 _sorted_json: Final = msgspec.json.Encoder(order="sorted").encode
-_CLUSTER_ID_MEMBER: Final = len('{"cluster_id":"') + 36 + len('",')
-"""Where the second member of a sorted payload starts: after ``{"cluster_id":"<uuid>",``."""
-_EVIDENCE_START: Final = _CLUSTER_ID_MEMBER + len('"evidence_bundle":')
-"""Where the evidence bundle's value starts (the second member: ``"evidence_bundle":[...``)."""
+_EVIDENCE_START: Final = len('{"evidence_bundle":')
+"""Where the evidence bundle's value starts in the hashed text (its first member)."""
 _COUNT_MEMBER: Final = b',"failure_count":'
 """The member after the evidence bundle."""
-_HASH_MEMBER: Final = b',"snapshot_hash":"'
-_HASH_MEMBER_LENGTH: Final = len(_HASH_MEMBER) + 32 + 1
+_OBSERVED_AT: Final = attrgetter("observed_at")
 _UNICODE_ESCAPE: Final = b"\\u"
 
 
@@ -275,11 +280,11 @@ def _read_view(data: bytes, key: bytes | None) -> tuple[FailureClusterView, str,
     in C; it refuses every text orjson refuses, and a duplicate member's last value wins in
     both); the UUIDs' spelling and the timestamps' layout are checked for all of them at once
     (:func:`~contracts.fields.are_wire_uuids`, :func:`~contracts.fields.written_instants`). The
-    hash is taken over the payload struct written back
-    with sorted members (the same bytes as orjson's canonical form of the parsed payload: both
-    escape exactly the characters RFC 8785 escapes, a test holds them together over every code
-    point) minus its first member (``cluster_id``) and the ``snapshot_hash`` member; the view's
-    evidence is the second member's value in the same text."""
+    hash is taken over the payload struct written back with sorted members, ``cluster_id`` and
+    ``snapshot_hash`` emptied and so left out (the same bytes as orjson's canonical form of the
+    parsed payload less those two: both escape exactly the characters RFC 8785 escapes, a test
+    holds them together over every code point); the view's evidence is the first member's value
+    in the same text."""
     if len(data) > MAX_RECORD_BYTES or (data.find(b"\\") >= 0 and _UNICODE_ESCAPE in data):
         return None  # (memchr first: most records hold no backslash at all)
     try:
@@ -295,19 +300,21 @@ def _read_view(data: bytes, key: bytes | None) -> tuple[FailureClusterView, str,
         uuids.append(record.causation_id)
     if key != cluster_id.encode() or not are_wire_uuids(uuids):
         return None
-    stamps = [payload.first_observed_at, payload.last_observed_at, record.occurred_at]
-    stamps += [ref.observed_at for ref in payload.evidence_bundle]
-    instants = written_instants(stamps)
-    if instants is None or instants[0] > instants[1]:
-        return None
+    instants = written_instants(
+        [
+            payload.first_observed_at,
+            payload.last_observed_at,
+            record.occurred_at,
+            *map(_OBSERVED_AT, payload.evidence_bundle),
+        ]
+    )
     digest = payload.snapshot_hash
-    # Structural members of the JSON msgspec writes: a string's own quotes are escaped, so
-    # these bytes never stand inside one, and the payload's members are known.
-    written = _sorted_json(payload)
-    cut = written.find(_HASH_MEMBER, _CLUSTER_ID_MEMBER)
-    canonical = b"{" + written[_CLUSTER_ID_MEMBER:cut] + written[cut + _HASH_MEMBER_LENGTH :]
     idempotency_key = record.idempotency_key
-    if xxh3_128_hexdigest(canonical) != digest or idempotency_key != f"{cluster_id}:{digest}":
+    if instants is None or instants[0] > instants[1] or idempotency_key != f"{cluster_id}:{digest}":
+        return None
+    payload.cluster_id = payload.snapshot_hash = ""  # left out of the text written back
+    hashed = _sorted_json(payload)
+    if xxh3_128_hexdigest(hashed) != digest:
         return None
     view = FailureClusterView(
         cluster_id,
@@ -319,7 +326,7 @@ def _read_view(data: bytes, key: bytes | None) -> tuple[FailureClusterView, str,
         instants[0],
         instants[1],
         payload.suggested_rule_stub,
-        written[_EVIDENCE_START : written.find(_COUNT_MEMBER, _EVIDENCE_START)],
+        hashed[_EVIDENCE_START : hashed.find(_COUNT_MEMBER, _EVIDENCE_START)],
     )
     return view, idempotency_key, record.event_id
 

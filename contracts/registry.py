@@ -158,8 +158,21 @@ class EventRegistry:
         self._check_wire_key(envelope, spec, raw, key)
         return envelope
 
+    def view_reader(self, event_type: str) -> ViewReader | None:
+        """The fast path of ``event_type`` (its spec's ``read_view``), or None when the type
+        offers no view (or is not registered). A caller that knows the type of its records
+        (a consumer knows it from the topic) may try it first and call :meth:`read_record`
+        with ``fast=False`` when it returns None: together they are :meth:`read_record`."""
+        spec = self._specs.get(event_type)
+        return None if spec is None else spec.read_view
+
     def read_record(
-        self, value: bytes | None, key: bytes | None, event_type: str | None = None
+        self,
+        value: bytes | None,
+        key: bytes | None,
+        event_type: str | None = None,
+        *,
+        fast: bool = True,
     ) -> Reading:
         """``decode_record``'s verdict on a whole Kafka record (the same refusals, raised as the
         same :class:`DecodeError`), read as a consumer's handlers want it: ``(payload,
@@ -172,10 +185,16 @@ class EventRegistry:
         decode, which also words every refusal. ``event_id`` is the wire text on the fast path,
         a UUID otherwise. ``event_type``: the type the record is expected to be (a consumer
         knows it from the topic): only that type's fast path is tried (every type's when None).
+        ``fast=False``: no fast path is tried (the caller tried :meth:`view_reader`'s).
         """
         if value is None:
             raise DecodeError(DecodeReason.NOT_JSON, TOMBSTONE_DETAIL)
-        readers = self._readers if event_type is None else self._readers_of.get(event_type, ())
+        if not fast:
+            readers: tuple[tuple[str, ViewReader], ...] = ()
+        elif event_type is None:
+            readers = self._readers
+        else:
+            readers = self._readers_of.get(event_type, ())
         for name, read_view in readers:
             found = read_view(value, key)
             if found is not None:

@@ -15,7 +15,9 @@ it is done, and decides in one place what a failed step means (spectral/faults.p
 
 :meth:`~Service.start` runs the loop as a task, :meth:`~Service.stop` asks it to finish its
 step and waits for it (``cancel=True`` interrupts the step instead), :meth:`~Service.stop_soon`
-is the signal-safe request, :meth:`~Service.wake` cuts a wait short. :func:`wait_out` is the
+is the signal-safe request, :meth:`~Service.wake` cuts a wait short. A step that lasts (a relay
+session) says :meth:`~Service.progressed` once it is under way: the faults before it are over,
+as if a step had ended well. :func:`wait_out` is the
 same policy for one operation: retry it until it succeeds, through any outage.
 """
 
@@ -107,6 +109,10 @@ class Service(ABC):
         self._task: asyncio.Task[None] | None = None
         self._logged_at: float | None = None
         self._unlogged = 0
+        self._failures = 0
+        """Faults in a row (the backoff grows with them)."""
+        self._faulted: str | None = None
+        """The component of the outage the last fault belongs to, until a step succeeds."""
 
     @abstractmethod
     async def step(self) -> float | None:
@@ -149,6 +155,14 @@ class Service(ABC):
         with contextlib.suppress(asyncio.CancelledError):
             await task
 
+    def progressed(self) -> None:
+        """The step in flight is under way (a step that lasts, such as a relay session): the
+        faults before it are over — their outage ends, and the next fault backs off from the
+        first delay again, as after a step that ended well."""
+        if self._faulted is not None:
+            self.outages.recovered(self._faulted)
+        self._failures, self._faulted = 0, None
+
     def wake(self) -> None:
         """Cut the current wait short: step again at once."""
         self._wake.set()
@@ -179,20 +193,17 @@ class Service(ABC):
 
     async def run(self) -> None:
         """Step until stopped or done; faults as the module docstring says."""
-        failures = 0
-        faulted: str | None = None
+        self._failures, self._faulted = 0, None
         while not self._stop.is_set():
             self._wake.clear()
             try:
                 wait = await self.step()
             except Exception as exc:  # noqa: BLE001 - classified in _failed (raised when fatal)
-                failures += 1
-                faulted = self._failed(exc, failures)
-                wait = self.backoff.delay(failures)
+                self._failures += 1
+                self._faulted = self._failed(exc, self._failures)
+                wait = self.backoff.delay(self._failures)
             else:
-                if faulted is not None:
-                    self.outages.recovered(faulted)
-                failures, faulted = 0, None
+                self.progressed()
                 if wait is None:
                     return
             await self.sleep(wait)

@@ -80,123 +80,20 @@ WHERE document_id = $1
 
 -- name: budgets_with_spend
 -- Each budget (every scope kind: work.budget_scopes) and what its scope spent in the current
--- period: settled usage, else the reservation (a reservation whose call's outcome is unknown
--- counts in full), nothing for a released one; apart, the reservations whose outcome is unknown
--- and what providers billed beyond reservations (overruns). A scope's spend is that of the
--- attempts reserved in it: an org's, a project's, a thread's (its own calls and its child
--- threads'), a model route's. Read from the running totals (migration 0031): the scope's
--- buckets of its period's kind from the period start on, plus the changes not folded into them
--- yet; the same figures as budgets_from_ledger, in one snapshot. $1, $2 = the scopes' kinds and
--- ids (NULL = every budget).
-WITH b AS (
-    SELECT b.*, work.period_start(b.period, now()) AS period_start,
-           CASE b.period WHEN 'hour' THEN 'hour' WHEN 'total' THEN 'total' ELSE 'day' END
-               AS bucket,
-           CASE WHEN b.scope_kind = 'thread' THEN b.scope_id::uuid END AS thread_id
-    FROM work.budget_scopes b
-    WHERE $1::text[] IS NULL
-       OR (b.scope_kind, b.scope_id) IN (SELECT * FROM unnest($1::text[], $2::text[]))
-), x AS (
-    SELECT b.scope_kind, b.scope_id, t.tokens, t.cost, t.outstanding, t.unknown,
-           t.unknown_tokens, t.overrun_tokens
-    FROM b JOIN work.spend_totals t
-      ON t.scope_kind = b.scope_kind AND t.scope_id = b.scope_id AND t.bucket = b.bucket
-     AND t.bucket_start >= b.period_start
-    UNION ALL
-    SELECT b.scope_kind, b.scope_id, c.tokens, c.cost, c.outstanding, c.unknown,
-           c.unknown_tokens, c.overrun_tokens
-    FROM b JOIN work.spend_changes c
-      ON c.reserved_hour >= b.period_start
-     AND CASE b.scope_kind
-             WHEN 'org' THEN c.org_id = b.scope_id
-             WHEN 'project' THEN c.project_id = b.scope_id
-             WHEN 'thread' THEN b.thread_id IN (c.thread_id, c.parent_thread_id)
-             ELSE c.model = b.scope_id
-         END
-), s AS (
-    SELECT x.scope_kind, x.scope_id, sum(x.tokens) AS tokens, sum(x.cost) AS cost,
-           sum(x.outstanding) AS outstanding, sum(x.unknown) AS unknown,
-           sum(x.unknown_tokens) AS unknown_tokens, sum(x.overrun_tokens) AS overrun_tokens
-    FROM x
-    GROUP BY x.scope_kind, x.scope_id
-)
-SELECT b.scope_kind, b.scope_id, b.period, b.token_limit, b.cost_limit, b.updated_at,
-       b.updated_by, b.period_start,
-       coalesce(s.tokens, 0)::bigint AS tokens, coalesce(s.cost, 0)::numeric AS cost,
-       coalesce(s.outstanding, 0)::integer AS outstanding,
-       coalesce(s.unknown, 0)::integer AS unknown,
-       coalesce(s.unknown_tokens, 0)::bigint AS unknown_tokens,
-       coalesce(s.overrun_tokens, 0)::bigint AS overrun_tokens,
-       (SELECT count(*) FROM work.work_items w
-        WHERE w.status = 'parked' AND w.park_scope_kind = b.scope_kind
-          AND w.park_scope_id = b.scope_id)::integer AS parked
-FROM b
-LEFT JOIN s ON s.scope_kind = b.scope_kind AND s.scope_id = b.scope_id
-ORDER BY b.scope_kind <> 'org', b.scope_kind, b.scope_id
+-- period (what counts: migration 0036), read from the running totals (migration 0031): the
+-- scope's buckets of its period's kind from the period start on, plus the changes not folded
+-- into them yet; the same figures as budgets_from_ledger, in one snapshot. $1, $2 = the scopes'
+-- kinds and ids (NULL = every budget).
+SELECT *
+FROM work.budgets_with_spend($1::text[], $2::text[], from_ledger => false)
+ORDER BY scope_kind <> 'org', scope_kind, scope_id
 
 -- name: budgets_from_ledger
 -- The same as budgets_with_spend, summed from the spend rows themselves (every row of the
 -- period: the audit of the running totals, not for a hot path).
--- Each budget (every scope kind: work.budget_scopes) and what its scope spent in the current
--- period: settled usage, else the reservation (a reservation whose call's outcome is unknown
--- counts in full), nothing for a released one; apart, the reservations whose outcome is unknown
--- and what providers billed beyond reservations (overruns). A scope's spend is that of the
--- attempts reserved in it: an org's, a project's, a thread's (its own calls and its child
--- threads'), a model route's. $1, $2 = the scopes' kinds and ids (NULL = every budget).
-WITH b AS (
-    SELECT b.*, work.period_start(b.period, now()) AS period_start,
-           CASE WHEN b.scope_kind = 'thread' THEN b.scope_id::uuid END AS thread_id
-    FROM work.budget_scopes b
-    WHERE $1::text[] IS NULL
-       OR (b.scope_kind, b.scope_id) IN (SELECT * FROM unnest($1::text[], $2::text[]))
-), x AS (
-    SELECT b.scope_kind, b.scope_id, x.*
-    FROM b JOIN work.spend x
-      ON b.scope_kind = 'org' AND x.org_id = b.scope_id AND x.reserved_at >= b.period_start
-    UNION ALL
-    SELECT b.scope_kind, b.scope_id, x.*
-    FROM b JOIN work.spend x
-      ON b.scope_kind = 'project' AND x.project_id = b.scope_id
-     AND x.reserved_at >= b.period_start
-    UNION ALL
-    SELECT b.scope_kind, b.scope_id, x.*
-    FROM b JOIN work.spend x
-      ON b.scope_kind = 'thread' AND x.thread_id = b.thread_id AND x.reserved_at >= b.period_start
-    UNION ALL
-    SELECT b.scope_kind, b.scope_id, x.*
-    FROM b JOIN work.spend x
-      ON b.scope_kind = 'thread' AND x.parent_thread_id = b.thread_id
-     AND x.reserved_at >= b.period_start
-    UNION ALL
-    SELECT b.scope_kind, b.scope_id, x.*
-    FROM b JOIN work.spend x
-      ON b.scope_kind = 'route' AND x.model = b.scope_id AND x.reserved_at >= b.period_start
-), s AS (
-    SELECT x.scope_kind, x.scope_id,
-           sum(CASE x.state WHEN 'settled' THEN x.tokens WHEN 'released' THEN 0
-                            ELSE x.reserved_tokens END) AS tokens,
-           sum(CASE x.state WHEN 'settled' THEN x.cost WHEN 'released' THEN 0
-                            ELSE x.reserved_cost END) AS cost,
-           count(*) FILTER (WHERE x.state = 'reserved') AS outstanding,
-           count(*) FILTER (WHERE x.state = 'unknown') AS unknown,
-           sum(x.reserved_tokens) FILTER (WHERE x.state = 'unknown') AS unknown_tokens,
-           sum(x.overrun_tokens) AS overrun_tokens
-    FROM x
-    GROUP BY x.scope_kind, x.scope_id
-)
-SELECT b.scope_kind, b.scope_id, b.period, b.token_limit, b.cost_limit, b.updated_at,
-       b.updated_by, b.period_start,
-       coalesce(s.tokens, 0)::bigint AS tokens, coalesce(s.cost, 0)::numeric AS cost,
-       coalesce(s.outstanding, 0)::integer AS outstanding,
-       coalesce(s.unknown, 0)::integer AS unknown,
-       coalesce(s.unknown_tokens, 0)::bigint AS unknown_tokens,
-       coalesce(s.overrun_tokens, 0)::bigint AS overrun_tokens,
-       (SELECT count(*) FROM work.work_items w
-        WHERE w.status = 'parked' AND w.park_scope_kind = b.scope_kind
-          AND w.park_scope_id = b.scope_id)::integer AS parked
-FROM b
-LEFT JOIN s ON s.scope_kind = b.scope_kind AND s.scope_id = b.scope_id
-ORDER BY b.scope_kind <> 'org', b.scope_kind, b.scope_id
+SELECT *
+FROM work.budgets_with_spend($1::text[], $2::text[], from_ledger => true)
+ORDER BY scope_kind <> 'org', scope_kind, scope_id
 
 -- name: spend_over_period
 -- Each budgeted org's spend so far in its current period, counted as budgets_with_spend counts

@@ -9,6 +9,17 @@
 -- Membership: every live relay holds the member lock in shared mode for its session's life.
 SELECT pg_advisory_lock_shared($1::int, $2::int)
 
+-- name: queue_reads
+-- The relay's session reads and marks the outbox as a queue: in id order through the partial
+-- index of unpublished rows, whatever the statistics say. They say little of the unpublished
+-- rows (a fresh or newly emptied slot has none, and an analysed one saw a moment when few rows
+-- waited), and with few expected, the planner reads every unpublished row and sorts them, or
+-- marks a batch by scanning the whole slot: a backlog then costs every fetch the whole backlog,
+-- and grows. With bitmap scans and sorts off, the fetch reads the rows it returns and a mark
+-- probes one index entry per row. Only this session is affected.
+SET enable_bitmapscan = off;
+SET enable_sort = off
+
 -- name: count_relays
 SELECT count(*)::int
 FROM pg_locks
@@ -53,22 +64,29 @@ FROM unnest($2::int[]) AS s
 -- publishable (its write, or its available_at when delayed). A row waits while an earlier
 -- unpublished row of its key is not yet available (available_at in the future): a key's rows
 -- leave strictly in id order even when some of them are delayed. The keys of $4 are left out
--- (keys whose first row Kafka refused, waiting for their next try).
+-- (keys whose first row Kafka refused, waiting for their next try). $2 NULL: every shard is
+-- held, no row's shard is computed.
+-- The delayed rows (usually none) are read once, by their index, into a set of keys probed by
+-- hash; a key that has some is compared with its first delayed row only. The session reads
+-- the rows in id order through outbox_unpublished (repository.py, queue_reads): whatever the
+-- statistics say of the unpublished rows, a backlog costs the rows read, not the backlog.
+WITH delayed AS MATERIALIZED (
+    SELECT d.record_key, min(d.id) AS first_id
+    FROM core.outbox AS d
+    WHERE d.published_at IS NULL
+      AND d.available_at > now()
+    GROUP BY d.record_key
+)
 SELECT o.id, o.slot, o.event_type, o.record_key, o.idempotency_key, o.envelope,
        greatest(o.created_at, o.available_at) AS ready_at
 FROM core.outbox AS o
 WHERE o.published_at IS NULL
   AND o.available_at <= now()
-  AND (('x' || left(md5(o.record_key), 7))::bit(28)::int % $1::int) = ANY($2::int[])
+  AND ($2::int[] IS NULL
+       OR (('x' || left(md5(o.record_key), 7))::bit(28)::int % $1::int) = ANY($2::int[]))
   AND o.record_key <> ALL($4::text[])
-  AND NOT EXISTS (
-      SELECT 1
-      FROM core.outbox AS earlier
-      WHERE earlier.record_key = o.record_key
-        AND earlier.published_at IS NULL
-        AND earlier.id < o.id
-        AND earlier.available_at > now()
-  )
+  AND (o.record_key NOT IN (SELECT delayed.record_key FROM delayed)
+       OR o.id < (SELECT delayed.first_id FROM delayed WHERE delayed.record_key = o.record_key))
 ORDER BY o.id
 LIMIT $3
 

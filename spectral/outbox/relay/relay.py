@@ -15,9 +15,8 @@ LISTEN/NOTIFY, migration ``outbox_wakeup``): it takes its doorbell slot — wait
 poll interval, for the writers between their outbox insert and their commit — reads once more,
 and sleeps until a writer rings or the poll interval runs out (the fallback: a lost notification
 delays a row by at most that). Woken, it gives its slot back first, so writers stop ringing
-while it works. Each
-record carries the header ``outbox.ready_at`` (when its row became publishable, RFC 3339, the
-database's clock): consumers measure end-to-end freshness from it.
+while it works. Each record carries the header ``outbox.ready_at`` (when its row became
+publishable, RFC 3339, the database's clock): consumers measure end-to-end freshness from it.
 
 A record Kafka refuses for good (too large for its topic, a topic the relay may not write: no
 outage, ``spectral.faults.refusal_of``) keeps the session going: its key is left out and tried
@@ -25,7 +24,8 @@ again after a capped backoff, its first row alone, so nothing behind it is skipp
 docs/howto/deploy/health-and-alerts.md says how it shows).
 
 Faults (database or broker unavailable) end the session — its locks are released with it — and
-the relay starts a new one after a capped exponential backoff: a supervised loop
+the relay starts a new one after a capped exponential backoff, which starts over once a session
+has published a batch or caught up: a supervised loop
 (``spectral.service``), so an outage is logged when it starts, now and then while it lasts, and
 when it ends, never once per session tried. SIGTERM/SIGINT finish the batch in flight (publish
 and mark), release the locks and exit.
@@ -55,6 +55,7 @@ from typing import Any, Protocol
 
 from aiokafka import AIOKafkaProducer
 from aiokafka.errors import KafkaError
+from aiokafka.partitioner import DefaultPartitioner, murmur2
 
 from contracts import MAX_PRODUCE_BYTES, format_utc
 from spectral.db.connect import ping
@@ -133,6 +134,29 @@ def _headers(row: OutboxRow) -> list[tuple[str, bytes]]:
     return headers
 
 
+class KeyPartitioner:
+    """aiokafka's default partitioner — murmur2 of the key, as the Java client and librdkafka's
+    ``murmur2_random`` compute it, so a key lands on the same partition whichever client sent
+    it — with each key's hash remembered: the relay sends the same keys again and again, and
+    aiokafka's pure-Python murmur2 costs ~5 us a record. At most ``size`` keys are remembered
+    (then the memory starts afresh)."""
+
+    def __init__(self, size: int = 65_536) -> None:
+        self._size = size
+        self._hashes: dict[bytes, int] = {}
+        self._default = DefaultPartitioner()
+
+    def __call__(self, key: bytes | None, all_partitions: list[int], available: list[int]) -> int:
+        if key is None:
+            return int(self._default(key, all_partitions, available))
+        hashed = self._hashes.get(key)
+        if hashed is None:
+            if len(self._hashes) >= self._size:
+                self._hashes.clear()
+            hashed = self._hashes[key] = murmur2(key) & 0x7FFFFFFF
+        return all_partitions[hashed % len(all_partitions)]
+
+
 @dataclass
 class _Idle:
     """The doorbell slot an idle relay holds while it sleeps."""
@@ -206,6 +230,9 @@ class RelayOptions:
     listen: bool = True
     """Sleep on the doorbell (LISTEN/NOTIFY) when idle; False: poll only."""
     stats_interval: float = 1.0
+    batch_growth: int = 4
+    """How far a backlog grows a batch: after a full fetch the next one asks for twice as
+    many rows, up to ``batch_growth`` x ``batch``; a short fetch brings it back to ``batch``."""
     linger_ms: int = 0
     """The producer's wait for more records before it sends a request. A batch sends every row
     at once and then waits for every ack, so no more records come: any linger only delays the
@@ -339,6 +366,7 @@ class OutboxRelay:
     ) -> None:
         next_rebalance = 0.0
         idle = _Idle()
+        limit = self.options.batch
         if self.options.listen and not self.options.once:
             await repo.listen(self._bell.set)
         while not self._stopping:
@@ -350,9 +378,11 @@ class OutboxRelay:
             started = time.perf_counter()
             with self._call(Component.DATABASE, "fetch a batch"):
                 rows = await repo.fetch_batch(
-                    sorted(held), self.options.batch, leave_out=self._held_back.waiting()
+                    sorted(held), limit, leave_out=self._held_back.waiting()
                 )
+            limit = self._next_limit(limit, len(rows))
             if not rows:
+                self._sessions.progressed()  # caught up: the faults before are over
                 if self.options.once:
                     await self._refresh_stats(repo)
                     return
@@ -361,8 +391,16 @@ class OutboxRelay:
                 continue
             await idle.disarm(repo)
             await self._batch(repo, producer, rows, started, report)
+            self._sessions.progressed()  # published and marked: the next fault backs off anew
         if self.options.once:
             await self._refresh_stats(repo)  # (the session's end gives a held doorbell slot back)
+
+    def _next_limit(self, limit: int, fetched: int) -> int:
+        """A full fetch (a backlog) doubles the next batch, up to ``batch_growth`` times the
+        batch; a short one (caught up) brings it back."""
+        if fetched < limit:
+            return self.options.batch
+        return min(2 * limit, self.options.batch * max(1, self.options.batch_growth))
 
     async def _idle(self, repo: RelayRepository, idle: _Idle, held: set[int]) -> bool:
         """Nothing to publish: sleep until the doorbell rings or the wait runs out; return
@@ -522,6 +560,7 @@ class OutboxRelay:
         producer: _Producer = AIOKafkaProducer(
             **producer_kwargs(self._settings, self._bootstrap),
             client_id=client_id,
+            partitioner=KeyPartitioner(),
             linger_ms=self.options.linger_ms,
             max_batch_size=self.options.max_batch_bytes,
             # the contract's producer limit: aiokafka's default (1 MiB) refuses a valid record

@@ -52,6 +52,7 @@ class RelayRepository:
     async def open(cls, dsn: str, role: str | None = RELAY_ROLE) -> RelayRepository:
         conn = await connect(dsn, role=role)
         repo = cls(conn)
+        await guarded("plan queue reads", lambda: conn.execute(_SQL["queue_reads"]))
         await guarded(
             "join relays", lambda: conn.execute(_SQL["join_relays"], LOCK_CLASS, MEMBER_LOCK)
         )
@@ -98,10 +99,15 @@ class RelayRepository:
         """The next publishable rows of ``shards`` in id order, none of the keys ``leave_out``."""
         if not shards:
             return []
+        every = len(set(shards)) == SHARD_COUNT
         rows = await guarded(
             "fetch outbox batch",
             lambda: self._conn.fetch(
-                _SQL["fetch_batch"], SHARD_COUNT, sorted(shards), limit, list(leave_out)
+                _SQL["fetch_batch"],
+                SHARD_COUNT,
+                None if every else sorted(shards),
+                limit,
+                list(leave_out),
             ),
         )
         return [

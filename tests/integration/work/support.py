@@ -18,6 +18,7 @@ import asyncpg
 from prometheus_client import CollectorRegistry
 
 from consumers.work_executor.claims import ClaimRepository
+from consumers.work_executor.deployment import route_resolver
 from consumers.work_executor.executor import ExecutorConfig
 from consumers.work_executor.handler import WorkExecutorHandler
 from consumers.work_executor.metrics import ExecutorMetrics
@@ -31,10 +32,13 @@ from producers.work.domain.read import WorkReader
 from spectral.db.connect import create_pool
 from spectral.errors import PermanentError, TransientError
 from spectral.llm.limits import ProviderLimits
+from spectral.llm.openai_compat import OpenAICompatSynthesizer
+from spectral.llm.router import ModelRouter
 from spectral.llm.seam import SynthesisRequest, SynthesisResponse
 from spectral.llm.stub import StubSynthesizer
 from spectral.observability.logging import configure_logging
 from spectral.settings import Settings
+from tests.fakes.openai_server import FakeModelServer
 
 PROJECT = "p1"
 DOCUMENT = "backlog-1"
@@ -194,6 +198,46 @@ async def executor(
         yield handler
     finally:
         await handler.aclose()
+
+
+@asynccontextmanager
+async def gateway_executor(
+    settings: Settings,
+    database_url: str,
+    gateway: FakeModelServer,
+    *,
+    registry: CollectorRegistry,
+    limits: dict[str, Any] | None = None,
+    lease_timeout: float = 30.0,
+    **overrides: Any,
+) -> AsyncIterator[tuple[Harness, WorkExecutorHandler]]:
+    """The harness and an executor whose calls go over HTTP to ``gateway`` (OpenAI-compatible,
+    every function routed to its model ``fake-model``, with the provider ``limits`` of that
+    model); ``overrides`` are further executor settings."""
+    current = executor_settings(
+        settings,
+        synthesizer="openai",
+        llm_base_url=gateway.url,
+        llm_routes={"*": "fake-model"},
+        **overrides,
+    )
+    synthesizer = OpenAICompatSynthesizer.from_settings(current)
+    try:
+        async with (
+            harness(database_url) as h,
+            executor(
+                current,
+                database_url,
+                synthesizer,
+                registry=registry,
+                lease_timeout=lease_timeout,
+                limits=ProviderLimits.parse({"fake-model": limits or {}}),
+                resolve=route_resolver(ModelRouter.from_settings(current)),
+            ) as handler,
+        ):
+            yield h, handler
+    finally:
+        await synthesizer.aclose()
 
 
 async def run_until_settled(

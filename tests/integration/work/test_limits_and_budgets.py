@@ -14,14 +14,11 @@ from decimal import Decimal
 import pytest
 from prometheus_client import CollectorRegistry
 
-from consumers.work_executor.deployment import route_resolver
 from producers.work.budgets import BudgetCommands
 from producers.work.commands import GenerateAll
 from producers.work.domain.budgets import Period
 from producers.work.schemas import BudgetOut
 from spectral.llm.limits import ProviderLimits
-from spectral.llm.openai_compat import OpenAICompatSynthesizer
-from spectral.llm.router import ModelRouter
 from spectral.settings import Settings
 from tests.fakes.openai_server import FakeModelServer
 from tests.integration.work.support import (
@@ -31,6 +28,7 @@ from tests.integration.work.support import (
     backlog,
     executor,
     executor_settings,
+    gateway_executor,
     harness,
     run_until_settled,
 )
@@ -74,25 +72,13 @@ async def test_a_429_pauses_its_route_for_its_retry_after_and_is_not_an_attempt(
 ) -> None:
     registry = CollectorRegistry()
     with FakeModelServer() as server:
-        current = executor_settings(
+        async with gateway_executor(
             settings,
-            synthesizer="openai",
-            llm_base_url=server.url,
-            llm_routes={"*": "fake-model"},
+            database_url,
+            server,
+            registry=registry,
             work_max_attempts=1,  # the 429 must not use it up
-        )
-        synthesizer = OpenAICompatSynthesizer.from_settings(current)
-        async with (
-            harness(database_url) as h,
-            executor(
-                current,
-                database_url,
-                synthesizer,
-                registry=registry,
-                limits=ProviderLimits.parse({"fake-model": {}}),
-                resolve=route_resolver(ModelRouter.from_settings(current)),
-            ) as handler,
-        ):
+        ) as (h, handler):
             await h.commands.put_document(
                 PROJECT, DOCUMENT, backlog("Busy [ratelimited:1:1]", "Later")
             )

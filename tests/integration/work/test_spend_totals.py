@@ -6,8 +6,11 @@ a sum over its spend rows, rows of earlier hours, days, weeks and months include
 
 from __future__ import annotations
 
+import json
 from datetime import timedelta
 from decimal import Decimal
+from pathlib import Path
+from typing import Any
 from uuid import UUID, uuid4
 
 import asyncpg
@@ -16,8 +19,10 @@ import pytest
 from consumers.work_executor.claims import ClaimRepository
 from producers.work.budgets import BudgetCommands
 from producers.work.commands import GenerateAll
+from producers.work.domain import budgets as budget_reads
 from producers.work.domain.budgets import Period, ScopeKind, scope_budgets
 from spectral.db.connect import create_pool
+from spectral.db.queries import load_queries
 from spectral.llm.limits import ProviderLimits
 from tests.integration.work.support import backlog, harness
 from tests.support import unique_name
@@ -28,6 +33,9 @@ AGES = tuple(timedelta(hours=hours) for hours in (0, 50 / 60, 3, 26, 8 * 24, 40 
 """How long before now each spend row was reserved: in this hour, the last hour or so, earlier
 today or yesterday, earlier this week or month, last month and last year (which of them falls
 into a budget's period depends on when the test runs: the totals must agree either way)."""
+SPEND_ROWS = 20_000
+"""A period's spend rows: enough that a plan reading them shows."""
+_QUERIES = load_queries(Path(budget_reads.__file__).with_name("queries.sql"))
 
 
 async def _drift(admin: asyncpg.Pool) -> list[str]:
@@ -186,3 +194,62 @@ async def test_a_claim_folds_the_changes_and_admits_on_the_same_figures(
             assert after.tokens > view.tokens
         finally:
             await executor.close()
+
+
+def _relations(plan: dict[str, Any]) -> list[tuple[str, int]]:
+    """Each relation the executed plan reads, with the rows its node produced or threw away."""
+    own = []
+    if "Relation Name" in plan:
+        rows = int(plan.get("Actual Rows", 0)) * int(plan.get("Actual Loops", 0))
+        own.append((plan["Relation Name"], rows + int(plan.get("Rows Removed by Filter", 0))))
+    return own + [r for child in plan.get("Plans", []) for r in _relations(child)]
+
+
+async def test_the_running_totals_read_never_reads_the_spend_rows(database_url: str) -> None:
+    """The two reads share one function (migration 0036) and each plan holds only its own
+    branches, custom and generic plans alike: the budgets read from the totals cost the same
+    whatever the period's volume; the audit sums the period's spend rows."""
+    async with harness(database_url) as h:
+        org, project, document = unique_name("o"), unique_name("p"), unique_name("d")
+        await h.commands.put_document(project, document, backlog("A"))
+        await h.commands.generate_all(GenerateAll(project, document, org_id=org))
+        item = await h.admin.fetchval(
+            "SELECT work_item_id FROM work.work_items WHERE org_id = $1", org
+        )
+        await BudgetCommands(h.producer).set(org, Period.DAY, token_limit=10**9)
+        await h.admin.execute(
+            "INSERT INTO work.spend (work_item_id, attempt, org_id, model, function_key, state, "
+            "reserved_tokens, reserved_cost) "
+            "SELECT $1, g, $2, 'm', 'story_generate', 'reserved', 10, 0.01 "
+            "FROM generate_series(1, $3::int) AS g",
+            item,
+            org,
+            SPEND_ROWS,
+        )
+        await _fold(h.admin)
+        await h.admin.execute("ANALYZE work.spend, work.spend_totals")
+        async with h.admin.acquire() as conn:
+            for name, reads_the_ledger in (
+                ("budgets_with_spend", False),
+                ("budgets_from_ledger", True),
+            ):
+                query = _QUERIES[name]
+                custom = await conn.fetch(f"EXPLAIN (ANALYZE, FORMAT JSON) {query}", ["org"], [org])
+                await conn.execute(f"PREPARE budgets (text[], text[]) AS {query}")
+                await conn.execute("SET plan_cache_mode = force_generic_plan")
+                generic = await conn.fetch(
+                    f"EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE budgets(ARRAY['org'], ARRAY['{org}'])"
+                )
+                await conn.execute("DEALLOCATE budgets; RESET plan_cache_mode")
+                for [row] in (custom, generic):
+                    relations = _relations(json.loads(row[0])[0]["Plan"])
+                    spend = sum(rows for relation, rows in relations if relation == "spend")
+                    if reads_the_ledger:
+                        assert spend >= SPEND_ROWS, relations
+                    else:
+                        assert "spend" not in {relation for relation, _ in relations}, relations
+                        assert sum(rows for _, rows in relations) < 100, relations
+            scope = (ScopeKind.ORG, org)
+            totals = await scope_budgets(conn, [scope])
+            assert totals == await scope_budgets(conn, [scope], from_ledger=True)
+            assert totals[scope].tokens == 10 * SPEND_ROWS

@@ -8,22 +8,16 @@ from __future__ import annotations
 import pytest
 from prometheus_client import CollectorRegistry
 
-from consumers.work_executor.deployment import route_resolver
 from producers.work.budgets import BudgetCommands
 from producers.work.commands import GenerateAll
 from producers.work.domain.budgets import Period
-from spectral.llm.limits import ProviderLimits
-from spectral.llm.openai_compat import OpenAICompatSynthesizer
-from spectral.llm.router import ModelRouter
 from spectral.settings import Settings
 from tests.fakes.openai_server import FakeModelServer
 from tests.integration.work.support import (
     DOCUMENT,
     PROJECT,
     backlog,
-    executor,
-    executor_settings,
-    harness,
+    gateway_executor,
     run_until_settled,
 )
 
@@ -37,43 +31,27 @@ async def test_a_stream_that_never_stops_is_cut_at_max_tokens_and_billed_at_its_
 ) -> None:
     registry = CollectorRegistry()
     with FakeModelServer() as server:
-        current = executor_settings(
+        async with gateway_executor(
             settings,
-            synthesizer="openai",
-            llm_base_url=server.url,
-            llm_routes={"*": "fake-model"},
+            database_url,
+            server,
+            registry=registry,
+            limits={"max_tokens": MAX_TOKENS},
             llm_stream=True,
             work_max_attempts=1,
-        )
-        synthesizer = OpenAICompatSynthesizer.from_settings(current)
-        try:
-            async with (
-                harness(database_url) as h,
-                executor(
-                    current,
-                    database_url,
-                    synthesizer,
-                    registry=registry,
-                    limits=ProviderLimits.parse({"fake-model": {"max_tokens": MAX_TOKENS}}),
-                    resolve=route_resolver(ModelRouter.from_settings(current)),
-                ) as handler,
-            ):
-                await BudgetCommands(h.producer).set("acme", Period.DAY, token_limit=100_000)
-                await h.commands.put_document(
-                    PROJECT, DOCUMENT, backlog("Endless [endless]", "Honest")
-                )
-                await h.commands.generate_all(GenerateAll(PROJECT, DOCUMENT, org_id="acme"))
-                await run_until_settled(handler, h.admin, timeout=60)
+        ) as (h, handler):
+            await BudgetCommands(h.producer).set("acme", Period.DAY, token_limit=100_000)
+            await h.commands.put_document(PROJECT, DOCUMENT, backlog("Endless [endless]", "Honest"))
+            await h.commands.generate_all(GenerateAll(PROJECT, DOCUMENT, org_id="acme"))
+            await run_until_settled(handler, h.admin, timeout=60)
 
-                rows = await h.admin.fetch(
-                    "SELECT w.input->>'epic_id' AS epic, w.status, s.state, s.reserved_tokens, "
-                    "s.tokens, (e.payload->>'stopped_at_bound')::int AS stopped "
-                    "FROM work.work_items w JOIN work.spend s USING (work_item_id) "
-                    "JOIN work.ledger_entries e ON e.work_item_id = w.work_item_id "
-                    "  AND e.entry_type = 'response' ORDER BY epic"
-                )
-        finally:
-            await synthesizer.aclose()
+            rows = await h.admin.fetch(
+                "SELECT w.input->>'epic_id' AS epic, w.status, s.state, s.reserved_tokens, "
+                "s.tokens, (e.payload->>'stopped_at_bound')::int AS stopped "
+                "FROM work.work_items w JOIN work.spend s USING (work_item_id) "
+                "JOIN work.ledger_entries e ON e.work_item_id = w.work_item_id "
+                "  AND e.entry_type = 'response' ORDER BY epic"
+            )
     endless, honest = rows
     # Cut at the bound, recorded, settled at the reservation: billed no more than allowed.
     assert endless["stopped"] == MAX_TOKENS

@@ -9,14 +9,11 @@ import asyncio
 import pytest
 from prometheus_client import CollectorRegistry
 
-from consumers.work_executor.deployment import route_resolver
 from consumers.work_executor.outcomes import UnknownOutcomePolicy
 from producers.work.budgets import BudgetCommands
 from producers.work.commands import GenerateAll
 from producers.work.domain.budgets import Period
 from spectral.llm.limits import ProviderLimits
-from spectral.llm.openai_compat import OpenAICompatSynthesizer
-from spectral.llm.router import ModelRouter
 from spectral.settings import Settings
 from tests.fakes.openai_server import FakeModelServer
 from tests.integration.work.support import (
@@ -26,6 +23,7 @@ from tests.integration.work.support import (
     backlog,
     executor,
     executor_settings,
+    gateway_executor,
     harness,
     run_until_settled,
 )
@@ -89,41 +87,26 @@ async def test_a_call_that_times_out_is_reissued_under_its_key_within_the_lease_
     records the re-issue. Without re-issues, each attempt's new key is billed again."""
     registry = CollectorRegistry()
     with FakeModelServer(idempotent=True) as gateway:
-        current = executor_settings(
+        async with gateway_executor(
             settings,
-            synthesizer="openai",
-            llm_base_url=gateway.url,
-            llm_routes={"*": "fake-model"},
+            database_url,
+            gateway,
+            registry=registry,
+            limits={"max_tokens": 200},
             llm_timeout_seconds=1.0,
-        )
-        synthesizer = OpenAICompatSynthesizer.from_settings(current)
-        try:
-            async with (
-                harness(database_url) as h,
-                executor(
-                    current,
-                    database_url,
-                    synthesizer,
-                    registry=registry,
-                    lease_timeout=30.0,
-                    limits=ProviderLimits.parse({"fake-model": {"max_tokens": 200}}),
-                    resolve=route_resolver(ModelRouter.from_settings(current)),
-                ) as handler,
-            ):
-                await h.commands.put_document(PROJECT, DOCUMENT, backlog("Slow [slow:1.6]"))
-                await h.commands.generate_all(GenerateAll(PROJECT, DOCUMENT))
-                await run_until_settled(handler, h.admin)
-                item = await h.admin.fetchrow(
-                    "SELECT work_item_id, status, attempt FROM work.work_items"
-                )
-                spend = await h.admin.fetch("SELECT attempt, state, reissues FROM work.spend")
-                errors = await h.admin.fetch(
-                    "SELECT attempt, payload->>'message' AS message, "
-                    "payload->>'disposition' AS disposition "
-                    "FROM work.ledger_entries WHERE entry_type = 'error'"
-                )
-        finally:
-            await synthesizer.aclose()
+        ) as (h, handler):
+            await h.commands.put_document(PROJECT, DOCUMENT, backlog("Slow [slow:1.6]"))
+            await h.commands.generate_all(GenerateAll(PROJECT, DOCUMENT))
+            await run_until_settled(handler, h.admin)
+            item = await h.admin.fetchrow(
+                "SELECT work_item_id, status, attempt FROM work.work_items"
+            )
+            spend = await h.admin.fetch("SELECT attempt, state, reissues FROM work.spend")
+            errors = await h.admin.fetch(
+                "SELECT attempt, payload->>'message' AS message, "
+                "payload->>'disposition' AS disposition "
+                "FROM work.ledger_entries WHERE entry_type = 'error'"
+            )
     assert item is not None
     assert (item["status"], item["attempt"]) == ("applied", 1)
     key = f"{item['work_item_id']}:1"

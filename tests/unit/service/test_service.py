@@ -171,6 +171,37 @@ async def test_a_service_gives_up_after_so_many_faults_in_a_row() -> None:
     assert service.steps == 4
 
 
+async def test_a_step_that_lasts_ends_the_faults_before_it_once_it_progressed(
+    captured: list[MutableMapping[str, Any]],
+) -> None:
+    """A long step (a relay session) that got going: the next fault backs off from the first
+    delay and counts as the first in a row, and the outage before it ended."""
+    waits: list[float] = []
+
+    class Sessions(Scripted):
+        async def step(self) -> float | None:
+            if self.steps == 2:  # the third session gets going, then faults
+                self.progressed()
+            return await super().step()
+
+        async def sleep(self, seconds: float) -> None:
+            waits.append(seconds)
+
+    service = Sessions(
+        [KafkaTimeoutError(), KafkaTimeoutError(), KafkaTimeoutError(), KafkaTimeoutError(), None],
+        give_up_after=3,
+    )
+    service.backoff = Backoff(base=1.0, cap=60.0)
+    await service.run()
+    assert waits == [1.0, 2.0, 1.0, 2.0]
+    assert _events(captured) == [
+        "outage started: waiting for the server",
+        "outage ended: the server answers again",
+        "outage started: waiting for the server",
+        "outage ended: the server answers again",
+    ]
+
+
 async def test_stop_lets_the_step_finish_and_wake_cuts_a_wait_short() -> None:
     entered = asyncio.Event()
     release = asyncio.Event()

@@ -21,7 +21,7 @@ from prometheus_client import CollectorRegistry
 from spectral.kafka.freshness import READY_AT_HEADER
 from spectral.outbox.relay import OutboxRelay, RelayMetrics, RelayOptions
 from spectral.outbox.relay.repository import WAKEUP_CHANNEL
-from spectral.outbox.relay.shards import DOORBELL_BASE, LOCK_CLASS, SHARD_COUNT
+from spectral.outbox.relay.shards import DOORBELL_BASE, LOCK_CLASS, MEMBER_LOCK, SHARD_COUNT
 from spectral.outbox.writer import OutboxItem, enqueue
 from spectral.settings import Settings
 from tests.integration.outbox.relay.support import (
@@ -51,6 +51,12 @@ WHERE locktype = 'advisory' AND database = (SELECT oid FROM pg_database
 
 
 _WAITERS = _SLEEPERS.replace("AND granted", "AND NOT granted")
+_JOINING = """
+SELECT count(*) FROM pg_locks
+WHERE locktype = 'advisory' AND database = (SELECT oid FROM pg_database
+                                             WHERE datname = current_database())
+  AND classid = $1::int::oid AND objid = $2::int::oid AND mode = 'ShareLock' AND NOT granted
+"""
 
 
 def _relay(settings: Settings, registry: CollectorRegistry, **options: object) -> OutboxRelay:
@@ -173,13 +179,36 @@ async def test_a_writer_in_flight_keeps_relays_awake_until_it_commits(
         await writer.close()
 
 
+@contextlib.asynccontextmanager
+async def joining_together(database_url: str, relays: int) -> AsyncIterator[None]:
+    """Hold the relays' membership lock exclusively while ``relays`` relays start, and let them
+    all in at once: each counts the others at its first rebalance and takes its share. (A relay
+    that counted itself alone takes every shard and sleeps, here for 30 s, before it gives its
+    surplus back; a newcomer that finds every shard held waits as long.)"""
+    conn = await asyncpg.connect(database_url)
+    try:
+        await conn.execute("SELECT pg_advisory_lock($1::int, $2::int)", LOCK_CLASS, MEMBER_LOCK)
+        yield
+
+        async def waiting() -> bool:
+            return int(await conn.fetchval(_JOINING, LOCK_CLASS, MEMBER_LOCK)) == relays
+
+        await eventually(waiting, timeout=SETTLE, interval=0.05)
+        await conn.execute("SELECT pg_advisory_unlock($1::int, $2::int)", LOCK_CLASS, MEMBER_LOCK)
+    finally:
+        await conn.close()
+
+
 async def test_two_sleeping_relays_are_both_woken(
     settings_factory: Callable[..., Settings], database_url: str
 ) -> None:
     settings = settings_factory()
     registries = [CollectorRegistry(), CollectorRegistry()]
     relays = [_relay(settings, registry, rebalance_interval=0.2) for registry in registries]
-    async with running(relays[0]), running(relays[1]):
+    async with contextlib.AsyncExitStack() as stack:
+        async with joining_together(database_url, len(relays)):
+            for relay in relays:
+                await stack.enter_async_context(running(relay))
 
         async def shared_out() -> bool:
             held = [r.get_sample_value("spectral_outbox_relay_shards_held") for r in registries]
