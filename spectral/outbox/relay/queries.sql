@@ -15,8 +15,8 @@ SELECT pg_advisory_lock_shared($1::int, $2::int)
 -- rows (a fresh or newly emptied slot has none, and an analysed one saw a moment when few rows
 -- waited), and with few expected, the planner reads every unpublished row and sorts them, or
 -- marks a batch by scanning the whole slot: a backlog then costs every fetch the whole backlog,
--- and grows. With bitmap scans and sorts off, the fetch reads the rows it returns and a mark
--- probes one index entry per row. Only this session is affected.
+-- and grows. With bitmap scans and sorts off, the fetch reads the rows it returns (and the rows
+-- in flight it skips) and a mark probes one index entry per row. Only this session is affected.
 SET enable_bitmapscan = off;
 SET enable_sort = off
 
@@ -64,8 +64,9 @@ FROM unnest($2::int[]) AS s
 -- publishable (its write, or its available_at when delayed). A row waits while an earlier
 -- unpublished row of its key is not yet available (available_at in the future): a key's rows
 -- leave strictly in id order even when some of them are delayed. The keys of $4 are left out
--- (keys whose first row Kafka refused, waiting for their next try). $2 NULL: every shard is
--- held, no row's shard is computed.
+-- (keys whose first row Kafka refused, waiting for their next try), and so are the rows of $5
+-- (the batch in flight: sent, its acknowledgements awaited while this one is read; a hashed
+-- set, one probe per row). $2 NULL: every shard is held, no row's shard is computed.
 -- The delayed rows (usually none) are read once, by their index, into a set of keys probed by
 -- hash; a key that has some is compared with its first delayed row only. The session reads
 -- the rows in id order through outbox_unpublished (repository.py, queue_reads): whatever the
@@ -85,6 +86,7 @@ WHERE o.published_at IS NULL
   AND ($2::int[] IS NULL
        OR (('x' || left(md5(o.record_key), 7))::bit(28)::int % $1::int) = ANY($2::int[]))
   AND o.record_key <> ALL($4::text[])
+  AND o.id NOT IN (SELECT unnest($5::bigint[]))
   AND (o.record_key NOT IN (SELECT delayed.record_key FROM delayed)
        OR o.id < (SELECT delayed.first_id FROM delayed WHERE delayed.record_key = o.record_key))
 ORDER BY o.id

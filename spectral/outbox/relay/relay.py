@@ -8,7 +8,7 @@ the acknowledged rows published. A crash (SIGKILL) anywhere before the mark leav
 unmarked and they are published again by whichever relay holds the shard next: a duplicate on
 the topic that consumers deduplicate by idempotency_key, never a loss. A row is marked only when
 it and every earlier row of its key in the batch were acknowledged, so a failed send never lets
-a later row of the same key be recorded as done before it.
+a later row of the same key be recorded as done before it. Two batches overlap (``_loop``).
 
 Idle: a relay that found nothing to publish sleeps on the outbox's doorbell (PostgreSQL
 LISTEN/NOTIFY, migration ``outbox_wakeup``): it takes its doorbell slot — waiting, at most the
@@ -25,10 +25,9 @@ docs/howto/deploy/health-and-alerts.md says how it shows).
 
 Faults (database or broker unavailable) end the session — its locks are released with it — and
 the relay starts a new one after a capped exponential backoff, which starts over once a session
-has published a batch or caught up: a supervised loop
-(``spectral.service``), so an outage is logged when it starts, now and then while it lasts, and
-when it ends, never once per session tried. SIGTERM/SIGINT finish the batch in flight (publish
-and mark), release the locks and exit.
+has published a batch or caught up: a supervised loop (``spectral.service``), so an outage is
+logged when it starts, now and then while it lasts, and when it ends, never once per session
+tried. SIGTERM/SIGINT finish the batches in flight (publish and mark), release the locks, exit.
 
 Nothing the relay reports waits on a call that may block. Readiness: the ``database`` and
 ``kafka`` checks are probes on clocks of their own (a ``SELECT 1`` on a connection of its own; a
@@ -124,6 +123,17 @@ def safe_to_mark(
     return acked, fault
 
 
+def unsettled(rows: Sequence[OutboxRow], marked: set[int]) -> dict[str, int]:
+    """Per key of ``rows``, the lowest id of its rows left unmarked (refused, failed, not sent):
+    a later row of that key must not be sent before that row is — the next batch, read while
+    this one was in flight, holds such rows back (they are read again once it has gone)."""
+    first: dict[str, int] = {}
+    for row in rows:
+        if row.id not in marked and row.record_key not in first:
+            first[row.record_key] = row.id
+    return first
+
+
 def _headers(row: OutboxRow) -> list[tuple[str, bytes]]:
     headers = [
         ("event_type", row.event_type.encode()),
@@ -213,6 +223,35 @@ class HeldBack:
 
 FORGET_AFTER = 600.0
 """Seconds past its try after which a held-back key nobody refused again is forgotten."""
+
+
+@dataclass
+class _Flight:
+    """A batch sent to Kafka, its acknowledgements awaited (the next batch is read meanwhile)."""
+
+    rows: Sequence[OutboxRow]
+    sent: list[asyncio.Future[object] | BaseException | None]
+    failure: BaseException | None
+    """The fault that stopped the sending (the rows after it were not sent)."""
+    started: float
+    answered_at: float = 0.0
+    """When the last acknowledgement (or fault) came back (this host's clock, UNIX time)."""
+    _outcomes: asyncio.Future[list[object]] | None = None
+
+    def __post_init__(self) -> None:
+        self._outcomes = asyncio.gather(
+            *(f for f in self.sent if isinstance(f, asyncio.Future)), return_exceptions=True
+        )
+        self._outcomes.add_done_callback(self._answered)
+
+    def _answered(self, _: object) -> None:
+        self.answered_at = time.time()
+
+    async def results(self) -> list[object]:
+        """Each row's outcome in order: its acknowledgement, its fault, or None (not sent)."""
+        assert self._outcomes is not None  # noqa: S101 - set at creation
+        acks = iter(await self._outcomes)
+        return [next(acks) if isinstance(f, asyncio.Future) else f for f in self.sent]
 
 
 class BrokerUnavailableError(TransientError):
@@ -348,6 +387,8 @@ class OutboxRelay:
             report.sessions += 1
             log.info("relay session started", once=self.options.once)
             self._ready("session", ok=True, detail="database and Kafka connected")
+            if self.options.listen and not self.options.once:
+                await repo.listen(self._bell.set)
             await self._loop(repo, producer, held, report)
         finally:
             self._ready("shards", ok=False, detail="no session")
@@ -364,36 +405,80 @@ class OutboxRelay:
     async def _loop(
         self, repo: RelayRepository, producer: _Producer, held: set[int], report: RelayReport
     ) -> None:
+        """Batches, two at a time: while one batch's acknowledgements are awaited the next one
+        is read; it is sent once the first one's outcome is known (so a key's rows never
+        overtake a row of it that was not acknowledged), and the first one is marked while the
+        second one's acknowledgements are awaited."""
         next_rebalance = 0.0
         idle = _Idle()
         limit = self.options.batch
-        if self.options.listen and not self.options.once:
-            await repo.listen(self._bell.set)
+        flight: _Flight | None = None
         while not self._stopping:
             now = time.monotonic()
             if now >= next_rebalance:
-                with self._call(Component.DATABASE, "shard rebalance"):
-                    await self._rebalance(repo, held)
+                await self._rebalance_landed(repo, producer, flight, held, report)
+                flight = None
                 next_rebalance = now + self.options.rebalance_interval
             started = time.perf_counter()
-            with self._call(Component.DATABASE, "fetch a batch"):
-                rows = await repo.fetch_batch(
-                    sorted(held), limit, leave_out=self._held_back.waiting()
-                )
+            rows = await self._fetch(repo, held, limit, flight)
             limit = self._next_limit(limit, len(rows))
-            if not rows:
-                self._sessions.progressed()  # caught up: the faults before are over
-                if self.options.once:
-                    await self._refresh_stats(repo)
-                    return
-                if not await self._idle(repo, idle, held):
-                    next_rebalance = 0.0  # slept it out: look for shards freed meanwhile
+            if flight is not None:
+                flight = await self._land(
+                    repo, producer, flight, following=rows, report=report, started=started
+                )
+            elif rows:
+                flight = await self._send(producer, rows, {}, started)
+            if flight is not None:
+                await idle.disarm(repo)  # at work: writers stop ringing
                 continue
-            await idle.disarm(repo)
-            await self._batch(repo, producer, rows, started, report)
-            self._sessions.progressed()  # published and marked: the next fault backs off anew
+            self._sessions.progressed()  # caught up: the faults before are over
+            if self.options.once:
+                await self._refresh_stats(repo)
+                return
+            if not await self._idle(repo, idle, held):
+                next_rebalance = 0.0  # slept it out: look for shards freed meanwhile
+        await self._stopped(repo, producer, flight, report)
+
+    async def _rebalance_landed(
+        self,
+        repo: RelayRepository,
+        producer: _Producer,
+        flight: _Flight | None,
+        held: set[int],
+        report: RelayReport,
+    ) -> None:
+        """Land the batch in flight (shards change hands only between marked batches), then
+        rebalance the shards."""
+        if flight is not None:
+            await self._land(repo, producer, flight, report=report)
+        with self._call(Component.DATABASE, "shard rebalance"):
+            await self._rebalance(repo, held)
+
+    async def _stopped(
+        self,
+        repo: RelayRepository,
+        producer: _Producer,
+        flight: _Flight | None,
+        report: RelayReport,
+    ) -> None:
+        """Asked to stop: finish the batch in flight (publish and mark)."""
+        if flight is not None:
+            await self._land(repo, producer, flight, report=report)
         if self.options.once:
             await self._refresh_stats(repo)  # (the session's end gives a held doorbell slot back)
+
+    async def _fetch(
+        self, repo: RelayRepository, held: set[int], limit: int, flight: _Flight | None
+    ) -> list[OutboxRow]:
+        """The next batch: rows of the held shards, none of the keys waiting for their next try
+        nor of the batch in flight."""
+        with self._call(Component.DATABASE, "fetch a batch"):
+            return await repo.fetch_batch(
+                sorted(held),
+                limit,
+                leave_out=self._held_back.waiting(),
+                in_flight=[row.id for row in flight.rows] if flight else (),
+            )
 
     def _next_limit(self, limit: int, fetched: int) -> int:
         """A full fetch (a backlog) doubles the next batch, up to ``batch_growth`` times the
@@ -424,38 +509,65 @@ class OutboxRelay:
         await idle.disarm(repo)
         return rang
 
-    async def _batch(
+    async def _send(
+        self,
+        producer: _Producer,
+        rows: Sequence[OutboxRow],
+        behind: dict[str, int],
+        started: float,
+    ) -> _Flight:
+        """Send ``rows`` but those held back: rows of a key on trial behind its first row, and
+        rows behind an unmarked row of their key in the batch before (``behind``)."""
+        hold = self._held_back.on_trial(rows)
+        if behind:
+            hold.update(r.id for r in rows if behind.get(r.record_key, r.id) < r.id)
+        with self._call(Component.KAFKA, "publish"):
+            sent, failure = await self._publish(producer, rows, hold)
+        return _Flight(rows, sent, failure, started)
+
+    async def _land(
         self,
         repo: RelayRepository,
         producer: _Producer,
-        rows: Sequence[OutboxRow],
-        started: float,
+        flight: _Flight,
+        *,
         report: RelayReport,
-    ) -> None:
+        following: Sequence[OutboxRow] = (),
+        started: float = 0.0,
+    ) -> _Flight | None:
+        """Wait for ``flight``'s acknowledgements; send the ``following`` batch (read
+        meanwhile) unless Kafka is away; mark ``flight``'s acknowledged rows while the
+        following batch's acknowledgements are awaited. Returns the following batch in
+        flight."""
         with self._call(Component.KAFKA, "publish"):
-            results, failure = await self._publish(producer, rows, self._held_back.on_trial(rows))
-        acked, _ = safe_to_mark(rows, results)
-        outage = failure or next(
+            results = await flight.results()
+        acked, _ = safe_to_mark(flight.rows, results)
+        outage = flight.failure or next(
             (r for r in results if isinstance(r, BaseException) and refusal_of(r) is None), None
         )
         if self.options.crash_after_publish:
             sys.stderr.write("relay: crash hook: exiting after publish, before mark\n")
             sys.stderr.flush()
             os._exit(CRASH_EXIT_CODE)
+        acked_at = flight.answered_at or time.time()
         marked = set(acked)
-        acked_at = time.time()
+        self._settle_refusals(flight.rows, results, marked, report)
+        nxt: _Flight | None = None
+        if following and outage is None:
+            nxt = await self._send(producer, following, unsettled(flight.rows, marked), started)
         with self._call(Component.DATABASE, "mark published"):
-            await repo.mark_published([row for row in rows if row.id in marked])
+            await repo.mark_published([row for row in flight.rows if row.id in marked])
         self.metrics.published.inc(len(acked))
-        self.metrics.batch_duration.observe(time.perf_counter() - started)
-        for row in rows:
+        self.metrics.batch_duration.observe(time.perf_counter() - flight.started)
+        for row in flight.rows:
             if row.id in marked and row.ready_at is not None:
                 self.metrics.publish_delay.observe(max(0.0, acked_at - row.ready_at.timestamp()))
         report.published += len(acked)
         report.batches += 1
-        self._settle_refusals(rows, results, marked, report)
         if outage is not None:
             raise BrokerUnavailableError(f"Kafka did not acknowledge a batch: {outage}") from outage
+        self._sessions.progressed()  # published and marked: the next fault backs off anew
+        return nxt
 
     def _settle_refusals(
         self,
@@ -581,12 +693,12 @@ class OutboxRelay:
 
     async def _publish(
         self, producer: _Producer, rows: Sequence[OutboxRow], hold: set[int]
-    ) -> tuple[list[object], BaseException | None]:
-        """Send every row but those of ``hold``, wait for every ack; return each row's outcome
-        in order (its acknowledgement, its fault, or None when it was not sent) and the fault
-        that stopped the sending, if any (the rows after it were not sent). A record the
-        producer refuses for good before sending it (too large) is that row's outcome; the rows
-        after it are sent."""
+    ) -> tuple[list[asyncio.Future[object] | BaseException | None], BaseException | None]:
+        """Send every row but those of ``hold``; return each row's send (the future of its
+        acknowledgement, its refusal, or None when it was not sent) and the fault that stopped
+        the sending, if any (the rows after it were not sent). A record the producer refuses
+        for good before sending it (too large) is that row's outcome; the rows after it are
+        sent."""
         prefix = self._settings.topic_prefix
         sent: list[asyncio.Future[object] | BaseException | None] = []
         failure: BaseException | None = None
@@ -608,12 +720,7 @@ class OutboxRelay:
                 sent.append(exc)
                 continue
             sent.append(fut)
-        acks = iter(
-            await asyncio.gather(
-                *(f for f in sent if isinstance(f, asyncio.Future)), return_exceptions=True
-            )
-        )
-        return [next(acks) if isinstance(f, asyncio.Future) else f for f in sent], failure
+        return sent, failure
 
     async def _sleep(self, seconds: float) -> None:
         await self._sessions.sleep(seconds)

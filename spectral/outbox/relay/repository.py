@@ -94,9 +94,15 @@ class RelayRepository:
             )
 
     async def fetch_batch(
-        self, shards: Sequence[int], limit: int, *, leave_out: Sequence[str] = ()
+        self,
+        shards: Sequence[int],
+        limit: int,
+        *,
+        leave_out: Sequence[str] = (),
+        in_flight: Sequence[int] = (),
     ) -> list[OutboxRow]:
-        """The next publishable rows of ``shards`` in id order, none of the keys ``leave_out``."""
+        """The next publishable rows of ``shards`` in id order, none of the keys ``leave_out``
+        nor of the ids ``in_flight`` (a batch sent and not yet marked)."""
         if not shards:
             return []
         every = len(set(shards)) == SHARD_COUNT
@@ -108,6 +114,7 @@ class RelayRepository:
                 None if every else sorted(shards),
                 limit,
                 list(leave_out),
+                list(in_flight),
             ),
         )
         return [

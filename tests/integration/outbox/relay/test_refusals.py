@@ -195,3 +195,55 @@ async def test_a_one_shot_run_reports_the_refused_rows_and_publishes_the_rest(
     assert report.refused == 1
     assert report.published == 36  # the refused row and its follower stay unmarked
     assert await outbox_counts(database_url) == (38, 2)
+
+
+@pytest.mark.parametrize("transport", PRODUCING)
+async def test_a_refusal_holds_back_its_keys_rows_in_the_batch_read_while_it_was_in_flight(
+    settings: Settings, database_url: str, kafka_bootstrap: str, topic_prefix: str, transport: str
+) -> None:
+    """Batches of one row: the refused row's follower is read while the refused row is in
+    flight, and is not sent once the refusal is known (it would overtake it); it goes out
+    after it, once the topic takes it."""
+    settings = settings.replace(**TRANSPORTS[transport])
+    work_topic = topic_prefix + WORK_ITEM_ENQUEUED
+    await create_topics(kafka_bootstrap, [work_topic], 1, {"max.message.bytes": SMALL})
+    await create_topics(kafka_bootstrap, [topic_prefix + EVENT_TYPE], 4)
+    await _enqueue_poison_then_more(database_url)
+    registry = CollectorRegistry()
+    assert settings.kafka_bootstrap is not None
+    assert settings.database_url is not None
+    relay = OutboxRelay(
+        settings,
+        kafka_bootstrap=settings.kafka_bootstrap,
+        database_url=settings.database_url.get_secret_value(),
+        metrics=RelayMetrics(registry),
+        options=RelayOptions(
+            batch=1,
+            batch_growth=1,
+            poll_interval=0.05,
+            refusal_backoff=Backoff(base=0.2, cap=1.0),
+        ),
+    )
+    run = asyncio.create_task(relay.run())
+    try:
+
+        async def others_published_and_refused_twice() -> bool:
+            seqs = by_key(await read_topic(kafka_bootstrap, topic_prefix + EVENT_TYPE))
+            return all(seqs.get(str(key_id(k))) == [1, 2, 3] for k in range(12)) and (
+                _sample(registry, "spectral_outbox_relay_refused_total", reason="message_too_large")
+                >= 2
+            )
+
+        await eventually(others_published_and_refused_twice, timeout=60)
+        assert _poison_seqs(await read_topic(kafka_bootstrap, topic_prefix + EVENT_TYPE)) == []
+        await _set_limit(kafka_bootstrap, work_topic, DEFAULT_LIMIT)
+
+        async def drained() -> bool:
+            return await outbox_counts(database_url) == (38, 0)
+
+        await eventually(drained, timeout=30)
+        assert len(await read_all(kafka_bootstrap, work_topic, timeout=10)) == 1
+        assert _poison_seqs(await read_topic(kafka_bootstrap, topic_prefix + EVENT_TYPE)) == [1]
+    finally:
+        relay.stop()
+        await asyncio.wait_for(run, timeout=30)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from spectral.outbox.relay.relay import safe_to_mark
+from spectral.outbox.relay.relay import safe_to_mark, unsettled
 from spectral.outbox.relay.repository import OutboxRow
 
 OK = object()  # stands for a RecordMetadata
@@ -35,3 +35,11 @@ def test_rows_never_sent_are_not_marked() -> None:
 def test_the_first_fault_is_reported() -> None:
     first, second = TimeoutError("1"), TimeoutError("2")
     assert safe_to_mark(ROWS, [first, second, OK, OK, OK]) == ([5], first)
+
+
+def test_unsettled_names_the_first_unmarked_row_of_each_key() -> None:
+    # the batch read while this one was in flight holds back a key's rows behind these ids
+    assert unsettled(ROWS, {1, 2, 3, 4, 5}) == {}
+    assert unsettled(ROWS, {1, 3, 5}) == {"b": 2}
+    assert unsettled(ROWS, {2, 5}) == {"a": 1, "b": 4}
+    assert unsettled(ROWS, set()) == {"a": 1, "b": 2, "c": 5}
