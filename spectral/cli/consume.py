@@ -40,7 +40,12 @@ def consume(  # noqa: PLR0917 - typer maps each parameter to an option
     max_batch: int = typer.Option(
         2000,
         min=1,
-        help="Records per fetch; a backlog grows a batch (one transaction) up to 4x this.",
+        help="Records per fetch, and per batch (one transaction) unless --batch-growth is above 1.",
+    ),
+    batch_growth: int = typer.Option(
+        EngineOptions.batch_growth,
+        min=1,
+        help="A backlog grows a batch up to this x --max-batch records (1: a batch is one fetch).",
     ),
     metrics_port: int | None = typer.Option(None, help=METRICS_PORT_HELP, min=0, max=MAX_PORT),
     metrics_host: str | None = typer.Option(None, help=METRICS_HOST_HELP),
@@ -62,7 +67,12 @@ def consume(  # noqa: PLR0917 - typer maps each parameter to an option
         current,
         kafka_bootstrap=endpoints.kafka_bootstrap,
         database_url=endpoints.database_url,
-        options=EngineOptions(group=group, max_batch=max_batch, stop_when_idle=stop_when_idle),
+        options=EngineOptions(
+            group=group,
+            max_batch=max_batch,
+            batch_growth=batch_growth,
+            stop_when_idle=stop_when_idle,
+        ),
         hook=monitor,
     )
     warn_missing_topics(current, endpoints.kafka_bootstrap, handler.event_types)

@@ -50,8 +50,17 @@ def dedup_key(key: str) -> bytes:
 
 
 def dedup_keys(keys: list[str]) -> list[bytes]:
-    """:func:`dedup_key` of each key (a batch's claim)."""
-    return [dedup_key(key) for key in keys]
+    """:func:`dedup_key` of each key (a batch's claim: every record's key, so the compact
+    form's test is made here, inline, and only the other keys take :func:`dedup_key`)."""
+    stored: list[bytes] = []
+    for key in keys:
+        if len(key) == _COMPACT_LENGTH and key.isascii():
+            spelled = key.encode()
+            if spelled.translate(_HEX_AS_ZERO) == _COMPACT_LAYOUT:
+                stored.append(_TAG + unhexlify(spelled.translate(None, b"-:")))
+                continue
+        stored.append(dedup_key(key))
+    return stored
 
 
 def key_text(stored: bytes) -> str:

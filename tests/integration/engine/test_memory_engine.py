@@ -60,6 +60,7 @@ def _engine(
     database_url: str,
     *,
     max_batch: int = 10,
+    batch_growth: int = 1,
     idle: float | None = 0.5,
     sink: DeadLetterSink | None = None,
     handler: RecordingHandler | None = None,
@@ -70,7 +71,11 @@ def _engine(
         transport=MemoryTransport(broker),
         database_url=database_url,
         options=EngineOptions(
-            group=GROUP, max_batch=max_batch, stop_when_idle=idle, poll_timeout_ms=20
+            group=GROUP,
+            max_batch=max_batch,
+            batch_growth=batch_growth,
+            stop_when_idle=idle,
+            poll_timeout_ms=20,
         ),
         registry=CollectorRegistry(),
         dead_letter_sink=sink,
@@ -250,16 +255,35 @@ class SizingHandler(RecordingHandler):
 async def test_a_backlog_grows_the_batches_to_their_bound_and_keeps_the_order(
     settings: Settings, database_url: str
 ) -> None:
-    """A backlog of 400 records, 10 a fetch: batches grow (20, then 40 = batch_growth x 10,
-    never more), each partition's records still arrive in offset order, each applied once."""
+    """A backlog of 400 records, 10 a fetch, ``batch_growth`` 4: batches grow (20, then 40 =
+    4 x 10, never more), each partition's records still arrive in offset order, each applied
+    once."""
     broker, topic = MemoryBroker(), _topic(settings)
     keys = _publish(broker, topic, 400)
     handler = SizingHandler()
-    summary = await _engine(settings, broker, database_url, handler=handler).run()
+    engine = _engine(settings, broker, database_url, handler=handler, batch_growth=4)
+    summary = await engine.run()
     await _exactly_once(database_url, keys)
     assert _at_end(broker, topic)
     assert max(handler.sizes) == 40
     assert summary.batches < 400 // 10 // 2
+    assert all(offsets == sorted(offsets) for offsets in handler.offsets.values())
+
+
+@pytest.mark.usefixtures("effects_table")
+async def test_by_default_a_batch_is_one_fetch_however_long_the_backlog(
+    settings: Settings, database_url: str
+) -> None:
+    """``batch_growth`` 1 (the default): a backlog of 400 records, 10 a fetch, is applied in
+    batches of 10, in order, each record once."""
+    broker, topic = MemoryBroker(), _topic(settings)
+    keys = _publish(broker, topic, 400)
+    handler = SizingHandler()
+    options = EngineOptions()
+    assert options.batch_growth == 1
+    await _engine(settings, broker, database_url, handler=handler).run()
+    await _exactly_once(database_url, keys)
+    assert max(handler.sizes) == 10
     assert all(offsets == sorted(offsets) for offsets in handler.offsets.values())
 
 
@@ -271,7 +295,7 @@ async def test_a_consumer_that_keeps_up_applies_what_arrived_at_once(
     found (no waiting for more), so freshness does not pay for the growth."""
     broker, topic = MemoryBroker(), _topic(settings)
     handler = SizingHandler()
-    engine = _engine(settings, broker, database_url, handler=handler, idle=1.0)
+    engine = _engine(settings, broker, database_url, handler=handler, idle=1.0, batch_growth=4)
     running = asyncio.create_task(engine.run())
     keys: list[str] = []
     for _ in range(15):
