@@ -6,28 +6,16 @@
 -- cluster_id:snapshot_hash).
 -- core.event_handled is a ring of two slots (migration bounded_state;
 -- docs/explanation/bounded-state.md): the current generation's slot and the previous one's. A key is new when neither slot
--- holds it: the previous slot is probed first (one index probe per key, LATERAL ... LIMIT 1 keeps
--- it a probe whatever the plan), then the insert into the current slot settles races (a
--- concurrent transaction inserting the same key waits on this row and then finds it). This
--- statement's lock on core.event_handled lasts until commit and a rotation needs an exclusive
--- one, so no rotation happens between the probe and the commit; a statement that waited for a
--- rotation reads the new current slot (its snapshot is taken after its locks): one key never
--- lands in both slots.
-INSERT INTO core.event_handled
-    (consumer, dedup_key, event_id, outcome, source_partition, source_offset, slot)
-SELECT $1, t.k, t.e, 'applied', t.p, t.o, (SELECT core.dedup_current_slot())
-FROM unnest($2::bytea[], $3::uuid[], $4::int[], $5::bigint[]) AS t (k, e, p, o)
-LEFT JOIN LATERAL (
-    SELECT true AS held
-    FROM core.event_handled AS earlier
-    WHERE earlier.consumer = $1
-      AND earlier.dedup_key = t.k
-      AND earlier.slot <> (SELECT core.dedup_current_slot())
-    LIMIT 1
-) AS previous ON true
-WHERE previous.held IS NULL
-ON CONFLICT (consumer, dedup_key, slot) DO NOTHING
-RETURNING dedup_key;
+-- holds it: core.dedup_claim (migration dedup_claim_without_speculation) probes both slots for
+-- each key (one index probe per slot, planned with index probes only) and inserts the others
+-- into the current slot with a plain INSERT, whose uniqueness check settles races: a concurrent
+-- transaction inserting the same key makes this one wait for it, and if it commits this
+-- statement fails with a unique violation, which transaction.py retries (the retry finds the
+-- key). This statement's lock on core.event_handled lasts until commit and a rotation needs an
+-- exclusive one, so no rotation happens between the probe and the commit; a statement that
+-- waited for a rotation reads the new current slot (its snapshot is taken after its locks): one
+-- key never lands in both slots.
+SELECT k FROM core.dedup_claim($1, $2::bytea[], $3::uuid[], $4::int[], $5::bigint[]) AS k;
 
 -- name: mark_stale
 -- Each key is found by one probe of the primary key and its row updated by its address

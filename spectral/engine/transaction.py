@@ -2,15 +2,16 @@
 
 ``BatchTransaction.apply`` runs the batch in one transaction (the named statements of
 queries.sql: ``claim_keys``, then the handler, then ``mark_stale`` / ``forget``; keys in their
-stored form, keys.py); when the
-handler fails for a data reason it falls back to one transaction per delivery, so only the bad
-delivery fails (it is dead-lettered as ``handler_error``) and the results of the others are
-merged — their ``carry`` included. Faults of the infrastructure are retried, never
-dead-lettered. A privilege the database refuses (the deployment's role lacks a grant, or its
-consumer name is not registered in ``core.consumer_roles``, so row-level security refuses its
-dedup rows) is the deployment's configuration, never a record's: the batch rolls back, nothing
-is dead-lettered and the engine stops with a :class:`~spectral.errors.ConfigurationError`
-saying what to grant.
+stored form, keys.py); when the handler fails for a data reason it falls back to one
+transaction per delivery, so only the bad delivery fails (it is dead-lettered as
+``handler_error``) and the results of the others are merged — their ``carry`` included. Faults
+of the infrastructure are retried, never dead-lettered; so is a claim that lost a race (another
+member inserted one of the batch's keys and committed while this claim waited for it: the retry
+finds the key, a duplicate). A privilege the database refuses (the deployment's role lacks a
+grant, or its consumer name is not registered in ``core.consumer_roles``, so row-level security
+refuses its dedup rows) is the deployment's configuration, never a record's: the batch rolls
+back, nothing is dead-lettered and the engine stops with a
+:class:`~spectral.errors.ConfigurationError` saying what to grant.
 
 Connections come from a :class:`Connections` lender: the engine's pool (each batch commits), a
 :class:`~spectral.replay.held_transaction.HeldTransaction` (each batch a savepoint of one
@@ -99,6 +100,26 @@ class BatchOutcome:
     """Dead letters: rejected by the handler, or failing alone (``handler_error``)."""
 
 
+async def _claim(
+    conn: asyncpg.Connection, name: str, stored: list[bytes], batch: list[Delivery]
+) -> list[asyncpg.Record]:
+    """The claim (queries.sql ``claim_keys``): the rows of the keys new for consumer ``name``.
+    A unique violation means a concurrent transaction inserted one of these keys and committed
+    while this one waited for it: a fault of the moment, retried (the retry finds the key)."""
+    try:
+        rows: list[asyncpg.Record] = await conn.fetch(
+            _SQL["claim_keys"],
+            name,
+            stored,
+            [d.event_id for d in batch],
+            [d.partition for d in batch],
+            [d.offset for d in batch],
+        )
+    except asyncpg.UniqueViolationError as exc:
+        raise TransientError(f"a key of the batch was claimed concurrently: {exc}") from exc
+    return rows
+
+
 class BatchTransaction:
     def __init__(self, handler: Handler[Any], connections: Connections, retrying: Retrying) -> None:
         self._handler = handler
@@ -139,17 +160,7 @@ class BatchTransaction:
         try:
             stored = dedup_keys(list(unique))
             async with self._connections.lend() as conn, conn.transaction():
-                fresh_keys = {
-                    row[0]
-                    for row in await conn.fetch(
-                        _SQL["claim_keys"],
-                        name,
-                        stored,
-                        [d.event_id for d in batch],
-                        [d.partition for d in batch],
-                        [d.offset for d in batch],
-                    )
-                }
+                fresh_keys = {row[0] for row in await _claim(conn, name, stored, batch)}
                 fresh = [d for key, d in zip(stored, batch, strict=True) if key in fresh_keys]
                 result: HandlerResult[Any] = (
                     await self._handler.apply(conn, fresh) if fresh else HandlerResult()

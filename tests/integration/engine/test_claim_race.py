@@ -1,7 +1,8 @@
 """Two members claiming the same key at once (a rebalance hands a partition over while the old
 owner's batch is still in its transaction): the key is applied once. The claim's insert into the
 current slot settles the race (queries.sql ``claim_keys``): a concurrent transaction that inserted
-the key first makes it wait, and when that one commits, the key is not returned as new."""
+the key first makes it wait, and when that one commits, the claim fails and the batch is retried,
+whose claim finds the key: it is not returned as new."""
 
 from __future__ import annotations
 
