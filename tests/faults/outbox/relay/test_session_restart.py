@@ -17,8 +17,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from collections.abc import AsyncIterator, Awaitable
-from contextlib import asynccontextmanager
+from collections.abc import Awaitable
 from typing import Any, Literal
 
 import pytest
@@ -38,7 +37,7 @@ from tests.integration.outbox.relay.support import (
     outbox_counts,
     read_topic,
 )
-from tests.integration.outbox.relay.test_wakeup import wait_asleep
+from tests.integration.outbox.relay.test_wakeup import running, wait_asleep
 from tests.kafka_support import PRODUCING, TRANSPORTS
 from tests.support import eventually
 
@@ -105,16 +104,6 @@ class FlakyRelay(OutboxRelay):
 
     def _producer(self) -> _Producer:
         return _Flaky(super()._producer(), self.faults)
-
-
-@asynccontextmanager
-async def running(relay: OutboxRelay) -> AsyncIterator[None]:
-    task = asyncio.create_task(relay.run())
-    try:
-        yield
-    finally:
-        relay.stop()
-        await asyncio.wait_for(task, 30)
 
 
 async def wait_published(database_url: str, rows: int, timeout: float = PROMPT) -> None:

@@ -78,7 +78,7 @@ async def running(relay: OutboxRelay) -> AsyncIterator[None]:
         yield
     finally:
         relay.stop()
-        await asyncio.wait_for(task, 20)
+        await asyncio.wait_for(task, 30)
 
 
 async def doorbell_waiters(database_url: str) -> int:
