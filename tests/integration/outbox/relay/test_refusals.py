@@ -5,6 +5,7 @@ row goes out once the topic takes it."""
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 from uuid import UUID
 
 import asyncpg
@@ -90,25 +91,49 @@ async def _enqueue_poison_then_more(database_url: str) -> None:
     await enqueue_numbered(database_url, [(key_id(k), s) for s in range(1, 4) for k in range(12)])
 
 
+async def _refusing_relay(
+    settings: Settings,
+    kafka_bootstrap: str,
+    topic_prefix: str,
+    registry: CollectorRegistry,
+    *,
+    health: Health | None = None,
+    **options: Any,
+) -> tuple[OutboxRelay, str]:
+    """A relay (polling every 50 ms, trying a refused key again after 0.2-1 s) over the outbox
+    of :func:`_enqueue_poison_then_more`, with a work topic that refuses the poison; and that
+    topic."""
+    work_topic = topic_prefix + WORK_ITEM_ENQUEUED
+    await create_topics(kafka_bootstrap, [work_topic], 1, {"max.message.bytes": SMALL})
+    await create_topics(kafka_bootstrap, [topic_prefix + EVENT_TYPE], 4)
+    assert settings.kafka_bootstrap is not None
+    assert settings.database_url is not None
+    database_url = settings.database_url.get_secret_value()
+    await _enqueue_poison_then_more(database_url)
+    relay = OutboxRelay(
+        settings,
+        kafka_bootstrap=settings.kafka_bootstrap,
+        database_url=database_url,
+        metrics=RelayMetrics(registry),
+        options=RelayOptions(
+            poll_interval=0.05, refusal_backoff=Backoff(base=0.2, cap=1.0), **options
+        ),
+        health=health,
+    )
+    return relay, work_topic
+
+
 @pytest.mark.parametrize("transport", PRODUCING)
 async def test_a_refused_record_holds_back_its_key_only_and_goes_out_once_the_topic_takes_it(
     settings: Settings, database_url: str, kafka_bootstrap: str, topic_prefix: str, transport: str
 ) -> None:
-    settings = settings.replace(**TRANSPORTS[transport])
-    work_topic = topic_prefix + WORK_ITEM_ENQUEUED
-    await create_topics(kafka_bootstrap, [work_topic], 1, {"max.message.bytes": SMALL})
-    await create_topics(kafka_bootstrap, [topic_prefix + EVENT_TYPE], 4)
-    await _enqueue_poison_then_more(database_url)
     registry = CollectorRegistry()
     health = Health()
-    assert settings.kafka_bootstrap is not None
-    assert settings.database_url is not None
-    relay = OutboxRelay(
-        settings,
-        kafka_bootstrap=settings.kafka_bootstrap,
-        database_url=settings.database_url.get_secret_value(),
-        metrics=RelayMetrics(registry),
-        options=RelayOptions(poll_interval=0.05, refusal_backoff=Backoff(base=0.2, cap=1.0)),
+    relay, work_topic = await _refusing_relay(
+        settings.replace(**TRANSPORTS[transport]),
+        kafka_bootstrap,
+        topic_prefix,
+        registry,
         health=health,
     )
     run = asyncio.create_task(relay.run())
@@ -204,25 +229,14 @@ async def test_a_refusal_holds_back_its_keys_rows_in_the_batch_read_while_it_was
     """Batches of one row: the refused row's follower is read while the refused row is in
     flight, and is not sent once the refusal is known (it would overtake it); it goes out
     after it, once the topic takes it."""
-    settings = settings.replace(**TRANSPORTS[transport])
-    work_topic = topic_prefix + WORK_ITEM_ENQUEUED
-    await create_topics(kafka_bootstrap, [work_topic], 1, {"max.message.bytes": SMALL})
-    await create_topics(kafka_bootstrap, [topic_prefix + EVENT_TYPE], 4)
-    await _enqueue_poison_then_more(database_url)
     registry = CollectorRegistry()
-    assert settings.kafka_bootstrap is not None
-    assert settings.database_url is not None
-    relay = OutboxRelay(
-        settings,
-        kafka_bootstrap=settings.kafka_bootstrap,
-        database_url=settings.database_url.get_secret_value(),
-        metrics=RelayMetrics(registry),
-        options=RelayOptions(
-            batch=1,
-            batch_growth=1,
-            poll_interval=0.05,
-            refusal_backoff=Backoff(base=0.2, cap=1.0),
-        ),
+    relay, work_topic = await _refusing_relay(
+        settings.replace(**TRANSPORTS[transport]),
+        kafka_bootstrap,
+        topic_prefix,
+        registry,
+        batch=1,
+        batch_growth=1,
     )
     run = asyncio.create_task(relay.run())
     try:
