@@ -28,22 +28,10 @@ FROM core.outbox_generations
 ORDER BY generation
 
 -- name: consumers_in_slot
--- The distinct consumers of one dedup slot, by skipping through its primary key (consumer
--- leads it): one index probe per consumer, however many rows the slot holds.
-WITH RECURSIVE found (consumer) AS (
-    (SELECT consumer FROM core.event_handled WHERE slot = $1 ORDER BY consumer LIMIT 1)
-    UNION ALL
-    SELECT (
-        SELECT h.consumer
-        FROM core.event_handled AS h
-        WHERE h.slot = $1 AND h.consumer > found.consumer
-        ORDER BY h.consumer
-        LIMIT 1
-    )
-    FROM found
-    WHERE found.consumer IS NOT NULL
-)
-SELECT consumer FROM found WHERE consumer IS NOT NULL
+-- The consumers with rows in one dedup slot, as triggers on core.event_handled keep them
+-- (migration dedup_key_leads: added with each insert, removed when the slot is truncated; a
+-- consumer whose rows were deleted one by one may still be listed, one with rows never is not).
+SELECT DISTINCT consumer FROM core.dedup_slot_consumers WHERE slot = $1 ORDER BY consumer
 
 -- name: recent_redrives
 -- Dead letters redriven since $1 (their copies may still be read), the earliest per DLQ topic.

@@ -11,7 +11,7 @@ import asyncpg
 import pytest
 
 from spectral.faults import is_transient
-from spectral.maintenance.policy import Hold
+from spectral.maintenance.policy import DedupRotation, Hold
 from spectral.maintenance.repository import LockTimeoutError
 from spectral.settings import Settings
 from tests.integration.maintenance.support import (
@@ -188,3 +188,33 @@ async def test_without_a_current_generation_a_claim_fails_as_an_infrastructure_f
     with pytest.raises(asyncpg.PostgresError, match="no current generation") as raised:
         await claim(database_url, ["k"])
     assert is_transient(raised.value)
+
+
+async def test_the_consumers_of_a_slot_follow_its_claims_and_its_truncation(
+    database_url: str,
+) -> None:
+    """Maintenance lists a slot's consumers from core.dedup_slot_consumers (migration
+    dedup_key_leads): a committed claim adds its consumer, a rolled-back one does not, a claim
+    never waits for another's uncommitted pair, and forgetting the slot empties its list."""
+    repo, rotation = await first_rotation(database_url)
+    assert await repo.consumers_in_slot(0) == []
+    async with claim_in_flight(database_url, ["k"]) as transaction:
+        # The pair is uncommitted: a claim of the same consumer adds its own, without waiting.
+        assert await asyncio.wait_for(claim(database_url, ["x"]), 10) == {"x"}
+        await transaction.rollback()
+    assert await repo.consumers_in_slot(0) == ["rule-candidates"]
+    async with session(database_url) as admin:
+        await admin.execute("INSERT INTO core.consumer_roles VALUES ('other', 'spectral_executor')")
+    await claim(database_url, ["y"], consumer="other", role="spectral_executor")
+    assert await repo.consumers_in_slot(0) == ["other", "rule-candidates"]
+    assert await repo.consumers_in_slot(1) == []
+    await repo.rotate_dedup(rotation, timedelta(seconds=30))  # generation 2 in slot 1
+    [first, second] = await repo.dedup_generations()
+    await claim(database_url, ["z"])
+    assert await repo.consumers_in_slot(1) == ["rule-candidates"]
+    await repo.rotate_dedup(
+        DedupRotation(second, first, 3, 0, timedelta(minutes=10)), timedelta(seconds=30)
+    )
+    assert await repo.consumers_in_slot(0) == []  # slot 0 forgotten (truncated)
+    assert await repo.consumers_in_slot(1) == ["rule-candidates"]
+    await repo.close()
