@@ -5,11 +5,12 @@ What is deduplicated is the idempotency key exactly as the envelope carries it; 
 form is compact. A key spelled ``{uuid}:{32 hex digits}`` in lowercase (a failure-cluster
 snapshot's ``cluster_id:snapshot_hash``) is stored as 33 bytes: a zero byte, the UUID's 16 bytes
 and the hash's 16. Any other key is stored as its UTF-8 bytes, which never start with a zero
-byte (a key holding U+0000 is refused: PostgreSQL's text cannot hold it, and the engine never
-recorded one). So the stored form is one-to-one: two keys are stored alike exactly when they are
-the same key, and :func:`key_text` gives the key back (the database's ``core.dedup_key`` and
-``core.dedup_key_text`` are the same two functions; operators read the keys through the view
-``core.event_handled_keys``).
+byte (a key holding U+0000 or a lone surrogate is refused: PostgreSQL's text cannot hold the
+first, UTF-8 cannot spell the second, the contract's decoders refuse both before a key gets
+here, and the engine never recorded one). So the stored form is one-to-one: two keys are stored
+alike exactly when they are the same key, and :func:`key_text` gives the key back (the
+database's ``core.dedup_key`` and ``core.dedup_key_text`` are the same two functions; operators
+read the keys through the view ``core.event_handled_keys``).
 """
 
 from __future__ import annotations
@@ -46,7 +47,11 @@ def dedup_key(key: str) -> bytes:
     if "\x00" in key:
         msg = "an idempotency key holding U+0000 cannot be recorded"
         raise ValueError(msg)
-    return key.encode()
+    try:
+        return key.encode()
+    except UnicodeEncodeError:
+        msg = "an idempotency key holding a lone surrogate cannot be recorded"
+        raise ValueError(msg) from None
 
 
 def dedup_keys(keys: list[str]) -> list[bytes]:
