@@ -28,10 +28,18 @@ FROM core.outbox_generations
 ORDER BY generation
 
 -- name: consumers_in_slot
--- The consumers with rows in one dedup slot, as triggers on core.event_handled keep them
--- (migration dedup_key_leads: added with each insert, removed when the slot is truncated; a
--- consumer whose rows were deleted one by one may still be listed, one with rows never is not).
-SELECT DISTINCT consumer FROM core.dedup_slot_consumers WHERE slot = $1 ORDER BY consumer
+-- The consumers with rows in one dedup slot. Triggers on core.event_handled keep the candidates
+-- (migration dedup_key_leads: added with each insert, removed when the slot is truncated), a
+-- list that never omits a consumer with rows but may still name one whose rows were deleted one
+-- by one (a rebuild, an operator clearing an unknown consumer's keys as the alert says): each
+-- candidate is confirmed by one row of it in the slot. A consumer with rows is found at the first
+-- of them; only a stale candidate costs a read of the slot, once per maintenance run, and it is
+-- then no longer named, so it never holds a rotation back.
+SELECT DISTINCT c.consumer
+FROM core.dedup_slot_consumers AS c
+WHERE c.slot = $1
+  AND EXISTS (SELECT FROM core.event_handled AS h WHERE h.slot = $1 AND h.consumer = c.consumer)
+ORDER BY c.consumer
 
 -- name: recent_redrives
 -- Dead letters redriven since $1 (their copies may still be read), the earliest per DLQ topic.

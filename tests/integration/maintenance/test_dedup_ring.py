@@ -195,7 +195,8 @@ async def test_the_consumers_of_a_slot_follow_its_claims_and_its_truncation(
 ) -> None:
     """Maintenance lists a slot's consumers from core.dedup_slot_consumers (migration
     dedup_key_leads): a committed claim adds its consumer, a rolled-back one does not, a claim
-    never waits for another's uncommitted pair, and forgetting the slot empties its list."""
+    never waits for another's uncommitted pair, a consumer whose rows were deleted is no longer
+    named, and forgetting the slot empties its list."""
     repo, rotation = await first_rotation(database_url)
     assert await repo.consumers_in_slot(0) == []
     async with claim_in_flight(database_url, ["k"]) as transaction:
@@ -208,6 +209,13 @@ async def test_the_consumers_of_a_slot_follow_its_claims_and_its_truncation(
     await claim(database_url, ["y"], consumer="other", role="spectral_executor")
     assert await repo.consumers_in_slot(0) == ["other", "rule-candidates"]
     assert await repo.consumers_in_slot(1) == []
+    async with session(database_url) as admin:
+        # An operator deletes a consumer's keys (what the unknown_consumer alert says to do):
+        # it is no longer named, so it cannot hold a rotation back for ever.
+        await admin.execute("DELETE FROM core.event_handled WHERE consumer = 'other'")
+    assert await repo.consumers_in_slot(0) == ["rule-candidates"]
+    await claim(database_url, ["y2"], consumer="other", role="spectral_executor")
+    assert await repo.consumers_in_slot(0) == ["other", "rule-candidates"]
     await repo.rotate_dedup(rotation, timedelta(seconds=30))  # generation 2 in slot 1
     [first, second] = await repo.dedup_generations()
     await claim(database_url, ["z"])
