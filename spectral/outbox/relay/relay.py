@@ -49,6 +49,7 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from itertools import zip_longest
 
 from aiokafka import AIOKafkaProducer
@@ -125,14 +126,38 @@ def unsettled(rows: Sequence[OutboxRow], marked: set[int]) -> dict[str, int]:
     return first
 
 
-def _headers(row: OutboxRow) -> list[tuple[str, bytes]]:
-    headers = [
-        ("event_type", row.event_type.encode()),
-        ("idempotency_key", row.idempotency_key.encode()),
-    ]
-    if row.ready_at is not None:
-        headers.append((READY_AT_HEADER, format_utc(row.ready_at).encode()))
-    return headers
+class _Records:
+    """A batch's rows as Kafka records: topic ``prefix`` + event_type, key record_key, value
+    the envelope, headers event_type, idempotency_key and outbox.ready_at. Each event type's
+    topic and header are made once, and a ready_at's text is reused by the rows after it that
+    share it (a writer transaction's rows share their ``created_at``)."""
+
+    def __init__(self, prefix: str) -> None:
+        self._prefix = prefix
+        self._types: dict[str, tuple[str, tuple[str, bytes]]] = {}
+        self._moment: datetime | None = None
+        self._stamp: tuple[str, bytes] = (READY_AT_HEADER, b"")
+
+    def __call__(self, rows: Sequence[OutboxRow]) -> list[Outgoing]:
+        types = self._types
+        records: list[Outgoing] = []
+        append = records.append
+        for row in rows:
+            kind = types.get(row.event_type)
+            if kind is None:
+                kind = types[row.event_type] = (
+                    topic_for(row.event_type, self._prefix),
+                    ("event_type", row.event_type.encode()),
+                )
+            headers = [kind[1], ("idempotency_key", row.idempotency_key.encode())]
+            moment = row.ready_at
+            if moment is not None:
+                if moment != self._moment:
+                    self._moment = moment
+                    self._stamp = (READY_AT_HEADER, format_utc(moment).encode())
+                headers.append(self._stamp)
+            append((kind[0], row.record_key.encode(), row.envelope, headers))
+        return records
 
 
 @dataclass
@@ -287,6 +312,7 @@ class OutboxRelay:
         self._offset = random.randrange(SHARD_COUNT)  # noqa: S311 - spreads first picks, not security
         self._report = RelayReport()
         self._held_back = HeldBack(self.options.refusal_backoff)
+        self._records = _Records(settings.topic_prefix)
         self._refusal_lines: dict[Refusal, tuple[float, int]] = {}
         self._sessions = Supervised(
             "outbox-relay",
@@ -528,9 +554,13 @@ class OutboxRelay:
             await repo.mark_published([row for row in flight.rows if row.id in marked])
         self.metrics.published.inc(len(acked))
         self.metrics.batch_duration.observe(time.perf_counter() - flight.started)
+        observe = self.metrics.publish_delay.observe
+        moment, delay = None, 0.0
         for row in flight.rows:
             if row.id in marked and row.ready_at is not None:
-                self.metrics.publish_delay.observe(max(0.0, acked_at - row.ready_at.timestamp()))
+                if row.ready_at != moment:  # a writer transaction's rows share their ready_at
+                    moment, delay = row.ready_at, max(0.0, acked_at - row.ready_at.timestamp())
+                observe(delay)
         report.published += len(acked)
         report.batches += 1
         if outage is not None:
@@ -670,18 +700,8 @@ class OutboxRelay:
         acknowledgement, its refusal, or None when it was not sent) and the fault that stopped
         the sending, if any. A record the producer refuses for good before sending it (too
         large) is that row's outcome; the other rows are sent."""
-        prefix = self._settings.topic_prefix
         going = [row for row in rows if row.id not in hold] if hold else rows
-        records: list[Outgoing] = [
-            (
-                topic_for(row.event_type, prefix),
-                row.record_key.encode(),
-                row.envelope,
-                _headers(row),
-            )
-            for row in going
-        ]
-        outcomes, failure = await producer.publish(records)
+        outcomes, failure = await producer.publish(self._records(going))
         if not hold:
             return outcomes, failure
         by_id = {row.id: outcome for row, outcome in zip(going, outcomes, strict=True)}
