@@ -268,19 +268,23 @@ async def _naive_one(conn: asyncpg.Connection, record: object) -> None:
             return
         written = await conn.fetch(
             PROJECTION_SQL["upsert_snapshots"],
-            [p.cluster_id],
-            [p.snapshot_hash],
-            [p.rule_id],
-            [p.workspace_id],
-            [p.severity],
-            [p.failure_count],
-            [p.first_observed_at],
-            [p.last_observed_at],
-            [value],
-            [p.suggested_rule_stub],
             [
-                ordered_at(
-                    p.last_observed_at, getattr(record, "timestamp", 0) or 0, datetime.now(UTC)
+                (
+                    p.cluster_id,
+                    p.snapshot_hash,
+                    p.rule_id,
+                    p.workspace_id,
+                    p.severity,
+                    p.failure_count,
+                    p.first_observed_at,
+                    p.last_observed_at,
+                    p.suggested_rule_stub,
+                    value,
+                    ordered_at(
+                        p.last_observed_at,
+                        getattr(record, "timestamp", 0) or 0,
+                        datetime.now(UTC),
+                    ),
                 )
             ],
         )

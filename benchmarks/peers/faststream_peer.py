@@ -159,17 +159,22 @@ async def apply(conn: Any, events: list[ClusterEvent], records: tuple[Any, ...])
         row["cluster_id"]
         for row in await conn.fetch(
             PROJECTION_SQL["upsert_snapshots"],
-            [w[1].payload.cluster_id for w in winners],
-            [w[1].payload.snapshot_hash for w in winners],
-            [w[1].payload.rule_id for w in winners],
-            [w[1].payload.workspace_id for w in winners],
-            [w[1].payload.severity for w in winners],
-            [w[1].payload.failure_count for w in winners],
-            [w[1].payload.first_observed_at for w in winners],
-            [w[1].payload.last_observed_at for w in winners],
-            [w[2] for w in winners],
-            [w[1].payload.suggested_rule_stub for w in winners],
-            [w[0][0] for w in winners],
+            [
+                (
+                    w[1].payload.cluster_id,
+                    w[1].payload.snapshot_hash,
+                    w[1].payload.rule_id,
+                    w[1].payload.workspace_id,
+                    w[1].payload.severity,
+                    w[1].payload.failure_count,
+                    w[1].payload.first_observed_at,
+                    w[1].payload.last_observed_at,
+                    w[1].payload.suggested_rule_stub,
+                    w[2],
+                    w[0][0],
+                )
+                for w in winners
+            ],
         )
     }
     stale = losers + [

@@ -36,6 +36,7 @@ from operator import attrgetter
 from typing import Final
 
 import asyncpg
+from msgspec.structs import astuple
 
 from consumers.rule_candidates.churn import BASELINE_WINDOWS, Baseline, ChurnReading, exceeds
 from consumers.rule_candidates.churn import baseline as trailing_baseline
@@ -43,7 +44,7 @@ from consumers.rule_candidates.churn import reading as churn_reading
 from consumers.rule_candidates.collapse import OrderKey, collapse, latest_order
 from consumers.rule_candidates.metrics import RuleCandidateMetrics
 from consumers.rule_candidates.rebuild import RebuildHooks
-from consumers.rule_candidates.repository import RuleCandidatesRepository, SnapshotRows
+from consumers.rule_candidates.repository import RuleCandidatesRepository, SnapshotRow
 from contracts.failure_cluster import (
     FAILURE_CLUSTER_DETECTED,
     FailureClusterView,
@@ -243,19 +244,10 @@ def _severity(delivery: Delivery) -> str:
     return payload.severity
 
 
-def _rows(winners: Iterable[Delivery], ordered: list[datetime]) -> SnapshotRows:
-    deliveries = list(winners)
-    payloads: list[FailureClusterView] = [d.payload for d in deliveries]
-    return SnapshotRows(
-        cluster_id=[p.cluster_id for p in payloads],
-        snapshot_hash=[p.snapshot_hash for p in payloads],
-        rule_id=[p.rule_id for p in payloads],
-        workspace_id=[p.workspace_id for p in payloads],
-        severity=[p.severity for p in payloads],
-        failure_count=[p.failure_count for p in payloads],
-        first_observed_at=[p.first_observed_at for p in payloads],
-        last_observed_at=[p.last_observed_at for p in payloads],
-        evidence=[p.evidence for p in payloads],
-        suggested_rule_stub=[p.suggested_rule_stub for p in payloads],
-        ordered_at=ordered,
-    )
+def _rows(winners: Iterable[Delivery], ordered: list[datetime]) -> list[SnapshotRow]:
+    """The upsert's rows: each winner's view, its fields in their order (the row type's
+    order, repository.py ``SnapshotRow``), then its ``ordered_at``."""
+    return [
+        (*astuple(delivery.payload), capped)
+        for delivery, capped in zip(winners, ordered, strict=True)
+    ]

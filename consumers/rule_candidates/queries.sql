@@ -13,7 +13,10 @@
 -- time capped for a producer's clock, leads it); operator columns are never
 -- named. A dismissed or resolved cluster receiving a newer, different snapshot gets
 -- resurfaced_at = now() and keeps its status. Clusters not returned were stale.
--- evidence ($9) is each snapshot's evidence bundle as JSON text (a JSON array: the bundle the
+-- $1 holds one row per snapshot (platform.rule_candidate_snapshot, migration
+-- rule_candidate_snapshot_rows: one array of rows costs the consumer's driver one check per
+-- snapshot where eleven parallel arrays cost eleven); unnest expands them into their columns.
+-- evidence is each snapshot's evidence bundle as JSON text (a JSON array: the bundle the
 -- contract check read, FailureClusterView.evidence, or repository.py evidence_bytes of a record),
 -- or the whole record value (a JSON object) whose payload.evidence_bundle is taken: the same
 -- jsonb as the wire's bundle, fields a newer producer added to the bundle kept. Parsing only the
@@ -32,11 +35,7 @@
 -- exists, and probing for it again for every batch (~1 us of database CPU per event) is skipped.
 WITH incoming AS (
     SELECT *
-    FROM unnest($1::uuid[], $2::text[], $3::uuid[], $4::uuid[], $5::text[], $6::bigint[],
-                $7::timestamptz[], $8::timestamptz[], $9::bytea[], $10::text[],
-                $11::timestamptz[])
-        AS i(cluster_id, snapshot_hash, rule_id, workspace_id, severity, failure_count,
-             first_observed_at, last_observed_at, evidence, suggested_rule_stub, ordered_at)
+    FROM unnest($1::platform.rule_candidate_snapshot[])
 ),
 prior AS (
     SELECT p.cluster_id, p.ordered_at, p.last_observed_at, p.failure_count, p.snapshot_hash,

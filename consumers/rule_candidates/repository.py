@@ -10,7 +10,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Final
+from typing import Final, TypeAlias
+from uuid import UUID
 
 import asyncpg
 import msgspec
@@ -23,26 +24,44 @@ from spectral.db.queries import load_queries
 QUERIES: Final = Path(__file__).with_name("queries.sql")
 
 
-@dataclass(frozen=True, slots=True)
-class SnapshotRows:
-    """Column arrays of the snapshots to upsert: element i of each is one cluster."""
+SnapshotRow: TypeAlias = tuple[
+    str | UUID,
+    str,
+    str | UUID,
+    str | UUID,
+    str,
+    int,
+    datetime,
+    datetime,
+    str | None,
+    bytes,
+    datetime,
+]
+"""One snapshot to upsert, a ``platform.rule_candidate_snapshot`` (migration
+``rule_candidate_snapshot_rows``): ``(cluster_id, snapshot_hash, rule_id, workspace_id, severity,
+failure_count, first_observed_at, last_observed_at, suggested_rule_stub, evidence, ordered_at)``
+— a :class:`~contracts.failure_cluster.FailureClusterView`'s fields in their order, then
+``ordered_at`` (last_observed_at capped for a producer's clock, collapse.py ``ordered_at``).
+UUIDs in their wire spelling or as UUIDs. ``evidence`` is the snapshot's evidence bundle as JSON
+text (a JSON array: the bundle as the view carries it, ``FailureClusterView.evidence``; or a
+whole record value, from which the database takes the bundle): what the upsert stores as jsonb.
+A plain tuple: the driver encodes a row's fields directly, where parallel arrays cost it a check
+of every element."""
 
-    cluster_id: list[str]
-    """UUIDs in their wire spelling (the database reads them as uuid)."""
-    snapshot_hash: list[str]
-    rule_id: list[str]
-    workspace_id: list[str]
-    severity: list[str]
-    failure_count: list[int]
-    first_observed_at: list[datetime]
-    last_observed_at: list[datetime]
-    evidence: list[bytes]
-    """Each snapshot's evidence bundle as JSON text (a JSON array: the bundle as the view
-    carries it, ``FailureClusterView.evidence``; or a whole record value, from which the
-    database takes the bundle): what the upsert stores as jsonb."""
-    suggested_rule_stub: list[str | None]
-    ordered_at: list[datetime]
-    """last_observed_at capped for a producer's clock (collapse.py ``ordered_at``)."""
+SNAPSHOT_FIELDS: Final = (
+    "cluster_id",
+    "snapshot_hash",
+    "rule_id",
+    "workspace_id",
+    "severity",
+    "failure_count",
+    "first_observed_at",
+    "last_observed_at",
+    "suggested_rule_stub",
+    "evidence",
+    "ordered_at",
+)
+"""The fields of a :data:`SnapshotRow`, in order."""
 
 
 class _Evidence(msgspec.Struct, gc=False):
@@ -92,26 +111,14 @@ class RuleCandidatesRepository:
     def __init__(self) -> None:
         self._sql = load_queries(QUERIES)
 
-    async def upsert(self, conn: Conn, rows: SnapshotRows) -> list[WrittenSnapshot]:
-        """Upsert one snapshot per cluster; returns the clusters actually written."""
-        if not rows.cluster_id:
+    async def upsert(self, conn: Conn, rows: Sequence[SnapshotRow]) -> list[WrittenSnapshot]:
+        """Upsert one snapshot per cluster (``rows``: at most one per cluster); returns the
+        clusters actually written."""
+        if not rows:
             return []
         records = await guarded(
             "upsert rule candidates",
-            lambda: conn.fetch(
-                self._sql["upsert_snapshots"],
-                rows.cluster_id,
-                rows.snapshot_hash,
-                rows.rule_id,
-                rows.workspace_id,
-                rows.severity,
-                rows.failure_count,
-                rows.first_observed_at,
-                rows.last_observed_at,
-                rows.evidence,
-                rows.suggested_rule_stub,
-                rows.ordered_at,
-            ),
+            lambda: conn.fetch(self._sql["upsert_snapshots"], rows),
         )
         return [
             WrittenSnapshot(

@@ -101,7 +101,9 @@ class EngineOptions:
     the next one beside them). With three, one is acknowledged (dead letters, offsets), the next
     applied, and the one after it waits for that commit with its transaction ready: a slow
     acknowledgement (one broker round trip that did not get a core) does not idle the database
-    between two transactions. With two, the decoded batch waited for the acknowledgement."""
+    between two transactions. With two, the decoded batch waited for the acknowledgement. A
+    batch fetched while the last one handed over has not started its transaction joins it (up
+    to ``max_batch`` records): one commit for both."""
     poll_timeout_ms: int = 200
     stop_when_idle: float | None = None
     periodic_interval: float = 30.0
@@ -121,6 +123,8 @@ class _Decoded:
     it is not)."""
     epoch: int
     """The engine's revocation count when the records were fetched."""
+    fetches: int = 1
+    """Batches fetched one after another that make it (see ``ConsumerEngine._join``)."""
 
     def without(self, gone: Collection[TopicPartition]) -> _Decoded:
         """This batch less its records of the partitions ``gone``."""
@@ -136,6 +140,32 @@ class _Decoded:
         )
 
 
+def _merged(parts: Sequence[_Decoded]) -> _Decoded:
+    """Batches fetched one after another, as one: records, deliveries and dead letters in fetch
+    order (so each partition's order holds), their decode times added."""
+    if len(parts) == 1:
+        return parts[0]
+    return _Decoded(
+        records=[r for part in parts for r in part.records],
+        deliveries=[d for part in parts for d in part.deliveries],
+        dead=[d for part in parts for d in part.dead],
+        seconds=sum(part.seconds for part in parts),
+        epoch=parts[-1].epoch,
+        fetches=len(parts),
+    )
+
+
+@dataclass
+class _Waiting:
+    """The batches handed over as one transaction: fetched batches join it while its transaction
+    has not started (see :meth:`ConsumerEngine._join`)."""
+
+    parts: list[_Decoded]
+    records: int
+    sealed: bool = False
+    """Its transaction started (or it gave up): nothing joins it any more."""
+
+
 @dataclass
 class _Staged:
     """A batch whose transaction committed, waiting to be acknowledged."""
@@ -147,6 +177,7 @@ class _Staged:
     applied: BatchOutcome | None = None
     seconds: float = 0.0
     """Time spent decoding and in the transaction (not waiting for the batches before it)."""
+    fetches: int = 1
 
 
 @dataclass(frozen=True)
@@ -157,6 +188,7 @@ class _InFlight:
 
     applied: asyncio.Future[bool]
     task: asyncio.Task[BatchReport]
+    waiting: _Waiting
 
 
 def _failed(task: asyncio.Task[Any]) -> bool:
@@ -423,12 +455,36 @@ class ConsumerEngine:
             if not records:
                 continue
             decoded = await self._decode_batch(records, epoch, cooperative=bool(self._in_flight))
-            while len(self._in_flight) >= max(1, self.options.in_flight):
+            while not self._join(decoded):
+                if len(self._in_flight) < max(1, self.options.in_flight):
+                    self._hand_over(decoded)
+                    break
                 await self._settle()
-            previous = self._in_flight[-1] if self._in_flight else None
-            applied: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
-            task = asyncio.create_task(self._finish(decoded, previous, applied))
-            self._in_flight.append(_InFlight(applied, task))
+
+    def _join(self, decoded: _Decoded) -> bool:
+        """Add ``decoded`` to the last batch handed over if its transaction has not started yet
+        (it waits for the commit before it) and the two hold at most ``max_batch`` records: one
+        transaction, one commit (one flush of the write-ahead log) for both, instead of a
+        commit each, one after the other, behind a slow one. Fetches keep each partition's
+        order and the joined batch keeps theirs."""
+        if not self._in_flight:
+            return False
+        last = self._in_flight[-1]
+        waiting = last.waiting
+        records = waiting.records + len(decoded.records)
+        if waiting.sealed or last.applied.done() or records > self.options.max_batch:
+            return False
+        waiting.parts.append(decoded)
+        waiting.records = records
+        return True
+
+    def _hand_over(self, decoded: _Decoded) -> None:
+        """Start a batch's way: its transaction after the last one's, then its acknowledgement."""
+        previous = self._in_flight[-1] if self._in_flight else None
+        applied: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        waiting = _Waiting([decoded], len(decoded.records))
+        task = asyncio.create_task(self._finish(waiting, previous, applied))
+        self._in_flight.append(_InFlight(applied, task, waiting))
 
     async def _gather(self, first: Sequence[Any]) -> tuple[list[Any], int]:
         """The batch that starts with the fetch ``first``, and the epoch it belongs to.
@@ -600,9 +656,10 @@ class ConsumerEngine:
         return _Decoded(records, deliveries, dead, busy, epoch)
 
     async def _finish(
-        self, decoded: _Decoded, previous: _InFlight | None, applied: asyncio.Future[bool]
+        self, waiting: _Waiting, previous: _InFlight | None, applied: asyncio.Future[bool]
     ) -> BatchReport:
-        """Apply a decoded batch, then acknowledge it (see :class:`_InFlight`).
+        """Apply a decoded batch (with the batches that joined it meanwhile), then acknowledge
+        it (see :class:`_InFlight`).
 
         Its transaction starts once ``previous``'s committed (``applied`` then tells the next
         batch whether this one's did), under ``batch_lock``: a revocation waits for it, then for
@@ -618,19 +675,15 @@ class ConsumerEngine:
             if previous is not None and not await asyncio.shield(previous.applied):
                 raise asyncio.CancelledError
             async with self.batch_lock:
+                waiting.sealed = True  # what joined it so far is the batch
                 if previous is not None and _failed(previous.task):
                     raise asyncio.CancelledError  # its acknowledgement failed meanwhile
-                if decoded.epoch != self._epoch:
-                    # Fetched before partitions were revoked: their owner now (maybe this
-                    # member again) reads them from the committed offset.
-                    kept = decoded.without(self._revoked_since(decoded.epoch))
-                    if dropped := len(decoded.records) - len(kept.records):
-                        log.info("dropping records fetched before a rebalance", records=dropped)
-                    decoded = kept
+                decoded = _merged([self._current(part) for part in waiting.parts])
                 if decoded.records:
                     staged = await self._apply(decoded)
             committed = True
         finally:
+            waiting.sealed = True
             applied.set_result(committed)
         if previous is not None:
             await asyncio.wait([previous.task])
@@ -639,6 +692,16 @@ class ConsumerEngine:
         if staged is None:
             return BatchReport(counts=dict.fromkeys(Outcome, 0), facts={})
         return await self._acknowledge(staged)
+
+    def _current(self, decoded: _Decoded) -> _Decoded:
+        """``decoded`` less its records of partitions revoked since their fetch: their owner now
+        (maybe this member again) reads them from the committed offset."""
+        if decoded.epoch == self._epoch:
+            return decoded
+        kept = decoded.without(self._revoked_since(decoded.epoch))
+        if dropped := len(decoded.records) - len(kept.records):
+            log.info("dropping records fetched before a rebalance", records=dropped)
+        return kept
 
     async def _acknowledged(self) -> None:
         """Wait until every batch whose transaction committed has been acknowledged (called by a
@@ -654,7 +717,9 @@ class ConsumerEngine:
         started = time.perf_counter()
         records, deliveries = decoded.records, decoded.deliveries
         self.metrics.consumed.inc(len(records))
-        staged = _Staged(records, list(decoded.dead), dict.fromkeys(Outcome, 0))
+        staged = _Staged(
+            records, list(decoded.dead), dict.fromkeys(Outcome, 0), fetches=decoded.fetches
+        )
         if deliveries:
             applied = await self._transaction.apply(deliveries)
             if self.source.live and self._lender().commits:
@@ -691,6 +756,7 @@ class ConsumerEngine:
         log.info(
             "batch",
             records=len(records),
+            fetches=staged.fetches,
             seconds=round(elapsed, 4),
             **{o.value: n for o, n in counts.items()},
             **facts,

@@ -6,8 +6,9 @@
 -- cluster_id:snapshot_hash).
 -- core.event_handled is a ring of two slots (migration bounded_state;
 -- docs/explanation/bounded-state.md): the current generation's slot and the previous one's. A key is new when neither slot
--- holds it: core.dedup_claim (migration dedup_claim_without_speculation) probes both slots for
--- each key (one index probe per slot, planned with index probes only) and inserts the others
+-- holds it: core.dedup_claim (migrations dedup_claim_without_speculation, claim_planned_once)
+-- probes both slots for each key (one index probe per slot; its plan, kept by the session, is
+-- made with sequential and bitmap scans disabled) and inserts the others
 -- into the current slot with a plain INSERT, whose uniqueness check settles races: a concurrent
 -- transaction inserting the same key makes this one wait for it, and if it commits this
 -- statement fails with a unique violation, which transaction.py retries (the retry finds the

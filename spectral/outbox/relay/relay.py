@@ -47,18 +47,17 @@ import os
 import random
 import sys
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from itertools import zip_longest
-from typing import Any, Protocol
 
 from aiokafka import AIOKafkaProducer
 from aiokafka.errors import KafkaError
-from aiokafka.partitioner import DefaultPartitioner, murmur2
 
 from contracts import MAX_PRODUCE_BYTES, format_utc
 from spectral.db.connect import ping
-from spectral.errors import SpectralError, TransientError
+from spectral.errors import TransientError
 from spectral.faults import Component, Refusal, describe, refusal_of
 from spectral.kafka.config import producer_kwargs
 from spectral.kafka.freshness import READY_AT_HEADER
@@ -69,6 +68,14 @@ from spectral.observability.health import Health
 from spectral.observability.logging import get_logger
 from spectral.observability.outages import REMIND_EVERY
 from spectral.outbox.relay.metrics import RelayMetrics, Wakeup
+from spectral.outbox.relay.publish import (
+    BatchPublisher,
+    KeyPartitioner,
+    Outcome,
+    Outgoing,
+    Publisher,
+    RecordPublisher,
+)
 from spectral.outbox.relay.repository import (
     RELAY_ROLE,
     OutboxRow,
@@ -83,21 +90,6 @@ from spectral.settings import KafkaTransport, Settings
 log = get_logger(__name__)
 
 CRASH_EXIT_CODE = 137
-
-
-class _Producer(Protocol):
-    """What the relay needs of a producer: aiokafka's ``AIOKafkaProducer``, or the confluent
-    transport's :class:`~spectral.kafka.confluent.ConfluentPublisher` (``send`` queues a record
-    and returns the future of its acknowledgement, or raises when the record is refused before
-    it is sent)."""
-
-    async def start(self) -> None: ...
-
-    def send(
-        self, topic: str, *, value: bytes, key: bytes | None, headers: list[tuple[str, bytes]]
-    ) -> Awaitable[asyncio.Future[Any]]: ...
-
-    async def stop(self) -> None: ...
 
 
 def safe_to_mark(
@@ -134,37 +126,38 @@ def unsettled(rows: Sequence[OutboxRow], marked: set[int]) -> dict[str, int]:
     return first
 
 
-def _headers(row: OutboxRow) -> list[tuple[str, bytes]]:
-    headers = [
-        ("event_type", row.event_type.encode()),
-        ("idempotency_key", row.idempotency_key.encode()),
-    ]
-    if row.ready_at is not None:
-        headers.append((READY_AT_HEADER, format_utc(row.ready_at).encode()))
-    return headers
+class _Records:
+    """A batch's rows as Kafka records: topic ``prefix`` + event_type, key record_key, value
+    the envelope, headers event_type, idempotency_key and outbox.ready_at. Each event type's
+    topic and header are made once, and a ready_at's text is reused by the rows after it that
+    share it (a writer transaction's rows share their ``created_at``)."""
 
+    def __init__(self, prefix: str) -> None:
+        self._prefix = prefix
+        self._types: dict[str, tuple[str, tuple[str, bytes]]] = {}
+        self._moment: datetime | None = None
+        self._stamp: tuple[str, bytes] = (READY_AT_HEADER, b"")
 
-class KeyPartitioner:
-    """aiokafka's default partitioner — murmur2 of the key, as the Java client and librdkafka's
-    ``murmur2_random`` compute it, so a key lands on the same partition whichever client sent
-    it — with each key's hash remembered: the relay sends the same keys again and again, and
-    aiokafka's pure-Python murmur2 costs ~5 us a record. At most ``size`` keys are remembered
-    (then the memory starts afresh)."""
-
-    def __init__(self, size: int = 65_536) -> None:
-        self._size = size
-        self._hashes: dict[bytes, int] = {}
-        self._default = DefaultPartitioner()
-
-    def __call__(self, key: bytes | None, all_partitions: list[int], available: list[int]) -> int:
-        if key is None:
-            return int(self._default(key, all_partitions, available))
-        hashed = self._hashes.get(key)
-        if hashed is None:
-            if len(self._hashes) >= self._size:
-                self._hashes.clear()
-            hashed = self._hashes[key] = murmur2(key) & 0x7FFFFFFF
-        return all_partitions[hashed % len(all_partitions)]
+    def __call__(self, rows: Sequence[OutboxRow]) -> list[Outgoing]:
+        types = self._types
+        records: list[Outgoing] = []
+        append = records.append
+        for row in rows:
+            kind = types.get(row.event_type)
+            if kind is None:
+                kind = types[row.event_type] = (
+                    topic_for(row.event_type, self._prefix),
+                    ("event_type", row.event_type.encode()),
+                )
+            headers = [kind[1], ("idempotency_key", row.idempotency_key.encode())]
+            moment = row.ready_at
+            if moment is not None:
+                if moment != self._moment:
+                    self._moment = moment
+                    self._stamp = (READY_AT_HEADER, format_utc(moment).encode())
+                headers.append(self._stamp)
+            append((kind[0], row.record_key.encode(), row.envelope, headers))
+        return records
 
 
 @dataclass
@@ -230,18 +223,19 @@ class _Flight:
     """A batch sent to Kafka, its acknowledgements awaited (the next batch is read meanwhile)."""
 
     rows: Sequence[OutboxRow]
-    sent: list[asyncio.Future[object] | BaseException | None]
+    sent: list[Outcome]
+    """Each row's send (a batch's future is shared by its rows)."""
     failure: BaseException | None
     """The fault that stopped the sending (the rows after it were not sent)."""
     started: float
     answered_at: float = 0.0
     """When the last acknowledgement (or fault) came back (this host's clock, UNIX time)."""
+    _acks: list[asyncio.Future[object]] = field(default_factory=list)
     _outcomes: asyncio.Future[list[object]] | None = None
 
     def __post_init__(self) -> None:
-        self._outcomes = asyncio.gather(
-            *(f for f in self.sent if isinstance(f, asyncio.Future)), return_exceptions=True
-        )
+        self._acks = list(dict.fromkeys(f for f in self.sent if isinstance(f, asyncio.Future)))
+        self._outcomes = asyncio.gather(*self._acks, return_exceptions=True)
         self._outcomes.add_done_callback(self._answered)
 
     def _answered(self, _: object) -> None:
@@ -250,8 +244,8 @@ class _Flight:
     async def results(self) -> list[object]:
         """Each row's outcome in order: its acknowledgement, its fault, or None (not sent)."""
         assert self._outcomes is not None  # noqa: S101 - set at creation
-        acks = iter(await self._outcomes)
-        return [next(acks) if isinstance(f, asyncio.Future) else f for f in self.sent]
+        outcome = dict(zip(self._acks, await self._outcomes, strict=True))
+        return [outcome[f] if isinstance(f, asyncio.Future) else f for f in self.sent]
 
 
 class BrokerUnavailableError(TransientError):
@@ -318,6 +312,7 @@ class OutboxRelay:
         self._offset = random.randrange(SHARD_COUNT)  # noqa: S311 - spreads first picks, not security
         self._report = RelayReport()
         self._held_back = HeldBack(self.options.refusal_backoff)
+        self._records = _Records(settings.topic_prefix)
         self._refusal_lines: dict[Refusal, tuple[float, int]] = {}
         self._sessions = Supervised(
             "outbox-relay",
@@ -380,7 +375,7 @@ class OutboxRelay:
 
     async def _session(self, report: RelayReport) -> None:
         repo = await RelayRepository.open(self._database_url, role=self._role)
-        producer: _Producer | None = None
+        producer: Publisher | None = None
         held: set[int] = set()
         try:
             producer = await self._start_producer()
@@ -403,7 +398,7 @@ class OutboxRelay:
                 self._health.forget(check)
 
     async def _loop(
-        self, repo: RelayRepository, producer: _Producer, held: set[int], report: RelayReport
+        self, repo: RelayRepository, producer: Publisher, held: set[int], report: RelayReport
     ) -> None:
         """Batches, two at a time: while one batch's acknowledgements are awaited the next one
         is read; it is sent once the first one's outcome is known (so a key's rows never
@@ -442,7 +437,7 @@ class OutboxRelay:
     async def _rebalance_landed(
         self,
         repo: RelayRepository,
-        producer: _Producer,
+        producer: Publisher,
         flight: _Flight | None,
         held: set[int],
         report: RelayReport,
@@ -457,7 +452,7 @@ class OutboxRelay:
     async def _stopped(
         self,
         repo: RelayRepository,
-        producer: _Producer,
+        producer: Publisher,
         flight: _Flight | None,
         report: RelayReport,
     ) -> None:
@@ -511,7 +506,7 @@ class OutboxRelay:
 
     async def _send(
         self,
-        producer: _Producer,
+        producer: Publisher,
         rows: Sequence[OutboxRow],
         behind: dict[str, int],
         started: float,
@@ -528,7 +523,7 @@ class OutboxRelay:
     async def _land(
         self,
         repo: RelayRepository,
-        producer: _Producer,
+        producer: Publisher,
         flight: _Flight,
         *,
         report: RelayReport,
@@ -559,9 +554,13 @@ class OutboxRelay:
             await repo.mark_published([row for row in flight.rows if row.id in marked])
         self.metrics.published.inc(len(acked))
         self.metrics.batch_duration.observe(time.perf_counter() - flight.started)
+        observe = self.metrics.publish_delay.observe
+        moment, delay = None, 0.0
         for row in flight.rows:
             if row.id in marked and row.ready_at is not None:
-                self.metrics.publish_delay.observe(max(0.0, acked_at - row.ready_at.timestamp()))
+                if row.ready_at != moment:  # a writer transaction's rows share their ready_at
+                    moment, delay = row.ready_at, max(0.0, acked_at - row.ready_at.timestamp())
+                observe(delay)
         report.published += len(acked)
         report.batches += 1
         if outage is not None:
@@ -655,33 +654,36 @@ class OutboxRelay:
         self.metrics.depth.set(stats.depth)
         self.metrics.oldest_age.set(stats.oldest_age_seconds)
 
-    def _producer(self) -> _Producer:
-        """The producer of the settings' transport (``SPECTRAL_KAFKA_TRANSPORT``)."""
+    def _producer(self) -> Publisher:
+        """The publisher of the settings' transport (``SPECTRAL_KAFKA_TRANSPORT``)."""
         client_id = "spectral-outbox-relay"
         if self._settings.kafka_transport is KafkaTransport.CONFLUENT:
             from spectral.kafka.confluent import ConfluentPublisher  # noqa: PLC0415 - librdkafka only when chosen
 
-            return ConfluentPublisher(
-                self._settings,
-                self._bootstrap,
-                client_id=client_id,
-                linger_ms=self.options.linger_ms,
-                max_batch_bytes=self.options.max_batch_bytes,
-                max_request_bytes=MAX_PRODUCE_BYTES,
+            return RecordPublisher(
+                ConfluentPublisher(
+                    self._settings,
+                    self._bootstrap,
+                    client_id=client_id,
+                    linger_ms=self.options.linger_ms,
+                    max_batch_bytes=self.options.max_batch_bytes,
+                    max_request_bytes=MAX_PRODUCE_BYTES,
+                )
             )
-        producer: _Producer = AIOKafkaProducer(
+        partitioner = KeyPartitioner()
+        producer = AIOKafkaProducer(
             **producer_kwargs(self._settings, self._bootstrap),
             client_id=client_id,
-            partitioner=KeyPartitioner(),
+            partitioner=partitioner,
             linger_ms=self.options.linger_ms,
             max_batch_size=self.options.max_batch_bytes,
             # the contract's producer limit: aiokafka's default (1 MiB) refuses a valid record
             # whose value is 1 MiB once its key, headers and framing are added
             max_request_size=MAX_PRODUCE_BYTES,
         )
-        return producer
+        return BatchPublisher(producer, partitioner, MAX_PRODUCE_BYTES)
 
-    async def _start_producer(self) -> _Producer:
+    async def _start_producer(self) -> Publisher:
         producer = self._producer()
         try:
             await producer.start()
@@ -692,35 +694,18 @@ class OutboxRelay:
         return producer
 
     async def _publish(
-        self, producer: _Producer, rows: Sequence[OutboxRow], hold: set[int]
-    ) -> tuple[list[asyncio.Future[object] | BaseException | None], BaseException | None]:
+        self, producer: Publisher, rows: Sequence[OutboxRow], hold: set[int]
+    ) -> tuple[list[Outcome], BaseException | None]:
         """Send every row but those of ``hold``; return each row's send (the future of its
         acknowledgement, its refusal, or None when it was not sent) and the fault that stopped
-        the sending, if any (the rows after it were not sent). A record the producer refuses
-        for good before sending it (too large) is that row's outcome; the rows after it are
-        sent."""
-        prefix = self._settings.topic_prefix
-        sent: list[asyncio.Future[object] | BaseException | None] = []
-        failure: BaseException | None = None
-        for row in rows:
-            if row.id in hold:
-                sent.append(None)
-                continue
-            try:
-                fut = await producer.send(
-                    topic_for(row.event_type, prefix),
-                    value=row.envelope,
-                    key=row.record_key.encode(),
-                    headers=_headers(row),
-                )
-            except (KafkaError, SpectralError) as exc:
-                if refusal_of(exc) is None:
-                    failure = exc
-                    break
-                sent.append(exc)
-                continue
-            sent.append(fut)
-        return sent, failure
+        the sending, if any. A record the producer refuses for good before sending it (too
+        large) is that row's outcome; the other rows are sent."""
+        going = [row for row in rows if row.id not in hold] if hold else rows
+        outcomes, failure = await producer.publish(self._records(going))
+        if not hold:
+            return outcomes, failure
+        by_id = {row.id: outcome for row, outcome in zip(going, outcomes, strict=True)}
+        return [by_id.get(row.id) for row in rows], failure
 
     async def _sleep(self, seconds: float) -> None:
         await self._sessions.sleep(seconds)

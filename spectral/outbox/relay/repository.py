@@ -21,7 +21,7 @@ WAKEUP_CHANNEL = "spectral_outbox"
 """The channel the outbox's doorbell trigger notifies (migration ``outbox_wakeup``)."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class OutboxRow:
     id: int
     event_type: str
@@ -117,17 +117,11 @@ class RelayRepository:
                 list(in_flight),
             ),
         )
+        # the columns in the query's order: id, slot, event_type, record_key, idempotency_key,
+        # envelope (bytea: bytes), ready_at
         return [
-            OutboxRow(
-                int(r["id"]),
-                r["event_type"],
-                r["record_key"],
-                r["idempotency_key"],
-                bytes(r["envelope"]),
-                int(r["slot"]),
-                r["ready_at"],
-            )
-            for r in rows
+            OutboxRow(row_id, event_type, record_key, idempotency_key, envelope, slot, ready_at)
+            for row_id, slot, event_type, record_key, idempotency_key, envelope, ready_at in rows
         ]
 
     async def listen(self, wake: Callable[[], None]) -> None:

@@ -8,6 +8,8 @@ checked strictly: every key has exactly one row, whatever was killed or stopped.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import json
 import os
 import signal
 import subprocess
@@ -16,9 +18,11 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import asyncpg
 import pytest
+from aiokafka import AIOKafkaProducer
 from prometheus_client import CollectorRegistry
 
 from contracts import FAILURE_CLUSTER_DETECTED
@@ -31,6 +35,7 @@ from spectral.kafka.groups import describe_group
 from spectral.kafka.topics import dlq_topic, topic_for
 from spectral.retry import Backoff
 from spectral.settings import Settings, load_settings
+from tests.events import encode
 from tests.faults.engine.recording_consumer import CREATE_TABLE, AppendingHandler
 from tests.kafka_support import (
     cluster_event,
@@ -425,3 +430,85 @@ async def _retried(registry: CollectorRegistry) -> bool:
         {"consumer": "fault-recorder", "component": "database"},
     )
     return bool(value)
+
+
+async def _trickle(
+    bootstrap: str, topic: str, events: list[Any], per_round: int, pause: float
+) -> None:
+    """Publish ``events`` ``per_round`` at a time, ``pause`` seconds apart (small fetches)."""
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", enable_idempotence=True)
+    await producer.start()
+    try:
+        for at in range(0, len(events), per_round):
+            sent = [
+                await producer.send(topic, value=encode(e), key=str(e.payload.cluster_id).encode())
+                for e in events[at : at + per_round]
+            ]
+            await asyncio.gather(*sent)
+            await asyncio.sleep(pause)
+    finally:
+        await producer.stop()
+
+
+def _assignments(log: Path) -> int:
+    if not log.exists():
+        return 0
+    return log.read_text(errors="replace").count('"partitions assigned"')
+
+
+def _most_fetches_joined(log: Path) -> int:
+    """The most fetches one batch's transaction took (its log line's ``fetches``)."""
+    joined = [0]
+    for line in log.read_text(errors="replace").splitlines():
+        with contextlib.suppress(ValueError):
+            entry = json.loads(line)
+            if isinstance(entry, dict) and entry.get("event") == "batch":
+                joined.append(int(entry["fetches"]))
+    return max(joined)
+
+
+@pytest.mark.slow  # ~55 s; test_joined_batches and the memory engine's crash property hold joins
+async def test_sigkill_while_batches_are_joined_behind_a_slow_transaction_gives_exactly_once(
+    database_url: str,
+    kafka_bootstrap: str,
+    topic_prefix: str,
+    spectral_env: dict[str, str],
+    tmp_path: Path,
+) -> None:
+    """Records arrive five at a time while each transaction is held open 0.3 s: the fetches
+    behind it join one batch (the log shows batches of several fetches). SIGKILLs land while a
+    joined batch waits, runs or awaits its offsets; a last consumer then gives exactly once, the
+    offsets at the end and no dead letter."""
+    log = tmp_path / "consumer.log"
+    await _execute(database_url, CREATE_TABLE)
+    topic = topic_for(FAILURE_CLUSTER_DETECTED, topic_prefix)
+    await create_topics(kafka_bootstrap, [topic], partitions=2)
+    events = [cluster_event() for _ in range(900)]
+    group = topic_prefix + "fault-recorder"
+    env = {**spectral_env, "FAULT_HOLD_SECONDS": "0.3"}
+    for kill, share in enumerate((slice(0, 300), slice(300, 600))):
+        seen = _assignments(log)
+        proc = _start_consumer(env, idle=600, log=log)
+        try:
+
+            async def assigned(seen: int = seen, proc: subprocess.Popen[bytes] = proc) -> bool:
+                assert proc.poll() is None, _tail(log)
+                return _assignments(log) > seen
+
+            # After a SIGKILL the group waits for the killed member's session (10 s).
+            await eventually(assigned, timeout=60, interval=0.05)
+            await _trickle(kafka_bootstrap, topic, events[share], per_round=5, pause=0.02)
+            await asyncio.sleep(0.1 * kill)  # the second kill later in its transaction
+        finally:
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=10)
+    assert _most_fetches_joined(log) > 1, "no fetch joined a batch behind a held transaction"
+    await publish_envelopes(kafka_bootstrap, topic, events[600:])
+
+    final = _start_consumer(spectral_env, idle=SESSION_SECONDS + 3, log=log)
+    assert final.wait(timeout=120) == 0, _tail(log)
+    await _assert_exactly_once(database_url, {e.idempotency_key for e in events})
+    assert await committed_offsets(kafka_bootstrap, group, topic) == await end_offsets(
+        kafka_bootstrap, topic
+    )
+    assert await read_all(kafka_bootstrap, dlq_topic(topic)) == []

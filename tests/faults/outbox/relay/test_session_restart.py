@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Sequence
 from typing import Any, Literal
 
 import pytest
@@ -25,7 +25,7 @@ from aiokafka.errors import RequestTimedOutError, UnknownTopicOrPartitionError
 from prometheus_client import CollectorRegistry
 
 from spectral.outbox.relay import OutboxRelay, RelayMetrics, RelayOptions
-from spectral.outbox.relay.relay import _Producer
+from spectral.outbox.relay.publish import Outcome, Outgoing, Publisher
 from spectral.retry import Backoff
 from spectral.settings import Settings
 from tests.integration.outbox.relay.support import (
@@ -52,12 +52,13 @@ Fault = Literal["ok", "missing topic", "lost ack"]
 
 
 class _Flaky:
-    """The relay's real producer, whose sends fail as ``faults`` says, one entry per send (the
-    faults are the relay's, shared by the producers of its sessions): ``missing topic`` raises
-    what the producer raises when the topic is not in the cluster's metadata in time (nothing
-    sent), ``lost ack`` sends the record and loses its acknowledgement."""
+    """The relay's real publisher, whose records fail as ``faults`` says, one entry per record
+    (the faults are the relay's, shared by the publishers of its sessions): ``missing topic``
+    stops the sending there with what the producer raises when the topic is not in the
+    cluster's metadata in time (the records before it are sent, none after), ``lost ack``
+    sends the record and loses its acknowledgement."""
 
-    def __init__(self, inner: _Producer, faults: deque[Fault]) -> None:
+    def __init__(self, inner: Publisher, faults: deque[Fault]) -> None:
         self._inner = inner
         self._faults = faults
 
@@ -67,24 +68,37 @@ class _Flaky:
     async def stop(self) -> None:
         await self._inner.stop()
 
-    async def send(
-        self, topic: str, *, value: bytes, key: bytes | None, headers: list[tuple[str, bytes]]
-    ) -> asyncio.Future[Any]:
-        fault = self._faults.popleft() if self._faults else "ok"
-        if fault == "missing topic":
-            raise UnknownTopicOrPartitionError
-        ack = await self._inner.send(topic, value=value, key=key, headers=headers)
-        if fault == "ok":
-            return ack
-        lost: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+    async def publish(
+        self, records: Sequence[Outgoing]
+    ) -> tuple[list[Outcome], BaseException | None]:
+        faults = [self._faults.popleft() if self._faults else "ok" for _ in records]
+        if "missing topic" in faults:
+            cut = faults.index("missing topic")
+            self._faults.extendleft(reversed(faults[cut + 1 :]))  # those records were not sent
+            sent, failure = await self._inner.publish(records[:cut])
+            return [*sent, *([None] * (len(records) - cut))], failure or (
+                UnknownTopicOrPartitionError()
+            )
+        sent, failure = await self._inner.publish(records)
+        return [
+            _lost(outcome)
+            if fault == "lost ack" and isinstance(outcome, asyncio.Future)
+            else outcome
+            for outcome, fault in zip(sent, faults, strict=True)
+        ], failure
 
-        def lose(done: asyncio.Future[Any]) -> None:
-            if not done.cancelled():
-                done.exception()  # retrieved: the record's real outcome is not reported
-            lost.set_exception(RequestTimedOutError())
 
-        ack.add_done_callback(lose)
-        return lost
+def _lost(ack: asyncio.Future[Any]) -> asyncio.Future[Any]:
+    """A future that fails (a request timeout) once ``ack`` is settled, whatever its outcome."""
+    lost: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+
+    def lose(done: asyncio.Future[Any]) -> None:
+        if not done.cancelled():
+            done.exception()  # retrieved: the record's real outcome is not reported
+        lost.set_exception(RequestTimedOutError())
+
+    ack.add_done_callback(lose)
+    return lost
 
 
 class FlakyRelay(OutboxRelay):
@@ -102,7 +116,7 @@ class FlakyRelay(OutboxRelay):
         )
         self.faults: deque[Fault] = deque()
 
-    def _producer(self) -> _Producer:
+    def _producer(self) -> Publisher:
         return _Flaky(super()._producer(), self.faults)
 
 

@@ -7,7 +7,7 @@ from aiokafka.partitioner import DefaultPartitioner
 from hypothesis import given
 from hypothesis import strategies as st
 
-from spectral.outbox.relay.relay import KeyPartitioner
+from spectral.outbox.relay.publish import KeyPartitioner
 
 _DEFAULT = DefaultPartitioner()
 
