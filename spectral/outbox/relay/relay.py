@@ -36,10 +36,8 @@ still unanswered after ``SPECTRAL_NOT_READY_AFTER_SECONDS`` fails its check (hea
 ``Health.call``) — the idempotent producer retries a publish for as long as the broker is away.
 The backlog gauges (``spectral_outbox_depth``, ``spectral_outbox_oldest_age_seconds``) are read
 every ``stats_interval`` on a connection of their own, so they rise during a broker outage
-whatever the session is waiting for. Counting a backlog reads every row of it (20-60 ms for
-10,000 rows, 0.1-0.5 s for 50,000): a reading that took long is followed by a longer pause
-(``GAUGE_SHARE``), so the gauges never take more than a twentieth of a database core however
-large the backlog grows.
+whatever the session is waiting for; a slow reading (a large backlog) delays the next one
+(``GAUGE_SHARE``).
 """
 
 from __future__ import annotations
