@@ -20,16 +20,14 @@ SELECT k FROM core.dedup_claim($1, $2::bytea[], $3::uuid[], $4::int[], $5::bigin
 
 -- name: mark_stale
 -- Each key is found by one probe of the primary key and its row updated by its address
--- (core.dedup_rows_of): a plan that stays the same whatever the planner knows of the table. A
--- plain `dedup_key = ANY($2)` was planned as a scan of all the consumer's rows when a slot
--- had no statistics yet or row-level security added its conditions (60-280 ms a batch at
--- 200,000-600,000 keys).
-UPDATE core.event_handled AS h SET outcome = 'stale'
-FROM core.dedup_rows_of($1, $2::bytea[]) AS target
-WHERE h.tableoid = target.tableoid AND h.ctid = target.ctid;
+-- (core.dedup_rows_of), through core.dedup_mark_stale (migration dedup_marks_planned_once): one
+-- plan per session, made with sequential and bitmap scans disabled, so it stays the same
+-- whatever the planner knows of the table. A plain `dedup_key = ANY($2)` was planned as a scan
+-- of all the consumer's rows when a slot had no statistics yet or row-level security added its
+-- conditions (60-280 ms a batch at 200,000-600,000 keys).
+SELECT core.dedup_mark_stale($1, $2::bytea[]);
 
 -- name: forget
--- Deliveries the handler rejected were not applied: drop their rows so a redrive can apply them.
-DELETE FROM core.event_handled AS h
-USING core.dedup_rows_of($1, $2::bytea[]) AS target
-WHERE h.tableoid = target.tableoid AND h.ctid = target.ctid;
+-- Deliveries the handler rejected were not applied: drop their rows so a redrive can apply them
+-- (core.dedup_forget: the same probes and plan as mark_stale).
+SELECT core.dedup_forget($1, $2::bytea[]);
