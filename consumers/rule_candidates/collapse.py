@@ -95,6 +95,8 @@ class Collapsed(Generic[K, T]):
     """Per cluster, snapshots applied and then overwritten by a newer one later in the batch."""
     stale: list[T]
     """Snapshots that arrived after one of the same cluster at least as new."""
+    newest: dict[K, OrderKey]
+    """The order key of each cluster's winner."""
 
 
 def collapse(entries: Iterable[tuple[K, OrderKey, T]]) -> Collapsed[K, T]:
@@ -114,4 +116,4 @@ def collapse(entries: Iterable[tuple[K, OrderKey, T]]) -> Collapsed[K, T]:
             winners[cluster] = item
         else:
             stale.append(item)
-    return Collapsed(winners, superseded, stale)
+    return Collapsed(winners, superseded, stale, newest)

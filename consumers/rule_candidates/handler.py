@@ -29,7 +29,7 @@ merges them); ``HandlerResult.facts`` keeps the totals the batch log line shows.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from enum import StrEnum
 from operator import attrgetter
@@ -108,7 +108,6 @@ class RuleCandidatesHandler(Handler[Counts]):
     async def apply(self, conn: Conn, deliveries: Sequence[Delivery]) -> HandlerResult[Counts]:
         result: HandlerResult[Counts] = HandlerResult()
         now = datetime.now(UTC)
-        keys: dict[int, OrderKey] = {}  # by id(delivery): the batch holds every delivery alive
         entries: list[tuple[str, OrderKey, Delivery]] = []
         # ordered_at's cap per record timestamp: records of a batch share few timestamps, and
         # the datetime arithmetic costs ~1 us a record.
@@ -120,21 +119,23 @@ class RuleCandidatesHandler(Handler[Counts]):
             cap = caps.get(stamp)
             if cap is None:
                 cap = caps[stamp] = latest_order(stamp, now)
-            key = (
-                min(last, cap),  # ordered_at(last, stamp, now)
-                last,
-                payload.failure_count,
-                payload.snapshot_hash,
+            entries.append(
+                (
+                    payload.cluster_id,
+                    (
+                        last if last <= cap else cap,  # noqa: FURB136 - ordered_at(); min() is a call
+                        last,
+                        payload.failure_count,
+                        payload.snapshot_hash,
+                    ),
+                    delivery,
+                )
             )
-            keys[id(delivery)] = key
-            entries.append((payload.cluster_id, key, delivery))
         collapsed = collapse(entries)
-        winners = list(collapsed.winners.values())
+        newest = collapsed.newest
         written = {
             row.cluster_id: row
-            for row in await self.repository.upsert(
-                conn, _rows(winners, [keys[id(d)][0] for d in winners])
-            )
+            for row in await self.repository.upsert(conn, _rows(collapsed.winners, newest))
         }
 
         # Severities gathered in lists and counted once each by Counter (in C): a Counter
@@ -155,7 +156,8 @@ class RuleCandidatesHandler(Handler[Counts]):
                 # One by one, a superseded snapshot no newer than the stored one was stale.
                 newer: list[Delivery] = []
                 for delivery in earlier:
-                    (stale if keys[id(delivery)] <= row.prior else newer).append(delivery)
+                    key = _order_key(delivery, caps[delivery.timestamp_ms])
+                    (stale if key <= row.prior else newer).append(delivery)
                 earlier = newer
             severity = _severity(winner)
             (inserted if row.inserted else updated).append(severity)
@@ -244,10 +246,15 @@ def _severity(delivery: Delivery) -> str:
     return payload.severity
 
 
-def _rows(winners: Iterable[Delivery], ordered: list[datetime]) -> list[SnapshotRow]:
-    """The upsert's rows: each winner's view, its fields in their order (the row type's
-    order, repository.py ``SnapshotRow``), then its ``ordered_at``."""
-    return [
-        (*astuple(delivery.payload), capped)
-        for delivery, capped in zip(winners, ordered, strict=True)
-    ]
+def _order_key(delivery: Delivery, cap: datetime) -> OrderKey:
+    """A delivery's order key, its ``ordered_at`` capped at ``cap`` (collapse.py)."""
+    payload: FailureClusterView = delivery.payload
+    last = payload.last_observed_at
+    return (min(last, cap), last, payload.failure_count, payload.snapshot_hash)
+
+
+def _rows(winners: dict[str, Delivery], newest: dict[str, OrderKey]) -> list[SnapshotRow]:
+    """The upsert's rows: each cluster's winner's view, its fields in their order (the row
+    type's order, repository.py ``SnapshotRow``), then its ``ordered_at`` (its order key's
+    first member, ``newest``: collapse.py)."""
+    return [(*astuple(winner.payload), newest[cluster][0]) for cluster, winner in winners.items()]

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar
 
 import asyncpg
 
+from spectral.db.array_checks import install as install_array_checks
 from spectral.errors import ConfigurationError, PermanentError, SpectralError, TransientError
 from spectral.faults import is_configuration, is_transient
 
@@ -90,6 +91,7 @@ async def create_pool(
     """A connection pool whose sessions act as ``role`` (when given), with the ``session``
     settings (e.g. ``lock_timeout``) on every connection."""
     settings = {**(session or {}), **({"role": role} if role else {})} or None
+    install_array_checks()  # every array parameter checked without a Python frame per element
     try:
         pool: asyncpg.Pool = await asyncpg.create_pool(
             dsn,

@@ -55,8 +55,20 @@ def dedup_key(key: str) -> bytes:
 
 
 def dedup_keys(keys: list[str]) -> list[bytes]:
-    """:func:`dedup_key` of each key (a batch's claim: every record's key, so the compact
-    form's test is made here, inline, and only the other keys take :func:`dedup_key`)."""
+    """:func:`dedup_key` of each key (a batch's claim: every record's key). When every key is
+    in the compact form — checked for all of them at once, as
+    :func:`contracts.fields.are_wire_uuids` checks UUIDs: the keys joined by spaces, every
+    lowercase hex digit read as ``0``, must be the compact layout repeated, joined by spaces
+    (a key of another length, or with any other character, breaks it) — their digits are
+    decoded in one call; otherwise each key is stored on its own."""
+    count = len(keys)
+    if count:
+        joined = " ".join(keys).encode("utf-8", "surrogatepass")
+        if joined.translate(_HEX_AS_ZERO) == b" ".join([_COMPACT_LAYOUT] * count):
+            # each key's tag as two hex digits before its own: one decode gives the 33-byte
+            # forms one after another
+            forms = unhexlify(b"00" + joined.replace(b" ", b" 00").translate(None, b"-: "))
+            return [forms[start : start + 33] for start in range(0, 33 * count, 33)]
     stored: list[bytes] = []
     for key in keys:
         if len(key) == _COMPACT_LENGTH and key.isascii():

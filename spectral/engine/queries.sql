@@ -6,8 +6,9 @@
 -- cluster_id:snapshot_hash).
 -- core.event_handled is a ring of two slots (migration bounded_state;
 -- docs/explanation/bounded-state.md): the current generation's slot and the previous one's. A key is new when neither slot
--- holds it: core.dedup_claim (migration dedup_claim_without_speculation) probes both slots for
--- each key (one index probe per slot, planned with index probes only) and inserts the others
+-- holds it: core.dedup_claim (migrations dedup_claim_without_speculation, claim_planned_once)
+-- probes both slots for each key (one index probe per slot; its plan, kept by the session, is
+-- made with sequential and bitmap scans disabled) and inserts the others
 -- into the current slot with a plain INSERT, whose uniqueness check settles races: a concurrent
 -- transaction inserting the same key makes this one wait for it, and if it commits this
 -- statement fails with a unique violation, which transaction.py retries (the retry finds the
@@ -19,16 +20,14 @@ SELECT k FROM core.dedup_claim($1, $2::bytea[], $3::uuid[], $4::int[], $5::bigin
 
 -- name: mark_stale
 -- Each key is found by one probe of the primary key and its row updated by its address
--- (core.dedup_rows_of): a plan that stays the same whatever the planner knows of the table. A
--- plain `dedup_key = ANY($2)` was planned as a scan of all the consumer's rows when a slot
--- had no statistics yet or row-level security added its conditions (60-280 ms a batch at
--- 200,000-600,000 keys).
-UPDATE core.event_handled AS h SET outcome = 'stale'
-FROM core.dedup_rows_of($1, $2::bytea[]) AS target
-WHERE h.tableoid = target.tableoid AND h.ctid = target.ctid;
+-- (core.dedup_rows_of), through core.dedup_mark_stale (migration dedup_marks_planned_once): one
+-- plan per session, made with sequential and bitmap scans disabled, so it stays the same
+-- whatever the planner knows of the table. A plain `dedup_key = ANY($2)` was planned as a scan
+-- of all the consumer's rows when a slot had no statistics yet or row-level security added its
+-- conditions (60-280 ms a batch at 200,000-600,000 keys).
+SELECT core.dedup_mark_stale($1, $2::bytea[]);
 
 -- name: forget
--- Deliveries the handler rejected were not applied: drop their rows so a redrive can apply them.
-DELETE FROM core.event_handled AS h
-USING core.dedup_rows_of($1, $2::bytea[]) AS target
-WHERE h.tableoid = target.tableoid AND h.ctid = target.ctid;
+-- Deliveries the handler rejected were not applied: drop their rows so a redrive can apply them
+-- (core.dedup_forget: the same probes and plan as mark_stale).
+SELECT core.dedup_forget($1, $2::bytea[]);

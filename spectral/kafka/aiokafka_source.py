@@ -16,6 +16,7 @@ from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
 from aiokafka.errors import CommitFailedError, IllegalStateError, KafkaError
 
 from spectral.faults import Component, is_transient
+from spectral.kafka.aiokafka_records import lean
 from spectral.kafka.clients import ClientSource, ClientTransport
 from spectral.kafka.config import client_kwargs
 from spectral.kafka.groups import membership_lost
@@ -104,6 +105,7 @@ class AiokafkaSource(ClientSource):
             return
         consumer = self._client()
         await consumer.start()
+        lean(consumer)  # getmany hands over light records (aiokafka_records.py)
         reading = self.reading
         if isinstance(reading, Subscription):
             consumer.subscribe(topics=list(topics), listener=_Listener(rebalance))

@@ -1,7 +1,10 @@
 """A private 3-broker Kafka cluster (KRaft) for the tests of this folder, shared by the session.
 
 Started once, lazily, by the first test that needs it, in a temporary state directory of its own
-(never the shared stack), and stopped and wiped at the end of the session. Every test gets it
+(never the shared stack), and stopped and wiped once the last test that needs it is done: its
+three brokers would otherwise idle beside the rest of the session (about a tenth of a core and
+1.5 GB between them). Its tests run one after another (one xdist group, tests/conftest.py); a
+test that needs it after that starts a new one in the same directory. Every test gets it
 whole: the ``cluster`` fixture starts any broker a previous test left down and waits until every
 replica is back in sync, before and after the test. The session's PostgreSQL server is used as
 usual (each test its own database); only Kafka is faulted here.
@@ -17,6 +20,9 @@ from spectral.devstack.kafka_cluster import LocalKafkaCluster
 from spectral.devstack.kafka_jars import default_cache_dir
 from spectral.errors import TransientError
 from tests.cluster.support import BROKERS, healed
+
+_STARTED: list[LocalKafkaCluster] = []
+"""The session's cluster once started (stopped early by ``pytest_runtest_teardown``)."""
 
 
 @pytest.fixture(scope="session")
@@ -35,10 +41,22 @@ def kafka_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalKaf
             cluster.stop(wipe=True)
             if attempt == 2:
                 raise
+    _STARTED.append(cluster)
     try:
         yield cluster
     finally:
+        _STARTED.clear()
         cluster.stop(wipe=True)
+
+
+@pytest.hookimpl(trylast=True)  # after the test's own fixtures (``cluster`` heals it) are torn down
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
+    """Stop the cluster as soon as the next test of this process does not use it."""
+    del item
+    if nextitem is not None and "kafka_cluster" in getattr(nextitem, "fixturenames", ()):
+        return
+    while _STARTED:
+        _STARTED.pop().stop(wipe=True)
 
 
 @pytest.fixture

@@ -36,7 +36,10 @@ still unanswered after ``SPECTRAL_NOT_READY_AFTER_SECONDS`` fails its check (hea
 ``Health.call``) — the idempotent producer retries a publish for as long as the broker is away.
 The backlog gauges (``spectral_outbox_depth``, ``spectral_outbox_oldest_age_seconds``) are read
 every ``stats_interval`` on a connection of their own, so they rise during a broker outage
-whatever the session is waiting for.
+whatever the session is waiting for. Counting a backlog reads every row of it (20-60 ms for
+10,000 rows, 0.1-0.5 s for 50,000): a reading that took long is followed by a longer pause
+(``GAUGE_SHARE``), so the gauges never take more than a twentieth of a database core however
+large the backlog grows.
 """
 
 from __future__ import annotations
@@ -84,7 +87,7 @@ from spectral.outbox.relay.repository import (
 )
 from spectral.outbox.relay.shards import SHARD_COUNT, doorbell_slot, plan
 from spectral.retry import Backoff
-from spectral.service import Periodic, Supervised
+from spectral.service import Supervised
 from spectral.settings import KafkaTransport, Settings
 
 log = get_logger(__name__)
@@ -352,12 +355,17 @@ class OutboxRelay:
         if self._health is not None:
             self._health.probe(Component.DATABASE, lambda: ping(self._database_url))
             self._health.probe(Component.KAFKA, kafka)
-        refresh = Periodic(
+        every = self.options.stats_interval
+
+        async def read_gauges() -> float:
+            return gauge_pause(every, await gauges.refresh())
+
+        refresh = Supervised(
             "outbox-gauges",
-            gauges.refresh,
-            every=self.options.stats_interval,
-            backoff=Backoff(base=self.options.stats_interval, cap=10.0),
+            read_gauges,
+            backoff=Backoff(base=every, cap=10.0),
             component=Component.DATABASE,
+            retries_any_failure=True,
         )
         refresh.start()
         return _Watch(refresh, kafka, gauges)
@@ -725,9 +733,11 @@ class _Gauges:
         self._metrics = metrics
         self._reader: OutboxStatsReader | None = None
 
-    async def refresh(self) -> None:
+    async def refresh(self) -> float:
+        """Read the gauges; the seconds the reading took."""
         if self._reader is None:
             self._reader = await OutboxStatsReader.open(self._url, role=self._role)
+        began = time.monotonic()
         try:
             stats = await self._reader.stats(timeout=STATS_TIMEOUT)
         except BaseException:
@@ -736,6 +746,7 @@ class _Gauges:
             raise
         self._metrics.depth.set(stats.depth)
         self._metrics.oldest_age.set(stats.oldest_age_seconds)
+        return time.monotonic() - began
 
     async def close(self) -> None:
         reader, self._reader = self._reader, None
@@ -744,12 +755,22 @@ class _Gauges:
 
 
 STATS_TIMEOUT = 5.0
+GAUGE_SHARE = 0.05
+"""The largest share of its time the gauges' connection spends reading: after a reading of
+``t`` seconds the next one comes at least ``t / GAUGE_SHARE`` seconds later."""
+
+
+def gauge_pause(every: float, took: float) -> float:
+    """Seconds until the next reading of the gauges, after one that took ``took``."""
+    return max(every, took / GAUGE_SHARE)
+
+
 """Seconds a gauge reading may take before its connection is dropped and opened again."""
 
 
 @dataclass
 class _Watch:
-    refresh: Periodic | None = None
+    refresh: Supervised | None = None
     kafka: KafkaProbe | None = None
     gauges: _Gauges | None = None
 

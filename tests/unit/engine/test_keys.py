@@ -73,7 +73,20 @@ def test_two_keys_are_stored_alike_exactly_when_they_are_the_same(a: str, b: str
     assert (dedup_key(a) == dedup_key(b)) == (a == b)
 
 
-@given(st.lists(any_key, max_size=20))
+def _regrouped(keys: list[str], cut: int) -> list[str]:
+    """The keys glued together and cut again at another place (two texts that only
+    concatenate to keys in the compact form)."""
+    joined = " ".join(keys)
+    cut %= len(joined) + 1
+    return [joined[:cut], joined[cut:]]
+
+
+@given(
+    st.lists(any_key, max_size=20)
+    | st.lists(snapshot_keys, min_size=1, max_size=20)
+    | st.builds(_regrouped, st.lists(snapshot_keys, min_size=1, max_size=4), st.integers(0, 400))
+    | st.lists(snapshot_keys, min_size=1, max_size=6).map(lambda ks: [" ".join(ks), *ks[1:]])
+)
 def test_a_batch_is_stored_key_by_key(keys: list[str]) -> None:
     assert dedup_keys(keys) == [dedup_key(k) for k in keys]
 

@@ -104,6 +104,7 @@ def test_collapse_equals_applying_one_by_one(batch: list[Snap]) -> None:
             applied.add(s.name)
     out = run(*batch)
     assert {c: w.key for c, w in out.winners.items()} == stored
+    assert out.newest == stored  # each winner's key, as the handler reads it for the upsert
     collapsed_applied = {w.name for w in out.winners.values()} | {
         s.name for group in out.superseded.values() for s in group
     }

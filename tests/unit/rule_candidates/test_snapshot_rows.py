@@ -33,7 +33,8 @@ def test_a_winners_row_holds_its_views_values_by_name() -> None:
     assert isinstance(view, FailureClusterView)
     delivery = SimpleNamespace(payload=view)
     capped = view.last_observed_at
-    (row,) = _rows([delivery], [capped])  # type: ignore[list-item]
+    key = (capped, view.last_observed_at, view.failure_count, view.snapshot_hash)
+    (row,) = _rows({view.cluster_id: delivery}, {view.cluster_id: key})  # type: ignore[dict-item]
     values = dict(zip(SNAPSHOT_FIELDS, row, strict=True))
     assert values == {
         **{name: getattr(view, name) for name in FailureClusterView.__struct_fields__},

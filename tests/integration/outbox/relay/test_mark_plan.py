@@ -1,0 +1,72 @@
+"""The relay's mark (core.outbox_mark_published) keeps one plan per session: that plan must probe
+each row's primary key whatever the slot held when it was made. A plan made on an empty slot that
+reached a row through the partial index of unpublished rows by key would read the whole backlog
+of the slot for every row it marks."""
+
+from __future__ import annotations
+
+import asyncpg
+import pytest
+
+from spectral.outbox.relay.repository import RELAY_ROLE, RelayRepository
+from spectral.outbox.relay.shards import SHARD_COUNT
+from tests.integration.maintenance.support import session
+
+pytestmark = pytest.mark.integration
+
+BACKLOG = 20_000
+"""Unpublished rows the slot gets after the plan was made (no statistics taken)."""
+BATCH = 20
+BATCHES = 25
+
+
+async def _write(database_url: str, rows: int, first: int) -> None:
+    async with session(database_url) as admin:
+        await admin.execute(
+            "INSERT INTO core.outbox (event_type, record_key, idempotency_key, envelope) "
+            "SELECT 't', 'k' || (g % 997), 'i' || g, '\\x00'::bytea "
+            "FROM generate_series($1::int, $2::int) AS g",
+            first,
+            first + rows - 1,
+        )
+
+
+async def _index_tuples_read(database_url: str, conn: asyncpg.Connection) -> int:
+    """Index entries read from the outbox's slots so far (``conn``'s included)."""
+    await conn.execute("SELECT pg_stat_force_next_flush()")
+    async with session(database_url) as admin:
+        return int(
+            await admin.fetchval(
+                "SELECT coalesce(sum(idx_tup_read), 0) FROM pg_stat_user_indexes "
+                "WHERE schemaname = 'core' AND relname LIKE 'outbox\\__'"
+            )
+        )
+
+
+async def test_marks_in_a_slot_grown_from_empty_probe_the_primary_key(database_url: str) -> None:
+    repo = await RelayRepository.open(database_url, role=RELAY_ROLE)
+    conn = repo._conn
+    try:
+        await repo.try_lock(list(range(SHARD_COUNT)), SHARD_COUNT)
+        await _write(database_url, BATCH * 3, 0)
+        for _ in range(3):  # the plan is made (and kept) on a slot of a few rows
+            await repo.mark_published(await repo.fetch_batch(list(range(SHARD_COUNT)), BATCH))
+        await _write(database_url, BACKLOG, BATCH * 3)
+        rows = await repo.fetch_batch(list(range(SHARD_COUNT)), BATCH * BATCHES)
+        await conn.execute("RESET ROLE")
+        before = await _index_tuples_read(database_url, conn)
+        await conn.execute(f"SET ROLE {RELAY_ROLE}")
+        for at in range(0, len(rows), BATCH):
+            await repo.mark_published(rows[at : at + BATCH])
+        await conn.execute("RESET ROLE")
+        read = await _index_tuples_read(database_url, conn) - before
+    finally:
+        await repo.close()
+    # A probe per row reads one entry; a scan of the slot's unpublished rows per row would read
+    # BATCH x BATCHES x BACKLOG (10 million).
+    assert read <= 10 * BATCH * BATCHES, read
+    async with session(database_url) as admin:
+        published = await admin.fetchval(
+            "SELECT count(*) FROM core.outbox WHERE published_at IS NOT NULL"
+        )
+    assert published == BATCH * (3 + BATCHES)
