@@ -58,7 +58,7 @@ export SPECTRAL_STATE_DIR := $(CURDIR)/.spectral
 endif
 endif
 
-.PHONY: all install bench-tools tooling helm-tools interop maven postgres-binaries promtool amtool chromium debian-package up down status migrate topics demo test test-cluster test-slow test-example unit lint docs docs-generate bench soak clean test-build
+.PHONY: all install bench-tools tooling helm-tools helm-binaries interop maven postgres-binaries promtool amtool chromium debian-package up down status migrate topics demo test test-cluster test-slow test-example unit lint docs docs-generate bench soak clean test-build
 
 all: test
 
@@ -190,9 +190,13 @@ $(HELM_SCHEMAS): tests/helm/schemas.py $(STAMP)
 		--modules $(HELM_TOOLS)/modules.json
 	touch $@
 
-helm-tools: $(HELM_BIN) $(KUBECONFORM_BIN) $(HELM_SCHEMAS)
+# The two binaries alone (pure Go, no Python environment): `make test` compiles them beside the
+# other build steps and pytest.
+helm-binaries: $(HELM_BIN) $(KUBECONFORM_BIN)
 	ln -sf $(notdir $(HELM_BIN)) $(HELM_TOOLS)/bin/helm
 	ln -sf $(notdir $(KUBECONFORM_BIN)) $(HELM_TOOLS)/bin/kubeconform
+
+helm-tools: helm-binaries $(HELM_SCHEMAS)
 
 # Test tooling outside Python: the AsyncAPI parser, the OpenAPI linter and the Helm chart's
 # validators.
@@ -311,24 +315,39 @@ unit: install tooling
 # private cluster, broker or build directory stay in one worker (xdist_group, tests/conftest.py).
 # TEST_WORKERS=0 runs them in this process, one after another.
 # The build steps before pytest run side by side, TEST_BUILD_JOBS at a time (on a fresh clone they
-# take minutes, waiting on the network or on one core each: compiling helm and kubeconform, Maven,
-# npm, mypy, the docs site), and the local stack starts meanwhile; a failed step stops the stack.
-# Their output comes line by line as it is written (a cold helm compile is minutes long: buffered
-# per step, the log would look hung).
+# take minutes, waiting on the network or on one core each: Maven, npm, the Python environment,
+# mypy, the docs site), and the local stack starts meanwhile; a failed step stops the stack.
+# Their output comes line by line as it is written.
+# The longest step, the cold compile of helm and kubeconform (minutes), runs beside all of them
+# and beside pytest: only the chart's tests need it, and they wait for it (HELM_BINARIES_STATUS:
+# tests/helm/conftest.py) and are scheduled after the slowest tests. Its output is in
+# build/helm/binaries.log, shown when it fails; its failure fails `make test`.
 TEST_WORKERS ?= 4
 TEST_BUILD_JOBS ?= 4
+HELM_BINARIES_STATUS := $(abspath $(HELM_TOOLS))/binaries.status
+HELM_BINARIES_LOG := $(abspath $(HELM_TOOLS))/binaries.log
 test:
-	@$(MAKE) --no-print-directory -j$(TEST_BUILD_JOBS) --output-sync=line test-build \
-		|| { $(MAKE) --no-print-directory down; exit 1; }
-	@status=0; $(BIN)/pytest -q -p no:cacheprovider --durations=15 \
-		-m "not cluster_slow and not slow and not example" -n $(TEST_WORKERS) --dist loadgroup \
-		$(PYTEST_ARGS) || status=$$?; $(SPECTRAL) dev down; exit $$status
+	@mkdir -p $(HELM_TOOLS); rm -f $(HELM_BINARIES_STATUS); \
+	setsid sh -c '$(MAKE) --no-print-directory helm-binaries > $(HELM_BINARIES_LOG) 2>&1; \
+		echo $$? > $(HELM_BINARIES_STATUS)' & helm=$$!; \
+	helm_binaries() { \
+		wait $$helm; test "$$(cat $(HELM_BINARIES_STATUS) 2>/dev/null)" = 0 && return; \
+		cat $(HELM_BINARIES_LOG); echo "make test: building helm and kubeconform failed" >&2; return 1; \
+	}; \
+	$(MAKE) --no-print-directory -j$(TEST_BUILD_JOBS) --output-sync=line test-build || { \
+		kill -- -$$helm 2>/dev/null; wait $$helm; $(MAKE) --no-print-directory down; exit 1; }; \
+	status=0; HELM_BINARIES_STATUS=$(HELM_BINARIES_STATUS) $(BIN)/pytest -q -p no:cacheprovider \
+		--durations=15 -m "not cluster_slow and not slow and not example" \
+		-n $(TEST_WORKERS) --dist loadgroup $(PYTEST_ARGS) || status=$$?; \
+	helm_binaries || status=1; $(SPECTRAL) dev down; exit $$status
 
 # Everything `make test` builds before pytest, and the local stack. What runs Python from the
 # checkout waits for its environment to be complete (lint's bench extra reinstalls spectral), and
 # the stack for Maven too (it fetches the broker's jars).
-# They start longest first: helm's compile, then the Python environment and what needs it.
-test-build: $(HELM_BIN) install lint docs up tooling interop postgres-binaries promtool amtool chromium
+# They start longest first: the Python environment and what needs it. (helm and kubeconform are
+# compiled beside them: `test` above.)
+test-build: install lint docs up $(ASYNCAPI_STAMP) $(OPENAPI_STAMP) $(AXE_STAMP) $(HELM_SCHEMAS) \
+	interop postgres-binaries promtool amtool chromium
 ifneq ($(filter test-build,$(MAKECMDGOALS)),)
 up docs $(HELM_SCHEMAS): | $(BENCH_STAMP)
 up: | maven

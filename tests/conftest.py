@@ -11,7 +11,9 @@ topic prefix, so tests never see each other's data.
 from __future__ import annotations
 
 import os
-from collections.abc import AsyncIterator, Callable, Iterator
+import time
+from collections.abc import AsyncIterator, Callable, Generator, Iterator
+from pathlib import Path
 from typing import Any
 
 import asyncpg
@@ -176,12 +178,20 @@ _SLOW_FIRST = (
     "tests/faults/engine/test_consumer_faults.py",
     "tests/faults/engine/test_hostile_corpus.py",
     "tests/faults/work_executor/test_outage.py",
-    "tests/helm/test_chart_runs.py",
     "tests/integration/work/test_cli.py",
     "tests/faults/engine/test_frozen_member.py",
     "tests/integration/dlq/test_dlq.py",
     "tests/faults/clusters/test_stub_kill.py",
 )
+
+
+# The Helm chart's tests need helm and kubeconform, which `make test` compiles beside pytest (a
+# cold compile takes minutes): they come right after the slowest tests, and each waits for the
+# compile to end when it has not (HELM_BINARIES_STATUS names the file the Makefile writes its exit
+# status to), outside its timeout. A failed compile leaves the binaries missing, which the tests
+# report (tests/helm/chart.py), and fails `make test` with the compile's log.
+_HELM = "tests/helm/"
+HELM_BINARIES_WAIT = 1800.0
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which reads the groups into node ids
@@ -192,4 +202,24 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             uses = fixture is None or fixture in getattr(item, "fixturenames", ())
             if path.startswith(prefix) and uses:
                 item.add_marker(pytest.mark.xdist_group(group))
-    items.sort(key=lambda item: not item.nodeid.startswith(_SLOW_FIRST))
+    items.sort(
+        key=lambda item: (
+            0 if item.nodeid.startswith(_SLOW_FIRST) else 1 if item.nodeid.startswith(_HELM) else 2
+        )
+    )
+
+
+def _await_helm_binaries() -> None:
+    status = os.environ.get("HELM_BINARIES_STATUS")
+    if not status:
+        return
+    deadline = time.monotonic() + HELM_BINARIES_WAIT
+    while not Path(status).exists() and time.monotonic() < deadline:
+        time.sleep(1)
+
+
+@pytest.hookimpl(hookwrapper=True, tryfirst=True)  # outside pytest-timeout's clock
+def pytest_runtest_protocol(item: pytest.Item) -> Generator[None]:
+    if item.nodeid.startswith(_HELM):
+        _await_helm_binaries()
+    yield

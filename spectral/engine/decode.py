@@ -98,9 +98,13 @@ class RecordDecoder:
         dead: list[DeadLetter] = []
         fast = self._fast
         envelope_of = self._decode
+        topic: str | None = None
+        read: ViewReader | None = None
         for record in records:
             value = record.value
-            read = fast.get(record.topic)
+            if record.topic is not topic:  # a batch's records share a few topic objects
+                topic = record.topic
+                read = fast.get(topic)
             if read is not None and value is not None:
                 try:
                     found = read(value, record.key)
@@ -119,7 +123,7 @@ class RecordDecoder:
                             record.key,
                             value,
                             record.timestamp or 0,
-                            tuple(record.headers or ()),
+                            tuple(headers) if (headers := record.headers) else (),
                             envelope_of,
                         )
                     )

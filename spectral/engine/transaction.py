@@ -22,6 +22,7 @@ transaction held across the run: nothing commits per batch) or a :class:`Borrowe
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
@@ -56,16 +57,36 @@ class Connections(Protocol):
 
 
 class PoolConnections:
-    """A connection of the engine's pool per batch: every batch commits."""
+    """A connection of the engine's pool per batch: every batch commits.
+
+    A connection that comes back whole goes back to the pool behind the borrower: the pool's
+    reset of its session (one round trip) is not part of the batch, and the next batch's
+    transaction starts on another connection meanwhile. One whose block raised is reset before
+    the error goes on."""
 
     commits = True
 
     def __init__(self, pool: asyncpg.Pool) -> None:
         self._pool = pool
+        self._releasing: set[asyncio.Task[None]] = set()
 
-    def lend(self) -> AbstractAsyncContextManager[asyncpg.Connection]:
-        # A pool connection proxy behaves as the connection it lends.
-        return cast("AbstractAsyncContextManager[asyncpg.Connection]", self._pool.acquire())
+    @asynccontextmanager
+    async def lend(self) -> AsyncIterator[asyncpg.Connection]:
+        conn = await self._pool.acquire()
+        try:
+            # A pool connection proxy behaves as the connection it lends.
+            yield cast("asyncpg.Connection", conn)
+        except BaseException:
+            await self._pool.release(conn)
+            raise
+        task = asyncio.create_task(self._release(conn))
+        self._releasing.add(task)
+        task.add_done_callback(self._releasing.discard)
+
+    async def _release(self, conn: asyncpg.pool.PoolConnectionProxy) -> None:
+        # A reset that fails closes the connection; the pool opens another when it needs one.
+        with contextlib.suppress(Exception):
+            await self._pool.release(conn)
 
 
 class BorrowedConnection:

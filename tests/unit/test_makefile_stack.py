@@ -4,8 +4,8 @@ checkout's stack) is not inherited, and the run says so; given on make's command
 used. The other targets keep following the environment.
 
 The Makefile runs here for real, with its tools replaced: ``VENV`` names a folder whose fake
-``pytest`` and ``spectral`` (and, for ``make test``, a fake ``MAKE`` standing for the build steps
-and the stack's start) write down the stack variables they were started with."""
+``pytest`` and ``spectral`` (and, for ``make test``, a fake ``MAKE`` standing for the build steps,
+the stack's start and helm's compile) write down the stack variables they were started with."""
 
 from __future__ import annotations
 
@@ -55,6 +55,7 @@ def _make(
             target,
             f"VENV={venv}",
             f"MAKE={venv / 'bin' / 'make'}",
+            f"HELM_TOOLS={tmp_path / 'helm'}",  # not the checkout's: a real `make test` runs this
             *assignments,
         ],
         cwd=ROOT,
@@ -74,12 +75,12 @@ def _make(
 
 def test_the_suite_does_not_inherit_another_checkouts_stack(tmp_path: Path) -> None:
     runs, out = _make(tmp_path, "test", environment=ELSEWHERE)
-    # the build steps and the stack's start, pytest, the stack's stop
-    assert [command for command, _ in runs] == [
-        "make --no-print-directory",
-        "pytest -q",
-        "spectral dev",
-    ]
+    # the build steps and the stack's start, helm's compile beside them (in either order), pytest,
+    # the stack's stop
+    commands = [command for command, _ in runs]
+    assert sorted(commands[:-1]) == ["make --no-print-directory"] * 2 + ["pytest -q"]
+    assert commands[0] == "make --no-print-directory"
+    assert commands[-1] == "spectral dev"
     for _, seen in runs:
         assert seen == {
             "SPECTRAL_STATE_DIR": OWN,
@@ -110,7 +111,7 @@ def test_a_stack_given_on_the_command_line_is_used(tmp_path: Path) -> None:
     runs, out = _make(
         tmp_path, "test", *(f"{k}={v}" for k, v in chosen.items()), environment=ELSEWHERE
     )
-    assert len(runs) == 3
+    assert len(runs) == 4  # the build steps, helm's compile, pytest, the stack's stop
     for _, seen in runs:
         assert seen == chosen
     assert "not used" not in out

@@ -205,6 +205,21 @@ class TestPoolConnections(ConnectionsContract):
         finally:
             await pool.close()
 
+    async def test_a_connection_lent_again_had_its_session_reset(self, seam_database: str) -> None:
+        """The pool's reset runs behind the borrower, and before the connection is lent again:
+        a session setting a batch left does not reach the next batch."""
+        pool = await asyncpg.create_pool(seam_database, min_size=1, max_size=1)
+        lender = PoolConnections(pool)
+        try:
+            async with lender.lend() as conn:
+                await conn.execute("SET application_name = 'left-behind'")
+                pid = conn.get_server_pid()
+            async with lender.lend() as conn:
+                assert conn.get_server_pid() == pid  # the same connection, after its reset
+                assert await conn.fetchval("SHOW application_name") != "left-behind"
+        finally:
+            await pool.close()
+
 
 class TestBorrowedConnectionInItsTransaction(ConnectionsContract):
     @pytest.fixture

@@ -22,9 +22,9 @@ STORED = 200_000
 PROJECTOR = "spectral_projector"
 
 
-async def _stored_clusters(database_url: str) -> list[uuid.UUID]:
+async def _stored_clusters(database_url: str, *, analyze: bool = True) -> list[uuid.UUID]:
     """STORED clusters written directly (the upsert's own work is not what is measured here),
-    then analysed, as autovacuum would have done by then."""
+    then analysed, as autovacuum would have done by then (unless not ``analyze``)."""
     async with connected(database_url, None) as admin:
         await admin.execute(
             "INSERT INTO platform.rule_candidates_pending (cluster_id, snapshot_hash, rule_id, "
@@ -35,7 +35,8 @@ async def _stored_clusters(database_url: str) -> list[uuid.UUID]:
             "FROM generate_series(1, $1::int) AS g",
             STORED,
         )
-        await admin.execute("ANALYZE platform.rule_candidates_pending")
+        if analyze:
+            await admin.execute("ANALYZE platform.rule_candidates_pending")
         rows = await admin.fetch(
             "SELECT cluster_id FROM platform.rule_candidates_pending LIMIT 1000"
         )
@@ -87,3 +88,29 @@ async def test_the_upsert_reads_only_its_batch_with_many_clusters_stored(
             # Each cluster of the batch is read a few times (its prior snapshot, the conflict
             # check, the update); a scan of the projection would read all 200,000.
             assert read <= 10 * len(batch), (mode, size, read)
+
+
+async def test_the_upsert_planned_on_a_few_clusters_reads_only_its_batch_once_grown(
+    database_url: str,
+) -> None:
+    """The engine's session keeps the upsert's plan: a plan made while the projection held the
+    first batches' few clusters must not scan it once it has grown (a generic plan made then
+    hash-joined the batch with a sequential scan of the whole projection, for every batch)."""
+    handler = new_handler()
+    async with connected(database_url, PROJECTOR) as conn:
+        await conn.execute("SET plan_cache_mode = force_generic_plan")
+        for _ in range(6):  # planned on a projection of a few clusters
+            async with conn.transaction():
+                await handler.apply(conn, deliveries(*(snapshot(uuid.uuid4()) for _ in range(3))))
+        known = await _stored_clusters(database_url, analyze=False)
+        for round_ in range(5):
+            clusters = known[round_ * 20 : round_ * 20 + 20]
+            batch = deliveries(*(snapshot(c, minutes=round_ + 1) for c in clusters))
+            await _flushed(conn)
+            before = await _rows_read(database_url)
+            async with conn.transaction():
+                result = await handler.apply(conn, batch)
+            await _flushed(conn)
+            read = await _rows_read(database_url) - before
+            assert not result.stale
+            assert read <= 10 * len(batch), (round_, read)
