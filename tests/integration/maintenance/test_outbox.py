@@ -26,11 +26,11 @@ from tests.integration.outbox.relay.support import (
     by_key,
     enqueue_numbered,
     key_id,
+    make_relay,
     numbered,
     outbox_counts,
     read_topic,
 )
-from tests.integration.outbox.relay.test_relay import make_relay
 
 pytestmark = pytest.mark.integration
 

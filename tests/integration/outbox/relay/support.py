@@ -11,9 +11,12 @@ from typing import Any
 from uuid import UUID
 
 import asyncpg
+from prometheus_client import CollectorRegistry
 
 from contracts import EventEnvelope, failure_cluster_detected_event
+from spectral.outbox.relay import OutboxRelay, RelayMetrics, RelayOptions
 from spectral.outbox.writer import OutboxItem, enqueue
+from spectral.settings import Settings
 from tests.events import decode
 from tests.kafka_support import ReadRecord, partitions_of, read_all
 
@@ -115,3 +118,18 @@ def assert_in_order_without_gaps(seqs: Sequence[int], expected_last: int) -> Non
         assert n <= seen_max + 1, f"{n} arrived before {seen_max + 1}: {seqs}"
         seen_max = max(seen_max, n)
     assert seen_max == expected_last, f"expected up to {expected_last}, saw {seqs}"
+
+
+def make_relay(
+    settings: Settings, registry: CollectorRegistry | None = None, **options: object
+) -> OutboxRelay:
+    """A relay on the test stack, its metrics in ``registry`` (a fresh one by default)."""
+    assert settings.kafka_bootstrap is not None
+    assert settings.database_url is not None
+    return OutboxRelay(
+        settings,
+        kafka_bootstrap=settings.kafka_bootstrap,
+        database_url=settings.database_url.get_secret_value(),
+        metrics=RelayMetrics(registry or CollectorRegistry()),
+        options=RelayOptions(**options),  # type: ignore[arg-type]
+    )

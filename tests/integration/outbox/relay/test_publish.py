@@ -13,11 +13,10 @@ import asyncpg
 import pytest
 from aiokafka.errors import MessageSizeTooLargeError, RequestTimedOutError
 from aiokafka.partitioner import murmur2
-from prometheus_client import CollectorRegistry
 
 from contracts import MAX_PRODUCE_BYTES
 from spectral.faults import Refusal, refusal_of
-from spectral.outbox.relay import OutboxRelay, RelayMetrics, RelayOptions, RelayReport
+from spectral.outbox.relay import RelayReport
 from spectral.outbox.relay.publish import BatchPublisher, Outcome, Outgoing, Publisher
 from spectral.outbox.relay.relay import BrokerUnavailableError
 from spectral.outbox.relay.repository import RelayRepository
@@ -29,6 +28,7 @@ from tests.integration.outbox.relay.support import (
     by_key,
     enqueue_numbered,
     key_id,
+    make_relay,
     read_topic,
 )
 from tests.kafka_support import PRODUCING, TRANSPORTS, create_topics, read_all
@@ -36,18 +36,6 @@ from tests.kafka_support import PRODUCING, TRANSPORTS, create_topics, read_all
 pytestmark = pytest.mark.integration
 
 PARTITIONS = 6
-
-
-def _relay(settings: Settings, **options: Any) -> OutboxRelay:
-    assert settings.kafka_bootstrap is not None
-    assert settings.database_url is not None
-    return OutboxRelay(
-        settings,
-        kafka_bootstrap=settings.kafka_bootstrap,
-        database_url=settings.database_url.get_secret_value(),
-        metrics=RelayMetrics(CollectorRegistry()),
-        options=RelayOptions(**options),
-    )
 
 
 def _records(topic: str, keys: int, per_key: int, size: int = 200) -> list[Outgoing]:
@@ -78,7 +66,7 @@ async def test_a_batch_lands_on_each_keys_murmur2_partition_in_order_whatever_it
     aiokafka's and the Java client's default partitioner), with its headers, in order."""
     topic = topic_prefix + "batches"
     await create_topics(kafka_bootstrap, [topic], PARTITIONS)
-    publisher = _relay(settings, max_batch_bytes=4096)._producer()
+    publisher = make_relay(settings, max_batch_bytes=4096)._producer()
     assert isinstance(publisher, BatchPublisher)
     records = _records(topic, 40, 25)
     await publisher.start()
@@ -107,7 +95,7 @@ async def test_a_record_over_the_producers_limit_is_refused_and_the_rest_go(
 ) -> None:
     topic = topic_prefix + "limit"
     await create_topics(kafka_bootstrap, [topic], PARTITIONS)
-    publisher = _relay(settings)._producer()
+    publisher = make_relay(settings)._producer()
     records = _records(topic, 3, 2)
     huge: Outgoing = (topic, b"key-1", b"x" * MAX_PRODUCE_BYTES, [])
     records.insert(2, huge)
@@ -166,7 +154,7 @@ async def test_a_batch_kafka_took_in_part_marks_only_rows_it_took_after_all_of_t
     ids = await enqueue_numbered(
         database_url, [(key_id(k), s) for s in range(1, 6) for k in range(4)]
     )
-    relay = _relay(settings)
+    relay = make_relay(settings)
     lost = str(key_id(1)).encode()
     publisher = _HalfLost(relay._producer(), {lost}, cut=15)
     repo = await RelayRepository.open(database_url)
@@ -204,7 +192,7 @@ async def test_a_keys_rows_keep_their_order_through_small_batches_in_flight(
     settings = settings.replace(**TRANSPORTS[transport])
     await create_topics(kafka_bootstrap, [topic_prefix + EVENT_TYPE], PARTITIONS)
     await enqueue_numbered(database_url, [(key_id(k), s) for s in range(1, 21) for k in range(24)])
-    relay = _relay(settings, batch=16, batch_growth=1, once=True, max_batch_bytes=2048)
+    relay = make_relay(settings, batch=16, batch_growth=1, once=True, max_batch_bytes=2048)
     report = await relay.run()
     assert report.published == 24 * 20
     seqs = by_key(await read_topic(kafka_bootstrap, topic_prefix + EVENT_TYPE))

@@ -31,6 +31,7 @@ from tests.integration.outbox.relay.support import (
     by_key,
     enqueue_numbered,
     key_id,
+    make_relay,
     outbox_counts,
     read_topic,
 )
@@ -38,20 +39,6 @@ from tests.kafka_support import PRODUCING, TRANSPORTS, create_topics, read_all
 from tests.support import eventually
 
 pytestmark = pytest.mark.integration
-
-
-def make_relay(
-    settings: Settings, registry: CollectorRegistry | None = None, **options: object
-) -> OutboxRelay:
-    assert settings.kafka_bootstrap is not None
-    assert settings.database_url is not None
-    return OutboxRelay(
-        settings,
-        kafka_bootstrap=settings.kafka_bootstrap,
-        database_url=settings.database_url.get_secret_value(),
-        metrics=RelayMetrics(registry or CollectorRegistry()),
-        options=RelayOptions(**options),  # type: ignore[arg-type]
-    )
 
 
 @pytest.mark.parametrize("transport", PRODUCING)

@@ -19,7 +19,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from spectral.kafka.freshness import READY_AT_HEADER
-from spectral.outbox.relay import OutboxRelay, RelayMetrics, RelayOptions
+from spectral.outbox.relay import OutboxRelay
 from spectral.outbox.relay.repository import WAKEUP_CHANNEL
 from spectral.outbox.relay.shards import DOORBELL_BASE, LOCK_CLASS, MEMBER_LOCK, SHARD_COUNT
 from spectral.outbox.writer import OutboxItem, enqueue
@@ -27,6 +27,7 @@ from spectral.settings import Settings
 from tests.integration.outbox.relay.support import (
     EVENT_TYPE,
     key_id,
+    make_relay,
     numbered,
     outbox_counts,
     read_topic,
@@ -60,15 +61,7 @@ WHERE locktype = 'advisory' AND database = (SELECT oid FROM pg_database
 
 
 def _relay(settings: Settings, registry: CollectorRegistry, **options: object) -> OutboxRelay:
-    assert settings.kafka_bootstrap is not None
-    assert settings.database_url is not None
-    return OutboxRelay(
-        settings,
-        kafka_bootstrap=settings.kafka_bootstrap,
-        database_url=settings.database_url.get_secret_value(),
-        metrics=RelayMetrics(registry),
-        options=RelayOptions(**{"poll_interval": SLEEPY, **options}),  # type: ignore[arg-type]
-    )
+    return make_relay(settings, registry, **{"poll_interval": SLEEPY, **options})
 
 
 @contextlib.asynccontextmanager
