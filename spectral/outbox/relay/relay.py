@@ -127,6 +127,20 @@ def unsettled(rows: Sequence[OutboxRow], marked: set[int]) -> dict[str, int]:
     return first
 
 
+def _delays(rows: Sequence[OutboxRow], marked: set[int], acked_at: float) -> list[float]:
+    """Each marked row's delay from its ready_at to ``acked_at`` (UNIX time); the rows of a
+    writer transaction share their ready_at, so its delay is computed once per run of them."""
+    delays: list[float] = []
+    append = delays.append
+    moment, delay = None, 0.0
+    for row in rows:
+        if row.id in marked and row.ready_at is not None:
+            if row.ready_at != moment:
+                moment, delay = row.ready_at, max(0.0, acked_at - row.ready_at.timestamp())
+            append(delay)
+    return delays
+
+
 class _Records:
     """A batch's rows as Kafka records: topic ``prefix`` + event_type, key record_key, value
     the envelope, headers event_type, idempotency_key and outbox.ready_at. Each event type's
@@ -560,13 +574,7 @@ class OutboxRelay:
             await repo.mark_published([row for row in flight.rows if row.id in marked])
         self.metrics.published.inc(len(acked))
         self.metrics.batch_duration.observe(time.perf_counter() - flight.started)
-        observe = self.metrics.publish_delay.observe
-        moment, delay = None, 0.0
-        for row in flight.rows:
-            if row.id in marked and row.ready_at is not None:
-                if row.ready_at != moment:  # a writer transaction's rows share their ready_at
-                    moment, delay = row.ready_at, max(0.0, acked_at - row.ready_at.timestamp())
-                observe(delay)
+        self.metrics.publish_delay.observe_many(_delays(flight.rows, marked, acked_at))
         report.published += len(acked)
         report.batches += 1
         if outage is not None:
