@@ -129,7 +129,7 @@ def unsettled(rows: Sequence[OutboxRow], marked: set[int]) -> dict[str, int]:
 
 def _delays(rows: Sequence[OutboxRow], acked_at: float) -> list[float]:
     """Each row's delay from its ready_at to ``acked_at`` (UNIX time); the rows of a writer
-    transaction share their ready_at, so its delay is computed once per run of them."""
+    statement share their ready_at, so its delay is computed once per run of them."""
     delays: list[float] = []
     append = delays.append
     moment, delay = None, 0.0
@@ -145,7 +145,7 @@ class _Records:
     """A batch's rows as Kafka records: topic ``prefix`` + event_type, key record_key, value
     the envelope, headers event_type, idempotency_key and outbox.ready_at. Each event type's
     topic and header are made once, and a ready_at's text is reused by the rows after it that
-    share it (a writer transaction's rows share their ``created_at``)."""
+    share it (the rows of one writer statement share their ``created_at``)."""
 
     def __init__(self, prefix: str) -> None:
         self._prefix = prefix

@@ -32,8 +32,9 @@ class OutboxRow:
     """The outbox partition the row lives in (migration ``bounded_state``); marks name a row by
     (id, slot)."""
     ready_at: datetime | None = None
-    """When the row became publishable: its write (``created_at``, the INSERT statement's
-    clock), or its ``available_at`` when that is later (a delayed event)."""
+    """When the row became publishable: its write (``created_at``, the start of the INSERT
+    statement that wrote it, shared by that statement's rows), or its ``available_at`` when
+    that is later (a delayed event)."""
 
 
 @dataclass(frozen=True, slots=True)
