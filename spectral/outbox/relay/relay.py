@@ -444,7 +444,9 @@ class OutboxRelay:
         while not self._stopping:
             now = time.monotonic()
             if now >= next_rebalance:
-                await self._rebalance_landed(repo, producer, flight, landed, held, report)
+                await self._rebalance_landed(
+                    repo, producer, held, report, flight=flight, landed=landed
+                )
                 flight = landed = None
                 next_rebalance = now + self.options.rebalance_interval
             started = time.perf_counter()
@@ -490,10 +492,11 @@ class OutboxRelay:
         self,
         repo: RelayRepository,
         producer: Publisher,
-        flight: _Flight | None,
-        landed: _Landed | None,
         held: set[int],
         report: RelayReport,
+        *,
+        flight: _Flight | None,
+        landed: _Landed | None,
     ) -> None:
         """Land and mark the batches (shards change hands only between marked batches), then
         rebalance the shards."""
@@ -615,7 +618,12 @@ class OutboxRelay:
         return nxt, landed
 
     async def _mark(
-        self, repo: RelayRepository, landed: _Landed, report: RelayReport, *, progressed: bool = True
+        self,
+        repo: RelayRepository,
+        landed: _Landed,
+        report: RelayReport,
+        *,
+        progressed: bool = True,
     ) -> None:
         """Mark a landed batch's rows published, in a statement of its own."""
         with self._call(Component.DATABASE, "mark published"):
