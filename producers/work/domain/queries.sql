@@ -97,7 +97,7 @@ ORDER BY scope_kind <> 'org', scope_kind, scope_id
 
 -- name: spend_over_period
 -- Each budgeted org's spend so far in its current period, counted as budgets_with_spend counts
--- it (work.spend_counts), cumulated over time, oldest first. An hourly or daily budget: one
+-- it (migration 0036), cumulated over time, oldest first. An hourly or daily budget: one
 -- point per minute or hour in which a reservation was made, summed from the period's spend
 -- rows (at most a day of them). A weekly, monthly or total budget: one point per day, read from
 -- the running totals' day buckets and the changes not folded into them yet (migration 0031), so
@@ -115,11 +115,12 @@ WITH budget AS (
     SELECT b.org_id,
            date_trunc(CASE b.period WHEN 'hour' THEN 'minute' ELSE 'hour' END, x.reserved_at,
                       'UTC') AS at,
-           c.tokens, c.cost
+           CASE x.state WHEN 'settled' THEN x.tokens WHEN 'released' THEN 0
+                        ELSE x.reserved_tokens END AS tokens,
+           CASE x.state WHEN 'settled' THEN x.cost WHEN 'released' THEN 0
+                        ELSE x.reserved_cost END AS cost
     FROM budget b
     JOIN work.spend x ON x.org_id = b.org_id AND x.reserved_at >= b.since
-    CROSS JOIN LATERAL work.spend_counts(x.state, x.tokens, x.cost, x.reserved_tokens,
-                                         x.reserved_cost, x.overrun_tokens, 1) c
     WHERE b.period IN ('hour', 'day')
     UNION ALL
     SELECT b.org_id, t.bucket_start, t.tokens, t.cost
