@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 from datetime import timedelta
-from decimal import Decimal
+from decimal import Decimal, localcontext
 from pathlib import Path
 from typing import Any
 from uuid import UUID, uuid4
@@ -86,9 +86,11 @@ async def _chart_drift(admin: asyncpg.Pool, org: str) -> list[str]:
                 rows = await conn.fetch(_QUERIES["spend_over_period"], [org])
                 read = [(r["at"], r["tokens"], r["cost"]) for r in rows]
                 expected, tokens, cost = [], 0, Decimal(0)
-                for r in await conn.fetch(_LEDGER_CHART, org):
-                    tokens, cost = tokens + r["tokens"], cost + r["cost"]
-                    expected.append((r["at"], tokens, cost))
+                with localcontext() as exact:
+                    exact.prec = 100  # numeric sums are exact
+                    for r in await conn.fetch(_LEDGER_CHART, org):
+                        tokens, cost = tokens + r["tokens"], cost + r["cost"]
+                        expected.append((r["at"], tokens, cost))
                 if period is Period.TOTAL and not any(at == r["since"] for at, *_ in expected):
                     since = await conn.fetchval(
                         "SELECT date_trunc('day', now(), 'UTC') - interval '31 days'"
