@@ -68,7 +68,8 @@ GROUP BY 1, b.since
 ORDER BY 1
 """
 """The console's chart of an org's spend, summed from its spend rows (every row since the
-period start; a total budget's rows of before the 31 days shown at their start)."""
+period start; a total budget's rows of before the 31 days shown at their start, where its
+chart always has a point)."""
 
 
 async def _chart_drift(admin: asyncpg.Pool, org: str) -> list[str]:
@@ -89,8 +90,9 @@ async def _chart_drift(admin: asyncpg.Pool, org: str) -> list[str]:
                 with localcontext() as exact:
                     exact.prec = 100  # numeric sums are exact
                     for r in await conn.fetch(_LEDGER_CHART, org):
-                        tokens, cost = tokens + r["tokens"], cost + r["cost"]
-                        expected.append((r["at"], tokens, cost))
+                        if r["tokens"] or r["cost"]:  # a bucket that counts nothing: no point
+                            tokens, cost = tokens + r["tokens"], cost + r["cost"]
+                            expected.append((r["at"], tokens, cost))
                 if period is Period.TOTAL and not any(at == r["since"] for at, *_ in expected):
                     since = await conn.fetchval(
                         "SELECT date_trunc('day', now(), 'UTC') - interval '31 days'"
