@@ -60,11 +60,10 @@ SELECT CASE WHEN x.reserved_at < b.since THEN b.since
        sum(CASE x.state WHEN 'settled' THEN x.tokens WHEN 'released' THEN 0
                         ELSE x.reserved_tokens END) AS tokens,
        sum(CASE x.state WHEN 'settled' THEN x.cost WHEN 'released' THEN 0
-                        ELSE x.reserved_cost END) AS cost,
-       b.since
+                        ELSE x.reserved_cost END) AS cost
 FROM b
 JOIN work.spend x ON x.org_id = b.org_id AND (x.reserved_at >= b.since OR b.period = 'total')
-GROUP BY 1, b.since
+GROUP BY 1
 ORDER BY 1
 """
 """The console's chart of an org's spend, summed from its spend rows (every row since the
@@ -93,11 +92,11 @@ async def _chart_drift(admin: asyncpg.Pool, org: str) -> list[str]:
                         if r["tokens"] or r["cost"]:  # a bucket that counts nothing: no point
                             tokens, cost = tokens + r["tokens"], cost + r["cost"]
                             expected.append((r["at"], tokens, cost))
-                if period is Period.TOTAL and not any(at == r["since"] for at, *_ in expected):
-                    since = await conn.fetchval(
-                        "SELECT date_trunc('day', now(), 'UTC') - interval '31 days'"
-                    )
-                    expected.insert(0, (since, 0, Decimal(0)))
+                start = await conn.fetchval(
+                    "SELECT date_trunc('day', now(), 'UTC') - interval '31 days'"
+                )
+                if period is Period.TOTAL and start not in [at for at, *_ in expected]:
+                    expected.insert(0, (start, 0, Decimal(0)))
                 if read != expected:
                     drift.append(f"{period.value}: {read} != {expected}")
         finally:
