@@ -6,10 +6,9 @@ from enum import StrEnum
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from spectral.engine.metrics import BatchHistogram
 from spectral.faults import Component, Refusal
 from spectral.kafka.freshness import LATENCY_BUCKETS
-from spectral.observability.metrics import per_member
+from spectral.observability.metrics import BatchHistogram, per_member
 
 _DURATION_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
 
