@@ -6,13 +6,13 @@
 -- ======================================================================================
 
 -- name: upsert_snapshots
--- One row per cluster (the batch is collapsed to each cluster's newest snapshot first: ON
--- CONFLICT DO UPDATE cannot touch a row twice). New cluster -> INSERT (status defaults to
--- 'pending'). Known cluster -> the snapshot columns and last_signaled_at are overwritten only
--- when the incoming snapshot is newer in the order of collapse.py (ordered_at, the observation
--- time capped for a producer's clock, leads it); operator columns are never
--- named. A dismissed or resolved cluster receiving a newer, different snapshot gets
--- resurfaced_at = now() and keeps its status. Clusters not returned were stale.
+-- One row per cluster (the batch is collapsed to each cluster's newest snapshot first: a row may
+-- be written once per statement). New cluster -> INSERT (status defaults to 'pending'). Known
+-- cluster -> the snapshot columns and last_signaled_at are overwritten only when the incoming
+-- snapshot is newer in the order of collapse.py (ordered_at, the observation time capped for a
+-- producer's clock, leads it); operator columns are never named. A dismissed or resolved
+-- cluster receiving a newer, different snapshot gets resurfaced_at = now() and keeps its status.
+-- Clusters not returned were stale.
 -- $1 holds one row per snapshot (platform.rule_candidate_snapshot, migration
 -- rule_candidate_snapshot_rows: one array of rows costs the consumer's driver one check per
 -- snapshot where eleven parallel arrays cost eleven); unnest expands them into their columns.
@@ -21,22 +21,26 @@
 -- or the whole record value (a JSON object) whose payload.evidence_bundle is taken: the same
 -- jsonb as the wire's bundle, fields a newer producer added to the bundle kept. Parsing only the
 -- bundle costs the database about half of parsing the record.
+-- The statement is the body of platform.upsert_rule_candidate_snapshots (migrations
+-- projection_upsert_planned_once, projection_update_then_insert): one plan per session, made
+-- with sequential and bitmap scans disabled, so each cluster of a batch is found by the primary
+-- key whatever the projection's size (a generic plan made on the first batches' few clusters
+-- scanned the whole projection). An UPDATE writes the clusters the projection holds, each found
+-- by one probe; the same row version, read again by its address, gives its stored snapshot as it
+-- was before the statement (prior_*), so the handler can tell which of a written cluster's
+-- superseded snapshots were themselves older than the stored one (stale). The clusters it did
+-- not update (new ones, and those whose stored snapshot is at least as new) go through
+-- INSERT ... ON CONFLICT DO UPDATE with the same newer-wins condition, which also settles a
+-- cluster a concurrent writer (two members during a rebalance) inserted meanwhile; against such a
+-- writer the prior snapshot may be older than the version compared with: only that outcome label
+-- can then be off.
 -- inserted: xmax is 0 on a freshly inserted row version, the locker's xid on an updated one.
 -- resurfaced: now() is this transaction's start time; only this statement can have written it.
--- prior_*: the stored snapshot as it was before this statement (every sub-statement reads the
--- same snapshot; none sees the others' writes), so the handler can tell which of a written
--- cluster's superseded snapshots were themselves older than the stored one (stale). Against a
--- concurrent writer of the same cluster (two members during a rebalance) it may be older than
--- the version the conflict check compared with: only that outcome label can then be off.
 -- The same statement records the signal hour of every applied cluster for the churn gauge,
 -- except a cluster whose stored last_signaled_at already lies in this hour: last_signaled_at is
 -- written only by this statement (or restored by a rebuild together with the signal rows it
 -- had), always beside its hour's signal row, and the current hour is never pruned — so that row
 -- exists, and probing for it again for every batch (~1 us of database CPU per event) is skipped.
--- The statement is the body of platform.upsert_rule_candidate_snapshots (migration
--- projection_upsert_planned_once): one plan per session, made with sequential and bitmap scans
--- disabled, so each cluster of a batch is found by the primary key whatever the projection's
--- size (a generic plan made on the first batches' few clusters scanned the whole projection).
 SELECT * FROM platform.upsert_rule_candidate_snapshots($1::platform.rule_candidate_snapshot[]);
 
 -- name: churn_windows

@@ -97,22 +97,70 @@ ORDER BY scope_kind <> 'org', scope_kind, scope_id
 
 -- name: spend_over_period
 -- Each budgeted org's spend so far in its current period, counted as budgets_with_spend counts
--- it, cumulated over time: one point per minute (an hourly budget), day (a monthly or total
--- one) or hour (the others) in which a reservation was made, oldest first.
-WITH buckets AS (
+-- it (migration 0036), cumulated over time, oldest first. An hourly or daily budget: one
+-- point per minute or hour in which a reservation was made, summed from the period's spend
+-- rows (at most a day of them); a minute or hour whose rows count nothing (released) has no
+-- point. A weekly, monthly or total budget: one point per day, read from
+-- the running totals' day buckets and the changes not folded into them yet (migration 0031), so
+-- the page reads at most 31 days' total rows however many spend rows the period holds. A total
+-- budget's chart starts 31 days back (the day buckets kept), at what was spent before them:
+-- its total bucket less the days shown, plus the changes of earlier days not folded yet.
+-- $1 = the orgs (NULL = every budgeted org).
+WITH budget AS (
+    SELECT org_id, period,
+           greatest(work.period_start(period, now()),
+                    date_trunc('day', now(), 'UTC') - interval '31 days') AS since
+    FROM work.budgets
+    WHERE $1::text[] IS NULL OR org_id = ANY ($1::text[])
+), spent AS (
     SELECT b.org_id,
-           date_trunc(CASE b.period WHEN 'hour' THEN 'minute'
-                                    WHEN 'month' THEN 'day'
-                                    WHEN 'total' THEN 'day'
-                                    ELSE 'hour' END, x.reserved_at, 'UTC') AS at,
-           sum(CASE x.state WHEN 'settled' THEN x.tokens WHEN 'released' THEN 0
-                            ELSE x.reserved_tokens END) AS tokens,
-           sum(CASE x.state WHEN 'settled' THEN x.cost WHEN 'released' THEN 0
-                            ELSE x.reserved_cost END) AS cost
-    FROM work.budgets b
-    JOIN work.spend x
-      ON x.org_id = b.org_id AND x.reserved_at >= work.period_start(b.period, now())
-    GROUP BY 1, 2
+           date_trunc(CASE b.period WHEN 'hour' THEN 'minute' ELSE 'hour' END, x.reserved_at,
+                      'UTC') AS at,
+           CASE x.state WHEN 'settled' THEN x.tokens WHEN 'released' THEN 0
+                        ELSE x.reserved_tokens END AS tokens,
+           CASE x.state WHEN 'settled' THEN x.cost WHEN 'released' THEN 0
+                        ELSE x.reserved_cost END AS cost,
+           false AS start
+    FROM budget b
+    JOIN work.spend x ON x.org_id = b.org_id AND x.reserved_at >= b.since
+    WHERE b.period IN ('hour', 'day')
+    UNION ALL
+    SELECT b.org_id, t.bucket_start, t.tokens, t.cost, false
+    FROM budget b
+    JOIN work.spend_totals t
+      ON t.scope_kind = 'org' AND t.scope_id = b.org_id AND t.bucket = 'day'
+     AND t.bucket_start >= b.since
+    WHERE b.period IN ('week', 'month', 'total')
+    UNION ALL
+    SELECT b.org_id, date_trunc('day', c.reserved_hour, 'UTC'), c.tokens, c.cost, false
+    FROM budget b
+    JOIN work.spend_changes c ON c.org_id = b.org_id AND c.reserved_hour >= b.since
+    WHERE b.period IN ('week', 'month', 'total')
+    UNION ALL
+    SELECT b.org_id, b.since,
+           coalesce(t.tokens, 0) - coalesce(d.tokens, 0) + coalesce(u.tokens, 0),
+           coalesce(t.cost, 0) - coalesce(d.cost, 0) + coalesce(u.cost, 0),
+           true
+    FROM budget b
+    LEFT JOIN work.spend_totals t
+      ON t.scope_kind = 'org' AND t.scope_id = b.org_id AND t.bucket = 'total'
+    CROSS JOIN LATERAL (
+        SELECT sum(s.tokens) AS tokens, sum(s.cost) AS cost
+        FROM work.spend_totals s
+        WHERE s.scope_kind = 'org' AND s.scope_id = b.org_id AND s.bucket = 'day'
+          AND s.bucket_start >= b.since
+    ) d
+    CROSS JOIN LATERAL (
+        SELECT sum(c.tokens) AS tokens, sum(c.cost) AS cost
+        FROM work.spend_changes c
+        WHERE c.org_id = b.org_id AND c.reserved_hour < b.since
+    ) u
+    WHERE b.period = 'total'
+), buckets AS (
+    SELECT org_id, at, sum(tokens) AS tokens, sum(cost) AS cost
+    FROM spent
+    GROUP BY org_id, at
+    HAVING sum(tokens) <> 0 OR sum(cost) <> 0 OR bool_or(start)
 )
 SELECT org_id, at,
        (sum(tokens) OVER w)::bigint AS tokens,

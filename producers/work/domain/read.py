@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
@@ -126,12 +126,16 @@ class WorkReader:
 
         return await guarded("list projects", run)
 
-    async def spend_over_period(self) -> dict[str, list[SpendPoint]]:
-        """Each budgeted org's cumulative spend in its current period, oldest first."""
+    async def spend_over_period(
+        self, orgs: Sequence[str] | None = None
+    ) -> dict[str, list[SpendPoint]]:
+        """Each budgeted org's cumulative spend in its current period, oldest first (per
+        minute, hour or day by the period's length; ``orgs`` = only these)."""
 
         async def run() -> dict[str, list[SpendPoint]]:
             found: dict[str, list[SpendPoint]] = {}
-            for r in await self._pool.fetch(_SQL["spend_over_period"]):
+            wanted = None if orgs is None else list(orgs)
+            for r in await self._pool.fetch(_SQL["spend_over_period"], wanted):
                 point = SpendPoint(r["at"], r["tokens"], r["cost"])
                 found.setdefault(r["org_id"], []).append(point)
             return found

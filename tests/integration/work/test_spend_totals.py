@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 from datetime import timedelta
-from decimal import Decimal
+from decimal import Decimal, localcontext
 from pathlib import Path
 from typing import Any
 from uuid import UUID, uuid4
@@ -44,6 +44,64 @@ async def _drift(admin: asyncpg.Pool) -> list[str]:
         ledger = await scope_budgets(conn, from_ledger=True)
     assert totals.keys() == ledger.keys()
     return [f"{s}: {totals[s]} != {ledger[s]}" for s in ledger if totals[s] != ledger[s]]
+
+
+_LEDGER_CHART = """
+WITH b AS (
+    SELECT org_id, period,
+           greatest(work.period_start(period, now()),
+                    date_trunc('day', now(), 'UTC') - interval '31 days') AS since
+    FROM work.budgets
+    WHERE org_id = $1
+)
+SELECT CASE WHEN x.reserved_at < b.since THEN b.since
+            ELSE date_trunc(CASE b.period WHEN 'hour' THEN 'minute' WHEN 'day' THEN 'hour'
+                                          ELSE 'day' END, x.reserved_at, 'UTC') END AS at,
+       sum(CASE x.state WHEN 'settled' THEN x.tokens WHEN 'released' THEN 0
+                        ELSE x.reserved_tokens END) AS tokens,
+       sum(CASE x.state WHEN 'settled' THEN x.cost WHEN 'released' THEN 0
+                        ELSE x.reserved_cost END) AS cost
+FROM b
+JOIN work.spend x ON x.org_id = b.org_id AND (x.reserved_at >= b.since OR b.period = 'total')
+GROUP BY 1
+ORDER BY 1
+"""
+"""The console's chart of an org's spend, summed from its spend rows (every row since the
+period start; a total budget's rows of before the 31 days shown at their start, where its
+chart always has a point)."""
+
+
+async def _chart_drift(admin: asyncpg.Pool, org: str) -> list[str]:
+    """The chart read from the running totals against the same chart summed from the spend
+    rows, for the org's budget set to each period kind in turn (rolled back)."""
+    drift = []
+    async with admin.acquire() as conn:
+        tx = conn.transaction(isolation="repeatable_read")
+        await tx.start()
+        try:
+            for period in Period:
+                await conn.execute(
+                    "UPDATE work.budgets SET period = $2 WHERE org_id = $1", org, period.value
+                )
+                rows = await conn.fetch(_QUERIES["spend_over_period"], [org])
+                read = [(r["at"], r["tokens"], r["cost"]) for r in rows]
+                expected, tokens, cost = [], 0, Decimal(0)
+                with localcontext() as exact:
+                    exact.prec = 100  # numeric sums are exact
+                    for r in await conn.fetch(_LEDGER_CHART, org):
+                        if r["tokens"] or r["cost"]:  # a bucket that counts nothing: no point
+                            tokens, cost = tokens + r["tokens"], cost + r["cost"]
+                            expected.append((r["at"], tokens, cost))
+                start = await conn.fetchval(
+                    "SELECT date_trunc('day', now(), 'UTC') - interval '31 days'"
+                )
+                if period is Period.TOTAL and start not in [at for at, *_ in expected]:
+                    expected.insert(0, (start, 0, Decimal(0)))
+                if read != expected:
+                    drift.append(f"{period.value}: {read} != {expected}")
+        finally:
+            await tx.rollback()
+    return drift
 
 
 async def _fold(pool: asyncpg.Pool) -> int:
@@ -95,8 +153,10 @@ async def test_totals_equal_the_spend_rows_for_every_period_and_every_change(
                     age,
                 )
             assert await _drift(h.admin) == []  # nothing folded yet: read from the changes
+            assert await _chart_drift(h.admin, org) == []
             assert await _fold(executor) > 0
             assert await _drift(h.admin) == []
+            assert await _chart_drift(h.admin, org) == []
             await _fold(executor)  # buckets no period reads any more are dropped
             old = await h.admin.fetch(
                 "SELECT bucket, bucket_start FROM work.spend_totals WHERE scope_id = $1 AND "
@@ -106,6 +166,7 @@ async def test_totals_equal_the_spend_rows_for_every_period_and_every_change(
             )
             assert old == []
             assert await _drift(h.admin) == []
+            assert await _chart_drift(h.admin, org) == []
             changes = [
                 # settled within its reservation, and beyond it (a provider overrun)
                 (
@@ -135,9 +196,11 @@ async def test_totals_equal_the_spend_rows_for_every_period_and_every_change(
             for n, statement in enumerate(changes):
                 await h.admin.execute(statement, item)
                 assert await _drift(h.admin) == [], statement
+                assert await _chart_drift(h.admin, org) == [], statement
                 if n % 2:
                     await _fold(executor)
                     assert await _drift(h.admin) == [], statement
+                    assert await _chart_drift(h.admin, org) == [], statement
             count = "SELECT count(*) FROM work.spend_changes WHERE org_id = $1"
             async with h.admin.acquire() as conn, conn.transaction(isolation="repeatable_read"):
                 before = await conn.fetchval(count, org)
@@ -249,6 +312,16 @@ async def test_the_running_totals_read_never_reads_the_spend_rows(database_url: 
                     else:
                         assert "spend" not in {relation for relation, _ in relations}, relations
                         assert sum(rows for _, rows in relations) < 100, relations
+            # The console's chart of a monthly budget reads the day totals, never the rows.
+            await BudgetCommands(h.producer).set(org, Period.MONTH, token_limit=10**9)
+            [row] = await conn.fetch(
+                f"EXPLAIN (ANALYZE, FORMAT JSON) {_QUERIES['spend_over_period']}", [org]
+            )
+            relations = _relations(json.loads(row[0])[0]["Plan"])
+            assert sum(rows for relation, rows in relations if relation == "spend") == 0
+            assert sum(rows for _, rows in relations) < 100, relations
+            [point] = await conn.fetch(_QUERIES["spend_over_period"], [org])
+            assert point["tokens"] == 10 * SPEND_ROWS
             scope = (ScopeKind.ORG, org)
             totals = await scope_budgets(conn, [scope])
             assert totals == await scope_budgets(conn, [scope], from_ledger=True)
