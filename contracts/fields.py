@@ -171,6 +171,10 @@ def _layouts(layout: bytes, count: int) -> bytes:
     return b" ".join([layout] * count)
 
 
+_WRITTEN_STRIDE: Final = _WRITTEN_CHARS + 1
+"""Where each timestamp starts in the written forms joined by spaces."""
+_INNER_THOUSANDS: Final = b"2345678"
+"""First digits of the years that lie in the bound whatever the other three digits are."""
 _UUID_LAYOUTS: Final = [_layouts(_UUID_LAYOUT, count) for count in range(8)]
 _WRITTEN_LAYOUTS: Final = [_layouts(_WRITTEN_LAYOUT, count) for count in range(16)]
 
@@ -191,17 +195,18 @@ def written_instants(values: Sequence[str]) -> list[datetime] | None:
     written form (:func:`written_utc`), else None: the layout checked at once as
     :func:`are_wire_uuids` does (``0000-00-00T00:00:00.000000Z``, digits read as ``0``), the
     year bound by the least and the greatest text (the layout is fixed, so they hold the least
-    and the greatest year), ``fromisoformat`` the calendar."""
+    and the greatest year) unless every year's first digit is 2 to 8 (the joined text's every
+    28th byte: a year from 2000 to 8999 lies in the bound), ``fromisoformat`` the calendar."""
     count = len(values)
     layout = (
         _WRITTEN_LAYOUTS[count]
         if count < len(_WRITTEN_LAYOUTS)
         else _layouts(_WRITTEN_LAYOUT, count)
     )
-    if (
-        " ".join(values).encode("utf-8", "surrogatepass").translate(_DIGITS_AS_ZERO) != layout
-        or min(values) < _MIN_YEAR_TEXT
-        or max(values) >= _YEAR_AFTER_MAX_TEXT
+    joined = " ".join(values).encode("utf-8", "surrogatepass")
+    if joined.translate(_DIGITS_AS_ZERO) != layout or (
+        joined[::_WRITTEN_STRIDE].translate(None, _INNER_THOUSANDS)
+        and (min(values) < _MIN_YEAR_TEXT or max(values) >= _YEAR_AFTER_MAX_TEXT)
     ):
         return None
     try:

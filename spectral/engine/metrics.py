@@ -9,74 +9,20 @@ spectral/observability/progress.py (the engine reports its partitions and commit
 
 from __future__ import annotations
 
-import bisect
-import threading
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Mapping
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
-from prometheus_client.core import HistogramMetricFamily
-from prometheus_client.registry import Collector
-from prometheus_client.utils import floatToGoString
 
 from contracts.dead_letters import DEAD_LETTER_REASONS
 from spectral.engine.handler import Outcome
 from spectral.kafka.freshness import LATENCY_BUCKETS
-from spectral.observability.metrics import per_member
+from spectral.observability.metrics import BatchHistogram, per_member
 
 FALLBACKS = ("reference", "table")
 """Where a dead letter went when the broker refused it whole: a reference on the dead-letter
 topic, or (refused too) the database table core.dead_letters."""
 _BATCH_BUCKETS = (1, 10, 50, 100, 250, 500, 1000, 2500, 5000, 10000)
 _DURATION_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
-
-
-class BatchHistogram(Collector):
-    """A Prometheus histogram observed a batch at a time: one lock and one bisect per value
-    (prometheus_client's ``Histogram.observe`` takes two locks per value: ~1.5 us, too much
-    for every record of a consumer)."""
-
-    def __init__(
-        self,
-        name: str,
-        documentation: str,
-        labels: Mapping[str, str],
-        buckets: Iterable[float],
-        registry: CollectorRegistry,
-    ) -> None:
-        self._name = name
-        self._documentation = documentation
-        self._labels = dict(labels)
-        self._bounds = sorted(buckets)
-        self._counts = [0] * (len(self._bounds) + 1)  # the last one: above every bound
-        self._sum = 0.0
-        self._lock = threading.Lock()  # the metrics endpoint reads from its own thread
-        registry.register(self)
-
-    def observe_many(self, values: Iterable[float]) -> None:
-        bounds, place = self._bounds, bisect.bisect_left
-        counts = [0] * len(self._counts)
-        total = 0.0
-        for value in values:
-            counts[place(bounds, value)] += 1
-            total += value
-        with self._lock:
-            for index, count in enumerate(counts):
-                self._counts[index] += count
-            self._sum += total
-
-    def collect(self) -> Iterator[HistogramMetricFamily]:
-        with self._lock:
-            counts, total = list(self._counts), self._sum
-        family = HistogramMetricFamily(self._name, self._documentation, labels=list(self._labels))
-        cumulative, buckets = 0, []
-        for bound, count in zip([*map(floatToGoString, self._bounds), "+Inf"], counts, strict=True):
-            cumulative += count
-            buckets.append((bound, float(cumulative)))
-        family.add_metric(list(self._labels.values()), buckets, total)
-        yield family
-
-    def describe(self) -> Iterator[HistogramMetricFamily]:
-        yield HistogramMetricFamily(self._name, self._documentation, labels=list(self._labels))
 
 
 class ConsumerMetrics:

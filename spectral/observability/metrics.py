@@ -15,14 +15,16 @@ series to a Pushgateway instead (:func:`push`, ``SPECTRAL_METRICS_PUSHGATEWAY``)
 The interface is ``SPECTRAL_METRICS_HOST`` (default 127.0.0.1; 0.0.0.0 in a container, so the
 scraper and the orchestrator's probes can reach it) or ``--metrics-host``.
 
-:func:`per_member` makes a metric's series, one per member of the enum that bounds a label.
+:func:`per_member` makes a metric's series, one per member of the enum that bounds a label;
+:class:`BatchHistogram` is a histogram observed a batch of values at a time.
 """
 
 from __future__ import annotations
 
+import bisect
 import json
 import threading
-from collections.abc import Collection, Iterable
+from collections.abc import Collection, Iterable, Iterator, Mapping
 from enum import Enum
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, TypeVar
@@ -34,9 +36,11 @@ from prometheus_client import (
     generate_latest,
     pushadd_to_gateway,
 )
+from prometheus_client.core import HistogramMetricFamily
 from prometheus_client.metrics import MetricWrapperBase
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
+from prometheus_client.utils import floatToGoString
 
 from spectral.observability.health import Health
 from spectral.observability.logging import get_logger
@@ -159,3 +163,52 @@ def push(
         return False
     log.info("metrics pushed", gateway=gateway, job=job)
     return True
+
+
+class BatchHistogram(Collector):
+    """A Prometheus histogram observed a batch at a time: one lock and one bisect per value
+    (prometheus_client's ``Histogram.observe`` takes two locks per value: ~1.5 us, too much
+    for every record of a consumer)."""
+
+    def __init__(
+        self,
+        name: str,
+        documentation: str,
+        labels: Mapping[str, str],
+        buckets: Iterable[float],
+        registry: CollectorRegistry,
+    ) -> None:
+        self._name = name
+        self._documentation = documentation
+        self._labels = dict(labels)
+        self._bounds = sorted(buckets)
+        self._counts = [0] * (len(self._bounds) + 1)  # the last one: above every bound
+        self._sum = 0.0
+        self._lock = threading.Lock()  # the metrics endpoint reads from its own thread
+        registry.register(self)
+
+    def observe_many(self, values: Iterable[float]) -> None:
+        bounds, place = self._bounds, bisect.bisect_left
+        counts = [0] * len(self._counts)
+        total = 0.0
+        for value in values:
+            counts[place(bounds, value)] += 1
+            total += value
+        with self._lock:
+            for index, count in enumerate(counts):
+                self._counts[index] += count
+            self._sum += total
+
+    def collect(self) -> Iterator[HistogramMetricFamily]:
+        with self._lock:
+            counts, total = list(self._counts), self._sum
+        family = HistogramMetricFamily(self._name, self._documentation, labels=list(self._labels))
+        cumulative, buckets = 0, []
+        for bound, count in zip([*map(floatToGoString, self._bounds), "+Inf"], counts, strict=True):
+            cumulative += count
+            buckets.append((bound, float(cumulative)))
+        family.add_metric(list(self._labels.values()), buckets, total)
+        yield family
+
+    def describe(self) -> Iterator[HistogramMetricFamily]:
+        yield HistogramMetricFamily(self._name, self._documentation, labels=list(self._labels))

@@ -16,9 +16,12 @@ SELECT pg_advisory_lock_shared($1::int, $2::int)
 -- waited), and with few expected, the planner reads every unpublished row and sorts them, or
 -- marks a batch by scanning the whole slot: a backlog then costs every fetch the whole backlog,
 -- and grows. With bitmap scans and sorts off, the fetch reads the rows it returns (and the rows
--- in flight it skips) and a mark probes one index entry per row. Only this session is affected.
+-- in flight it skips) and a mark probes one index entry per row. A plan that must sort
+-- (mark_and_fetch's last step) is costed as disabled, so JIT is off as well: else that cost
+-- would make it compile its few rows with LLVM (~0.8 s). Only this session is affected.
 SET enable_bitmapscan = off;
-SET enable_sort = off
+SET enable_sort = off;
+SET jit = off
 
 -- name: count_relays
 SELECT count(*)::int
@@ -91,6 +94,37 @@ WHERE o.published_at IS NULL
        OR o.id < (SELECT delayed.first_id FROM delayed WHERE delayed.record_key = o.record_key))
 ORDER BY o.id
 LIMIT $3
+
+-- name: mark_and_fetch
+-- mark_published ($6, $7) and fetch_batch ($1-$5) in one statement: one round trip where the
+-- relay would make two in a row. The function scan runs the mark once, whatever the fetch finds
+-- (the result has one row of NULLs when it finds nothing). The mark's changes are invisible to
+-- the fetch (one statement, one snapshot), so the marked rows' ids must be among $5.
+SELECT f.id, f.slot, f.event_type, f.record_key, f.idempotency_key, f.envelope, f.ready_at
+FROM core.outbox_mark_published($6::bigint[], $7::smallint[]) AS m (marked)
+LEFT JOIN LATERAL (
+    WITH delayed AS MATERIALIZED (
+        SELECT d.record_key, min(d.id) AS first_id
+        FROM core.outbox AS d
+        WHERE d.published_at IS NULL
+          AND d.available_at > now()
+        GROUP BY d.record_key
+    )
+    SELECT o.id, o.slot, o.event_type, o.record_key, o.idempotency_key, o.envelope,
+           greatest(o.created_at, o.available_at) AS ready_at
+    FROM core.outbox AS o
+    WHERE o.published_at IS NULL
+      AND o.available_at <= now()
+      AND ($2::int[] IS NULL
+           OR (('x' || left(md5(o.record_key), 7))::bit(28)::int % $1::int) = ANY($2::int[]))
+      AND o.record_key <> ALL($4::text[])
+      AND o.id NOT IN (SELECT unnest($5::bigint[]))
+      AND (o.record_key NOT IN (SELECT delayed.record_key FROM delayed)
+           OR o.id < (SELECT delayed.first_id FROM delayed WHERE delayed.record_key = o.record_key))
+    ORDER BY o.id
+    LIMIT $3
+) AS f ON true
+ORDER BY f.id
 
 -- name: mark_published
 -- Through core.outbox_mark_published (migration bounded_state): the relay role has no UPDATE

@@ -127,11 +127,25 @@ def unsettled(rows: Sequence[OutboxRow], marked: set[int]) -> dict[str, int]:
     return first
 
 
+def _delays(rows: Sequence[OutboxRow], acked_at: float) -> list[float]:
+    """Each row's delay from its ready_at to ``acked_at`` (UNIX time); the rows of a writer
+    statement share their ready_at, so its delay is computed once per run of them."""
+    delays: list[float] = []
+    append = delays.append
+    moment, delay = None, 0.0
+    for row in rows:
+        if row.ready_at is not None:
+            if row.ready_at != moment:
+                moment, delay = row.ready_at, max(0.0, acked_at - row.ready_at.timestamp())
+            append(delay)
+    return delays
+
+
 class _Records:
     """A batch's rows as Kafka records: topic ``prefix`` + event_type, key record_key, value
     the envelope, headers event_type, idempotency_key and outbox.ready_at. Each event type's
     topic and header are made once, and a ready_at's text is reused by the rows after it that
-    share it (a writer transaction's rows share their ``created_at``)."""
+    share it (the rows of one writer statement share their ``created_at``)."""
 
     def __init__(self, prefix: str) -> None:
         self._prefix = prefix
@@ -247,6 +261,17 @@ class _Flight:
         assert self._outcomes is not None  # noqa: S101 - set at creation
         outcome = dict(zip(self._acks, await self._outcomes, strict=True))
         return [outcome[f] if isinstance(f, asyncio.Future) else f for f in self.sent]
+
+
+@dataclass
+class _Landed:
+    """A batch whose acknowledgements came back, its rows to mark published not yet marked."""
+
+    rows: list[OutboxRow]
+    """The rows acknowledged, each after every earlier row of its key in the batch."""
+    flight: _Flight
+    acked_at: float
+    """When the last acknowledgement came back (UNIX time)."""
 
 
 class BrokerUnavailableError(TransientError):
@@ -409,27 +434,34 @@ class OutboxRelay:
         """Batches, two at a time: while one batch's acknowledgements are awaited the next one
         is read; it is sent once the first one's outcome is known (so a key's rows never
         overtake a row of it that was not acknowledged), and the first one is marked while the
-        second one's acknowledgements are awaited."""
+        second one's acknowledgements are awaited, by the statement that reads the third one
+        (one round trip for both)."""
         next_rebalance = 0.0
         idle = _Idle()
         limit = self.options.batch
         flight: _Flight | None = None
+        landed: _Landed | None = None
         while not self._stopping:
             now = time.monotonic()
             if now >= next_rebalance:
-                await self._rebalance_landed(repo, producer, flight, held, report)
-                flight = None
+                await self._rebalance_landed(
+                    repo, producer, held, report, flight=flight, landed=landed
+                )
+                flight = landed = None
                 next_rebalance = now + self.options.rebalance_interval
             started = time.perf_counter()
-            rows = await self._fetch(repo, held, limit, flight)
+            rows = await self._fetch(repo, held, limit, flight, landed)
+            if landed is not None:
+                self._marked(landed, report)
+                landed = None
             limit = self._next_limit(limit, len(rows))
             if flight is not None:
-                flight = await self._land(
+                flight, landed = await self._land(
                     repo, producer, flight, following=rows, report=report, started=started
                 )
             elif rows:
                 flight = await self._send(producer, rows, {}, started)
-            if flight is not None:
+            if flight is not None or landed is not None:  # (a landed batch: read once more)
                 await idle.disarm(repo)  # at work: writers stop ringing
                 continue
             self._sessions.progressed()  # caught up: the faults before are over
@@ -438,20 +470,37 @@ class OutboxRelay:
                 return
             if not await self._idle(repo, idle, held):
                 next_rebalance = 0.0  # slept it out: look for shards freed meanwhile
-        await self._stopped(repo, producer, flight, report)
+        await self._stopped(repo, producer, flight, landed, report)
+
+    async def _settle(
+        self,
+        repo: RelayRepository,
+        producer: Publisher,
+        flight: _Flight | None,
+        landed: _Landed | None,
+        report: RelayReport,
+    ) -> None:
+        """Mark the landed batch, then land and mark the batch in flight (in that order: a
+        key's rows are marked in id order)."""
+        if landed is not None:
+            await self._mark(repo, landed, report)
+        if flight is not None:
+            _, last = await self._land(repo, producer, flight, report=report)
+            await self._mark(repo, last, report)
 
     async def _rebalance_landed(
         self,
         repo: RelayRepository,
         producer: Publisher,
-        flight: _Flight | None,
         held: set[int],
         report: RelayReport,
+        *,
+        flight: _Flight | None,
+        landed: _Landed | None,
     ) -> None:
-        """Land the batch in flight (shards change hands only between marked batches), then
+        """Land and mark the batches (shards change hands only between marked batches), then
         rebalance the shards."""
-        if flight is not None:
-            await self._land(repo, producer, flight, report=report)
+        await self._settle(repo, producer, flight, landed, report)
         with self._call(Component.DATABASE, "shard rebalance"):
             await self._rebalance(repo, held)
 
@@ -460,25 +509,31 @@ class OutboxRelay:
         repo: RelayRepository,
         producer: Publisher,
         flight: _Flight | None,
+        landed: _Landed | None,
         report: RelayReport,
     ) -> None:
-        """Asked to stop: finish the batch in flight (publish and mark)."""
-        if flight is not None:
-            await self._land(repo, producer, flight, report=report)
+        """Asked to stop: finish the batches (publish and mark)."""
+        await self._settle(repo, producer, flight, landed, report)
         if self.options.once:
             await self._refresh_stats(repo)  # (the session's end gives a held doorbell slot back)
 
     async def _fetch(
-        self, repo: RelayRepository, held: set[int], limit: int, flight: _Flight | None
+        self,
+        repo: RelayRepository,
+        held: set[int],
+        limit: int,
+        flight: _Flight | None,
+        landed: _Landed | None,
     ) -> list[OutboxRow]:
         """The next batch: rows of the held shards, none of the keys waiting for their next try
-        nor of the batch in flight."""
+        nor of the batch in flight; the ``landed`` batch is marked by the same statement."""
         with self._call(Component.DATABASE, "fetch a batch"):
             return await repo.fetch_batch(
                 sorted(held),
                 limit,
                 leave_out=self._held_back.waiting(),
                 in_flight=[row.id for row in flight.rows] if flight else (),
+                mark=landed.rows if landed else (),
             )
 
     def _next_limit(self, limit: int, fetched: int) -> int:
@@ -535,11 +590,11 @@ class OutboxRelay:
         report: RelayReport,
         following: Sequence[OutboxRow] = (),
         started: float = 0.0,
-    ) -> _Flight | None:
+    ) -> tuple[_Flight | None, _Landed]:
         """Wait for ``flight``'s acknowledgements; send the ``following`` batch (read
-        meanwhile) unless Kafka is away; mark ``flight``'s acknowledged rows while the
-        following batch's acknowledgements are awaited. Returns the following batch in
-        flight."""
+        meanwhile) unless Kafka is away. Returns the following batch in flight and ``flight``
+        landed: its rows to mark (the next fetch marks them, or ``_mark``). Kafka away: the
+        acknowledged rows are marked at once and the fault raised."""
         with self._call(Component.KAFKA, "publish"):
             results = await flight.results()
         acked, _ = safe_to_mark(flight.rows, results)
@@ -556,23 +611,34 @@ class OutboxRelay:
         nxt: _Flight | None = None
         if following and outage is None:
             nxt = await self._send(producer, following, unsettled(flight.rows, marked), started)
-        with self._call(Component.DATABASE, "mark published"):
-            await repo.mark_published([row for row in flight.rows if row.id in marked])
-        self.metrics.published.inc(len(acked))
-        self.metrics.batch_duration.observe(time.perf_counter() - flight.started)
-        observe = self.metrics.publish_delay.observe
-        moment, delay = None, 0.0
-        for row in flight.rows:
-            if row.id in marked and row.ready_at is not None:
-                if row.ready_at != moment:  # a writer transaction's rows share their ready_at
-                    moment, delay = row.ready_at, max(0.0, acked_at - row.ready_at.timestamp())
-                observe(delay)
-        report.published += len(acked)
-        report.batches += 1
+        landed = _Landed([row for row in flight.rows if row.id in marked], flight, acked_at)
         if outage is not None:
+            await self._mark(repo, landed, report, progressed=False)
             raise BrokerUnavailableError(f"Kafka did not acknowledge a batch: {outage}") from outage
-        self._sessions.progressed()  # published and marked: the next fault backs off anew
-        return nxt
+        return nxt, landed
+
+    async def _mark(
+        self,
+        repo: RelayRepository,
+        landed: _Landed,
+        report: RelayReport,
+        *,
+        progressed: bool = True,
+    ) -> None:
+        """Mark a landed batch's rows published, in a statement of its own."""
+        with self._call(Component.DATABASE, "mark published"):
+            await repo.mark_published(landed.rows)
+        self._marked(landed, report, progressed=progressed)
+
+    def _marked(self, landed: _Landed, report: RelayReport, *, progressed: bool = True) -> None:
+        """A landed batch's rows were marked published."""
+        self.metrics.published.inc(len(landed.rows))
+        self.metrics.batch_duration.observe(time.perf_counter() - landed.flight.started)
+        self.metrics.publish_delay.observe_many(_delays(landed.rows, landed.acked_at))
+        report.published += len(landed.rows)
+        report.batches += 1
+        if progressed:
+            self._sessions.progressed()  # published and marked: the next fault backs off anew
 
     def _settle_refusals(
         self,

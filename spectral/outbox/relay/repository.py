@@ -32,8 +32,9 @@ class OutboxRow:
     """The outbox partition the row lives in (migration ``bounded_state``); marks name a row by
     (id, slot)."""
     ready_at: datetime | None = None
-    """When the row became publishable: its write (``created_at``, the INSERT statement's
-    clock), or its ``available_at`` when that is later (a delayed event)."""
+    """When the row became publishable: its write (``created_at``, the start of the INSERT
+    statement that wrote it, shared by that statement's rows), or its ``available_at`` when
+    that is later (a delayed event)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,23 +101,30 @@ class RelayRepository:
         *,
         leave_out: Sequence[str] = (),
         in_flight: Sequence[int] = (),
+        mark: Sequence[OutboxRow] = (),
     ) -> list[OutboxRow]:
         """The next publishable rows of ``shards`` in id order, none of the keys ``leave_out``
-        nor of the ids ``in_flight`` (a batch sent and not yet marked)."""
+        nor of the ids ``in_flight`` (a batch sent and not yet marked); first, in the same
+        statement, the rows ``mark`` are marked published (``mark_published``)."""
         if not shards:
+            await self.mark_published(mark)
             return []
         every = len(set(shards)) == SHARD_COUNT
-        rows = await guarded(
-            "fetch outbox batch",
-            lambda: self._conn.fetch(
-                _SQL["fetch_batch"],
-                SHARD_COUNT,
-                None if every else sorted(shards),
-                limit,
-                list(leave_out),
-                list(in_flight),
-            ),
+        args: tuple[object, ...] = (
+            SHARD_COUNT,
+            None if every else sorted(shards),
+            limit,
+            list(leave_out),
+            [*in_flight, *(r.id for r in mark)],
         )
+        if mark:
+            sql = _SQL["mark_and_fetch"]
+            args = (*args, [r.id for r in mark], [r.slot for r in mark])
+        else:
+            sql = _SQL["fetch_batch"]
+        rows = await guarded("fetch outbox batch", lambda: self._conn.fetch(sql, *args))
+        if mark and rows and rows[0][0] is None:  # nothing to fetch: the mark's row alone
+            return []
         # the columns in the query's order: id, slot, event_type, record_key, idempotency_key,
         # envelope (bytea: bytes), ready_at
         return [

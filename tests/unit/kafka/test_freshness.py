@@ -9,8 +9,8 @@ from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry, Histogram
 
 from contracts import format_utc
-from spectral.engine.metrics import BatchHistogram
 from spectral.kafka.freshness import LATENCY_BUCKETS, READY_AT_HEADER, ready_at
+from spectral.observability.metrics import BatchHistogram
 
 
 def test_the_relays_stamp_reads_back_and_anything_else_is_not_measured() -> None:
