@@ -707,6 +707,14 @@ async def _compare(stage: Stage, other: Path) -> None:
         note = f"{label}, median of {len(runs[side])} first passes alternated with the other"
         stage.report.add(f"ab_{side}_first_pass", rate, "events/s", note)
         stage.report.add(f"ab_{side}_cpu_per_event", cpu, "us", label)
+        if stage.servers.postmaster:
+            postgres = statistics.median_high(g.server_us_per_event()[0] for g in runs[side])
+            stage.report.add(
+                f"ab_{side}_postgres_cpu_per_event",
+                postgres,
+                "us",
+                f"{label}: its database's PostgreSQL backends + server processes",
+            )
         stage.report.add(f"ab_{side}_peak_rss", rss, "MiB", label)
 
 

@@ -10,14 +10,8 @@ from pathlib import Path
 from uuid import UUID
 
 import typer
-from prometheus_client import REGISTRY
 
-from producers.clusters import (
-    ClusterMetrics,
-    ClusterPolicy,
-    Criticality,
-    FailureClusterService,
-)
+from producers.clusters import Criticality
 from spectral.cli._common import (
     MAX_PORT,
     METRICS_HOST_HELP,
@@ -27,10 +21,6 @@ from spectral.cli._common import (
     serve_health,
     settings,
 )
-from spectral.db.connect import ping
-from spectral.devstack import resolve_database_url
-from spectral.lifecycle import stopping_on_signals
-from spectral.observability.health import run_with_health
 
 app = typer.Typer(
     help="FailureClusterService: failures in, cluster snapshots out (ADR-057).",
@@ -56,7 +46,13 @@ def ingest(
 ) -> None:
     """Record failure observations (JSON lines: failure_id, rule_id, workspace_id, observed_at,
     summary, optional signature, any other fields kept). Idempotent by failure_id."""
-    url = resolve_database_url(settings())
+    current = settings()
+    from prometheus_client import REGISTRY  # noqa: PLC0415 - after settings
+
+    from producers.clusters import ClusterMetrics, FailureClusterService  # noqa: PLC0415
+    from spectral.devstack import resolve_database_url  # noqa: PLC0415
+
+    url = resolve_database_url(current)
 
     async def go() -> None:
         async with FailureClusterService.connect(url, metrics=ClusterMetrics(REGISTRY)) as svc:
@@ -110,6 +106,20 @@ def tick(
     """Re-evaluate changed clusters and put changed snapshots in the outbox. Safe to run on
     several replicas at once."""
     current = settings()
+    # The service (database driver, metrics) loads once the settings are good: `clusters
+    # --help` and a bad setting do not pay for it.
+    from prometheus_client import REGISTRY  # noqa: PLC0415
+
+    from producers.clusters import (  # noqa: PLC0415
+        ClusterMetrics,
+        ClusterPolicy,
+        FailureClusterService,
+    )
+    from spectral.db.connect import ping  # noqa: PLC0415
+    from spectral.devstack import resolve_database_url  # noqa: PLC0415
+    from spectral.lifecycle import stopping_on_signals  # noqa: PLC0415
+    from spectral.observability.health import run_with_health  # noqa: PLC0415
+
     url = resolve_database_url(current)
     for flag, value, setting in (
         ("--lease-timeout", lease_timeout, "SPECTRAL_WORK_LEASE_TIMEOUT_SECONDS"),
@@ -152,7 +162,11 @@ def criticality(
     level: Criticality = typer.Argument(..., help="low | normal | high | critical"),
 ) -> None:
     """Set a rule's criticality (an input of the severity policy)."""
-    url = resolve_database_url(settings())
+    current = settings()
+    from producers.clusters import FailureClusterService  # noqa: PLC0415 - after settings
+    from spectral.devstack import resolve_database_url  # noqa: PLC0415
+
+    url = resolve_database_url(current)
 
     async def go() -> None:
         async with FailureClusterService.connect(url) as svc:
@@ -165,7 +179,11 @@ def criticality(
 @app.command("list")
 def list_() -> None:
     """The producer's clusters: id, key, revision, last published hash."""
-    url = resolve_database_url(settings())
+    current = settings()
+    from producers.clusters import FailureClusterService  # noqa: PLC0415 - after settings
+    from spectral.devstack import resolve_database_url  # noqa: PLC0415
+
+    url = resolve_database_url(current)
 
     async def go() -> None:
         async with FailureClusterService.connect(url) as svc:

@@ -189,18 +189,34 @@ def _check_body(content_type: str, body: bytes) -> None:
 
 
 def _nul_in(value: Any, path: list[str | int]) -> list[str | int] | None:
-    """Where in a parsed JSON value a string or key holds NUL (iterative: no recursion limit)."""
-    stack: list[tuple[Any, list[str | int]]] = [(value, path)]
+    """Where in a parsed JSON value a string or key holds NUL (iterative: no recursion limit).
+
+    Each value visited keeps only its step and its parent's index; the path is spelled out for
+    the value found alone, so the walk costs time linear in the value (a path copied per value
+    made a value nested N deep cost N² steps)."""
+    steps: list[tuple[str | int, int]] = []
+    stack: list[tuple[Any, int]] = [(value, -1)]
     while stack:
-        item, where = stack.pop()
+        item, at = stack.pop()
         if isinstance(item, str):
             if "\x00" in item:
-                return where
+                return _path_to(steps, at, path)
         elif isinstance(item, dict):
             for key, child in item.items():
                 if "\x00" in key:
-                    return where
-                stack.append((child, [*where, key[:64]]))
+                    return _path_to(steps, at, path)
+                steps.append((key[:64], at))
+                stack.append((child, len(steps) - 1))
         elif isinstance(item, list):
-            stack.extend((child, [*where, i]) for i, child in enumerate(item))
+            for i, child in enumerate(item):
+                steps.append((i, at))
+                stack.append((child, len(steps) - 1))
     return None
+
+
+def _path_to(steps: list[tuple[str | int, int]], at: int, path: list[str | int]) -> list[str | int]:
+    found: list[str | int] = []
+    while at >= 0:
+        step, at = steps[at]
+        found.append(step)
+    return [*path, *reversed(found)]

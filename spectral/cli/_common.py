@@ -1,4 +1,8 @@
-"""What every CLI command shares: settings, logging, error reporting, running coroutines."""
+"""What every CLI command shares: settings, logging, error reporting, running coroutines.
+
+Importing it is light (typer and spectral's errors): a command's ``--help`` and a usage error
+load neither pydantic nor the logging and metrics stack; :func:`settings` loads them.
+"""
 
 from __future__ import annotations
 
@@ -6,16 +10,15 @@ import asyncio
 import socket
 import sys
 from collections.abc import Coroutine, Iterable
-from typing import Any, Final, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Any, Final, NoReturn, TypeVar
 
 import typer
 
 from spectral.errors import SpectralError
-from spectral.observability.health import Health
-from spectral.observability.logging import configure_logging, get_logger, logs_are_json
-from spectral.observability.metrics import listening, serve_metrics
-from spectral.plugins import settings_classes
-from spectral.settings import Settings, load_settings
+
+if TYPE_CHECKING:
+    from spectral.observability.health import Health
+    from spectral.settings import Settings
 
 T = TypeVar("T")
 
@@ -65,6 +68,10 @@ def deployment_name(name: str | None, consumer: str | None, command: str) -> str
 def settings() -> Settings:
     """The process settings, with logging configured from them (once per command); every
     installed plugin's settings section is checked too, so a bad value fails at start."""
+    from spectral.observability.logging import configure_logging  # noqa: PLC0415 - see the module
+    from spectral.plugins import settings_classes  # noqa: PLC0415
+    from spectral.settings import load_settings  # noqa: PLC0415
+
     try:
         current = load_settings()
         for section in settings_classes():
@@ -83,6 +90,9 @@ METRICS_HOST_HELP = "Interface for --metrics-port (default: SPECTRAL_METRICS_HOS
 
 def serve_health(current: Settings, port: int | None, host: str | None) -> Health:
     """The process's Health, served with its metrics on ``host:port`` when a port is given."""
+    from spectral.observability.health import Health  # noqa: PLC0415 - see the module
+    from spectral.observability.metrics import listening, serve_metrics  # noqa: PLC0415
+
     health = Health(
         liveness_timeout=current.liveness_timeout_seconds,
         call_timeout=current.not_ready_after_seconds,
@@ -132,6 +142,7 @@ def warn_missing_topics(current: Settings, bootstrap: str, event_types: Iterable
     topics would create them with its defaults on first use instead."""
     from spectral.kafka.topic_admin import missing_topics  # noqa: PLC0415 - only long-running commands
     from spectral.kafka.topics import dlq_topic, topic_for  # noqa: PLC0415
+    from spectral.observability.logging import get_logger  # noqa: PLC0415
 
     names = [topic_for(t, current.topic_prefix) for t in event_types]
     try:
@@ -148,6 +159,8 @@ def warn_missing_topics(current: Settings, bootstrap: str, event_types: Iterable
 def summary(text: str) -> None:
     """A long-running command's closing summary for a person at a terminal, on stderr; not
     printed when the logs are JSON (its log's last line carries the same counts)."""
+    from spectral.observability.logging import logs_are_json  # noqa: PLC0415 - see the module
+
     if not logs_are_json():
         typer.echo(text, err=True)
 

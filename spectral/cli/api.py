@@ -11,17 +11,11 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
-import uvicorn
-from fastapi import APIRouter, FastAPI
-from prometheus_client import REGISTRY
 
-from spectral.api.app import build_app
 from spectral.api.guard import DEFAULT_MAX_BODY_BYTES
-from spectral.api.resources import API_ROLE, Resources
-from spectral.auth.scopes import Vocabulary, installed_vocabulary
 from spectral.cli._common import (
     EXIT_UNAVAILABLE,
     MAX_PORT,
@@ -34,25 +28,20 @@ from spectral.cli._common import (
     settings,
 )
 from spectral.cli.deployments import deployments, handler_factory, what_each_reads
-from spectral.console.site import Console
-from spectral.db.connect import ping
 from spectral.declaration import NavEntry
-from spectral.devstack import Endpoints, resolve_endpoints
-from spectral.kafka.topics import group_for
-from spectral.observability.health import HealthASGI
-from spectral.observability.http import HttpMetrics, ObservedASGI
-from spectral.observability.logging import get_logger
-from spectral.observability.metrics import listening
-from spectral.ops import api as ops_api
-from spectral.ops import console as ops_console
-from spectral.ops.views import Deployment, ReplayDryRun
 from spectral.plugins import InstalledPlugin, installed_plugins
-from spectral.replay.range import Start, Stop
-from spectral.replay.replay import Mode, ReplayReport, ReplayRequest
-from spectral.replay.replay import replay as run_replay
-from spectral.settings import Settings
 
-log = get_logger(__name__)
+if TYPE_CHECKING:
+    from fastapi import APIRouter, FastAPI
+
+    from spectral.api.resources import Resources
+    from spectral.auth.scopes import Vocabulary
+    from spectral.console.site import Console
+    from spectral.devstack import Endpoints
+    from spectral.ops.views import ReplayDryRun
+    from spectral.replay.range import Start, Stop
+    from spectral.replay.replay import ReplayReport
+    from spectral.settings import Settings
 
 INTRODUCTION = """\
 The operator and service surface of spectral: the features' APIs and consumer operations.
@@ -122,6 +111,9 @@ async def deployment_topics(current: Settings, database_url: str) -> dict[str, t
 
 
 def _replay_dry_run(name: str, current: Settings, endpoints: Endpoints) -> ReplayDryRun:
+    from spectral.replay.replay import Mode, ReplayRequest  # noqa: PLC0415 - the web stack's
+    from spectral.replay.replay import replay as run_replay  # noqa: PLC0415
+
     make_handler = handler_factory(name, current)
 
     async def dry_run(start: Start, stop: Stop | None) -> ReplayReport:
@@ -140,13 +132,16 @@ async def check_logins(resources: Resources) -> None:
     """Open and close the pools the surfaces act through (ConfigurationError for a refused
     login or a role the login cannot assume, TransientError when the server is down); warn
     when the login can do more than the surfaces need."""
+    from spectral.api.resources import API_ROLE  # noqa: PLC0415 - the web stack's
+    from spectral.observability.logging import get_logger  # noqa: PLC0415
+
     try:
         await resources.open()
     finally:
         await resources.close()
     why = await resources.overprivileged()
     if why is not None:
-        log.warning(
+        get_logger(__name__).warning(
             "the API's database login can do more than the API needs",
             reason=why,
             fix=f"run it as a login granted {API_ROLE} (docs/howto/secure/api-roles-and-proxy.md)",
@@ -158,6 +153,8 @@ def resources_for(
 ) -> Resources:
     """The pools every surface acts through (the operator login when one is configured; the
     producer role only for a surface that submits work)."""
+    from spectral.api.resources import Resources  # noqa: PLC0415 - the web stack's
+
     operator_url = current.operator_database_url
     return Resources(
         settings=current,
@@ -178,6 +175,14 @@ def compose_app(
 ) -> FastAPI:
     """The whole HTTP surface over these endpoints; ``topics`` from :func:`deployment_topics`,
     ``groups`` the consumer group of a deployment that does not run under its own name."""
+    from spectral.api.app import build_app  # noqa: PLC0415 - the web stack, once it is served
+    from spectral.auth.scopes import installed_vocabulary  # noqa: PLC0415
+    from spectral.console.site import Console  # noqa: PLC0415
+    from spectral.kafka.topics import group_for  # noqa: PLC0415
+    from spectral.ops import api as ops_api  # noqa: PLC0415
+    from spectral.ops import console as ops_console  # noqa: PLC0415
+    from spectral.ops.views import Deployment  # noqa: PLC0415
+
     resources = resources_for(current, endpoints)
     known = [
         Deployment(
@@ -245,6 +250,16 @@ def api(  # noqa: PLR0917 - typer maps each parameter to an option
             fail(f"--group takes DEPLOYMENT=GROUP with a known deployment, not {pair!r}", 2)
         groups[name] = value
     current = settings()
+    # The web stack loads once the settings are known to be good (a bad one exits 2 first).
+    import uvicorn  # noqa: PLC0415
+    from prometheus_client import REGISTRY  # noqa: PLC0415
+
+    from spectral.db.connect import ping  # noqa: PLC0415
+    from spectral.devstack import resolve_endpoints  # noqa: PLC0415
+    from spectral.observability.health import HealthASGI  # noqa: PLC0415
+    from spectral.observability.http import HttpMetrics, ObservedASGI  # noqa: PLC0415
+    from spectral.observability.metrics import listening  # noqa: PLC0415
+
     endpoints = resolve_endpoints(current)
     # The pools open inside uvicorn's lifespan, where a refused login would only be "startup
     # failed" (uvicorn's exit 3, with a traceback): check every login the app uses first, so a

@@ -5,8 +5,6 @@ from __future__ import annotations
 import typer
 
 from spectral.cli._common import run, settings
-from spectral.db.migrate import migrate as apply_migrations
-from spectral.devstack import resolve_database_url
 
 app = typer.Typer(help="Database schema.", no_args_is_help=True)
 
@@ -15,7 +13,11 @@ app = typer.Typer(help="Database schema.", no_args_is_help=True)
 def migrate() -> None:
     """Apply pending migrations: spectral's (schemas/sql), then each installed plugin's own
     track (once each, in order)."""
-    url = resolve_database_url(settings())
+    current = settings()
+    from spectral.db.migrate import migrate as apply_migrations  # noqa: PLC0415 - after settings
+    from spectral.devstack import resolve_database_url  # noqa: PLC0415
+
+    url = resolve_database_url(current)
     report = run(apply_migrations(url))
     for name in report.applied:
         typer.echo(f"applied {name}")

@@ -12,19 +12,22 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from prometheus_client import CollectorRegistry
-
-from spectral.engine.deployments import Deployments, Factory
-from spectral.engine.handler import Handler
-from spectral.kafka.topics import topic_for
 from spectral.plugins import installed_deployment_targets
-from spectral.settings import Settings
+
+if TYPE_CHECKING:
+    from spectral.engine.deployments import Deployments, Factory
+    from spectral.engine.handler import Handler
+    from spectral.settings import Settings
 
 
 @cache
 def deployments() -> Deployments:
+    # The engine (Kafka client, database driver) loads once a deployment is asked for: a
+    # command's --help and its usage errors do not pay for it.
+    from spectral.engine.deployments import Deployments  # noqa: PLC0415
+
     return Deployments(installed_deployment_targets())
 
 
@@ -36,6 +39,8 @@ def factory(name: str) -> Factory:
 def handler_factory(name: str, current: Settings) -> Callable[[str], Handler[Any]]:
     """``database_url -> Handler`` of deployment ``name``, each handler with a metrics registry
     of its own (what replays, rebuilds and dry runs build their handlers with)."""
+    from prometheus_client import CollectorRegistry  # noqa: PLC0415 - see deployments()
+
     build = factory(name)
     return lambda database_url: build(current, database_url, CollectorRegistry())
 
@@ -54,11 +59,15 @@ class Reads:
     """One of spectral's built-in features' deployments."""
 
     def topics(self, prefix: str) -> tuple[str, ...]:
+        from spectral.kafka.topics import topic_for  # noqa: PLC0415 - see deployments()
+
         return tuple(topic_for(t, prefix) for t in self.event_types)
 
 
 async def reads_of(name: str, current: Settings, database_url: str) -> Reads:
     """What deployment ``name`` reads (its handler is built to ask, never run)."""
+    from prometheus_client import CollectorRegistry  # noqa: PLC0415 - see deployments()
+
     handler = factory(name)(current, database_url, CollectorRegistry())
     await handler.close()
     return Reads(

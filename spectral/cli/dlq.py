@@ -13,29 +13,21 @@ from __future__ import annotations
 
 import json
 from collections.abc import Awaitable, Callable
-from typing import Annotated, Any, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
-import asyncpg
 import typer
-from rich.console import Console
-from rich.table import Table
-from rich.text import Text
 
 from spectral.cli._common import fail, run, settings
-from spectral.devstack import resolve_endpoints
-from spectral.dlq.records import (
-    DeadLetterPage,
-    DeadLetterRecord,
-    Topics,
-    format_position,
-    list_dead_letters,
-    parse_position,
-    read_dead_letter,
-)
-from spectral.dlq.redrive import RedriveReport, redrive
-from spectral.dlq.repository import RedriveRepository, connect_operator
-from spectral.dlq.store import StoredDeadLetter, stored, stored_one
-from spectral.settings import Settings
+
+if TYPE_CHECKING:
+    import asyncpg
+    from rich.console import Console
+    from rich.text import Text
+
+    from spectral.dlq.records import DeadLetterPage, Topics
+    from spectral.dlq.redrive import RedriveReport
+    from spectral.dlq.store import StoredDeadLetter
+    from spectral.settings import Settings
 
 app = typer.Typer(
     help="Dead letters: list, show, and redrive them to their source topic.",
@@ -52,6 +44,9 @@ JsonOption = Annotated[bool, typer.Option("--json", help="JSON on stdout.")]
 
 def _with_connection(use: Callable[[Settings, str, asyncpg.Connection], Awaitable[T]]) -> T:
     current = settings()
+    from spectral.devstack import resolve_endpoints  # noqa: PLC0415 - after settings
+    from spectral.dlq.repository import connect_operator  # noqa: PLC0415
+
     endpoints = resolve_endpoints(current)
 
     async def go() -> T:
@@ -65,6 +60,8 @@ def _with_connection(use: Callable[[Settings, str, asyncpg.Connection], Awaitabl
 
 
 def _console() -> Console:
+    from rich.console import Console  # noqa: PLC0415 - printing only
+
     console = Console()
     return console if console.is_terminal else Console(width=200)
 
@@ -75,6 +72,8 @@ def _echo_json(value: Any) -> None:
 
 def _plain(value: object) -> Text:
     """A table cell or line shown as it is (no markup, no emoji codes)."""
+    from rich.text import Text  # noqa: PLC0415 - printing only
+
     return Text(str(value))
 
 
@@ -98,6 +97,8 @@ def _stored_summary(row: StoredDeadLetter) -> dict[str, Any]:
 
 
 def _stored_full(row: StoredDeadLetter) -> dict[str, Any]:
+    from spectral.dlq.records import DeadLetterRecord  # noqa: PLC0415 - see list_
+
     record = DeadLetterRecord(
         topic="core.dead_letters",
         partition=row.source_partition,
@@ -143,6 +144,17 @@ def list_(
 
     At most --limit of them (values are never loaded); when more follow, a line on stderr
     says how to go on (--after P:O)."""
+    # Each command loads the dead-letter modules (Kafka client, database driver) when it runs:
+    # `spectral dlq --help` does not.
+    from spectral.dlq.records import (  # noqa: PLC0415
+        Topics,
+        format_position,
+        list_dead_letters,
+        parse_position,
+    )
+    from spectral.dlq.repository import RedriveRepository  # noqa: PLC0415
+    from spectral.dlq.store import stored  # noqa: PLC0415
+
     topics = Topics.of(topic)
     try:
         position = None if after is None else parse_position(after)
@@ -190,6 +202,8 @@ def _print_list(
     redriven: set[tuple[int, int]],
     rows: list[StoredDeadLetter],
 ) -> None:
+    from rich.table import Table  # noqa: PLC0415 - printing only
+
     table = Table(
         title=f"{topics.dlq} ({len(page.summaries)} of {page.total})", title_justify="left"
     )
@@ -248,6 +262,10 @@ def show(
     When the original does not decode: why not, and its first bytes."""
     if (offset is None) == (stored_id is None):
         raise typer.BadParameter("give exactly one of --offset and --stored")
+    from spectral.dlq.records import Topics, read_dead_letter  # noqa: PLC0415 - see list_
+    from spectral.dlq.repository import RedriveRepository  # noqa: PLC0415
+    from spectral.dlq.store import stored_one  # noqa: PLC0415
+
     topics = Topics.of(topic)
 
     async def load(
@@ -278,6 +296,9 @@ def show(
 
 
 def _print_view(view: dict[str, Any]) -> None:
+    from rich.table import Table  # noqa: PLC0415 - printing only
+    from rich.text import Text  # noqa: PLC0415
+
     console = _console()
     facts = Table.grid(padding=(0, 2))
     facts.add_column(style="bold")
@@ -327,6 +348,8 @@ def redrive_(
 
     Original key, value and headers (the same idempotency key: deduplicated if applied
     meanwhile) plus the failure history; a record that fails again returns with it."""
+    from spectral.dlq.redrive import redrive  # noqa: PLC0415 - see list_
+
     report: RedriveReport = _with_connection(
         lambda current, bootstrap, conn: redrive(
             current, bootstrap, conn, topic=topic, reason=reason, dry_run=dry_run

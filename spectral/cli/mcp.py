@@ -14,17 +14,10 @@ import asyncio
 import sys
 from collections.abc import Sequence
 from enum import StrEnum
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
-import uvicorn
-from mcp.server.auth.settings import AuthSettings
-from mcp.server.mcpserver import MCPServer
-from prometheus_client import REGISTRY
 
-from spectral.api.proxy import ForwardedHeaders, TrustedProxies
-from spectral.api.resources import Resources
-from spectral.api.settings import ApiSettings
 from spectral.cli._common import (
     EXIT_CONFIGURATION,
     MAX_PORT,
@@ -35,17 +28,13 @@ from spectral.cli._common import (
     serve_health,
     settings,
 )
-from spectral.cli.api import deployment_topics, resources_for
-from spectral.db.connect import ping
-from spectral.devstack import resolve_endpoints
-from spectral.kafka.topics import group_for
-from spectral.mcp.tools import BearerVerifier, Caller
-from spectral.observability.health import HealthASGI, run_with_health
-from spectral.observability.http import HttpMetrics, ObservedASGI
-from spectral.observability.metrics import listening
-from spectral.ops import tools as ops_tools
-from spectral.ops.views import Deployment
 from spectral.plugins import InstalledPlugin, installed_plugins
+
+if TYPE_CHECKING:
+    from mcp.server.mcpserver import MCPServer
+
+    from spectral.api.resources import Resources
+    from spectral.ops.views import Deployment
 
 INTRODUCTION = "spectral's operator tools."
 OPERATIONS = "Consumer operations: consumer_lag, dead_letter_summary, list_dead_letters."
@@ -71,6 +60,12 @@ def build_mcp(
     http_url: str | None = None,
 ) -> MCPServer:
     """The server; ``http_url`` (e.g. http://127.0.0.1:8765) turns on bearer authentication."""
+    from mcp.server.auth.settings import AuthSettings  # noqa: PLC0415 - served only
+    from mcp.server.mcpserver import MCPServer  # noqa: PLC0415
+
+    from spectral.mcp.tools import BearerVerifier, Caller  # noqa: PLC0415
+    from spectral.ops import tools as ops_tools  # noqa: PLC0415
+
     auth = None
     verifier = None
     if http_url is not None:
@@ -111,6 +106,21 @@ def mcp(
 ) -> None:
     """Serve the Ops Agent tools over MCP (the features' tools, consumer operations)."""
     current = settings()
+    # MCP and the web stack load once the settings are known to be good (a bad one exits 2 first).
+    import uvicorn  # noqa: PLC0415
+    from prometheus_client import REGISTRY  # noqa: PLC0415
+
+    from spectral.api.proxy import ForwardedHeaders, TrustedProxies  # noqa: PLC0415
+    from spectral.api.settings import ApiSettings  # noqa: PLC0415
+    from spectral.cli.api import deployment_topics, resources_for  # noqa: PLC0415
+    from spectral.db.connect import ping  # noqa: PLC0415
+    from spectral.devstack import resolve_endpoints  # noqa: PLC0415
+    from spectral.kafka.topics import group_for  # noqa: PLC0415
+    from spectral.observability.health import HealthASGI, run_with_health  # noqa: PLC0415
+    from spectral.observability.http import HttpMetrics, ObservedASGI  # noqa: PLC0415
+    from spectral.observability.metrics import listening  # noqa: PLC0415
+    from spectral.ops.views import Deployment  # noqa: PLC0415
+
     endpoints = resolve_endpoints(current)
     resources = resources_for(current, endpoints, submits_work=False)  # its tools only read
     sock = listen(host, port) if transport is Transport.HTTP else None

@@ -4,11 +4,9 @@ offsets.py); refused while the group has active members."""
 from __future__ import annotations
 
 import json
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.console import Console
-from rich.table import Table
 
 from spectral.cli._common import (
     DEPLOYMENT_HELP,
@@ -21,11 +19,9 @@ from spectral.cli._common import (
     timestamp_option,
 )
 from spectral.cli.deployments import reads_of
-from spectral.devstack import resolve_endpoints
-from spectral.kafka.topics import group_for
-from spectral.replay.guard import BeyondHorizonError
-from spectral.replay.offsets import GroupBusyError, ResetReport, reset_offsets
-from spectral.replay.range import start_of
+
+if TYPE_CHECKING:
+    from spectral.replay.offsets import ResetReport
 
 app = typer.Typer(help="Consumer group offsets.", no_args_is_help=True)
 
@@ -75,6 +71,9 @@ def reset(
     Refused (exit 1) while the group has active members, and when the events read again reach
     behind the dedup horizon (unless --beyond-horizon). Re-read events are deduplicated;
     skipped events are never applied."""
+    # The Kafka client and the database driver load when the command runs, not for --help.
+    from spectral.replay.range import start_of  # noqa: PLC0415
+
     given = sum((to_earliest, to_latest, to_timestamp is not None, to_offset is not None))
     if given != 1:
         raise typer.BadParameter(
@@ -91,6 +90,11 @@ def reset(
         raise typer.BadParameter(str(exc)) from exc
     deployment = deployment_name(name, consumer, "offsets reset")
     current = settings()
+    from spectral.devstack import resolve_endpoints  # noqa: PLC0415
+    from spectral.kafka.topics import group_for  # noqa: PLC0415
+    from spectral.replay.guard import BeyondHorizonError  # noqa: PLC0415
+    from spectral.replay.offsets import GroupBusyError, reset_offsets  # noqa: PLC0415
+
     endpoints = resolve_endpoints(current)
 
     async def go() -> ResetReport:
@@ -120,6 +124,9 @@ def _print(report: ResetReport, *, as_json: bool) -> None:
     if as_json:
         typer.echo(json.dumps(report.to_json(), indent=2))
         return
+    from rich.console import Console  # noqa: PLC0415 - printing only
+    from rich.table import Table  # noqa: PLC0415
+
     verb = "reset" if report.committed else "would reset (dry run)"
     table = Table(title=f"group {report.group} ({report.state}): {verb}", title_justify="left")
     for column in ("topic", "partition", "before", "after"):

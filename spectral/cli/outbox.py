@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import typer
-from prometheus_client import REGISTRY
 
 from spectral.cli._common import (
     MAX_PORT,
@@ -15,26 +14,9 @@ from spectral.cli._common import (
     summary,
     warn_missing_topics,
 )
-from spectral.devstack import resolve_database_url, resolve_endpoints
-from spectral.observability.health import run_with_health
-from spectral.observability.logging import get_logger
-from spectral.outbox.relay import OutboxRelay, RelayMetrics, RelayOptions
-from spectral.outbox.relay.repository import OutboxStatsReader
 from spectral.plugins import installed_registry
-from spectral.settings import PluginSettings
-
-log = get_logger(__name__)
 
 app = typer.Typer(help="The transactional outbox: relay its rows to Kafka.", no_args_is_help=True)
-
-
-class RelayFaultHooks(PluginSettings):
-    """Test-only fault hooks (tests/faults), in a section no plugin declares, so no reference
-    lists them: nothing but a fault test should ever set them."""
-
-    relay_crash_after_publish: bool = False
-    """``SPECTRAL_RELAY_CRASH_AFTER_PUBLISH=1``: exit right after Kafka acknowledged the first
-    batch and before marking it published."""
 
 
 @app.command()
@@ -65,6 +47,15 @@ def relay(  # noqa: PLR0917 - typer maps each parameter to an option
     later; with --once the run then exits 1.
     """
     current = settings()
+    # The relay (Kafka client, database driver, metrics) loads once the settings are good.
+    from prometheus_client import REGISTRY  # noqa: PLC0415
+
+    from spectral.cli.fault_hooks import RelayFaultHooks  # noqa: PLC0415
+    from spectral.devstack import resolve_endpoints  # noqa: PLC0415
+    from spectral.observability.health import run_with_health  # noqa: PLC0415
+    from spectral.observability.logging import get_logger  # noqa: PLC0415
+    from spectral.outbox.relay import OutboxRelay, RelayMetrics, RelayOptions  # noqa: PLC0415
+
     endpoints = resolve_endpoints(current)
     health = serve_health(current, metrics_port, metrics_host)
     warn_missing_topics(current, endpoints.kafka_bootstrap, installed_registry().event_types())
@@ -83,7 +74,7 @@ def relay(  # noqa: PLR0917 - typer maps each parameter to an option
         health=health,
     )
     report = run(run_with_health(health, relay_.run()))
-    log.info(
+    get_logger(__name__).info(
         "relay stopped",
         published=report.published,
         batches=report.batches,
@@ -100,7 +91,11 @@ def relay(  # noqa: PLR0917 - typer maps each parameter to an option
 @app.command()
 def status() -> None:
     """Print the outbox depth and the age of the oldest publishable row."""
-    url = resolve_database_url(settings())
+    current = settings()
+    from spectral.devstack import resolve_database_url  # noqa: PLC0415 - after settings
+    from spectral.outbox.relay.repository import OutboxStatsReader  # noqa: PLC0415
+
+    url = resolve_database_url(current)
 
     async def stats() -> tuple[int, float]:
         reader = await OutboxStatsReader.open(url, role=None)

@@ -11,9 +11,6 @@ import typer
 from spectral.cli._common import DEPLOYMENT_HELP, settings
 from spectral.cli.deployments import handler_factory
 from spectral.cli.replay import run_and_report
-from spectral.devstack import resolve_endpoints
-from spectral.replay.offsets import GroupBusyError
-from spectral.replay.rebuild import rebuild as run_rebuild
 
 
 def rebuild(
@@ -38,6 +35,11 @@ def rebuild(
     One transaction, committed only if every topic was read to its end; refused while the live
     group has members, and for a deployment whose handler gives no rebuild."""
     current = settings()
+    # The Kafka client, the engine and the database driver load once the settings are good.
+    from spectral.devstack import resolve_endpoints  # noqa: PLC0415
+    from spectral.replay.offsets import GroupBusyError  # noqa: PLC0415
+    from spectral.replay.rebuild import rebuild as run_rebuild  # noqa: PLC0415
+
     endpoints = resolve_endpoints(current)
     make_handler = handler_factory(name, current)
     run_and_report(

@@ -10,19 +10,9 @@ import json
 import sys
 from collections.abc import Callable, Coroutine, Iterator
 from contextlib import contextmanager
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.console import Console
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    TaskProgressColumn,
-    TextColumn,
-    TimeElapsedColumn,
-)
-from rich.table import Table
 
 from spectral.cli._common import (
     DEPLOYMENT_HELP,
@@ -35,12 +25,10 @@ from spectral.cli._common import (
     timestamp_option,
 )
 from spectral.cli.deployments import handler_factory
-from spectral.devstack import resolve_endpoints
-from spectral.engine.handler import Outcome
-from spectral.replay.range import check_order, start_of, stop_of
-from spectral.replay.replay import Mode, ReplayReport, ReplayRequest
-from spectral.replay.replay import Progress as ProgressCallback
-from spectral.replay.replay import replay as run_replay
+
+if TYPE_CHECKING:
+    from spectral.replay.replay import Progress as ProgressCallback
+    from spectral.replay.replay import ReplayReport
 
 EXIT_INCOMPLETE = 1
 
@@ -93,6 +81,10 @@ def replay(
     Exactly as the live consumer would apply it (dedup, stale guard, dead letters), outside any
     consumer group: the live group's offsets are untouched. Without --to-*, the range ends at
     the end offsets of when the replay starts."""
+    # The Kafka client, the engine and the database driver load when the command runs, not for
+    # --help.
+    from spectral.replay.range import check_order, start_of, stop_of  # noqa: PLC0415
+
     try:
         start = start_of(
             from_beginning=from_beginning, from_offset=from_offset, from_timestamp=from_timestamp
@@ -103,6 +95,10 @@ def replay(
         raise typer.BadParameter(str(exc)) from exc
     deployment = deployment_name(name, consumer, "replay")
     current = settings()
+    from spectral.devstack import resolve_endpoints  # noqa: PLC0415
+    from spectral.replay.replay import Mode, ReplayRequest  # noqa: PLC0415
+    from spectral.replay.replay import replay as run_replay  # noqa: PLC0415
+
     endpoints = resolve_endpoints(current)
     make_handler = handler_factory(deployment, current)
     request = ReplayRequest(
@@ -151,6 +147,16 @@ def run_and_report(
 @contextmanager
 def progress_bar(title: str) -> Iterator[ProgressCallback | None]:
     """A rich progress bar on stderr when it is a terminal; no callback otherwise."""
+    from rich.console import Console  # noqa: PLC0415 - printing only
+    from rich.progress import (  # noqa: PLC0415
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TaskProgressColumn,
+        TextColumn,
+        TimeElapsedColumn,
+    )
+
     console = Console(stderr=True)
     if not console.is_terminal:
         yield None
@@ -177,6 +183,12 @@ def print_report(report: ReplayReport, *, as_json: bool) -> None:
     if as_json:
         typer.echo(json.dumps(report.to_json(), indent=2, ensure_ascii=False))
         return
+    from rich.console import Console  # noqa: PLC0415 - printing only
+    from rich.table import Table  # noqa: PLC0415
+
+    from spectral.engine.handler import Outcome  # noqa: PLC0415
+    from spectral.replay.replay import Mode  # noqa: PLC0415
+
     console = Console() if sys.stdout.isatty() else Console(width=160)
     verb = {
         Mode.APPLY: "replayed",

@@ -10,15 +10,15 @@ import getpass
 import json
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime, timedelta
-from typing import Annotated, TypeVar
+from typing import TYPE_CHECKING, Annotated, TypeVar
 
 import typer
 
 from spectral.auth.scopes import installed_vocabulary
-from spectral.auth.tokens import TOKEN_ADMIN_ROLE, TokenAdmin, TokenInfo
 from spectral.cli._common import fail, run, settings
-from spectral.db.connect import connect
-from spectral.devstack import resolve_database_url
+
+if TYPE_CHECKING:
+    from spectral.auth.tokens import TokenAdmin, TokenInfo
 
 app = typer.Typer(
     help="API tokens for the HTTP API, the web console and the MCP server.", no_args_is_help=True
@@ -29,7 +29,13 @@ T = TypeVar("T")
 
 
 def _with_admin(use: Callable[[TokenAdmin], Awaitable[T]]) -> T:
-    url = resolve_database_url(settings())
+    current = settings()
+    # The database driver loads once the settings are good, not for --help.
+    from spectral.auth.tokens import TOKEN_ADMIN_ROLE, TokenAdmin  # noqa: PLC0415
+    from spectral.db.connect import connect  # noqa: PLC0415
+    from spectral.devstack import resolve_database_url  # noqa: PLC0415
+
+    url = resolve_database_url(current)
 
     async def go() -> T:
         conn = await connect(url, role=TOKEN_ADMIN_ROLE)

@@ -4,23 +4,16 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from spectral.cli._common import run, settings
-from spectral.devstack import resolve_kafka_bootstrap
-from spectral.kafka import topic_admin
-from spectral.kafka.topology import (
-    Change,
-    ExistingTopic,
-    TopicPolicy,
-    TopicSpec,
-    declared_topics,
-    plan,
-)
 from spectral.plugins import installed_registry
-from spectral.settings import Settings
+
+if TYPE_CHECKING:
+    from spectral.kafka.topology import Change, ExistingTopic, TopicPolicy, TopicSpec
+    from spectral.settings import Settings
 
 app = typer.Typer(help="Declare spectral's topics: plan, then apply.", no_args_is_help=True)
 
@@ -42,6 +35,8 @@ AsJson = Annotated[bool, typer.Option("--json", help="Print the plan as JSON.")]
 
 
 def _policy(current: Settings) -> TopicPolicy:
+    from spectral.kafka.topology import TopicPolicy  # noqa: PLC0415 - see _plan
+
     return TopicPolicy(
         partitions=current.topic_partitions,
         replication_factor=current.topic_replication_factor,
@@ -53,6 +48,10 @@ def _policy(current: Settings) -> TopicPolicy:
 async def _plan(
     current: Settings, bootstrap: str, *, allow_shrink: bool, allow_repartition: bool
 ) -> tuple[list[TopicSpec], list[Change], dict[str, ExistingTopic]]:
+    # The contracts and the Kafka client load when a command runs, not for --help.
+    from spectral.kafka import topic_admin  # noqa: PLC0415
+    from spectral.kafka.topology import declared_topics, plan  # noqa: PLC0415
+
     policy = _policy(current)
     event_types = installed_registry().event_types()  # spectral's and the installed plugins'
     names = [spec.name for spec in declared_topics(event_types, "", policy, 1)]
@@ -103,6 +102,8 @@ def plan_command(
 ) -> None:
     """Show what `topics apply` would change; reads only (creates nothing)."""
     current = settings()
+    from spectral.devstack import resolve_kafka_bootstrap  # noqa: PLC0415 - after settings
+
     bootstrap = resolve_kafka_bootstrap(current)
     declared, changes, _ = run(
         _plan(current, bootstrap, allow_shrink=allow_shrink, allow_repartition=allow_repartition)
@@ -121,6 +122,9 @@ def apply(
     """Create the missing topics and bring settings up to the declaration, after printing the
     plan. Never removes or shrinks anything unless told to; idempotent."""
     current = settings()
+    from spectral.devstack import resolve_kafka_bootstrap  # noqa: PLC0415 - after settings
+    from spectral.kafka import topic_admin  # noqa: PLC0415
+
     bootstrap = resolve_kafka_bootstrap(current)
     declared, changes, existing = run(
         _plan(current, bootstrap, allow_shrink=allow_shrink, allow_repartition=allow_repartition)

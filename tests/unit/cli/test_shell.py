@@ -38,6 +38,58 @@ def _spectral(
     )
 
 
+IMPORTS_AT_EXIT = (
+    "import atexit, pathlib, sys; out = pathlib.Path(sys.argv.pop(1)); sys.argv[0] = 'spectral'; "
+    "atexit.register(lambda: out.write_text(' '.join({m.split('.')[0] for m in sys.modules}))); "
+    "from spectral.cli import main; main()"
+)
+"""`spectral ARGS` as its console script runs it (``spectral.cli.main``), writing the top-level
+packages it imported to a file when it exits."""
+
+
+def _spectral_importing(
+    out: Path, *args: str, env: dict[str, str] | None = None
+) -> tuple[subprocess.CompletedProcess[str], set[str]]:
+    """`spectral ARGS` (:data:`IMPORTS_AT_EXIT`) and the top-level packages it imported."""
+    base = {k: v for k, v in os.environ.items() if not k.startswith("SPECTRAL_")}
+    done = subprocess.run(
+        [sys.executable, "-c", IMPORTS_AT_EXIT, str(out), *args],
+        env={**base, **(env or {})},
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+    )
+    return done, set(out.read_text().split())
+
+
+DRIVERS = {"aiokafka", "confluent_kafka", "asyncpg"}
+WEB = {"fastapi", "uvicorn", "starlette", "mcp", "jinja2", "sse_starlette"}
+HEAVY = DRIVERS | WEB
+"""What a command's --help and its refusal of a bad setting need not load: the Kafka clients,
+the database driver, the web stack. Every `spectral` process pays for what it imports (the
+suite starts hundreds), so a command module imports them inside the function that runs."""
+
+HELP_LOADS = {
+    "api": HEAVY,  # serves HTTP: its --max-body-bytes default is the request guard's
+    "consume": DRIVERS,  # its --batch-growth default is the engine's
+    "maintenance": DRIVERS,
+    "threads": DRIVERS,  # the work domain's types are its options' types
+    "work": DRIVERS,
+    "triage": DRIVERS,  # its --severity type lives beside the operator's repository
+}
+"""Commands whose --help still loads some of :data:`HEAVY` (and why): the next to make lazy."""
+
+REFUSAL_LOADS = {
+    "dlq": DRIVERS,  # --topic is parsed by the dead-letter module, before the settings
+    "offsets": DRIVERS,  # offsets and times are parsed with the Kafka client's types
+    "replay": DRIVERS,
+    "threads": DRIVERS,
+    "triage": DRIVERS,
+}
+"""Commands whose refusal of a bad setting (exit 2) still loads some of :data:`HEAVY`."""
+
+
 def test_version_and_short_help() -> None:
     version = _spectral("--version")
     assert version.returncode == 0
@@ -67,16 +119,19 @@ def test_help_loads_no_command_because_commands_load_lazily() -> None:
 
 
 @pytest.mark.parametrize("name", sorted(commands()))
-def test_every_command_loads_with_readable_help(name: str) -> None:
-    """Each lazily listed command exists, its listed help is its own, and help reads as words
-    (no `<bool>`/`<str>` type placeholders)."""
+def test_every_command_loads_with_readable_help(name: str, tmp_path: Path) -> None:
+    """Each lazily listed command exists, its listed help is its own, help reads as words
+    (no `<bool>`/`<str>` type placeholders), and showing it loads nothing of :data:`HEAVY`
+    beyond what :data:`HELP_LOADS` admits."""
     command = load_command(name)
     first_line = (command.help or "").strip().splitlines()[0]
     assert first_line.startswith(commands()[name][1].rstrip(".")[:40])
-    shown = _spectral(name, "--help")
+    shown, loaded = _spectral_importing(tmp_path / "modules", name, "--help")
     assert shown.returncode == 0, shown.stderr
+    assert f"Usage: spectral {name}" in shown.stdout
     for placeholder in ("<bool>", "<str>", "<int>", "<float>"):
         assert placeholder not in shown.stdout
+    assert loaded & HEAVY - HELP_LOADS.get(name, set()) == set()
 
 
 def test_consume_refuses_a_batch_of_zero_like_replay() -> None:
@@ -122,9 +177,15 @@ def test_no_stack_configured_exits_2(args: list[str], tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("args", SERVER_COMMANDS, ids=" ".join)
-def test_invalid_settings_exit_2(args: list[str]) -> None:
-    result = _spectral(*args, env={"SPECTRAL_TOPIC_PREFIX": "bad prefix!"})
+def test_invalid_settings_exit_2(args: list[str], tmp_path: Path) -> None:
+    """A bad setting exits 2 before anything of :data:`HEAVY` beyond what :data:`REFUSAL_LOADS`
+    admits is loaded."""
+    result, loaded = _spectral_importing(
+        tmp_path / "modules", *args, env={"SPECTRAL_TOPIC_PREFIX": "bad prefix!"}
+    )
     assert result.returncode == 2, result.stdout + result.stderr
+    assert "SPECTRAL_TOPIC_PREFIX" in result.stderr or "topic_prefix" in result.stderr
+    assert loaded & HEAVY - REFUSAL_LOADS.get(args[0], set()) == set()
 
 
 def test_an_invalid_setting_of_a_plugin_exits_2_at_start() -> None:
@@ -146,7 +207,6 @@ def test_unreachable_servers_exit_3(args: list[str]) -> None:
     assert "Traceback" not in result.stderr
 
 
-WEB = {"fastapi", "uvicorn", "starlette", "mcp", "jinja2", "sse_starlette"}
 SERVERS = {"api", "mcp"}
 """The commands that serve HTTP (and MCP): the only ones that import the web stack."""
 

@@ -11,7 +11,7 @@ from typing import Any
 from uuid import UUID
 
 import pytest
-from hypothesis import given
+from hypothesis import assume, given
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
@@ -275,6 +275,7 @@ def test_a_uuid_in_any_other_spelling_is_refused_wherever_it_sits(
 ) -> None:
     # One spelling only: the hash is taken over the wire text, so a second spelling of a UUID
     # would give the same snapshot a second hash (and a second idempotency key).
+    assume(spelling(value) != str(value))  # a UUID of digits only reads the same in upper case
     obj = cluster_wire()
     target = obj if len(where) == 1 else obj["payload"]
     target[where[-1]] = spelling(value)
