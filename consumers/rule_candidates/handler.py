@@ -154,11 +154,10 @@ class RuleCandidatesHandler(Handler[Counts]):
                 continue
             if row.prior is not None and earlier:
                 # One by one, a superseded snapshot no newer than the stored one was stale.
-                newer: list[Delivery] = []
-                for delivery in earlier:
-                    key = _order_key(delivery, caps[delivery.timestamp_ms])
-                    (stale if key <= row.prior else newer).append(delivery)
-                earlier = newer
+                cut = _stale_prefix(earlier, row.prior, caps)
+                if cut:
+                    stale.extend(earlier[:cut])
+                    earlier = earlier[cut:]
             severity = _severity(winner)
             (inserted if row.inserted else updated).append(severity)
             if row.resurfaced:
@@ -251,6 +250,17 @@ def _order_key(delivery: Delivery, cap: datetime) -> OrderKey:
     payload: FailureClusterView = delivery.payload
     last = payload.last_observed_at
     return (min(last, cap), last, payload.failure_count, payload.snapshot_hash)
+
+
+def _stale_prefix(earlier: list[Delivery], prior: OrderKey, caps: dict[int, datetime]) -> int:
+    """How many of a cluster's superseded snapshots ``earlier`` are no newer than ``prior``:
+    they are in increasing order (collapse.py), so those come first, and the keys are computed
+    only up to the first newer one (usually the first: a batch's snapshots are newer than the
+    stored one)."""
+    for index, delivery in enumerate(earlier):
+        if _order_key(delivery, caps[delivery.timestamp_ms]) > prior:
+            return index
+    return len(earlier)
 
 
 def _rows(winners: dict[str, Delivery], newest: dict[str, OrderKey]) -> list[SnapshotRow]:
