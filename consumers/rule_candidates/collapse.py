@@ -92,7 +92,8 @@ class Collapsed(Generic[K, T]):
     winners: dict[K, T]
     """The newest snapshot of each cluster, in order of each cluster's first appearance."""
     superseded: dict[K, list[T]]
-    """Per cluster, snapshots applied and then overwritten by a newer one later in the batch."""
+    """Per cluster, snapshots applied and then overwritten by a newer one later in the batch, in
+    increasing order (each was the newest of its cluster so far when it came)."""
     stale: list[T]
     """Snapshots that arrived after one of the same cluster at least as new."""
     newest: dict[K, OrderKey]

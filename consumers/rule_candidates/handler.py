@@ -154,11 +154,10 @@ class RuleCandidatesHandler(Handler[Counts]):
                 continue
             if row.prior is not None and earlier:
                 # One by one, a superseded snapshot no newer than the stored one was stale.
-                newer: list[Delivery] = []
-                for delivery in earlier:
-                    key = _order_key(delivery, caps[delivery.timestamp_ms])
-                    (stale if key <= row.prior else newer).append(delivery)
-                earlier = newer
+                cut = _stale_prefix(earlier, row.prior, caps)
+                if cut:
+                    stale.extend(earlier[:cut])
+                    earlier = earlier[cut:]
             severity = _severity(winner)
             (inserted if row.inserted else updated).append(severity)
             if row.resurfaced:
@@ -253,12 +252,30 @@ def _order_key(delivery: Delivery, cap: datetime) -> OrderKey:
     return (min(last, cap), last, payload.failure_count, payload.snapshot_hash)
 
 
+def _stale_prefix(earlier: list[Delivery], prior: OrderKey, caps: dict[int, datetime]) -> int:
+    """How many of a cluster's superseded snapshots ``earlier`` are no newer than ``prior``:
+    they are in increasing order (collapse.py), so those come first, and the keys are computed
+    only up to the first newer one (usually the first: a batch's snapshots are newer than the
+    stored one)."""
+    for index, delivery in enumerate(earlier):
+        if _order_key(delivery, caps[delivery.timestamp_ms]) > prior:
+            return index
+    return len(earlier)
+
+
 def _rows(winners: dict[str, Delivery], newest: dict[str, OrderKey]) -> list[SnapshotRow]:
     """The upsert's rows: each cluster's winner's view, its fields in their order (the row
     type's order, repository.py ``SnapshotRow``), then its ``ordered_at`` (its order key's
-    first member, ``newest``: collapse.py)."""
+    first member, ``newest``: collapse.py) — None when it is the last_observed_at itself (not
+    capped: the order key holds the same object twice), which the database reads as that."""
     # a tuple concatenated, not unpacked: (*t, x) builds a list first (~150 ns more a row)
     return [
-        astuple(winner.payload) + (newest[cluster][0],)  # noqa: RUF005
+        astuple(winner.payload) + (_UNCAPPED if key[0] is key[1] else (key[0],))
         for cluster, winner in winners.items()
+        for key in (newest[cluster],)
     ]
+
+
+_UNCAPPED: Final = (None,)
+"""The ``ordered_at`` of a row whose order is its last_observed_at: the driver encodes a NULL
+in a sixth of the time of a timestamp (migration ``projection_ordered_at_may_be_null``)."""

@@ -40,6 +40,17 @@ LATENCY_BUCKETS: Final = (
 consumer's freshness): fine below 100 ms (the freshness target), coarse above it."""
 
 
+class _Last:
+    """The header value :func:`ready_at` read last, and what it gave: the records of one writer
+    statement share their value and mostly come one after another."""
+
+    value: bytes = b""
+    moment: float | None = None
+
+
+_LAST: Final = _Last()
+
+
 def ready_at(headers: Iterable[tuple[str, bytes | None]]) -> float | None:
     """The ``outbox.ready_at`` of a record's headers as a UNIX time, or None when it is absent
     or not a timestamp with an offset (hostile bytes included: this never raises)."""
@@ -48,11 +59,20 @@ def ready_at(headers: Iterable[tuple[str, bytes | None]]) -> float | None:
             continue
         if not value or len(value) > _MAX_CHARS:
             return None
-        try:
-            moment = datetime.fromisoformat(value.decode("ascii"))
-            if moment.tzinfo is None:
-                return None
-            return moment.timestamp()
-        except (ValueError, OverflowError):
-            return None
+        last = _LAST
+        if value == last.value:
+            return last.moment
+        moment = _moment(value)
+        last.value, last.moment = value, moment
+        return moment
     return None
+
+
+def _moment(value: bytes) -> float | None:
+    try:
+        moment = datetime.fromisoformat(value.decode("ascii"))
+        if moment.tzinfo is None:
+            return None
+        return moment.timestamp()
+    except (ValueError, OverflowError):
+        return None

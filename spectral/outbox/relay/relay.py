@@ -247,14 +247,24 @@ class _Flight:
     """When the last acknowledgement (or fault) came back (this host's clock, UNIX time)."""
     _acks: list[asyncio.Future[object]] = field(default_factory=list)
     _outcomes: asyncio.Future[list[object]] | None = None
+    _every_row_sent: bool = False
 
     def __post_init__(self) -> None:
-        self._acks = list(dict.fromkeys(f for f in self.sent if isinstance(f, asyncio.Future)))
+        acks = [f for f in self.sent if isinstance(f, asyncio.Future)]
+        self._every_row_sent = self.failure is None and len(acks) == len(self.sent)
+        self._acks = list(dict.fromkeys(acks))
         self._outcomes = asyncio.gather(*self._acks, return_exceptions=True)
         self._outcomes.add_done_callback(self._answered)
 
     def _answered(self, _: object) -> None:
         self.answered_at = time.time()
+
+    async def acknowledged(self) -> bool:
+        """Wait for the answers; whether every row was sent and acknowledged (the usual case,
+        in which no row's outcome needs a look)."""
+        assert self._outcomes is not None  # noqa: S101 - set at creation
+        outcomes = await self._outcomes
+        return self._every_row_sent and not any(isinstance(o, BaseException) for o in outcomes)
 
     async def results(self) -> list[object]:
         """Each row's outcome in order: its acknowledgement, its fault, or None (not sent)."""
@@ -596,22 +606,32 @@ class OutboxRelay:
         landed: its rows to mark (the next fetch marks them, or ``_mark``). Kafka away: the
         acknowledged rows are marked at once and the fault raised."""
         with self._call(Component.KAFKA, "publish"):
-            results = await flight.results()
-        acked, _ = safe_to_mark(flight.rows, results)
-        outage = flight.failure or next(
-            (r for r in results if isinstance(r, BaseException) and refusal_of(r) is None), None
-        )
+            whole = await flight.acknowledged()
+            results = None if whole else await flight.results()
         if self.options.crash_after_publish:
             sys.stderr.write("relay: crash hook: exiting after publish, before mark\n")
             sys.stderr.flush()
             os._exit(CRASH_EXIT_CODE)
         acked_at = flight.answered_at or time.time()
-        marked = set(acked)
-        self._settle_refusals(flight.rows, results, marked, report)
+        outage: BaseException | None = None
+        behind: dict[str, int] = {}
+        if results is None:  # every row acknowledged: every row is safe to mark
+            acked_rows = list(flight.rows)
+            self._settle_refusals(flight.rows, (), None, report)
+        else:
+            acked, _ = safe_to_mark(flight.rows, results)
+            outage = flight.failure or next(
+                (r for r in results if isinstance(r, BaseException) and refusal_of(r) is None),
+                None,
+            )
+            marked = set(acked)
+            self._settle_refusals(flight.rows, results, marked, report)
+            behind = unsettled(flight.rows, marked)
+            acked_rows = [row for row in flight.rows if row.id in marked]
         nxt: _Flight | None = None
         if following and outage is None:
-            nxt = await self._send(producer, following, unsettled(flight.rows, marked), started)
-        landed = _Landed([row for row in flight.rows if row.id in marked], flight, acked_at)
+            nxt = await self._send(producer, following, behind, started)
+        landed = _Landed(acked_rows, flight, acked_at)
         if outage is not None:
             await self._mark(repo, landed, report, progressed=False)
             raise BrokerUnavailableError(f"Kafka did not acknowledge a batch: {outage}") from outage
@@ -644,11 +664,17 @@ class OutboxRelay:
         self,
         rows: Sequence[OutboxRow],
         results: Sequence[object],
-        marked: set[int],
+        marked: set[int] | None,
         report: RelayReport,
     ) -> None:
         """Hold back the keys of the rows Kafka refused for good; release the keys whose row
-        went out at last."""
+        went out at last. ``marked`` None: every row was acknowledged (``results`` unused)."""
+        if marked is None:
+            if self._held_back.keys:
+                for row in rows:
+                    self._released(row)
+            self.metrics.keys_held_back.set(len(self._held_back.waiting()))
+            return
         for row, result in zip(rows, results, strict=False):
             refusal = refusal_of(result) if isinstance(result, BaseException) else None
             if refusal is not None and isinstance(result, BaseException):
@@ -656,13 +682,16 @@ class OutboxRelay:
                 self.metrics.refused[refusal].inc()
                 retry_in = self._held_back.refused(row.record_key)
                 self._log_refusal(row, result, refusal, retry_in)
-            elif row.id in marked and self._held_back.published(row.record_key):
-                log.info(
-                    "refused record published at last",
-                    outbox_id=row.id,
-                    event_type=row.event_type,
-                )
+            elif row.id in marked:
+                self._released(row)
         self.metrics.keys_held_back.set(len(self._held_back.waiting()))
+
+    def _released(self, row: OutboxRow) -> None:
+        """``row`` went out: its key, if it was held back, is released."""
+        if self._held_back.published(row.record_key):
+            log.info(
+                "refused record published at last", outbox_id=row.id, event_type=row.event_type
+            )
 
     def _log_refusal(
         self, row: OutboxRow, exc: BaseException, refusal: Refusal, retry_in: float

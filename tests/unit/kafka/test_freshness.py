@@ -24,6 +24,17 @@ def test_the_relays_stamp_reads_back_and_anything_else_is_not_measured() -> None
     assert ready_at([]) is None
 
 
+def test_records_in_a_row_sharing_a_stamp_read_it_alike_and_another_stamp_reads_its_own() -> None:
+    first = datetime(2026, 11, 24, 8, 0, 0, 123456, tzinfo=UTC)
+    second = first + timedelta(milliseconds=3)
+    stamps = {moment: format_utc(moment).encode() for moment in (first, second)}
+    for moment in (first, first, second, second, first, second):
+        # a fresh bytes object each time: the header of another record with the same value
+        assert ready_at([(READY_AT_HEADER, bytes(stamps[moment]))]) == moment.timestamp()
+    assert ready_at([(READY_AT_HEADER, b"yesterday")]) is None
+    assert ready_at([(READY_AT_HEADER, bytes(stamps[first]))]) == first.timestamp()
+
+
 @given(st.lists(st.tuples(st.text(max_size=20), st.one_of(st.none(), st.binary(max_size=80)))))
 def test_no_header_content_raises(headers: list[tuple[str, bytes | None]]) -> None:
     ready_at([*headers, (READY_AT_HEADER, b"\x00")])
