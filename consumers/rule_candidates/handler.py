@@ -266,9 +266,16 @@ def _stale_prefix(earlier: list[Delivery], prior: OrderKey, caps: dict[int, date
 def _rows(winners: dict[str, Delivery], newest: dict[str, OrderKey]) -> list[SnapshotRow]:
     """The upsert's rows: each cluster's winner's view, its fields in their order (the row
     type's order, repository.py ``SnapshotRow``), then its ``ordered_at`` (its order key's
-    first member, ``newest``: collapse.py)."""
+    first member, ``newest``: collapse.py) — None when it is the last_observed_at itself (not
+    capped: the order key holds the same object twice), which the database reads as that."""
     # a tuple concatenated, not unpacked: (*t, x) builds a list first (~150 ns more a row)
     return [
-        astuple(winner.payload) + (newest[cluster][0],)  # noqa: RUF005
+        astuple(winner.payload) + (_UNCAPPED if key[0] is key[1] else (key[0],))
         for cluster, winner in winners.items()
+        for key in (newest[cluster],)
     ]
+
+
+_UNCAPPED: Final = (None,)
+"""The ``ordered_at`` of a row whose order is its last_observed_at: the driver encodes a NULL
+in a sixth of the time of a timestamp (migration ``projection_ordered_at_may_be_null``)."""

@@ -35,13 +35,14 @@ SnapshotRow: TypeAlias = tuple[
     datetime,
     str | None,
     bytes,
-    datetime,
+    datetime | None,
 ]
 """One snapshot to upsert, a ``platform.rule_candidate_snapshot`` (migration
 ``rule_candidate_snapshot_rows``): ``(cluster_id, snapshot_hash, rule_id, workspace_id, severity,
 failure_count, first_observed_at, last_observed_at, suggested_rule_stub, evidence, ordered_at)``
 — a :class:`~contracts.failure_cluster.FailureClusterView`'s fields in their order, then
-``ordered_at`` (last_observed_at capped for a producer's clock, collapse.py ``ordered_at``).
+``ordered_at`` (last_observed_at capped for a producer's clock, collapse.py ``ordered_at``; None
+when it is last_observed_at).
 UUIDs in their wire spelling or as UUIDs. ``evidence`` is the snapshot's evidence bundle as JSON
 text (a JSON array: the bundle as the view carries it, ``FailureClusterView.evidence``; or a
 whole record value, from which the database takes the bundle): what the upsert stores as jsonb.
@@ -120,16 +121,17 @@ class RuleCandidatesRepository:
             "upsert rule candidates",
             lambda: conn.fetch(self._sql["upsert_snapshots"], rows),
         )
+        # prior_ordered_at is NULL when it was the prior snapshot's last_observed_at
         return [
             WrittenSnapshot(
                 r["cluster_id"],
                 r["inserted"],
                 r["resurfaced"],
                 None
-                if r["prior_last_observed_at"] is None
+                if (last := r["prior_last_observed_at"]) is None
                 else (
-                    r["prior_ordered_at"],
-                    r["prior_last_observed_at"],
+                    last if (ordered := r["prior_ordered_at"]) is None else ordered,
+                    last,
                     r["prior_failure_count"],
                     r["prior_snapshot_hash"],
                 ),

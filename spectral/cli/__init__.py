@@ -3,7 +3,9 @@ plugins declare (spectral's built-in features among them: ``clusters``, ``triage
 
 Each command (group) lives in its own module, listed with its one-line help and imported only
 when that command runs: `spectral --help` and `spectral --version` load no command module (no
-Kafka client, no database driver, no web framework), only the plugins' light declarations.
+Kafka client, no database driver, no web framework), only the plugins' light declarations. A
+command module in turn imports those inside the function that runs, after the settings are read,
+so its `--help` and its refusal of a bad setting stay light too (tests/unit/cli/test_shell.py).
 """
 
 from __future__ import annotations

@@ -6,6 +6,7 @@ fields as they are."""
 from __future__ import annotations
 
 import re
+from datetime import timedelta
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -32,11 +33,12 @@ def test_a_winners_row_holds_its_views_values_by_name() -> None:
     view, *_ = EVENTS.read_record(encode(envelope), str(envelope.payload.cluster_id).encode())
     assert isinstance(view, FailureClusterView)
     delivery = SimpleNamespace(payload=view)
-    capped = view.last_observed_at
-    key = (capped, view.last_observed_at, view.failure_count, view.snapshot_hash)
-    (row,) = _rows({view.cluster_id: delivery}, {view.cluster_id: key})  # type: ignore[dict-item]
-    values = dict(zip(SNAPSHOT_FIELDS, row, strict=True))
-    assert values == {
-        **{name: getattr(view, name) for name in FailureClusterView.__struct_fields__},
-        "ordered_at": capped,
-    }
+    capped = view.last_observed_at - timedelta(minutes=1)  # a producer clock running ahead
+    for ordered_at, sent in ((view.last_observed_at, None), (capped, capped)):
+        key = (ordered_at, view.last_observed_at, view.failure_count, view.snapshot_hash)
+        (row,) = _rows({view.cluster_id: delivery}, {view.cluster_id: key})  # type: ignore[dict-item]
+        values = dict(zip(SNAPSHOT_FIELDS, row, strict=True))
+        assert values == {
+            **{name: getattr(view, name) for name in FailureClusterView.__struct_fields__},
+            "ordered_at": sent,  # none when not capped: the database reads last_observed_at
+        }
