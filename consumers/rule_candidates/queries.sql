@@ -21,9 +21,8 @@
 -- or the whole record value (a JSON object) whose payload.evidence_bundle is taken: the same
 -- jsonb as the wire's bundle, fields a newer producer added to the bundle kept. Parsing only the
 -- bundle costs the database about half of parsing the record. ordered_at may be NULL when it is
--- the snapshot's last_observed_at, and prior_ordered_at comes back NULL when it was the prior
--- snapshot's (migration projection_ordered_at_may_be_null: the driver encodes or decodes a
--- NULL in a fraction of a timestamp's time).
+-- the snapshot's last_observed_at (migration projection_ordered_at_may_be_null: the driver
+-- encodes a NULL in a fraction of a timestamp's time).
 -- The statement is the body of platform.upsert_rule_candidate_snapshots (migrations
 -- projection_upsert_planned_once, projection_update_then_insert): one plan per session, made
 -- with sequential and bitmap scans disabled, so each cluster of a batch is found by the primary

@@ -121,7 +121,8 @@ class RuleCandidatesRepository:
             "upsert rule candidates",
             lambda: conn.fetch(self._sql["upsert_snapshots"], rows),
         )
-        # prior_ordered_at is NULL when it was the prior snapshot's last_observed_at
+        # prior_ordered_at may be NULL (a database at 0047 returns it so when it equals the
+        # prior last_observed_at): read as that
         return [
             WrittenSnapshot(
                 r["cluster_id"],
