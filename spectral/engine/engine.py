@@ -43,7 +43,6 @@ from spectral.engine.transaction import (
     BatchOutcome,
     BatchTransaction,
     Connections,
-    EarlyBegin,
     PoolConnections,
 )
 from spectral.faults import Component, component_of, describe, is_transient
@@ -66,10 +65,9 @@ DECODE_SLICE = 64
 """Records decoded between two yields to the event loop while a batch is in flight (~2 ms:
 each of the in-flight batch's statement replies waits at most that long for the loop)."""
 POOL_SIZE = 4
-"""Connections of the engine's pool: one batch's transaction, the next batch's begun beside it
-(transaction.py ``EarlyBegin``), the batches before it acknowledging (their dead letters fall back
-to a table when the broker refuses them) and the readiness probe's ``SELECT 1``; a connection
-given back is reset behind its batch. A batch that finds none free waits for one."""
+"""Connections of the engine's pool: one batch's transaction, beside it the batches before it
+acknowledging (their dead letters fall back to a table when the broker refuses them), and the
+readiness probe's ``SELECT 1``."""
 IDLE_PROBE_SECONDS = 5.0
 """How long ``stop_when_idle`` waits for the broker and the database to answer before the
 idle time is judged an outage instead (and counted again from zero)."""
@@ -673,14 +671,6 @@ class ConsumerEngine:
         redelivered)."""
         staged: _Staged | None = None
         committed = False
-        assert self._transaction is not None  # noqa: S101 - created in _start
-        # While the batch before is applied, this one's transaction is begun on another
-        # connection: once that one commits, this one starts with its claim.
-        early = (
-            self._transaction.begin_early()
-            if previous is not None and not previous.applied.done()
-            else None
-        )
         try:
             if previous is not None and not await asyncio.shield(previous.applied):
                 raise asyncio.CancelledError
@@ -690,11 +680,9 @@ class ConsumerEngine:
                     raise asyncio.CancelledError  # its acknowledgement failed meanwhile
                 decoded = _merged([self._current(part) for part in waiting.parts])
                 if decoded.records:
-                    staged, early = await self._apply(decoded, early), None
+                    staged = await self._apply(decoded)
             committed = True
         finally:
-            if early is not None:
-                early.discard()
             waiting.sealed = True
             applied.set_result(committed)
         if previous is not None:
@@ -723,9 +711,8 @@ class ConsumerEngine:
         if pending:
             await asyncio.wait(pending)
 
-    async def _apply(self, decoded: _Decoded, early: EarlyBegin | None = None) -> _Staged:
-        """The batch's transaction (dedup + the handler's effect), committed; on ``early``'s
-        connection when given (it is used or given back here)."""
+    async def _apply(self, decoded: _Decoded) -> _Staged:
+        """The batch's transaction (dedup + the handler's effect), committed."""
         assert self._transaction is not None  # noqa: S101 - created in _start
         started = time.perf_counter()
         records, deliveries = decoded.records, decoded.deliveries
@@ -733,10 +720,8 @@ class ConsumerEngine:
         staged = _Staged(
             records, list(decoded.dead), dict.fromkeys(Outcome, 0), fetches=decoded.fetches
         )
-        if not deliveries and early is not None:
-            early.discard()
         if deliveries:
-            applied = await self._transaction.apply(deliveries, early)
+            applied = await self._transaction.apply(deliveries)
             if self.source.live and self._lender().commits:
                 self._observe_freshness(deliveries)
             result = applied.result

@@ -13,11 +13,6 @@ refuses its dedup rows) is the deployment's configuration, never a record's: the
 back, nothing is dead-lettered and the engine stops with a
 :class:`~spectral.errors.ConfigurationError` saying what to grant.
 
-On the engine's pool a batch's ``BEGIN`` may be sent while the batch before it is still being
-applied (:class:`EarlyBegin`: a begun transaction holds no snapshot and no lock until its first
-statement), so the batch starts with its claim once that one committed: one round trip less
-between two commits, each one more wait for a core on a busy machine.
-
 Connections come from a :class:`Connections` lender: the engine's pool (each batch commits), a
 :class:`~spectral.replay.held_transaction.HeldTransaction` (each batch a savepoint of one
 transaction held across the run: nothing commits per batch) or a :class:`BorrowedConnection`
@@ -28,15 +23,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
-from collections.abc import AsyncIterator, Coroutine, Sequence
+from collections.abc import AsyncIterator, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, Protocol, cast
 
 import asyncpg
-from asyncpg.transaction import Transaction
 
 from contracts import RefusalReason
 from spectral.db.queries import load_queries
@@ -86,42 +79,7 @@ class PoolConnections:
         except BaseException:
             await self._pool.release(conn)
             raise
-        self._behind(self._release(conn))
-
-    async def begin(self) -> Begun:
-        """A connection of the pool and a transaction started on it (see :class:`EarlyBegin`);
-        hand it to :meth:`adopt` or :meth:`give_back`."""
-        conn = await self._pool.acquire()
-        try:
-            transaction = conn.transaction()
-            await transaction.start()
-        except BaseException:
-            await self._pool.release(conn)
-            raise
-        return Begun(cast("asyncpg.Connection", conn), transaction)
-
-    @asynccontextmanager
-    async def adopt(self, begun: Begun) -> AsyncIterator[asyncpg.Connection]:
-        """:meth:`lend` for a connection :meth:`begin` returned."""
-        conn = cast("asyncpg.pool.PoolConnectionProxy", begun.conn)
-        try:
-            yield begun.conn
-        except BaseException:
-            await self._pool.release(conn)
-            raise
-        self._behind(self._release(conn))
-
-    def give_back(self, begun: Begun) -> None:
-        """Roll back and release a begun connection that was not used, behind the caller."""
-        self._behind(self._rolled_back(begun))
-
-    async def _rolled_back(self, begun: Begun) -> None:
-        with contextlib.suppress(Exception):
-            await begun.transaction.rollback()
-        await self._release(cast("asyncpg.pool.PoolConnectionProxy", begun.conn))
-
-    def _behind(self, work: Coroutine[Any, Any, None]) -> None:
-        task = asyncio.create_task(work)
+        task = asyncio.create_task(self._release(conn))
         self._releasing.add(task)
         task.add_done_callback(self._releasing.discard)
 
@@ -129,56 +87,6 @@ class PoolConnections:
         # A reset that fails closes the connection; the pool opens another when it needs one.
         with contextlib.suppress(Exception):
             await self._pool.release(conn)
-
-
-@dataclass(frozen=True, slots=True)
-class Begun:
-    """A pool connection and the transaction :meth:`PoolConnections.begin` started on it."""
-
-    conn: asyncpg.Connection
-    transaction: Transaction
-
-
-EARLY_BEGIN_SECONDS = 2.0
-"""A transaction begun early and not used within this long is given back and begun again at
-its use: far below the sessions' idle-in-transaction timeout (after a slow batch before it, an
-outage), which would have ended it."""
-
-
-class EarlyBegin:
-    """A pool connection taken and its transaction begun while the batch before is applied, so
-    the batch's transaction starts with its claim once that one committed. Until the claim it
-    holds no snapshot and no lock: nothing waits for it."""
-
-    def __init__(self, connections: PoolConnections) -> None:
-        self._connections = connections
-        self._begun_at = time.monotonic()
-        self._task: asyncio.Task[Begun] | None = asyncio.create_task(connections.begin())
-
-    async def take(self) -> Begun | None:
-        """The connection and its begun transaction; None when beginning failed or it waited
-        too long (the batch then begins its own). Once only."""
-        task, self._task = self._task, None
-        if task is None:
-            return None
-        try:
-            begun = await task
-        except Exception:  # noqa: BLE001 - a fault of the moment: the batch begins its own
-            return None
-        if time.monotonic() - self._begun_at > EARLY_BEGIN_SECONDS or begun.conn.is_closed():
-            self._connections.give_back(begun)
-            return None
-        return begun
-
-    def discard(self) -> None:
-        """Not used (the batch failed, was dropped or had nothing to apply): give it back."""
-        task, self._task = self._task, None
-        if task is not None:
-            task.add_done_callback(self._give_back)
-
-    def _give_back(self, task: asyncio.Task[Begun]) -> None:
-        if not task.cancelled() and task.exception() is None:
-            self._connections.give_back(task.result())
 
 
 class BorrowedConnection:
@@ -239,32 +147,15 @@ class BatchTransaction:
         self._connections = connections
         self._retrying = retrying
 
-    def begin_early(self) -> EarlyBegin | None:
-        """A transaction begun now for the next :meth:`apply` (None: this lender's connections
-        are not the engine's pool, and each batch begins its own)."""
-        if isinstance(self._connections, PoolConnections):
-            return EarlyBegin(self._connections)
-        return None
-
-    async def apply(
-        self, deliveries: Sequence[Delivery], early: EarlyBegin | None = None
-    ) -> BatchOutcome:
-        """Apply the batch in one transaction (its first attempt in ``early``'s transaction
-        when given); fall back to one-by-one on a data error."""
+    async def apply(self, deliveries: Sequence[Delivery]) -> BatchOutcome:
+        """Apply the batch in one transaction; fall back to one-by-one on a data error."""
         # First occurrence of each key wins inside a batch; later ones are duplicates.
         unique: dict[str, Delivery] = {}
         for delivery in deliveries:
             unique.setdefault(delivery.idempotency_key, delivery)
         failed: list[DeadLetter] = []
-
-        async def attempt() -> tuple[HandlerResult[Any], int]:
-            nonlocal early
-            begun = await early.take() if early is not None else None
-            early = None
-            return await self._run(unique, begun)
-
         try:
-            result, fresh = await self._retrying("database", attempt)
+            result, fresh = await self._retrying("database", lambda: self._run(unique))
         except ConfigurationError:
             raise
         except PermanentError as exc:
@@ -282,29 +173,24 @@ class BatchTransaction:
         )
         return BatchOutcome(result, fresh, duplicates, tuple(failed))
 
-    async def _run(
-        self, unique: dict[str, Delivery], begun: Begun | None = None
-    ) -> tuple[HandlerResult[Any], int]:
+    async def _run(self, unique: dict[str, Delivery]) -> tuple[HandlerResult[Any], int]:
         """One transaction: claim the keys (``unique``: each delivery by its idempotency key),
-        apply the fresh deliveries, record the outcomes. ``begun``: a pool connection whose
-        transaction :class:`EarlyBegin` began (the batch runs in it)."""
+        apply the fresh deliveries, record the outcomes."""
         name = self._handler.name
         batch = list(unique.values())
         try:
             stored = dedup_keys(list(unique))
-            if begun is not None:
-                connections = cast("PoolConnections", self._connections)
-                async with connections.adopt(begun) as conn:
-                    try:
-                        result, fresh = await self._statements(conn, name, stored, batch)
-                        await begun.transaction.commit()
-                    except BaseException:
-                        with contextlib.suppress(Exception):  # what is left, the reset ends
-                            await begun.transaction.rollback()
-                        raise
-            else:
-                async with self._connections.lend() as conn, conn.transaction():
-                    result, fresh = await self._statements(conn, name, stored, batch)
+            async with self._connections.lend() as conn, conn.transaction():
+                fresh_keys = {row[0] for row in await _claim(conn, name, stored, batch)}
+                fresh = [d for key, d in zip(stored, batch, strict=True) if key in fresh_keys]
+                result: HandlerResult[Any] = (
+                    await self._handler.apply(conn, fresh) if fresh else HandlerResult()
+                )
+                if result.stale:
+                    await conn.execute(_SQL["mark_stale"], name, dedup_keys(sorted(result.stale)))
+                if result.rejected:
+                    rejected = [r.delivery.idempotency_key for r in result.rejected]
+                    await conn.execute(_SQL["forget"], name, dedup_keys(rejected))
         except SpectralError:
             raise
         except Exception as exc:
@@ -314,23 +200,6 @@ class BatchTransaction:
                 raise self._refused_privilege(exc) from exc
             raise PermanentError(f"{type(exc).__name__}: {exc}") from exc
         return result, len(fresh)
-
-    async def _statements(
-        self, conn: asyncpg.Connection, name: str, stored: list[bytes], batch: list[Delivery]
-    ) -> tuple[HandlerResult[Any], list[Delivery]]:
-        """Inside the transaction: the claim, the handler on the fresh deliveries, the outcomes
-        (stale marks, rejected keys forgotten)."""
-        fresh_keys = {row[0] for row in await _claim(conn, name, stored, batch)}
-        fresh = [d for key, d in zip(stored, batch, strict=True) if key in fresh_keys]
-        result: HandlerResult[Any] = (
-            await self._handler.apply(conn, fresh) if fresh else HandlerResult()
-        )
-        if result.stale:
-            await conn.execute(_SQL["mark_stale"], name, dedup_keys(sorted(result.stale)))
-        if result.rejected:
-            rejected = [r.delivery.idempotency_key for r in result.rejected]
-            await conn.execute(_SQL["forget"], name, dedup_keys(rejected))
-        return result, fresh
 
     def _refused_privilege(self, exc: asyncpg.InsufficientPrivilegeError) -> ConfigurationError:
         role = self._handler.database_role or "the login's own role"
