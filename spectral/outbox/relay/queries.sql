@@ -100,29 +100,12 @@ LIMIT $3
 -- relay would make two in a row. The function scan runs the mark once, whatever the fetch finds
 -- (the result has one row of NULLs when it finds nothing). The mark's changes are invisible to
 -- the fetch (one statement, one snapshot), so the marked rows' ids must be among $5.
+-- The braced name below stands for fetch_batch's text, put in when the queries are loaded
+-- (repository.py): one definition of which rows a batch takes.
 SELECT f.id, f.slot, f.event_type, f.record_key, f.idempotency_key, f.envelope, f.ready_at
 FROM core.outbox_mark_published($6::bigint[], $7::smallint[]) AS m (marked)
 LEFT JOIN LATERAL (
-    WITH delayed AS MATERIALIZED (
-        SELECT d.record_key, min(d.id) AS first_id
-        FROM core.outbox AS d
-        WHERE d.published_at IS NULL
-          AND d.available_at > now()
-        GROUP BY d.record_key
-    )
-    SELECT o.id, o.slot, o.event_type, o.record_key, o.idempotency_key, o.envelope,
-           greatest(o.created_at, o.available_at) AS ready_at
-    FROM core.outbox AS o
-    WHERE o.published_at IS NULL
-      AND o.available_at <= now()
-      AND ($2::int[] IS NULL
-           OR (('x' || left(md5(o.record_key), 7))::bit(28)::int % $1::int) = ANY($2::int[]))
-      AND o.record_key <> ALL($4::text[])
-      AND o.id NOT IN (SELECT unnest($5::bigint[]))
-      AND (o.record_key NOT IN (SELECT delayed.record_key FROM delayed)
-           OR o.id < (SELECT delayed.first_id FROM delayed WHERE delayed.record_key = o.record_key))
-    ORDER BY o.id
-    LIMIT $3
+{fetch_batch}
 ) AS f ON true
 ORDER BY f.id
 

@@ -16,6 +16,8 @@ from spectral.db.queries import load_queries
 from spectral.outbox.relay.shards import DOORBELL_BASE, LOCK_CLASS, MEMBER_LOCK, SHARD_COUNT
 
 _SQL = load_queries(Path(__file__).with_name("queries.sql"))
+_MARK_AND_FETCH = _SQL["mark_and_fetch"].replace("{fetch_batch}", _SQL["fetch_batch"])
+"""The mark and the fetch in one statement, the fetch written once (as ``fetch_batch``)."""
 RELAY_ROLE = "spectral_relay"
 WAKEUP_CHANNEL = "spectral_outbox"
 """The channel the outbox's doorbell trigger notifies (migration ``outbox_wakeup``)."""
@@ -118,7 +120,7 @@ class RelayRepository:
             [*in_flight, *(r.id for r in mark)],
         )
         if mark:
-            sql = _SQL["mark_and_fetch"]
+            sql = _MARK_AND_FETCH
             args = (*args, [r.id for r in mark], [r.slot for r in mark])
         else:
             sql = _SQL["fetch_batch"]
