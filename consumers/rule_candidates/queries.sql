@@ -35,7 +35,9 @@
 -- INSERT ... ON CONFLICT DO UPDATE with the same newer-wins condition, which also settles a
 -- cluster a concurrent writer (two members during a rebalance) inserted meanwhile; against such a
 -- writer the prior snapshot may be older than the version compared with: only that outcome label
--- can then be off.
+-- can then be off. When the UPDATE took every snapshot of the batch (known clusters, each newer:
+-- the usual batch of a live stream), that INSERT arm does not read the batch again (migration
+-- projection_insert_only_when_needed: a condition evaluated once guards it).
 -- inserted: xmax is 0 on a freshly inserted row version, the locker's xid on an updated one.
 -- resurfaced: now() is this transaction's start time; only this statement can have written it.
 -- The same statement records the signal hour of every applied cluster for the churn gauge,
