@@ -23,6 +23,18 @@ SET enable_bitmapscan = off;
 SET enable_sort = off;
 SET jit = off
 
+-- name: marks_commit_async
+-- The relay session's commits do not wait for the WAL flush. The only thing it commits that
+-- writes to the database is a mark (core.outbox_mark_published; its locks, its LISTEN and its
+-- reads write nothing), and a mark lost to a server crash is a crash between the send and the
+-- mark: the rows are published again and consumers deduplicate them. The WAL is one sequence:
+-- any later commit that waits for its flush (a writer's insert, maintenance's record that a
+-- slot is fully published, a slot's TRUNCATE) writes every earlier mark with it, so nothing
+-- durable can act on a mark that a crash then takes back; and a crash takes back the last marks
+-- only, never one while keeping a later one of the same key. A mark then costs no flush wait
+-- (the WAL writer flushes it within ~3 x wal_writer_delay).
+SET synchronous_commit = off
+
 -- name: count_relays
 SELECT count(*)::int
 FROM pg_locks

@@ -4,11 +4,11 @@ One relay session = one PostgreSQL session (which holds the shard locks, see sha
 idempotent Kafka producer (``enable_idempotence=True``, ``acks=all``). A batch is: fetch the next
 publishable rows of the held shards in id order; send them all (topic = topic_prefix +
 event_type, key = record_key, headers event_type and idempotency_key); wait for every ack; mark
-the acknowledged rows published. A crash (SIGKILL) anywhere before the mark leaves the rows
-unmarked and they are published again by whichever relay holds the shard next: a duplicate on
-the topic that consumers deduplicate by idempotency_key, never a loss. A row is marked only when
-it and every earlier row of its key in the batch were acknowledged, so a failed send never lets
-a later row of the same key be recorded as done before it. Two batches overlap (``_loop``).
+the acknowledged rows published. A crash (SIGKILL; the database's too: marks do not wait for the
+WAL flush) before the mark is durable leaves the rows unmarked, published again by whichever relay
+holds the shard next: a duplicate consumers deduplicate by idempotency_key, never a loss. A row is
+marked only when it and every earlier row of its key in the batch were acknowledged, so a failed
+send never lets a later row of its key be recorded as done before it. Two batches overlap (_loop).
 
 Idle: a relay that found nothing to publish sleeps on the outbox's doorbell (PostgreSQL
 LISTEN/NOTIFY, migration ``outbox_wakeup``): it takes its doorbell slot — waiting, at most the

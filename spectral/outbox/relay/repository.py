@@ -46,7 +46,9 @@ class OutboxStats:
 
 
 class RelayRepository:
-    """One relay session: membership, shard locks, batches, marks, gauges."""
+    """One relay session: membership, shard locks, batches, marks, gauges. Its commits do not
+    wait for the WAL flush (``marks_commit_async`` in queries.sql): whatever it writes must be
+    safe to lose to a database crash, as a mark is (its rows are published again)."""
 
     def __init__(self, conn: asyncpg.Connection) -> None:
         self._conn = conn
@@ -56,6 +58,9 @@ class RelayRepository:
         conn = await connect(dsn, role=role)
         repo = cls(conn)
         await guarded("plan queue reads", lambda: conn.execute(_SQL["queue_reads"]))
+        await guarded(
+            "commit marks asynchronously", lambda: conn.execute(_SQL["marks_commit_async"])
+        )
         await guarded(
             "join relays", lambda: conn.execute(_SQL["join_relays"], LOCK_CLASS, MEMBER_LOCK)
         )
