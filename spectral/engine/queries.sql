@@ -6,9 +6,11 @@
 -- cluster_id:snapshot_hash).
 -- core.event_handled is a ring of two slots (migration bounded_state;
 -- docs/explanation/bounded-state.md): the current generation's slot and the previous one's. A key is new when neither slot
--- holds it: core.dedup_claim (migrations dedup_claim_without_speculation, claim_planned_once)
--- probes both slots for each key (one index probe per slot; its plan, kept by the session, is
--- made with sequential and bitmap scans disabled) and inserts the others
+-- holds it: core.dedup_claim (migrations dedup_claim_without_speculation, claim_planned_once,
+-- dedup_claim_in_key_order, dedup_claim_probes_live_slots_only) takes the keys in key order and
+-- probes both slots for each key (one index probe per slot; before the ring's first rotation
+-- only the current slot, the other having never held a generation; its plan, kept by the
+-- session, is made with sequential and bitmap scans disabled) and inserts the others
 -- into the current slot with a plain INSERT, whose uniqueness check settles races: a concurrent
 -- transaction inserting the same key makes this one wait for it, and if it commits this
 -- statement fails with a unique violation, which transaction.py retries (the retry finds the
@@ -31,3 +33,11 @@ SELECT core.dedup_mark_stale($1, $2::bytea[]);
 -- Deliveries the handler rejected were not applied: drop their rows so a redrive can apply them
 -- (core.dedup_forget: the same probes and plan as mark_stale).
 SELECT core.dedup_forget($1, $2::bytea[]);
+
+-- name: mark_stale_literal
+-- mark_stale sent in the message of the batch's COMMIT (transaction.py writes the literals in).
+SELECT core.dedup_mark_stale({0}, {1});
+
+-- name: forget_literal
+-- forget sent in the message of the batch's COMMIT, as mark_stale_literal.
+SELECT core.dedup_forget({0}, {1});

@@ -1,0 +1,325 @@
+"""A batch that commits sends its few stale marks and rejected keys in the message of its COMMIT
+(transaction.py): one round trip less before the commit. The transaction is still asyncpg's
+``Transaction``, so a handler's own ``conn.transaction()`` is a savepoint inside it; only its
+commit is sent by hand (``_commit_with``), and these tests hold the installed asyncpg to ending
+it as its own ``commit()`` does."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import asynccontextmanager
+from typing import Any
+
+import asyncpg
+import pytest
+from prometheus_client import CollectorRegistry
+
+from spectral.db.connect import create_pool
+from spectral.engine.handler import Delivery, Handler, HandlerResult, Rejection
+from spectral.engine.metrics import ConsumerMetrics
+from spectral.engine.retrying import Retrying
+from spectral.engine.transaction import (
+    WITH_COMMIT_KEYS,
+    BatchTransaction,
+    PoolConnections,
+    _commit_with,
+)
+from spectral.retry import Backoff
+from tests.integration.maintenance.support import PROJECTOR, RULE_CANDIDATES
+
+pytestmark = pytest.mark.integration
+
+PROBE = "commit_probe.written"
+"""A table the test's handler writes inside its own savepoints."""
+
+
+class Sorting(Handler[None]):
+    """Reports the keys it was told to as stale or rejected; ``inside`` runs on the batch's
+    connection first (a handler's own statements)."""
+
+    name = RULE_CANDIDATES
+    event_types = ("platform.failure_cluster.detected",)
+    database_role = PROJECTOR
+
+    def __init__(
+        self,
+        stale: set[str],
+        rejected: set[str],
+        inside: Callable[[asyncpg.Connection], Any] | None = None,
+    ) -> None:
+        self.stale = stale
+        self.rejected = rejected
+        self.inside = inside
+
+    async def apply(
+        self, conn: asyncpg.Connection, deliveries: Sequence[Delivery]
+    ) -> HandlerResult[None]:
+        if self.inside is not None:
+            await self.inside(conn)
+        result: HandlerResult[None] = HandlerResult()
+        for d in deliveries:
+            if d.idempotency_key in self.stale:
+                result.stale.add(d.idempotency_key)
+            elif d.idempotency_key in self.rejected:
+                result.rejected.append(Rejection(d, "test_refusal", "refused by the test"))
+        return result
+
+
+def _kind(query: str) -> str:
+    """What a message of the batch's connection was."""
+    if "core.dedup_claim" in query:
+        return "claim"
+    if "core.dedup_mark_stale" in query and query.rstrip().endswith("COMMIT;"):
+        return "marks+COMMIT"
+    return query.split(maxsplit=1)[0].rstrip(";")
+
+
+def _key() -> str:
+    return f"{uuid.uuid4()}:{uuid.uuid4().hex}"
+
+
+def _delivery(key: str, offset: int) -> Delivery:
+    return Delivery(None, key, uuid.uuid4(), "t", 0, offset, None, b"{}")
+
+
+class _Watch:
+    """The batch transaction's messages on the pool's one connection (not the pool's resets,
+    nor asyncpg's type introspection), and what the event loop was told of (asyncpg reports a
+    connection given back with a transaction still open there)."""
+
+    def __init__(self) -> None:
+        self.sent: list[str] = []
+        self.loop_errors: list[str] = []
+
+    def note(self, logged: Any) -> None:
+        query = logged.query
+        if query.startswith(("BEGIN", "SAVEPOINT", "RELEASE", "ROLLBACK")) or (
+            "core.dedup_" in query or "COMMIT" in query or PROBE in query
+        ):
+            self.sent.append(query)
+
+
+@asynccontextmanager
+async def _batches(handler: Handler[None], database_url: str) -> AsyncIterator[tuple[Any, _Watch]]:
+    """A BatchTransaction on a pool of one connection (every batch on the same one)."""
+    watch = _Watch()
+    loop = asyncio.get_running_loop()
+    loop.set_exception_handler(lambda _, context: watch.loop_errors.append(context["message"]))
+    pool = await create_pool(database_url, role=PROJECTOR, min_size=1, max_size=1)
+    try:
+        async with pool.acquire() as conn:
+            conn.add_query_logger(watch.note)
+        yield (
+            BatchTransaction(
+                handler,
+                PoolConnections(pool),
+                Retrying(
+                    Backoff(base=0.05, cap=0.2),
+                    ConsumerMetrics(CollectorRegistry(), "t"),
+                    asyncio.Event(),
+                ),
+            ),
+            watch,
+        )
+        async with pool.acquire() as conn:  # the connection came back with nothing open
+            assert not conn.is_in_transaction()
+    finally:
+        await pool.close()
+        loop.set_exception_handler(None)
+
+
+async def _outcomes(database_url: str, keys: list[str]) -> dict[str, str]:
+    conn = await asyncpg.connect(database_url)
+    try:
+        rows = await conn.fetch(
+            "SELECT idempotency_key, outcome FROM core.event_handled_keys "
+            "WHERE idempotency_key = ANY($1::text[])",
+            keys,
+        )
+    finally:
+        await conn.close()
+    return {r["idempotency_key"]: r["outcome"] for r in rows}
+
+
+async def test_stale_marks_and_rejected_keys_reach_the_server_with_the_commit(
+    database_url: str,
+) -> None:
+    applied, stale, rejected = _key(), _key(), _key()
+    async with _batches(Sorting({stale}, {rejected}), database_url) as (transaction, watch):
+        outcome = await transaction.apply(
+            [_delivery(applied, 1), _delivery(stale, 2), _delivery(rejected, 3)]
+        )
+    assert (outcome.fresh, outcome.duplicates, len(outcome.failed)) == (3, 0, 1)
+    # BEGIN, the claim, then one message: both outcome statements and the COMMIT.
+    assert len(watch.sent) == 3, watch.sent
+    assert watch.sent[0].startswith("BEGIN")
+    last = watch.sent[-1]
+    assert "dedup_mark_stale" in last
+    assert "dedup_forget" in last
+    assert last.rstrip().endswith("COMMIT;")
+    # The stale key is marked, the rejected one forgotten (a redrive can apply it).
+    assert await _outcomes(database_url, [applied, stale, rejected]) == {
+        applied: "applied",
+        stale: "stale",
+    }
+    assert watch.loop_errors == []
+
+
+async def test_many_stale_keys_are_marked_by_the_prepared_statement_before_the_commit(
+    database_url: str,
+) -> None:
+    stale = [_key() for _ in range(WITH_COMMIT_KEYS + 1)]
+    async with _batches(Sorting(set(stale), set()), database_url) as (transaction, watch):
+        outcome = await transaction.apply([_delivery(k, i) for i, k in enumerate(stale)])
+    assert (outcome.fresh, outcome.duplicates) == (len(stale), 0)
+    assert len(watch.sent) == 4, watch.sent  # BEGIN, the claim, the stale marks' array, COMMIT
+    assert "$2::bytea[]" in watch.sent[2]
+    assert watch.sent[3] == "COMMIT;"
+    assert await _outcomes(database_url, stale) == dict.fromkeys(stale, "stale")
+
+
+async def test_a_batch_without_outcomes_commits_as_asyncpg_does(database_url: str) -> None:
+    key = _key()
+    async with _batches(Sorting(set(), set()), database_url) as (transaction, watch):
+        await transaction.apply([_delivery(key, 1)])
+    assert watch.sent[-1] == "COMMIT;"
+    assert await _outcomes(database_url, [key]) == {key: "applied"}
+
+
+async def _probe_table(database_url: str) -> None:
+    conn = await asyncpg.connect(database_url)
+    try:
+        await conn.execute(
+            "CREATE SCHEMA commit_probe; CREATE TABLE commit_probe.written (v text);"
+            f"GRANT USAGE ON SCHEMA commit_probe TO {PROJECTOR};"
+            f"GRANT SELECT, INSERT ON commit_probe.written TO {PROJECTOR};"
+        )
+    finally:
+        await conn.close()
+
+
+async def test_a_handlers_own_savepoints_work_inside_a_batch_committed_with_its_marks(
+    database_url: str,
+) -> None:
+    """A handler (a plugin's) may open ``conn.transaction()`` blocks of its own: savepoints of
+    the batch's transaction, kept or rolled back on their own; the batch then commits with its
+    stale marks in the COMMIT's message, and the connection goes back to the pool clean."""
+    await _probe_table(database_url)
+
+    async def savepoints(conn: asyncpg.Connection) -> None:
+        async with conn.transaction():
+            await conn.execute(f"INSERT INTO {PROBE} VALUES ('kept')")
+        try:
+            async with conn.transaction():
+                await conn.execute(f"INSERT INTO {PROBE} VALUES ('undone')")
+                raise LookupError  # noqa: TRY301 - the handler's own block fails on its own
+        except LookupError:
+            pass
+
+    applied, stale = _key(), _key()
+    handler = Sorting({stale}, set(), savepoints)
+    async with _batches(handler, database_url) as (transaction, watch):
+        await transaction.apply([_delivery(applied, 1), _delivery(stale, 2)])
+        # The next batch on the same connection is a transaction again, its savepoints too.
+        again = _key()
+        handler.stale = {again}
+        await transaction.apply([_delivery(again, 3)])
+    one_batch = ["BEGIN", "claim", "SAVEPOINT", "INSERT", "RELEASE", "SAVEPOINT", "INSERT"]
+    one_batch += ["ROLLBACK", "marks+COMMIT"]
+    assert [_kind(q) for q in watch.sent] == one_batch * 2, watch.sent
+    conn = await asyncpg.connect(database_url)
+    try:
+        assert [r["v"] for r in await conn.fetch(f"SELECT v FROM {PROBE}")] == ["kept", "kept"]
+    finally:
+        await conn.close()
+    assert await _outcomes(database_url, [applied, stale, again]) == {
+        applied: "applied",
+        stale: "stale",
+        again: "stale",
+    }
+    assert watch.loop_errors == []
+
+
+async def test_a_commit_message_that_fails_rolls_the_batch_back(database_url: str) -> None:
+    """The marks fail in the COMMIT's message (here: the handler made the transaction read-only,
+    so the UPDATE of the marks is refused): PostgreSQL skips the COMMIT, the batch is rolled
+    back (nothing of it stays), the connection goes back clean and the next transactions on it
+    work — the engine's one-by-one fallback then commits the delivery that has no mark and
+    dead-letters the one whose mark fails."""
+
+    async def read_only(conn: asyncpg.Connection) -> None:
+        await conn.execute("SET TRANSACTION READ ONLY")
+
+    applied, stale = _key(), _key()
+    async with _batches(Sorting({stale}, set(), read_only), database_url) as (transaction, watch):
+        outcome = await transaction.apply([_delivery(applied, 1), _delivery(stale, 2)])
+    assert [d.reason for d in outcome.failed] == ["handler_error"]
+    assert "read-only transaction" in outcome.failed[0].detail
+    assert await _outcomes(database_url, [applied, stale]) == {applied: "applied"}
+    assert watch.loop_errors == []
+
+
+async def test_the_commit_sent_by_hand_ends_asyncpgs_transaction_as_its_commit_does(
+    database_url: str,
+) -> None:
+    """Pins ``_commit_with`` to the installed asyncpg: after it, the Transaction and its
+    connection are where ``Transaction.commit()`` leaves them — committed, no transaction
+    open, a new ``conn.transaction()`` is a transaction (its inner one a savepoint) — and a
+    failed message leaves the Transaction failed with its server transaction still to roll
+    back."""
+    await _probe_table(database_url)
+    conn = await asyncpg.connect(database_url)
+    try:
+        ends: dict[str, tuple[str, bool, str]] = {}
+        for how in ("asyncpg", "by hand"):
+            transaction = conn.transaction()
+            await transaction.start()
+            await conn.execute(f"INSERT INTO {PROBE} VALUES ($1)", how)
+            if how == "asyncpg":
+                await transaction.commit()
+            else:
+                await _commit_with(transaction, f"INSERT INTO {PROBE} VALUES ('with it');")
+            with pytest.raises(asyncpg.InterfaceError) as again:
+                await transaction.commit()
+            ends[how] = (repr(transaction).split()[1], conn.is_in_transaction(), str(again.value))
+            sent: list[str] = []
+
+            def note(logged: Any, sent: list[str] = sent) -> None:
+                sent.append(logged.query)
+
+            conn.add_query_logger(note)
+            async with conn.transaction(), conn.transaction():
+                pass
+            await asyncio.sleep(0.01)  # query loggers are called soon after, not at once
+            conn.remove_query_logger(note)
+            assert [_kind(q) for q in sent] == [
+                "BEGIN",
+                "SAVEPOINT",
+                "RELEASE",
+                "COMMIT",
+            ]
+        assert (
+            ends["by hand"]
+            == ends["asyncpg"]
+            == (
+                "state:committed",
+                False,
+                "cannot commit; the transaction is already committed",
+            )
+        )
+        rows = await conn.fetch(f"SELECT v FROM {PROBE} ORDER BY v")
+        assert [r["v"] for r in rows] == ["asyncpg", "by hand", "with it"]
+
+        transaction = conn.transaction()
+        await transaction.start()
+        with pytest.raises(asyncpg.DivisionByZeroError):
+            await _commit_with(transaction, "SELECT 1 / 0;")
+        assert repr(transaction).split()[1] == "state:failed"
+        assert conn.is_in_transaction()  # the COMMIT was skipped: the caller rolls back
+        await conn.execute("ROLLBACK;")
+        async with conn.transaction():
+            assert await conn.fetchval("SELECT 1") == 1
+    finally:
+        await conn.close()
