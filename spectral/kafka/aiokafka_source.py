@@ -16,6 +16,7 @@ from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
 from aiokafka.errors import CommitFailedError, IllegalStateError, KafkaError
 
 from spectral.faults import Component, is_transient
+from spectral.kafka.aiokafka_frames import install as install_frame_reader
 from spectral.kafka.aiokafka_records import lean
 from spectral.kafka.clients import ClientSource, ClientTransport
 from spectral.kafka.config import client_kwargs
@@ -104,6 +105,7 @@ class AiokafkaSource(ClientSource):
         if self._attached:
             return
         consumer = self._client()
+        install_frame_reader()  # a fetch response read whole, not regrown (aiokafka_frames.py)
         await consumer.start()
         lean(consumer)  # getmany hands over light records (aiokafka_records.py)
         reading = self.reading
