@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import socket
 import sys
-from collections.abc import Coroutine, Iterable
+from collections.abc import Callable, Coroutine, Iterable
 from typing import TYPE_CHECKING, Any, Final, NoReturn, TypeVar
 
 import typer
@@ -171,9 +171,15 @@ def fail(message: str, code: int = EXIT_FAILURE) -> NoReturn:
     raise typer.Exit(code)
 
 
-def run(coro: Coroutine[Any, Any, T]) -> T:
-    """Run a coroutine; spectral errors propagate to ``main``, which reports them."""
+def run(
+    coro: Coroutine[Any, Any, T],
+    *,
+    loop_factory: Callable[[], asyncio.AbstractEventLoop] | None = None,
+) -> T:
+    """Run a coroutine (on a loop of ``loop_factory``: asyncio's own when None); spectral
+    errors propagate to ``main``, which reports them."""
     try:
-        return asyncio.run(coro)
+        with asyncio.Runner(loop_factory=loop_factory) as runner:
+            return runner.run(coro)
     except KeyboardInterrupt:
         sys.exit(130)
