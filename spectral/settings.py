@@ -18,7 +18,7 @@ import os
 from enum import StrEnum
 from pathlib import Path
 from typing import Any, Self, TypeVar
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import parse_qs, quote, urlsplit, urlunsplit
 
 from pydantic import Field, PrivateAttr, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -101,7 +101,8 @@ class Settings(BaseSettings):
     )
     database_url: SecretStr | None = Field(
         default=None,
-        description="postgresql://user:password@host:port/db; unset = the local stack.",
+        description="postgresql://user:password@host:port/db, or through a Unix-domain socket "
+        "postgresql://user@/db?host=/socket/directory&port=5432; unset = the local stack.",
     )
     operator_database_url: SecretStr | None = Field(
         default=None,
@@ -230,6 +231,13 @@ class Settings(BaseSettings):
         "wait behind it at most this long.",
     )
 
+    @field_validator("database_url", "operator_database_url")
+    @classmethod
+    def _socket_path_fits(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None:
+            check_url(value.get_secret_value())
+        return value
+
     @field_validator("topic_prefix")
     @classmethod
     def _topic_prefix_is_legal(cls, value: str) -> str:
@@ -293,6 +301,76 @@ def redact_url(url: str) -> str:
     netloc = parts.netloc.rsplit("@", 1)
     user = (parts.username or "") + ":********"
     return urlunsplit(parts._replace(netloc=f"{user}@{netloc[-1]}"))
+
+
+# -- PostgreSQL URLs over TCP or a Unix-domain socket ------------------------------------------
+# A URL that names no host and carries a directory in its ``host`` parameter connects through
+# the server's Unix-domain socket in that directory (``<dir>/.s.PGSQL.<port>``), the form both
+# asyncpg and libpq read: ``postgresql://user@/db?host=/var/run/postgresql&port=5432``. The
+# netloc must name neither host nor port: asyncpg reads the ``host`` parameter only when it does
+# not (``user@:5432`` counts as naming the empty host). On one machine a socket saves the TCP
+# loopback's work on both sides of every round trip; the local stack's URL uses it, any other
+# URL keeps whatever transport it names.
+#
+# A socket's path is limited by the operating system (108 bytes with its terminating NUL on
+# Linux); :func:`check_socket_path` says so clearly instead of leaving the driver to fail on
+# every connection attempt, which would read as a database outage.
+
+SOCKET_PATH_MAX = 107
+"""Longest Unix-domain socket path in bytes (``sun_path`` is 108 bytes, NUL included)."""
+
+_SOCKET_FILE = ".s.PGSQL.{port}"
+_DEFAULT_PORT = 5432
+
+
+def socket_directory(url: str) -> str | None:
+    """The directory of the Unix-domain socket ``url`` connects through, or None (TCP)."""
+    parts = urlsplit(url)
+    if parts.netloc.rpartition("@")[2]:
+        return None
+    host = parse_qs(parts.query).get("host", [""])[0]
+    return host if host.startswith("/") else None
+
+
+def url_port(url: str) -> int | None:
+    """The port ``url`` names, in its netloc or in its ``port`` parameter (None: the default)."""
+    parts = urlsplit(url)
+    if parts.port is not None:
+        return parts.port
+    value = parse_qs(parts.query).get("port", [""])[0]
+    return int(value) if value.isdigit() else None
+
+
+def socket_path(directory: str | Path, port: int | None) -> str:
+    """The socket file of the server listening on ``port`` in ``directory``."""
+    return str(Path(directory) / _SOCKET_FILE.format(port=port or _DEFAULT_PORT))
+
+
+def check_socket_path(directory: str | Path, port: int | None) -> None:
+    """Raise ValueError when the socket's path is longer than the system allows."""
+    path = socket_path(directory, port)
+    size = len(path.encode())
+    if size > SOCKET_PATH_MAX:
+        msg = (
+            f"the Unix-domain socket path {path} is {size} bytes; the system allows "
+            f"{SOCKET_PATH_MAX}: use a shorter socket directory, or a TCP host"
+        )
+        raise ValueError(msg)
+
+
+def check_url(url: str) -> None:
+    """Raise ValueError when ``url`` names a Unix-domain socket whose path is too long."""
+    directory = socket_directory(url)
+    if directory is not None:
+        check_socket_path(directory, url_port(url))
+
+
+def socket_url(user: str, directory: str | Path, port: int, database: str, **query: str) -> str:
+    """``postgresql://user@/database?host=directory&port=port&...``: a socket connection."""
+    check_socket_path(directory, port)
+    params = "".join(f"&{k}={quote(v, safe='/')}" for k, v in query.items())
+    host = quote(str(directory), safe="/")
+    return f"postgresql://{user}@/{database}?host={host}&port={port}{params}"
 
 
 def load_settings(**overrides: Any) -> Settings:

@@ -10,11 +10,12 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlencode, urlsplit, urlunsplit
 
 import asyncpg
 
 from spectral.db.migrate import MIGRATIONS_DIR
+from spectral.settings import socket_directory, url_port
 
 
 def with_database(url: str, database: str) -> str:
@@ -41,10 +42,20 @@ async def eventually(
 
 
 def as_login(url: str, login: str, password: str) -> str:
-    """``url`` with another login (and no query string: no passfile of the original login)."""
+    """``url`` with another login (and no passfile of the original login: of its query string
+    only the socket directory of a Unix-domain socket URL is kept)."""
     parts = urlsplit(url)
     host = parts.netloc.rsplit("@", 1)[-1]
-    return urlunsplit(parts._replace(netloc=f"{login}:{password}@{host}", query=""))
+    return urlunsplit(parts._replace(netloc=f"{login}:{password}@{host}", query=transport(url)))
+
+
+def transport(url: str) -> str:
+    """The part of ``url``'s query string that says where the server is (``host=DIR&port=P``
+    of a Unix-domain socket URL), or ""."""
+    directory = socket_directory(url)
+    if directory is None:
+        return ""
+    return urlencode({"host": directory, "port": url_port(url) or 5432}, safe="/")
 
 
 @asynccontextmanager

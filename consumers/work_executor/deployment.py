@@ -30,7 +30,7 @@ from spectral.llm.limits import ProviderLimits
 from spectral.llm.router import ModelRouter, RouteError
 from spectral.llm.seam import Synthesizer
 from spectral.llm.settings import LlmSettings
-from spectral.settings import PluginSettings, Settings
+from spectral.settings import PluginSettings, Settings, socket_directory, url_port
 
 
 class ExecutorFaultHooks(PluginSettings):
@@ -105,12 +105,15 @@ def route_resolver(router: ModelRouter) -> Resolve:
 
 
 def journal_directory(settings: Settings, database_url: str) -> Path:
-    """``SPECTRAL_WORK_JOURNAL_DIR``, or ``<state_dir>/work-journal/<host>_<port>_<database>``:
-    executors of one database share a directory (each adopts the files of those that stopped),
-    executors of different databases never see each other's answers."""
+    """``SPECTRAL_WORK_JOURNAL_DIR``, or ``<state_dir>/work-journal/<host>_<port>_<database>``
+    (the host of a Unix-domain socket URL is its directory): executors of one database share a
+    directory (each adopts the files of those that stopped), executors of different databases
+    never see each other's answers. The name follows the URL's spelling: executors that must
+    adopt each other's files use one URL (or one SPECTRAL_WORK_JOURNAL_DIR)."""
     configured = WorkSettings.of(settings).work_journal_dir
     if configured is not None:
         return configured
     parts = urlsplit(database_url)
-    name = f"{parts.hostname or 'local'}_{parts.port or 5432}_{parts.path.strip('/') or 'db'}"
+    host = parts.hostname or socket_directory(database_url) or "local"
+    name = f"{host}_{url_port(database_url) or 5432}_{parts.path.strip('/') or 'db'}"
     return settings.state_dir / "work-journal" / _UNSAFE.sub("_", name)

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from spectral.errors import ConfigurationError
-from spectral.settings import Settings
+from spectral.settings import Settings, socket_directory
 
 if TYPE_CHECKING:
     from spectral.devstack.kafka import LocalKafka
@@ -196,7 +196,8 @@ def status(settings: Settings) -> StackStatus:
     else:
         p = _postgres(settings).status()
         postgres = (
-            f"running (pid {p.pid}) at 127.0.0.1:{p.port}, data {p.data_dir}, log {p.log_file}"
+            f"running (pid {p.pid}) at 127.0.0.1:{p.port}{_socket_of(p.url)}, data {p.data_dir}, "
+            f"log {p.log_file}"
             if p.running
             else f"stopped (data {p.data_dir}; `spectral dev up` starts it)"
         )
@@ -206,6 +207,12 @@ def status(settings: Settings) -> StackStatus:
         for o in orphans()
     )
     return StackStatus(kafka, postgres, lost)
+
+
+def _socket_of(url: str | None) -> str:
+    """Where the stack's URL connects when it is through the Unix-domain socket."""
+    directory = socket_directory(url) if url else None
+    return f" (the URL's socket in {directory})" if directory else ""
 
 
 def _describe_kafka(local: LocalKafka | LocalKafkaCluster) -> str:

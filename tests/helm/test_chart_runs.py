@@ -28,6 +28,7 @@ import asyncpg
 import httpx
 import pytest
 
+from spectral.settings import url_port
 from tests.helm.chart import ROOT, Container, containers, of_kind, render
 from tests.support import eventually, unique_name
 
@@ -100,8 +101,10 @@ async def release(
     sets = {
         "kafka.bootstrap": kafka_bootstrap,
         "kafka.topicPrefix": topic_prefix,
-        "database.host": parts.hostname or "",
-        "database.port": str(parts.port),
+        # The chart reaches its server over TCP; the test's server (a socket URL's included:
+        # the local stack listens on both) answers on the loopback.
+        "database.host": parts.hostname or "127.0.0.1",
+        "database.port": str(url_port(database_url)),
         "database.name": parts.path.lstrip("/"),
         "database.owner.secretName": OWNER_SECRET,
         "mcp.enabled": "true",

@@ -15,7 +15,7 @@ import sys
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import parse_qs, urlsplit
 
 import asyncpg
 import httpx
@@ -80,7 +80,7 @@ async def compose_logins(database_url: str) -> AsyncIterator[dict[str, Any]]:
     psql = shutil.which("psql") or "/usr/lib/postgresql/15/bin/psql"
     owner = urlsplit(database_url)
     args = [psql, database_url, *command[2:-1], str(LOGINS_SQL)]
-    env = {**os.environ, "PGPASSFILE": owner.query.removeprefix("passfile=")}
+    env = {**os.environ, "PGPASSFILE": parse_qs(owner.query)["passfile"][0]}
     for _ in range(2):  # idempotent: a second run changes nothing and does not fail
         result = subprocess.run(args, capture_output=True, text=True, env=env, check=False)
         assert result.returncode == 0, result.stderr

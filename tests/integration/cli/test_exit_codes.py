@@ -14,7 +14,7 @@ from urllib.parse import urlsplit, urlunsplit
 import pytest
 
 from spectral.devstack import Endpoints
-from tests.support import database_login
+from tests.support import database_login, transport
 
 pytestmark = pytest.mark.integration
 
@@ -37,7 +37,7 @@ DATABASE_COMMANDS = [
 def _wrong_password(url: str) -> str:
     parts = urlsplit(url)
     host = parts.netloc.rsplit("@", 1)[-1]
-    return urlunsplit(parts._replace(netloc=f"spectral_nobody:wrong@{host}", query=""))
+    return urlunsplit(parts._replace(netloc=f"spectral_nobody:wrong@{host}", query=transport(url)))
 
 
 @pytest.mark.parametrize("args", DATABASE_COMMANDS, ids=" ".join)

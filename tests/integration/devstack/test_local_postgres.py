@@ -8,16 +8,54 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from urllib.parse import parse_qs, urlencode, urlsplit, urlunsplit
 
 import asyncpg
 import pytest
 
 from spectral import devstack
-from spectral.devstack.postgres import OWNER_FILE, LocalPostgres, orphans, rotate_log, wipe_orphan
+from spectral.devstack.postgres import (
+    OWNER_FILE,
+    LocalPostgres,
+    find_bin_dir,
+    orphans,
+    rotate_log,
+    wipe_orphan,
+)
 from spectral.devstack.process import pid_alive
-from spectral.settings import load_settings
+from spectral.errors import ConfigurationError
+from spectral.settings import load_settings, socket_directory, url_port
 
 pytestmark = pytest.mark.integration
+
+
+async def _client_addr(url: str) -> str | None:
+    conn = await asyncpg.connect(url)
+    try:
+        addr = await conn.fetchval("SELECT host(inet_client_addr())")
+    finally:
+        await conn.close()
+    return None if addr is None else str(addr)
+
+
+def url_over_tcp(url: str) -> str:
+    """The stack's socket URL as the same server's loopback URL."""
+    parts = urlsplit(url)
+    query = {k: v[0] for k, v in parse_qs(parts.query).items() if k not in {"host", "port"}}
+    netloc = f"{parts.username}@127.0.0.1:{url_port(url)}"
+    return urlunsplit(parts._replace(netloc=netloc, query=urlencode(query, safe="/")))
+
+
+def test_a_state_directory_too_deep_for_a_socket_stops_the_start_with_the_way_out(
+    tmp_path: Path,
+) -> None:
+    server = LocalPostgres(tmp_path / "state")
+    server.socket_dir = tmp_path / ("d" * 100)
+    with pytest.raises(ConfigurationError, match="shorter directory") as refused:
+        server.ensure_running()
+    assert "SPECTRAL_STATE_DIR" in str(refused.value)
+    assert "the system allows 107" in str(refused.value)
+    assert not server.data_dir.exists()  # refused before initdb
 
 
 async def _answers(url: str) -> bool:
@@ -42,6 +80,23 @@ async def test_start_twice_reuses_the_server_and_stop_leaves_no_process(tmp_path
         assert password not in url
         assert "passfile=" in url
         assert (tmp_path / "state" / "pgpass").stat().st_mode & 0o077 == 0
+        # Through the socket beside the data; the loopback port answers too, and both URLs
+        # are the stack's own.
+        assert socket_directory(url) == str(server.socket_dir)
+        assert await _client_addr(url) is None  # a Unix-domain socket has no address
+        libpq = subprocess.run(  # libpq (psql, psycopg) reads the URL and the passfile too
+            [str(find_bin_dir() / "psql"), url, "-tAc", "SELECT inet_client_addr() IS NULL"],
+            capture_output=True,
+            text=True,
+            env={k: v for k, v in os.environ.items() if not k.startswith("PG")},
+            check=False,
+        )
+        assert (libpq.returncode, libpq.stdout.strip()) == (0, "t"), libpq.stderr
+        tcp = url_over_tcp(url)
+        assert await _client_addr(tcp) == "127.0.0.1"
+        assert server.owns(url)
+        assert server.owns(tcp)
+        assert not server.owns(url.replace(f"host={server.socket_dir}", "host=/elsewhere"))
         server.stop()
         assert not pid_alive(pid)
         assert not server.status().running

@@ -24,6 +24,7 @@ from mcp_types import TextContent
 
 from spectral.devstack.ports import free_port
 from tests.integration.replay.support import fetchval
+from tests.support import transport
 from tests.unit.contracts.test_asyncapi import official_parser
 
 pytestmark = pytest.mark.integration
@@ -143,7 +144,8 @@ def _run(env: dict[str, str], *args: str | Path, cwd: Path = ROOT) -> str:
 
 def _with_login(url: str, login: str) -> str:
     parts = urlsplit(url)
-    return parts._replace(netloc=f"{login}@{parts.hostname}:{parts.port}", query="").geturl()
+    host = parts.netloc.rpartition("@")[2]
+    return parts._replace(netloc=f"{login}@{host}", query=transport(url)).geturl()
 
 
 def _spectral(env: dict[str, str], *args: str | Path) -> str:

@@ -1,0 +1,105 @@
+"""PostgreSQL URLs through a Unix-domain socket: how they are read, built and refused."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from urllib.parse import parse_qs, urlsplit
+
+import asyncpg
+import pytest
+from pydantic import ValidationError
+
+from consumers.work_executor.deployment import journal_directory
+from spectral.settings import (
+    SOCKET_PATH_MAX,
+    Settings,
+    check_url,
+    load_settings,
+    socket_directory,
+    socket_path,
+    socket_url,
+    url_port,
+)
+from tests.support import as_login, transport
+
+
+def test_a_url_naming_a_host_or_port_in_its_netloc_is_tcp_whatever_its_query_says() -> None:
+    assert socket_directory("postgresql://u@db:5432/x") is None
+    assert socket_directory("postgresql://u@127.0.0.1:5432/x?host=/run/pg") is None
+    # asyncpg takes ":5432" for the empty host and ignores host=
+    assert socket_directory("postgresql://u@:5432/x?host=/run/pg") is None
+    assert socket_directory("postgresql://u@/x?host=db.example") is None
+    assert socket_directory("postgresql://u@/x?host=/run/pg&port=5&passfile=/p") == "/run/pg"
+    assert socket_directory("postgresql:///x?host=/run/pg") == "/run/pg"
+    assert url_port("postgresql://u@/x?host=/run/pg&port=5") == 5
+    assert url_port("postgresql://u@h:7/x?port=5") == 7
+    assert url_port("postgresql://u@h/x") is None
+
+
+def test_a_socket_url_round_trips_its_directory_and_parameters() -> None:
+    directory = "/var/lib/spectral/a b%c"
+    url = socket_url("postgres", directory, 54321, "spectral", passfile="/s/pgpass")
+    assert url.startswith("postgresql://postgres@/spectral?")
+    assert socket_directory(url) == directory
+    assert url_port(url) == 54321
+    parts = urlsplit(url)
+    assert parts.hostname is None
+    assert parse_qs(parts.query)["passfile"] == ["/s/pgpass"]
+
+
+def test_asyncpg_connects_to_the_socket_file_the_url_names(tmp_path: Path) -> None:
+    """The form asyncpg reads (it ignores ``host=`` when the netloc names a host or a port)."""
+    url = socket_url("postgres", tmp_path, 5999, "db")
+    reached: list[bool] = []
+
+    async def attempt() -> None:
+        def answer(_: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            reached.append(True)
+            writer.close()
+
+        server = await asyncio.start_unix_server(answer, path=socket_path(tmp_path, 5999))
+        async with server:
+            with pytest.raises((ConnectionError, asyncpg.PostgresError, OSError)):
+                await asyncpg.connect(url, timeout=5)
+
+    asyncio.run(attempt())
+    assert reached == [True]
+
+
+def test_a_socket_path_longer_than_the_system_allows_is_refused_clearly() -> None:
+    fits = "/" + "d" * (SOCKET_PATH_MAX - len("/.s.PGSQL.5432") - 1)
+    assert len(socket_path(fits, 5432)) == SOCKET_PATH_MAX
+    check_url(f"postgresql://u@/x?host={fits}&port=5432")
+    too_long = fits + "d"
+    with pytest.raises(ValueError, match=r"is 108 bytes; the system allows 107"):
+        check_url(f"postgresql://u@/x?host={too_long}&port=5432")
+    with pytest.raises(ValueError, match="108 bytes"):
+        socket_url("u", too_long, 5432, "x")
+    with pytest.raises(ValidationError, match="shorter socket directory"):
+        Settings(database_url=f"postgresql://u@/x?host={too_long}&port=5432")
+    with pytest.raises(ValidationError, match="shorter socket directory"):
+        Settings(operator_database_url=f"postgresql://u@/x?host={too_long}&port=5432")
+    Settings(database_url=f"postgresql://u@db.example.{'x' * 200}:5432/x")  # TCP: no limit
+
+
+def test_another_login_on_a_socket_url_keeps_the_socket_not_the_passfile() -> None:
+    url = socket_url("postgres", "/run/stack", 6000, "db", passfile="/s/pgpass")
+    other = as_login(url, "alice", "pw")
+    assert socket_directory(other) == "/run/stack"
+    assert "passfile" not in other
+    assert urlsplit(other).username == "alice"
+    assert transport("postgresql://u@h:1/db?passfile=/p") == ""
+
+
+def test_executors_of_one_socket_share_a_journal_and_other_sockets_do_not(
+    tmp_path: Path,
+) -> None:
+    settings = load_settings(state_dir=tmp_path)
+    one = journal_directory(settings, socket_url("u", "/run/a", 6000, "db"))
+    assert one == journal_directory(settings, socket_url("v", "/run/a", 6000, "db", passfile="/p"))
+    assert one != journal_directory(settings, socket_url("u", "/run/b", 6000, "db"))
+    assert one.parent == tmp_path / "work-journal"
+    assert one.name == "_run_a_6000_db"
+    tcp = journal_directory(settings, "postgresql://u@127.0.0.1:6000/db")
+    assert tcp.name == "127.0.0.1_6000_db"
