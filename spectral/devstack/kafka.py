@@ -15,6 +15,11 @@ answers Kafka requests, starting one when needed:
    ``kafka.pid``, its output in ``kafka.out`` and its log in ``logs/server.log``;
 5. ready when the broker answers ApiVersions and lists itself in a Metadata response.
 
+A broker made ``short_lived`` (a test's) starts on the C1 compiler and the serial collector, and
+maps the classes of Kafka's jars from an archive in ``<cache_dir>/class-archives`` recorded once
+by the first such broker as it stops (JDK class data sharing; checked by a JVM that maps it before
+any start uses it).
+
 A second call finds the live pid and the answering port and returns at once. ``stop()`` sends
 SIGTERM, then SIGKILL after a timeout, and keeps the data unless asked to wipe it. ``kill()``,
 ``pause()`` and ``resume()`` are for fault tests. Every start, stop and inspection of one state
@@ -38,10 +43,13 @@ from spectral.devstack.kafka_config import (
     KAFKA_MAIN,
     NODE_ID,
     STORAGE_TOOL_MAIN,
+    ClassArchive,
     ClusterMember,
     KafkaLayout,
     KafkaPorts,
     KafkaState,
+    class_archive_check,
+    class_archive_name,
     jvm_command,
     new_cluster_id,
     parse_state,
@@ -71,6 +79,11 @@ _CONSOLE_LIMIT = 10 * 1024 * 1024
 _TAIL_LINES = 30
 _POLL = 0.25
 _PORT_RELEASE = 10.0
+_CLASS_ARCHIVES = "class-archives"
+# A claim to record the class archive left by a broker that never stopped through this class (the
+# test run's reaper SIGKILLs what a killed run left) is taken over after this many seconds.
+_RECORDING_STALE = 900.0
+_ARCHIVE_CHECK_TIMEOUT = 60.0
 
 
 @dataclass(frozen=True)
@@ -99,7 +112,11 @@ class LocalKafka:
         port: int | None = None,
         member: ClusterMember | None = None,
         layout_root: Path | None = None,
+        short_lived: bool = False,
     ) -> None:
+        """``short_lived``: a broker for a test or a few, started on about half the CPU and
+        slower once running (``kafka_config.jvm_command``); never the stack of a checkout or a
+        benchmark."""
         self.layout = KafkaLayout((layout_root or state_dir / "kafka").resolve())
         self.member = member
         self.node_id = member.node.node_id if member is not None else NODE_ID
@@ -110,6 +127,7 @@ class LocalKafka:
         )
         self.kafka_home = home.expanduser().resolve() if home else None
         self.port = port
+        self.short_lived = short_lived
 
     # -- public API -----------------------------------------------------------------------
 
@@ -262,6 +280,7 @@ class LocalKafka:
             encoding="utf-8",
         )
         log_config = self._write_log_config(jars)
+        self._settle_recording()  # left by a broker that was not stopped through this class
         if not formatted:
             self._format(java, jars, cluster_id, log_config)
         self._write_state(state)
@@ -351,6 +370,8 @@ class LocalKafka:
             storage_format_args(self.layout.properties, cluster_id),
             logs_dir=self.layout.logs_dir,
             log_config=log_config,
+            short_lived=True,  # a tool that runs for a second, whatever broker it formats for
+            class_archive=self._class_archive(java, jars, record=False),
         )
         try:
             done = subprocess.run(  # noqa: S603 - our java, our arguments
@@ -376,6 +397,7 @@ class LocalKafka:
             )
 
     def _launch(self, java: str, jars: KafkaJars, log_config: Path) -> int:
+        archive = self._class_archive(java, jars, record=True) if self.short_lived else None
         command = jvm_command(
             java,
             jars.libs_dir,
@@ -383,7 +405,12 @@ class LocalKafka:
             [str(self.layout.properties)],
             logs_dir=self.layout.logs_dir,
             log_config=log_config,
+            short_lived=self.short_lived,
+            class_archive=archive,
         )
+        if archive is not None and archive.record:
+            note = f"{archive.path}\n{java}\n{command[command.index('-cp') + 1]}\n"
+            self.layout.class_archive_note.write_text(note, encoding="utf-8")
         console = self.layout.console_file
         if console.is_file() and console.stat().st_size > _CONSOLE_LIMIT:
             console.unlink()
@@ -466,6 +493,7 @@ class LocalKafka:
                 pass
             terminate(pid, timeout)
             self._reap(pid)
+        self._settle_recording()
         state = self._read_state()
         self._forget_pid(state)
         if pid is not None and state is not None:
@@ -473,6 +501,63 @@ class LocalKafka:
             # start right after a stop must find the ports free.
             _port_frees(state.port, _PORT_RELEASE)
             _port_frees(state.controller_port, _PORT_RELEASE)
+
+    # -- class archive of short-lived JVMs (kafka_config.ClassArchive) ---------------------
+
+    def _class_archive(self, java: str, jars: KafkaJars, *, record: bool) -> ClassArchive | None:
+        """The archive of this JDK's and these jars' classes when one was recorded; else, with
+        ``record``, a claim to record it as this broker exits (one broker records at a time)."""
+        try:
+            path = self._class_archive_path(java, jars)
+            if path.is_file():
+                return ClassArchive(path)
+            if not record:
+                return None
+            claim = path.with_suffix(".part")
+            path.parent.mkdir(parents=True, exist_ok=True)
+            try:
+                if time.time() - claim.stat().st_mtime > _RECORDING_STALE:
+                    claim.unlink()
+            except FileNotFoundError:
+                pass
+            claim.touch(exist_ok=False)
+        except OSError:  # another broker records it (FileExistsError), or no cache to write to
+            return None
+        return ClassArchive(claim, record=True)
+
+    def _class_archive_path(self, java: str, jars: KafkaJars) -> Path:
+        executable = Path(java).resolve()
+        home = executable.parent.parent
+        stamps = [str(executable), str(jars.libs_dir)]
+        runtime = (home / "lib" / "modules", home / "lib" / "server" / "libjvm.so")
+        for path in (*runtime, *sorted(jars.libs_dir.glob("*.jar"))):
+            try:
+                stat = path.stat()
+            except OSError:
+                continue
+            stamps.append(f"{path}:{stat.st_size}:{stat.st_mtime_ns}")
+        return self.cache_dir / _CLASS_ARCHIVES / class_archive_name(jars.version, stamps)
+
+    def _settle_recording(self) -> None:
+        """Once the broker that recorded the class archive is gone: publish the archive when a
+        JVM maps it, else drop it (a SIGKILL records nothing; a kill while writing tears it)."""
+        note = self.layout.class_archive_note
+        try:
+            recorded, java, classpath = note.read_text(encoding="utf-8").splitlines()
+        except (OSError, ValueError):
+            note.unlink(missing_ok=True)
+            return
+        if self._running_pid() is not None:
+            return  # still recording
+        note.unlink(missing_ok=True)
+        part = Path(recorded)
+        try:
+            if part.stat().st_size > 0 and _maps(java, classpath, part):
+                part.replace(part.with_suffix(".jsa"))
+        except OSError:
+            pass
+        finally:
+            part.unlink(missing_ok=True)
 
     def _wipe_locked(self) -> None:
         for path in (self.layout.data_dir, self.layout.logs_dir):
@@ -531,6 +616,24 @@ class LocalKafka:
             return None
         ours = KAFKA_MAIN.encode() in argv and str(self.layout.properties).encode() in argv
         return pid if ours else None
+
+
+def _maps(java: str, classpath: str, archive: Path) -> bool:
+    """Whether a JVM maps ``archive`` (a torn one crashes it: no error file, no core dump)."""
+    command = class_archive_check(java, classpath, archive)
+    command[1:1] = ["-XX:ErrorFile=/dev/null", "-XX:-CreateCoredumpOnCrash"]
+    try:
+        done = subprocess.run(  # noqa: S603 - our java, our arguments
+            command,
+            capture_output=True,
+            text=True,
+            stdin=subprocess.DEVNULL,
+            timeout=_ARCHIVE_CHECK_TIMEOUT,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return done.returncode == 0 and "sharing" in done.stderr
 
 
 def _port_frees(port: int, timeout: float) -> bool:

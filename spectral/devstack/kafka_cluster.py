@@ -82,7 +82,9 @@ class LocalKafkaCluster:
         brokers: int = 3,
         version: str = KAFKA_VERSION,
         kafka_home: Path | None = None,
+        short_lived: bool = False,
     ) -> None:
+        """``short_lived``: brokers for tests (``LocalKafka``'s)."""
         if not 1 <= brokers <= MAX_BROKERS:
             raise ConfigurationError(
                 f"a local Kafka cluster has 1 to {MAX_BROKERS} brokers, not {brokers}"
@@ -93,6 +95,7 @@ class LocalKafkaCluster:
         self.brokers = brokers
         self.version = version
         self.kafka_home = kafka_home
+        self.short_lived = short_lived
         self._lock = KafkaLayout(self.root).lock_file  # the single broker's lock: one or other
 
     @property
@@ -225,6 +228,7 @@ class LocalKafkaCluster:
                 kafka_home=self.kafka_home,
                 member=ClusterMember(node, cluster.nodes, cluster.cluster_id),
                 layout_root=self.root / f"broker-{node.node_id}",
+                short_lived=self.short_lived,
             )
             for node in cluster.nodes
         ]

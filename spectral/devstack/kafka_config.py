@@ -7,6 +7,7 @@ The manager that does the I/O is ``spectral.devstack.kafka``.
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 import re
 import uuid
@@ -72,6 +73,65 @@ _JVM_OPTIONS: tuple[str, ...] = (
     # Marks the process as ours, so a recycled pid is never mistaken for the broker.
     "-Dspectral.devstack=kafka",
 )
+
+# A broker that lives for a test or a few (the tests' private brokers and clusters, started and
+# stopped dozens of times in a run) spends most of its CPU starting: the C2 compiler's work on
+# code that runs for seconds, and a parallel collector's threads. C1 alone compiles a small
+# fraction of that, its code runs slower (which the few thousand records of a test never
+# notice), and the serial collector needs no threads of its own. Never for a broker whose
+# steady-state speed matters: the checkout's stack (`spectral dev up`) and the benchmark's.
+_SHORT_LIVED_JVM_OPTIONS: tuple[str, ...] = (
+    "-Xms64m",
+    "-Xmx512m",
+    "-XX:MaxDirectMemorySize=256m",
+    "-XX:TieredStopAtLevel=1",
+    "-XX:+UseSerialGC",
+    "-XX:+ExitOnOutOfMemoryError",
+    "-Djava.awt.headless=true",
+    "-Dspectral.devstack=kafka",
+)
+
+# The classes a short-lived JVM loads (thousands of Kafka's, Scala's and their libraries'), parsed
+# and verified once and then mapped from a file by every later start: the JDK's dynamic class
+# data sharing (JDK 13+). The JVM refuses an archive of other jars or another JDK build, so its
+# name carries a digest of both (:func:`class_archive_name`); one short-lived broker records it
+# as it exits (``-XX:ArchiveClassesAtExit``), and the file is used only once a JVM has mapped it
+# (``-Xshare:on``): a torn archive crashes the JVM that maps it.
+_RECORD_CLASSES = "-XX:ArchiveClassesAtExit="
+_SHARE_CLASSES = "-XX:SharedArchiveFile="
+
+
+@dataclass(frozen=True)
+class ClassArchive:
+    """A class archive a short-lived JVM maps (``record`` False) or records as it exits."""
+
+    path: Path
+    record: bool = False
+
+    @property
+    def options(self) -> tuple[str, ...]:
+        return (f"{_RECORD_CLASSES if self.record else _SHARE_CLASSES}{self.path}",)
+
+
+def class_archive_name(version: str, stamps: Sequence[str]) -> str:
+    """The archive's file name for Kafka ``version``, from ``stamps`` that change with the JDK
+    build and with any jar (their paths, sizes and modification times)."""
+    digest = hashlib.sha256("\n".join(stamps).encode()).hexdigest()[:16]
+    return f"kafka-{version}-{digest}.jsa"
+
+
+def class_archive_check(java: str, classpath: str, archive: Path) -> list[str]:
+    """A java command that fails unless it can map ``archive`` with ``classpath``."""
+    return [
+        java,
+        *_SHORT_LIVED_JVM_OPTIONS,
+        "-Xshare:on",
+        f"{_SHARE_CLASSES}{archive}",
+        "-cp",
+        classpath,
+        "-version",
+    ]
+
 
 _KAFKA_JAR = re.compile(r"^kafka_2\.1[23]-(?P<version>\d+\.\d+\.\d+)\.jar$")
 _JAVA_VERSION = re.compile(r'version "(?P<major>\d+)(?:\.(?P<minor>\d+))?')
@@ -179,6 +239,12 @@ class KafkaLayout:
     @property
     def lock_file(self) -> Path:
         return self.root / ".lock"
+
+    @property
+    def class_archive_note(self) -> Path:
+        """While this broker records the class archive of short-lived JVMs: where to, and the
+        java and class path that must map it before it is used."""
+        return self.root / "class-archive.recording"
 
 
 @dataclass(frozen=True)
@@ -381,15 +447,23 @@ def jvm_command(
     *,
     logs_dir: Path,
     log_config: Path,
+    short_lived: bool = False,
+    class_archive: ClassArchive | None = None,
 ) -> list[str]:
-    """The java command line that runs ``main_class`` on the jars of ``libs_dir``."""
+    """The java command line that runs ``main_class`` on the jars of ``libs_dir``;
+    ``short_lived`` for a process that lives seconds or minutes (a tool, a test's broker): it
+    starts on far less CPU and runs slower. A short-lived JVM may also map the classes of a
+    ``class_archive`` (or record them into it when it exits)."""
     if log_config.suffix == ".xml":
         logging = f"-Dlog4j2.configurationFile={log_config}"
     else:
         logging = f"-Dlog4j.configuration={log_config.as_uri()}"
+    if class_archive is not None and not short_lived:
+        raise ValueError("only a short-lived JVM shares classes through an archive")
     return [
         java,
-        *_JVM_OPTIONS,
+        *(_SHORT_LIVED_JVM_OPTIONS if short_lived else _JVM_OPTIONS),
+        *(class_archive.options if class_archive is not None else ()),
         f"-Dkafka.logs.dir={logs_dir}",
         logging,
         "-cp",

@@ -32,7 +32,10 @@ def kafka_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalKaf
     # a second start, in a new directory, picks new ports.
     for attempt in (1, 2):
         cluster = LocalKafkaCluster(
-            tmp_path_factory.mktemp("kafka-cluster"), default_cache_dir(), brokers=BROKERS
+            tmp_path_factory.mktemp("kafka-cluster"),
+            default_cache_dir(),
+            brokers=BROKERS,
+            short_lived=True,
         )
         try:
             cluster.ensure_running()

@@ -20,7 +20,7 @@ from tests import reaper
 def test_start_a_broker_and_a_process_then_wait_to_be_killed(tmp_path: Path) -> None:
     started: dict[str, int] = {"runner": os.getpid(), "watchdog": reaper.watchdog().pid}
     if os.environ.get("VICTIM_BROKER", "1") != "0":
-        broker = LocalKafka(tmp_path / "stack", default_cache_dir())
+        broker = LocalKafka(tmp_path / "stack", default_cache_dir(), short_lived=True)
         broker.ensure_running()
         pid = broker.status().pid
         assert pid is not None

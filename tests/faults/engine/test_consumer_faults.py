@@ -15,7 +15,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -277,38 +277,57 @@ async def test_postgres_stopped_mid_stream_loses_nothing_and_dead_letters_nothin
         server.stop(wipe=True)
 
 
-@pytest.mark.parametrize("transport", transport_params("aiokafka"))
-async def test_broker_stopped_mid_stream_loses_nothing_and_dead_letters_nothing(
-    database_url: str,
-    topic_prefix: str,
-    spectral_env: dict[str, str],
-    tmp_path: Path,
-    transport: str,
-) -> None:
-    spectral_env = {**spectral_env, **transport_env(transport)}
-    # A private broker (same jar cache), so stopping it disturbs no other test.
-    broker = LocalKafka(tmp_path / "kafka", default_cache_dir())
-    bootstrap = broker.ensure_running()
+@pytest.fixture(scope="module")
+def _module_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalKafka]:
+    broker = LocalKafka(
+        tmp_path_factory.mktemp("outage-kafka"), default_cache_dir(), short_lived=True
+    )
     try:
-        await _consume_through(
-            Outage("broker", broker.stop, broker.start, seconds=10, idle=3),
-            bootstrap=bootstrap,
-            database_url=database_url,
-            env={**spectral_env, "SPECTRAL_KAFKA_BOOTSTRAP": bootstrap},
-            topic=topic_for(FAILURE_CLUSTER_DETECTED, topic_prefix),
-            log=tmp_path / "consumer.log",
-        )
+        yield broker
     finally:
         broker.stop(wipe=True)
 
 
+@pytest.fixture
+def outage_broker(_module_broker: LocalKafka) -> LocalKafka:
+    """A broker of this module's own (same jar cache), so stopping it disturbs no other test.
+    Its broker-outage tests share it (one xdist group, tests/conftest.py): each stops and starts
+    it for real, on topics and a group of its own, and gets it running whatever the test before
+    left (a start costs seconds of CPU; this saves one storage format and one start a test)."""
+    _module_broker.ensure_running()
+    return _module_broker
+
+
 @pytest.mark.parametrize("transport", transport_params("aiokafka"))
-async def test_a_broker_stopped_while_the_consumer_is_idle_is_an_outage_not_idleness(
+async def test_broker_stopped_mid_stream_loses_nothing_and_dead_letters_nothing(  # noqa: PLR0917 - fixtures
     database_url: str,
     topic_prefix: str,
     spectral_env: dict[str, str],
     tmp_path: Path,
     transport: str,
+    outage_broker: LocalKafka,
+) -> None:
+    spectral_env = {**spectral_env, **transport_env(transport)}
+    broker = outage_broker
+    bootstrap = broker.ensure_running()
+    await _consume_through(
+        Outage("broker", broker.stop, broker.start, seconds=10, idle=3),
+        bootstrap=bootstrap,
+        database_url=database_url,
+        env={**spectral_env, "SPECTRAL_KAFKA_BOOTSTRAP": bootstrap},
+        topic=topic_for(FAILURE_CLUSTER_DETECTED, topic_prefix),
+        log=tmp_path / "consumer.log",
+    )
+
+
+@pytest.mark.parametrize("transport", transport_params("aiokafka"))
+async def test_a_broker_stopped_while_the_consumer_is_idle_is_an_outage_not_idleness(  # noqa: PLR0917 - fixtures
+    database_url: str,
+    topic_prefix: str,
+    spectral_env: dict[str, str],
+    tmp_path: Path,
+    transport: str,
+    outage_broker: LocalKafka,
 ) -> None:
     """Caught up, nothing in flight, then the broker goes away for longer than
     --stop-when-idle: only the idle probe (its partitions' end offsets) can tell an outage from
@@ -317,31 +336,28 @@ async def test_a_broker_stopped_while_the_consumer_is_idle_is_an_outage_not_idle
     are applied before the consumer stops (it stopped a second after the broker returned when
     the count ran from the last failed probe). Each transport probes with its own client."""
     spectral_env = {**spectral_env, **transport_env(transport)}
-    broker = LocalKafka(tmp_path / "kafka", default_cache_dir())
+    broker = outage_broker
     bootstrap = broker.ensure_running()
     log = tmp_path / "consumer.log"
-    try:
-        await _execute(database_url, CREATE_TABLE)
-        topic = topic_for(FAILURE_CLUSTER_DETECTED, topic_prefix)
-        await create_topics(bootstrap, [topic], partitions=3)
-        before = [cluster_event() for _ in range(100)]
-        await publish_envelopes(bootstrap, topic, before)
-        proc = _start_consumer({**spectral_env, "SPECTRAL_KAFKA_BOOTSTRAP": bootstrap}, 4, log)
-        await _until_applied(database_url, len(before), proc, log)
-        await asyncio.sleep(1.0)  # its offsets committed: nothing in flight, only the probe
-        broker.stop()
-        await asyncio.sleep(14)  # longer than an idle period and a probe, twice
-        assert proc.poll() is None, f"the consumer took the outage for idleness: {_tail(log)}"
-        broker.start()
-        after = [cluster_event() for _ in range(100)]
-        await publish_envelopes(bootstrap, topic, after)
-        assert proc.wait(timeout=120) == 0, _tail(log)
-        await _assert_exactly_once(database_url, {e.idempotency_key for e in before + after})
-        text = log.read_text()
-        assert "idle time not counted: unreachable" in text
-        assert "idle time counted again: reachable" in text
-    finally:
-        broker.stop(wipe=True)
+    await _execute(database_url, CREATE_TABLE)
+    topic = topic_for(FAILURE_CLUSTER_DETECTED, topic_prefix)
+    await create_topics(bootstrap, [topic], partitions=3)
+    before = [cluster_event() for _ in range(100)]
+    await publish_envelopes(bootstrap, topic, before)
+    proc = _start_consumer({**spectral_env, "SPECTRAL_KAFKA_BOOTSTRAP": bootstrap}, 4, log)
+    await _until_applied(database_url, len(before), proc, log)
+    await asyncio.sleep(1.0)  # its offsets committed: nothing in flight, only the probe
+    broker.stop()
+    await asyncio.sleep(14)  # longer than an idle period and a probe, twice
+    assert proc.poll() is None, f"the consumer took the outage for idleness: {_tail(log)}"
+    broker.start()
+    after = [cluster_event() for _ in range(100)]
+    await publish_envelopes(bootstrap, topic, after)
+    assert proc.wait(timeout=120) == 0, _tail(log)
+    await _assert_exactly_once(database_url, {e.idempotency_key for e in before + after})
+    text = log.read_text()
+    assert "idle time not counted: unreachable" in text
+    assert "idle time counted again: reachable" in text
 
 
 async def test_sigterm_commits_leaves_the_group_and_exits_zero(

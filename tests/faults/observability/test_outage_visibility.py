@@ -230,7 +230,7 @@ def _topics(env: dict[str, str]) -> None:
 async def test_a_broker_outage_is_visible_at_once_and_logged_in_a_few_lines(
     spectral_env: dict[str, str], database_url: str, topic_prefix: str, tmp_path: Path
 ) -> None:
-    broker = LocalKafka(tmp_path / "kafka", default_cache_dir())
+    broker = LocalKafka(tmp_path / "kafka", default_cache_dir(), short_lived=True)
     bootstrap = broker.ensure_running()
     env = {**spectral_env, "SPECTRAL_KAFKA_BOOTSTRAP": bootstrap}
     deployments = _deployments(tmp_path)

@@ -29,7 +29,12 @@ pytestmark = pytest.mark.integration
 
 @pytest.fixture(scope="module")
 def kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalKafka]:
-    manager = LocalKafka(tmp_path_factory.mktemp("local-kafka"), default_cache_dir())
+    # A cache of its own (the jars linked from the shared one): the class archive its
+    # short-lived JVMs record and map is this module's, whatever other tests' brokers do.
+    cache = tmp_path_factory.mktemp("local-kafka-cache")
+    jars = f"kafka-{KAFKA_VERSION}"
+    (cache / jars).symlink_to(default_cache_dir() / jars, target_is_directory=True)
+    manager = LocalKafka(tmp_path_factory.mktemp("local-kafka"), cache, short_lived=True)
     try:
         yield manager
     finally:
@@ -118,6 +123,35 @@ async def test_stop_then_start_keeps_the_port_and_the_data(kafka: LocalKafka) ->
     assert kafka.start() == bootstrap
     assert kafka.status().pid != pid
     assert await _consume(bootstrap, topic, 1) == [b"before-stop"]
+    # The first of these short-lived brokers recorded its classes as it stopped; every start
+    # after that maps them.
+    [archive] = (kafka.cache_dir / "class-archives").glob("*.jsa")
+    assert f"-XX:SharedArchiveFile={archive}" in _argv(kafka.status().pid)
+
+
+def test_a_torn_class_archive_is_dropped_not_used(kafka: LocalKafka) -> None:
+    """A broker killed while it writes the class archive as it exits leaves it torn, and a torn
+    archive crashes every JVM that maps it: a recorded archive is used only once a JVM has
+    mapped it."""
+    kafka.ensure_running()
+    archives = kafka.cache_dir / "class-archives"
+    if not list(archives.glob("*.jsa")):
+        kafka.stop()  # the broker records its classes as it stops
+        kafka.start()
+    [archive] = archives.glob("*.jsa")
+    before = archive.read_bytes()
+    argv = _argv(kafka.status().pid)
+    torn = archive.with_suffix(".part")
+    torn.write_bytes(before[: len(before) // 2])
+    # As a broker that records it notes it: where, and the java and class path it runs with.
+    note = f"{torn}\n{argv[0]}\n{argv[argv.index('-cp') + 1]}\n"
+    kafka.layout.class_archive_note.write_text(note, encoding="utf-8")
+    kafka.stop()
+    assert not torn.exists()
+    assert not kafka.layout.class_archive_note.exists()
+    assert archive.read_bytes() == before
+    kafka.start()
+    assert f"-XX:SharedArchiveFile={archive}" in _argv(kafka.status().pid)
 
 
 async def test_a_killed_broker_restarts_with_its_data(kafka: LocalKafka) -> None:
@@ -165,6 +199,10 @@ def test_concurrent_starts_start_one_broker(kafka: LocalKafka) -> None:
     assert len(running) == 1
 
 
+def _argv(pid: int | None) -> list[str]:
+    return Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")
+
+
 def _is_broker_of(cmdline: Path, properties: Path) -> bool:
     try:
         argv = cmdline.read_bytes().split(b"\0")
@@ -184,7 +222,7 @@ def test_fresh_starts_over_with_empty_storage(kafka: LocalKafka) -> None:
 
 
 def test_a_broker_that_cannot_start_reports_its_log(tmp_path: Path) -> None:
-    manager = LocalKafka(tmp_path, default_cache_dir())
+    manager = LocalKafka(tmp_path, default_cache_dir(), short_lived=True)
     manager.ensure_running()
     manager.stop()
     meta = manager.layout.meta_properties

@@ -9,10 +9,13 @@ import pytest
 
 from spectral.devstack.kafka_config import (
     KAFKA_MAIN,
+    ClassArchive,
     KafkaLayout,
     KafkaPorts,
     KafkaState,
     QuorumNode,
+    class_archive_check,
+    class_archive_name,
     java_major_version,
     jvm_command,
     kafka_version_of,
@@ -142,6 +145,71 @@ def test_jvm_command_runs_the_main_class_on_the_libs_with_the_log_config() -> No
         "java", Path("/l"), KAFKA_MAIN, [], logs_dir=Path("/o"), log_config=layout.log4j1_config
     )
     assert "-Dlog4j.configuration=file:///s/kafka/log4j.properties" in log4j1
+
+
+def test_only_a_short_lived_jvm_stops_at_c1_and_collects_serially() -> None:
+    def options(*, short_lived: bool) -> list[str]:
+        command = jvm_command(
+            "java",
+            Path("/l"),
+            KAFKA_MAIN,
+            [],
+            logs_dir=Path("/o"),
+            log_config=Path("/s/log4j2.xml"),
+            short_lived=short_lived,
+        )
+        return command[1 : command.index("-cp")]
+
+    quick, steady = options(short_lived=True), options(short_lived=False)
+    assert "-XX:TieredStopAtLevel=1" in quick
+    assert "-XX:+UseSerialGC" in quick
+    assert not [o for o in quick if "G1" in o]
+    assert not [o for o in steady if "TieredStopAtLevel" in o or "SerialGC" in o]
+    assert "-XX:+UseG1GC" in steady
+    for shared in ("-Xmx512m", "-XX:+ExitOnOutOfMemoryError", "-Dspectral.devstack=kafka"):
+        assert shared in quick
+        assert shared in steady
+
+
+def test_a_short_lived_jvm_maps_or_records_the_class_archive_and_no_other_does() -> None:
+    def command(archive: ClassArchive, *, short_lived: bool = True) -> list[str]:
+        return jvm_command(
+            "java",
+            Path("/l"),
+            KAFKA_MAIN,
+            [],
+            logs_dir=Path("/o"),
+            log_config=Path("/s/log4j2.xml"),
+            short_lived=short_lived,
+            class_archive=archive,
+        )
+
+    mapped = command(ClassArchive(Path("/c/k.jsa")))
+    assert "-XX:SharedArchiveFile=/c/k.jsa" in mapped
+    assert not [a for a in mapped if "ArchiveClassesAtExit" in a]
+    recording = command(ClassArchive(Path("/c/k.part"), record=True))
+    assert "-XX:ArchiveClassesAtExit=/c/k.part" in recording
+    assert not [a for a in recording if "SharedArchiveFile" in a]
+    with pytest.raises(ValueError, match="short-lived"):
+        command(ClassArchive(Path("/c/k.jsa")), short_lived=False)
+    check = class_archive_check("java", "/l/*", Path("/c/k.part"))
+    assert check[-5:] == [
+        "-Xshare:on",
+        "-XX:SharedArchiveFile=/c/k.part",
+        "-cp",
+        "/l/*",
+        "-version",
+    ]
+
+
+def test_the_class_archive_is_named_for_its_jdk_and_jars() -> None:
+    stamps = ["/usr/lib/jvm/17/bin/java", "/c/libs", "/c/libs/kafka_2.13-4.3.1.jar:10:1"]
+    name = class_archive_name("4.3.1", stamps)
+    assert name.startswith("kafka-4.3.1-")
+    assert name.endswith(".jsa")
+    assert class_archive_name("4.3.1", stamps) == name
+    assert class_archive_name("4.3.1", [*stamps[:2], "/c/libs/kafka_2.13-4.3.1.jar:10:2"]) != name
+    assert class_archive_name("4.3.1", ["/usr/lib/jvm/21/bin/java", *stamps[1:]]) != name
 
 
 def test_storage_is_formatted_once_with_the_cluster_id() -> None:

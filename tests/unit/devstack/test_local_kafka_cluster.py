@@ -69,6 +69,18 @@ def test_a_new_state_directory_gets_what_is_asked(tmp_path: Path) -> None:
     assert cluster.brokers == 3
 
 
+def test_the_stack_of_a_checkout_runs_steady_state_brokers(tmp_path: Path) -> None:
+    """`spectral dev up` (and the benchmark, which runs on that stack) never gets the tests'
+    short-lived brokers: their speed once running is what the stack is measured by."""
+    single = local_kafka(tmp_path / "one", tmp_path)
+    assert isinstance(single, LocalKafka)
+    assert not single.short_lived
+    cluster = local_kafka(tmp_path / "three", tmp_path, 3)
+    assert isinstance(cluster, LocalKafkaCluster)
+    cluster._create()  # the cluster file its brokers are read from, as a first start writes it
+    assert [cluster.broker(n).short_lived for n in (1, 2, 3)] == [False] * 3
+
+
 def test_a_state_directory_keeps_its_size(tmp_path: Path) -> None:
     single = tmp_path / "single"
     LocalKafka(single, tmp_path).layout.root.mkdir(parents=True)
