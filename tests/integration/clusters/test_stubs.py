@@ -13,7 +13,7 @@ from typing import Any
 
 import asyncpg
 import pytest
-from hypothesis import HealthCheck, given
+from hypothesis import HealthCheck, example, given
 from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 
@@ -38,11 +38,15 @@ pytestmark = pytest.mark.integration
 
 
 class AnsweringSynthesizer(CountingSynthesizer):
-    """Answers every rule-stub call with ``content`` (or raises ``error``, the first
-    ``failures`` calls only when given)."""
+    """Answers every rule-stub call with ``content`` — the empty answer too — (or raises
+    ``error``, the first ``failures`` calls only when given); without ``content``, as the stub
+    generator would."""
 
     def __init__(
-        self, content: str = "", error: Exception | None = None, failures: int | None = None
+        self,
+        content: str | None = None,
+        error: Exception | None = None,
+        failures: int | None = None,
     ) -> None:
         super().__init__()
         self.content = content
@@ -53,7 +57,7 @@ class AnsweringSynthesizer(CountingSynthesizer):
         self.calls[request.idempotency_key] += 1
         if self.error is not None and (self.failures is None or self.total <= self.failures):
             raise self.error
-        if not self.content:
+        if self.content is None:
             return await self._inner.synthesize(request)
         return SynthesisResponse(content=self.content, model="stub\x00model", usage={"t": 1})
 
@@ -253,7 +257,7 @@ def test_any_stub_answer_ends_its_item_and_never_a_tick(
     rules = iter(range(1, 10_000))
     errors = [None, TransientError("x\x00"), PermanentError("\ud800"), ValueError("boom")]
 
-    async def example(content: str, error: Exception | None) -> None:
+    async def one_answer(content: str, error: Exception | None) -> None:
         model = AnsweringSynthesizer(content, error)
         rule_n = next(rules)
         async with service(database_url) as svc:
@@ -281,8 +285,9 @@ def test_any_stub_answer_ends_its_item_and_never_a_tick(
         suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
     )
     @given(_stub_answers(), st.sampled_from(errors))
+    @example("", None)  # the empty answer is an answer: kept as it is, not generated
     def run(content: str, error: Exception | None) -> None:
-        loop.run_until_complete(example(content, error))
+        loop.run_until_complete(one_answer(content, error))
 
     try:
         run()
