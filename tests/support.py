@@ -4,9 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import io
+import os
+import subprocess
+import sys
+import threading
 import time
+import traceback
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -117,3 +123,51 @@ async def empty_database(server_url: str, prefix: str) -> AsyncIterator[str]:
         await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
     finally:
         await admin.close()
+
+
+_IN_PROCESS = threading.Lock()
+
+
+def spectral_in_process(env: Mapping[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    """`spectral ARGS` run as its console script runs it (``spectral.cli.main``), in this
+    process: with ``env`` as the whole environment, its standard output and error captured and
+    its exit code read from its ``SystemExit`` (an exception it lets escape is exit 1 with the
+    traceback on stderr, as Python would print it). A process of its own costs ~0.4 s of CPU,
+    most of it imports this process has already done, and the suite runs commands hundreds of
+    times; the tests of what a process adds (exit codes, what a command imports, the installed
+    script: tests/unit/cli/test_shell.py, tests/integration/cli/) still start it.
+
+    It runs in a thread of its own (its event loop is a new one even when the caller's loop is
+    running), one command at a time per process."""
+    from spectral.cli import main  # noqa: PLC0415 - the command's own imports, when first run
+
+    out, err = io.StringIO(), io.StringIO()
+    code = 0
+
+    def command() -> None:
+        nonlocal code
+        try:
+            main()
+        except SystemExit as exc:
+            if isinstance(exc.code, str):
+                err.write(exc.code + "\n")
+            code = exc.code if isinstance(exc.code, int) else 0 if exc.code is None else 1
+        except BaseException:  # noqa: BLE001 - what an uncaught exception does to a process
+            traceback.print_exc(file=err)
+            code = 1
+
+    with _IN_PROCESS:
+        saved_env, saved_argv = dict(os.environ), sys.argv
+        os.environ.clear()
+        os.environ.update(env)
+        sys.argv = ["spectral", *args]
+        try:
+            with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+                thread = threading.Thread(target=command, name="spectral-cli")
+                thread.start()
+                thread.join()
+        finally:
+            os.environ.clear()
+            os.environ.update(saved_env)
+            sys.argv = saved_argv
+    return subprocess.CompletedProcess(["spectral", *args], code, out.getvalue(), err.getvalue())

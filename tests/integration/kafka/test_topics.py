@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 from aiokafka.admin import AIOKafkaAdminClient
@@ -16,17 +14,14 @@ from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from spectral.kafka.topics import dlq_topic, topic_for
 from tests.events import EVENTS
 from tests.kafka_support import create_topics
-from tests.support import eventually
+from tests.support import eventually, spectral_in_process
 
 pytestmark = pytest.mark.integration
 
-SPECTRAL = str(Path(sys.executable).with_name("spectral"))
-
 
 def _spectral(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [SPECTRAL, *args], env=env, capture_output=True, text=True, check=False, timeout=120
-    )
+    """`spectral ARGS` (its entry point, in this process: :func:`spectral_in_process`)."""
+    return spectral_in_process(env, *args)
 
 
 async def _topics(bootstrap: str, prefix: str) -> set[str]:

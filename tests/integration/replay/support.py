@@ -25,7 +25,7 @@ from spectral.kafka.topics import group_for
 from spectral.replay.replay import ReplayReport, ReplayRequest, TransactionHooks, replay
 from spectral.settings import Settings
 from tests.kafka_support import cluster_event
-from tests.support import eventually
+from tests.support import eventually, spectral_in_process
 
 T0 = datetime(2026, 5, 1, 9, 0, tzinfo=UTC)
 SPECTRAL = str(Path(sys.executable).with_name("spectral"))
@@ -108,11 +108,20 @@ async def run_replay(
     )
 
 
+OWN_PROCESS = {"consume"}
+"""Commands run as a process of their own even here: a consumer registers its metrics in the
+process's registry (a second run in one process would register them twice)."""
+
+
 def spectral_cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    """`spectral ARGS` in a subprocess with ``env``; the caller checks the exit code."""
-    return subprocess.run(
-        [SPECTRAL, *args], env=env, capture_output=True, text=True, timeout=120, check=False
-    )
+    """`spectral ARGS` with ``env``, its console script's entry point run in this process
+    (:func:`tests.support.spectral_in_process`) but for :data:`OWN_PROCESS`; the caller checks
+    the exit code."""
+    if args[0] in OWN_PROCESS:
+        return subprocess.run(
+            [SPECTRAL, *args], env=env, capture_output=True, text=True, timeout=120, check=False
+        )
+    return spectral_in_process(env, *args)
 
 
 def spectral_ok(env: dict[str, str], *args: str) -> str:

@@ -1,5 +1,5 @@
-"""`spectral work submit`, `spectral threads show|history|list` and `spectral api` as
-subprocesses against this test's database."""
+"""`spectral work submit`, `spectral threads show|history|list` (run in the test's process)
+and `spectral api` (a subprocess) against this test's database."""
 
 from __future__ import annotations
 
@@ -25,6 +25,7 @@ from tests.integration.work.support import (
     harness,
     run_until_settled,
 )
+from tests.support import spectral_in_process
 
 pytestmark = pytest.mark.integration
 
@@ -32,14 +33,8 @@ pytestmark = pytest.mark.integration
 def _spectral(
     env: dict[str, str], *args: str, check: bool = True
 ) -> subprocess.CompletedProcess[str]:
-    result = subprocess.run(
-        [str(Path(sys.executable).with_name("spectral")), *args],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    """`spectral ARGS` (its entry point, in this process: :func:`spectral_in_process`)."""
+    result = spectral_in_process(env, *args)
     if check and result.returncode != 0:
         raise AssertionError(f"spectral {' '.join(args)} failed: {result.stderr}")
     return result
