@@ -145,9 +145,12 @@ async def _claimer(
                 fraction = Decimal(rng.choice([0, 25, 60, 100])) / 100
                 state = "released" if fraction == 0 else "settled"
                 if rng.random() < 0.1:  # its outcome is unknown, then released at the horizon
+                    # Only while still reserved: another executor that ran out of work settled
+                    # every reservation in full (_settle_in_full), and a settled call never
+                    # becomes unknown.
                     await admin.execute(
                         "UPDATE work.spend SET state = 'unknown' "
-                        "WHERE work_item_id = $1 AND attempt = $2",
+                        "WHERE work_item_id = $1 AND attempt = $2 AND state = 'reserved'",
                         item,
                         attempt,
                     )
