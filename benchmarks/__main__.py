@@ -145,6 +145,8 @@ async def _run(options: Options, report: Report) -> None:
                 report.load(f"{name}_start")
                 await runner(stack, options, report)
                 report.load(f"{name}_end")
+                if not options.keep:
+                    await stack.settle()
     finally:
         if not options.keep:
             await stack.close()

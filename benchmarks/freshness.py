@@ -20,6 +20,12 @@ end of the window, subtracted):
   every record it fetches in the window, the time since its ``outbox.ready_at`` — what the
   relay, the broker and a fetch cost on this machine at this moment, before any consumer work.
 
+Each window's database is dropped when the window ends, and the run drops a stage's databases
+before the next stage: autovacuum of the 200,000-row triage passes and of the previous window's
+outbox would otherwise run inside this stage's windows (seen going through the contention
+stage's tables during the 10k window; on a quiet machine the stage alone gave a 10k p99 of 74 and
+94 ms, right after the triage and contention stages 226 ms).
+
 p50 and p99 are interpolated inside the histogram's buckets, as Prometheus' histogram_quantile
 does. The relay runs twice: sleeping on LISTEN/NOTIFY (the default) and polling only
 (``--no-listen``), so the run shows what the wake-up buys. CPU of the relay and the consumer per
@@ -35,6 +41,7 @@ import asyncio
 import contextlib
 import signal
 import socket
+import statistics
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -47,7 +54,16 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from benchmarks.dataset import DatasetSpec, Record, generate
 from benchmarks.options import Options
-from benchmarks.processes import _cpu_seconds, spectral_executable
+from benchmarks.processes import (
+    BACKENDS,
+    MachineSample,
+    ServerSample,
+    _cpu_seconds,
+    busy_fraction,
+    machine_sample,
+    server_cpu,
+    spectral_executable,
+)
 from benchmarks.report import Report
 from benchmarks.stack import BenchStack
 from contracts import FAILURE_CLUSTER_DETECTED
@@ -263,11 +279,64 @@ class _Window:
     relay_cpu: float
     consumer_cpu: float
     late_ticks: int = 0
+    calibration: float = 0.0
+    """:func:`calibration_us` just before the window."""
+    machine_busy: float = 0.0
+    """Busy share of the whole machine (all cores) over the window."""
+    postgres_cpu: float | None = None
+    """CPU seconds of this window's database backends and the server's own processes (None:
+    not a local server)."""
+    kafka_cpu: float | None = None
+    bench_cpu: float = 0.0
+    """CPU seconds of this benchmark's process: the writers and the floor observer."""
+
+
+@dataclass(frozen=True)
+class _Sample:
+    consumer: Histogram
+    relay: Histogram
+    events: int
+    at: float
+    relay_cpu: float
+    consumer_cpu: float
+    late_ticks: int
+    machine: MachineSample
+    servers: ServerSample | None
+    bench_cpu: float
+
+
+async def _backends(url: str) -> set[int]:
+    """The pids of this database's backends and of the server's own processes."""
+    conn = await asyncpg.connect(url)
+    try:
+        return {row[0] for row in await conn.fetch(BACKENDS)}
+    finally:
+        await conn.close()
+
+
+def calibration_us(rounds: int = 5) -> float:
+    """CPU time of a fixed piece of pure-Python work (dict and str operations, the kind the
+    relay and the consumer do), median of ``rounds``, in microseconds: lower is a faster
+    machine. Taken just before each window, so runs of the same code can be told apart by the
+    machine's speed at that moment (identical code drifted 15-25 % in CPU per event within 20
+    minutes on the shared 2-core machine this was written on, and at 10,000 events/s the tail
+    moves by much more than that)."""
+    times = []
+    for _ in range(rounds):
+        started = time.process_time()
+        table: dict[int, str] = {}
+        total = 0
+        for i in range(20_000):
+            table[i & 1023] = str(i)
+            total += len(table[i & 1023]) * 3 % 7
+        times.append(time.process_time() - started)
+    return statistics.median(times) * 1e6
 
 
 async def _one_mode(
     stack: BenchStack, options: Options, report: Report, mode: str, *, seconds: float, rate: int
 ) -> _Window:
+    calibration = calibration_us()
     url = await stack.database(f"fresh_{mode}")
     prefix = f"bench-{stack.run_id}-fresh-{mode}."
     await stack.create_topic(prefix + FAILURE_CLUSTER_DETECTED, options.partitions)
@@ -308,18 +377,24 @@ async def _one_mode(
             for writer in range(writers)
         )
     )
+    servers = await stack.servers()
     try:
         await asyncio.sleep(WARM_UP)
+        if servers.postmaster is not None:
+            servers.pids = await _backends(url)  # writers, relay, consumer: connected by now
 
-        async def sample() -> tuple[Histogram, Histogram, int, float, float, float, int]:
-            return (
-                await consumer.scrape(CONSUMER_HISTOGRAM),
-                await relay.scrape(RELAY_HISTOGRAM),
-                produced.events,
-                time.monotonic(),
-                relay.cpu(),
-                consumer.cpu(),
-                produced.late_ticks,
+        async def sample() -> _Sample:
+            return _Sample(
+                consumer=await consumer.scrape(CONSUMER_HISTOGRAM),
+                relay=await relay.scrape(RELAY_HISTOGRAM),
+                events=produced.events,
+                at=time.monotonic(),
+                relay_cpu=relay.cpu(),
+                consumer_cpu=consumer.cpu(),
+                late_ticks=produced.late_ticks,
+                machine=machine_sample(),
+                servers=servers.sample() if servers.postmaster is not None else None,
+                bench_cpu=time.process_time(),
             )
 
         start = await sample()
@@ -330,19 +405,29 @@ async def _one_mode(
         await asyncio.gather(producer, observer, return_exceptions=True)
     await _drained(url, report, mode)
     codes = [await relay.stop(), await consumer.stop()]
+    if not options.keep:
+        await stack.drop(url)
     report.check(
         f"freshness ({mode}): relay and consumer stopped cleanly", codes == [0, 0], f"{codes}"
     )
-    events = end[2] - start[2]
+    postgres = kafka = None
+    if start.servers is not None and end.servers is not None:
+        postgres, kafka = server_cpu([start.servers, end.servers], start.servers.at, end.servers.at)
+        kafka = kafka if servers.kafka is not None else None
     return _Window(
-        consumer=end[0].minus(start[0]),
-        relay=end[1].minus(start[1]),
-        floor=[age for when, age in floor if start[3] <= when <= end[3]],
-        events=events,
-        seconds=end[3] - start[3],
-        relay_cpu=end[4] - start[4],
-        consumer_cpu=end[5] - start[5],
-        late_ticks=end[6] - start[6],
+        consumer=end.consumer.minus(start.consumer),
+        relay=end.relay.minus(start.relay),
+        floor=[age for when, age in floor if start.at <= when <= end.at],
+        events=end.events - start.events,
+        seconds=end.at - start.at,
+        relay_cpu=end.relay_cpu - start.relay_cpu,
+        consumer_cpu=end.consumer_cpu - start.consumer_cpu,
+        late_ticks=end.late_ticks - start.late_ticks,
+        calibration=calibration,
+        machine_busy=busy_fraction(start.machine, end.machine),
+        postgres_cpu=postgres,
+        kafka_cpu=kafka,
+        bench_cpu=end.bench_cpu - start.bench_cpu,
     )
 
 
@@ -408,6 +493,8 @@ async def _drain_ceiling(stack: BenchStack, options: Options, report: Report) ->
         await conn.close()
         await watch.close()
     code = await relay.stop()
+    if not options.keep:
+        await stack.drop(url)
     report.check(
         "freshness (drain): the relay published the whole backlog and stopped cleanly",
         waiting == 0 and code == 0,
@@ -503,3 +590,32 @@ async def run_freshness(stack: BenchStack, options: Options, report: Report) -> 
                 f"the relay process at {offered:,.0f} events/s; the consumer "
                 f"{window.consumer_cpu / window.events * 1e6:.0f} us/event",
             )
+            report.add(
+                f"freshness{suffix}_calibration",
+                window.calibration,
+                "us",
+                "CPU time of a fixed piece of pure-Python work just before the window (median of "
+                "5; lower = a faster machine): compare runs of the same code by it",
+            )
+            report.add(
+                f"freshness{suffix}_machine_busy",
+                window.machine_busy * 100,
+                "%",
+                _cpu_note(window, offered),
+            )
+
+
+def _cpu_note(window: _Window, offered: float) -> str:
+    """Where the machine's CPU went over a window, per event: latency at a high rate is mostly
+    waiting for a core once the machine is nearly busy, so this says how near it was."""
+
+    def per_event(seconds: float | None) -> str:
+        return "n/a" if seconds is None else f"{seconds / window.events * 1e6:.0f}"
+
+    return (
+        f"the whole machine (all cores) over the window at {offered:,.0f} events/s; CPU per "
+        f"event: relay {per_event(window.relay_cpu)}, consumer {per_event(window.consumer_cpu)}, "
+        f"PostgreSQL {per_event(window.postgres_cpu)} (its writers' inserts, the relay's and "
+        f"the consumer's statements), Kafka broker {per_event(window.kafka_cpu)}, this "
+        f"benchmark's writers and floor observer {per_event(window.bench_cpu)} us"
+    )

@@ -12,8 +12,9 @@ its own, without Kafka's and the event loop's noise:
 * ``duplicates``: the same records again (every record a duplicate: only the claim).
 
 ``--rounds`` repeats the whole measure (each round into a new database) and prints medians;
-``--compare DIR`` alternates rounds with another checkout's code and migrations (A/B: drift on a
-shared machine hits both alike). Prints one JSON line per figure.
+``--compare DIR`` alternates rounds with another checkout's code and migrations, in the order
+A B B A … (A/B: drift on a shared machine hits both alike, and neither side always runs
+first). Prints one JSON line per figure.
 """
 
 from __future__ import annotations
@@ -198,7 +199,8 @@ def main(argv: list[str] | None = None) -> int:
         sides.append(("other", args.compare.resolve()))
     results: dict[str, list[dict[str, float]]] = {name: [] for name, _ in sides}
     for index in range(args.rounds):
-        for name, checkout in sides:
+        # A B B A ...: neither side always runs first (right after the other's heavy work).
+        for name, checkout in sides if index % 2 == 0 else sides[::-1]:
             figures = _run_round(args, checkout, index)
             load = Path("/proc/loadavg").read_text().split()[0]
             print(json.dumps({"side": name, "round": index, "load": float(load), **figures}))

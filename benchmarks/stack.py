@@ -91,6 +91,11 @@ def _started_at(pid: int) -> float | None:
     return boot + int(fields[19]) / os.sysconf("SC_CLK_TCK")
 
 
+def database_name(url: str) -> str:
+    """The database a URL names (its path)."""
+    return urlsplit(url).path.lstrip("/")
+
+
 def with_database(url: str, database: str) -> str:
     """``url`` pointing at another database on the same server (query string kept)."""
     parts = urlsplit(url)
@@ -202,11 +207,29 @@ class BenchStack:
             env["PYTHONPATH"] = pythonpath
         return env
 
+    async def drop(self, url: str) -> None:
+        """Drop one database of the run as soon as its stage is done with it: autovacuum would
+        otherwise go through its tables later, inside whatever stage runs then (DROP DATABASE
+        also checkpoints, so its dirty pages are written now, not in the next measurement)."""
+        await self._drop_database(database_name(url))
+
+    async def settle(self) -> None:
+        """Between stages: drop the databases the stage left (not the templates), so what it
+        wrote is neither vacuumed nor checkpointed during the next stage's measurements."""
+        templates = {self.template, *self.other_templates.values()}
+        for name in [n for n in reversed(self.databases) if n not in templates]:
+            await self._drop_database(name)
+
+    async def _drop_database(self, name: str) -> None:
+        await self._sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        with contextlib.suppress(ValueError):
+            self.databases.remove(name)
+
     async def close(self) -> None:
         """Drop the run's databases and delete its topics (best effort)."""
-        for name in reversed(self.databases):
+        for name in list(reversed(self.databases)):
             with contextlib.suppress(Exception):
-                await self._sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+                await self._drop_database(name)
         self.databases.clear()
         if self.topics:
             admin = AIOKafkaAdminClient(bootstrap_servers=self.endpoints.kafka_bootstrap)

@@ -101,7 +101,9 @@ def connection(database_url: str) -> dict[str, Any]:
         "dbname": url.path.lstrip("/"),
         "user": unquote(url.username or ""),
         "password": unquote(url.password or ""),
-        **{k: v[0] for k, v in parse_qs(url.query).items()},  # e.g. passfile, sslmode
+        # e.g. passfile, sslmode, and host: a Unix-domain socket's directory (the same
+        # transport as spectral's consumer, so the comparison stays fair)
+        **{k: v[0] for k, v in parse_qs(url.query).items()},
     }
 
 
