@@ -15,6 +15,11 @@ its session (:func:`start`):
   runner's temporary directory for its servers. After a normal end nothing is left to kill;
 * kills what a dead runner of this checkout left behind (its watchdog killed with it): marked
   processes whose runner is gone.
+
+A mark's first part is its scope: this checkout, or ``TEST_RUN_SCOPE`` when that is set. A run
+sweeps only what dead runners of its own scope left, so a test that kills a runner of its own on
+purpose (tests/faults/test_killed_runner.py) gives it a scope of its own, and the session starts
+of the suite's other pytest processes, running beside it, leave its leftovers to it.
 """
 
 from __future__ import annotations
@@ -32,6 +37,8 @@ from pathlib import Path
 
 MARK = "TEST_RUN_OWNER"
 ROOT = Path(__file__).resolve().parents[1]
+SCOPE = os.environ.get("TEST_RUN_SCOPE") or str(ROOT)
+"""Whose leftovers a run sweeps at its start: its checkout's, or a scope a test gave it."""
 PG_SHARED_ROOT = Path("/var/lib/spectral")
 """Where a root runner's PostgreSQL servers keep their data (spectral/devstack/postgres.py)."""
 _PASSES = 5
@@ -47,8 +54,8 @@ def _start_time(pid: int) -> str | None:
 
 
 def token_of(pid: int) -> str:
-    """The mark of runner ``pid``: this checkout, the pid and its start time."""
-    return f"{ROOT}|{pid}|{_start_time(pid)}"
+    """The mark of runner ``pid``: its scope, the pid and its start time."""
+    return f"{SCOPE}|{pid}|{_start_time(pid)}"
 
 
 def _alive(token: str) -> bool:
@@ -127,14 +134,14 @@ _WATCHDOG: list[subprocess.Popen[bytes]] = []  # referenced for the session: nev
 
 
 def start(basetemp: Path) -> subprocess.Popen[bytes]:
-    """Mark this process, start its watchdog and kill what dead runners of this checkout left
+    """Mark this process, start its watchdog and kill what dead runners of its scope left
     behind; the watchdog (its output goes to ``basetemp``/reaper.log)."""
-    stale = kill_marked(lambda mark: mark.startswith(f"{ROOT}|") and not _alive(mark))
+    stale = kill_marked(lambda mark: mark.startswith(f"{SCOPE}|") and not _alive(mark))
     token = token_of(os.getpid())
     env = {k: v for k, v in os.environ.items() if k != MARK}
     with (basetemp / "reaper.log").open("ab") as log:
         if stale:
-            log.write(f"killed {stale}, left by runners of {ROOT} that are gone\n".encode())
+            log.write(f"killed {stale}, left by runners of {SCOPE} that are gone\n".encode())
         watchdog = subprocess.Popen(
             [sys.executable, "-I", "-S", __file__, token, str(os.getpid()), str(basetemp)],
             stdin=subprocess.DEVNULL,

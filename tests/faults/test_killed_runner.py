@@ -2,7 +2,11 @@
 processes it started in sessions of their own (tests/reaper.py). A real pytest run
 (killed_runner_victim.py) starts a real broker and a detached process and is killed; they must be
 gone within a bound: killed by the run's watchdog, or, when the watchdog was killed too, by the
-next run's session start."""
+next run's session start.
+
+The victim runs get a scope of their own (``TEST_RUN_SCOPE``): the session start of any other
+pytest process of the suite, running beside them, sweeps only what its own scope's dead runners
+left, so what this test leaves running on purpose is stopped by the run it names, or by nobody."""
 
 from __future__ import annotations
 
@@ -25,7 +29,10 @@ VICTIM = Path(__file__).with_name("killed_runner_victim.py")
 BOUND = 15.0  # seconds from the kill until everything the run started is gone
 
 
-def _run_victim(tmp_path: Path, name: str, test: str, **env: str) -> subprocess.Popen[bytes]:
+def _run_victim(
+    tmp_path: Path, name: str, test: str, *, scoped: bool = True, **env: str
+) -> subprocess.Popen[bytes]:
+    scope = {"TEST_RUN_SCOPE": f"{ROOT}#killed-runner:{tmp_path}"} if scoped else {}
     with (tmp_path / f"{name}.log").open("ab") as log:
         return subprocess.Popen(
             [
@@ -44,7 +51,7 @@ def _run_victim(tmp_path: Path, name: str, test: str, **env: str) -> subprocess.
                 str(VICTIM),
             ],
             cwd=ROOT,
-            env={**os.environ, **env},
+            env={**os.environ, **scope, **env},
             stdout=log,
             stderr=subprocess.STDOUT,
         )
@@ -105,6 +112,10 @@ def test_the_next_run_kills_what_a_run_killed_with_its_watchdog_left(tmp_path: P
         runner.wait(timeout=10)
         time.sleep(1.0)
         assert pid_alive(pids["child"])  # nobody stopped it
+        # Another run of the suite, starting meanwhile, sweeps its own scope only.
+        other = _run_victim(tmp_path, "other", "nothing", scoped=False)
+        assert other.wait(timeout=120) == 0, (tmp_path / "other.log").read_text(errors="replace")
+        assert pid_alive(pids["child"])
         after = _run_victim(tmp_path, "next", "nothing")
         assert after.wait(timeout=120) == 0, (tmp_path / "next.log").read_text(errors="replace")
         _gone_within({"child": pids["child"]}, BOUND)
