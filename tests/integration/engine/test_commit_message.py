@@ -7,6 +7,7 @@ it as its own ``commit()`` does."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import uuid
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
@@ -323,3 +324,29 @@ async def test_the_commit_sent_by_hand_ends_asyncpgs_transaction_as_its_commit_d
             assert await conn.fetchval("SELECT 1") == 1
     finally:
         await conn.close()
+
+
+async def test_a_batch_whose_transaction_a_handler_left_aborted_is_not_reported_committed(
+    database_url: str,
+) -> None:
+    """A handler that catches a failed statement of its own without a savepoint leaves the
+    batch's transaction aborted; PostgreSQL then answers its ``COMMIT`` with ``ROLLBACK`` and no
+    error (asyncpg's ``Transaction.commit()`` does not look). The batch must not be reported
+    applied: nothing of it (neither its dedup rows nor its effects) was committed, and the
+    engine would commit its offsets — the events lost. With a stale mark in the COMMIT's message
+    the same batch fails (the mark is refused in the aborted transaction); without one it must
+    fail too."""
+
+    async def swallowed(conn: asyncpg.Connection) -> None:
+        # a handler's mistake: no savepoint around its statement
+        with contextlib.suppress(asyncpg.DivisionByZeroError):
+            await conn.execute("SELECT 1 / 0")
+
+    key = _key()
+    async with _batches(Sorting(set(), set(), swallowed), database_url) as (transaction, _):
+        outcome = await transaction.apply([_delivery(key, 1)])
+    stored = await _outcomes(database_url, [key])
+    # Either the delivery was applied (its dedup row committed) or it was dead-lettered;
+    # reported fresh with nothing stored is an event lost.
+    assert outcome.fresh == len(stored), (outcome, stored)
+    assert outcome.fresh + len(outcome.failed) == 1, outcome
