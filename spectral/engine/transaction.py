@@ -83,17 +83,28 @@ async def _commit_with(transaction: Transaction, statements: str) -> None:
     ``conn.transaction()`` is a transaction, not a savepoint, and the pool's reset finds nothing
     open), and the ``Transaction`` ends COMMITTED — FAILED if the message fails, when the caller
     rolls back what the server still holds open (a statement before the ``COMMIT`` failed:
-    PostgreSQL skips the rest of the message). tests/integration/engine/test_commit_message.py
-    holds the installed asyncpg to this."""
+    PostgreSQL skips the rest of the message). Unlike ``commit()`` it reads the COMMIT's answer:
+    a transaction already aborted (a handler caught a failed statement without a savepoint) is
+    answered ``ROLLBACK`` without an error, and that raises :class:`PermanentError`.
+    tests/integration/engine/test_commit_message.py holds the installed asyncpg to this."""
     state: Any = transaction  # asyncpg's own bookkeeping: no public way to end it otherwise
     connection = state._connection  # noqa: SLF001 - the real connection, not a pool proxy
     if connection._top_xact is transaction:  # noqa: SLF001
         connection._top_xact = None  # noqa: SLF001
     try:
-        await connection.execute(statements + "COMMIT;")
+        status = await connection.execute(statements + "COMMIT;")
     except BaseException:
         state._state = TransactionState.FAILED  # noqa: SLF001
         raise
+    if status != "COMMIT":
+        # PostgreSQL answers the COMMIT of an aborted transaction (a statement failed and was
+        # caught without a savepoint) with ROLLBACK and no error: nothing was committed.
+        state._state = TransactionState.ROLLEDBACK  # noqa: SLF001
+        msg = (
+            "the batch's transaction was aborted (a statement failed and was caught without a "
+            f"savepoint); PostgreSQL answered its COMMIT with {status}: nothing was committed"
+        )
+        raise PermanentError(msg)
     state._state = TransactionState.COMMITTED  # noqa: SLF001
 
 
@@ -301,9 +312,6 @@ class BatchTransaction:
             with contextlib.suppress(Exception):  # else the pool's reset rolls it back
                 await transaction.rollback()
             raise
-        if not ending:
-            await transaction.commit()
-            return result, len(fresh)
         try:
             await _commit_with(transaction, "".join(ending))
         except BaseException:
