@@ -81,3 +81,56 @@ async def test_a_key_claimed_by_two_transactions_at_once_is_applied_once(
     else:
         assert (outcome.fresh, outcome.duplicates) == (2, 0)
         assert sorted(handler.keys) == sorted([held, other])
+
+
+async def test_a_claim_that_waited_for_a_rotation_records_its_key_in_the_new_generation(
+    database_url: str,
+) -> None:
+    """The claim's key goes to the slot of the generation current when it commits, whatever
+    isolation the deployment's sessions default to (an operator may set
+    ``default_transaction_isolation`` for a role or a database; the engine does not set it).
+    At REPEATABLE READ the claim's snapshot is taken when its statement starts, before it waits
+    for a rotation's lock: it then reads the generation that just ended as current and records
+    the key in that slot, which the next rotation forgets — one generation early, within the
+    readable lifetime the horizon promises (a redelivery is applied again)."""
+    key = f"{uuid.uuid4()}:{uuid.uuid4().hex}"
+    handler = Applied()
+    pool = await create_pool(
+        database_url,
+        role=PROJECTOR,
+        min_size=1,
+        max_size=1,
+        session={"default_transaction_isolation": "repeatable read"},
+    )
+    rotation = await asyncpg.connect(database_url)
+    try:
+        await rotation.execute(
+            "BEGIN; SELECT core.lock_dedup_for_rotation();"
+            "UPDATE core.dedup_generations SET ended_at = now() WHERE ended_at IS NULL;"
+            "INSERT INTO core.dedup_generations (generation, slot, started_at)"
+            " VALUES (2, 1, now());"
+        )
+        transaction = BatchTransaction(
+            handler,
+            PoolConnections(pool),
+            Retrying(
+                Backoff(base=0.05, cap=0.2),
+                ConsumerMetrics(CollectorRegistry(), handler.name),
+                asyncio.Event(),
+            ),
+        )
+        batch = asyncio.create_task(transaction.apply([_delivery(key, 1)]))
+        await asyncio.sleep(0.5)
+        assert not batch.done()  # waits for the rotation's lock
+        await rotation.execute("COMMIT")
+        outcome = await asyncio.wait_for(batch, 30)
+        assert outcome.fresh == 1
+        slots = await rotation.fetch(
+            "SELECT h.slot, g.ended_at IS NULL AS current FROM core.event_handled AS h "
+            "JOIN core.dedup_generations AS g USING (slot) WHERE h.consumer = $1",
+            handler.name,
+        )
+    finally:
+        await rotation.close()
+        await pool.close()
+    assert [(r["slot"], r["current"]) for r in slots] == [(1, True)]
