@@ -302,7 +302,10 @@ class BatchTransaction:
     ) -> tuple[HandlerResult[Any], int]:
         """The batch's transaction where it commits: the claim and the handler, then the outcome
         statements, when they are few, in the message of the ``COMMIT`` (:func:`_commit_with`)."""
-        transaction = conn.transaction()
+        # READ COMMITTED whatever the session's default: the claim must read the dedup ring
+        # with a snapshot taken after its lock (a claim that waited for a rotation reads the new
+        # current slot; queries.sql claim_keys), not the transaction's first one.
+        transaction = conn.transaction(isolation="read_committed")
         await transaction.start()
         try:
             fresh, result = await self._claimed_and_applied(conn, name, stored, batch)
