@@ -103,3 +103,56 @@ def test_executors_of_one_socket_share_a_journal_and_other_sockets_do_not(
     assert one.name == "_run_a_6000_db"
     tcp = journal_directory(settings, "postgresql://u@127.0.0.1:6000/db")
     assert tcp.name == "127.0.0.1_6000_db"
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "postgresql://u:hunter2@/x?host={dir}&port=5432",
+        "postgresql://u@/x?host={dir}&port=5432&password=hunter2",
+    ],
+)
+def test_a_refused_socket_url_is_reported_without_its_password(url: str) -> None:
+    """A URL refused for its socket path is reported (``spectral db migrate`` prints the error)
+    without the password it carries, in its netloc or in its query."""
+    too_long = "/" + "d" * SOCKET_PATH_MAX
+    with pytest.raises(ValidationError) as refused:
+        Settings(database_url=url.format(dir=too_long))
+    assert "shorter socket directory" in str(refused.value)
+    assert "hunter2" not in str(refused.value)
+
+
+def test_a_password_in_a_socket_urls_query_is_masked_in_the_settings_view() -> None:
+    """``Settings.describe`` is the printable view with every secret masked: a socket URL has no
+    host to carry ``user:password@`` before, and both asyncpg and libpq read ``password=``."""
+    current = Settings(database_url="postgresql://u@/x?host=/run/pg&port=5432&password=hunter2")
+    assert "hunter2" not in str(current.describe())
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        # asyncpg reads the last of repeated parameters
+        "postgresql://u@/x?host=/run/pg&host={dir}&port=5432",
+        # a socket directory percent-encoded in the netloc (asyncpg and libpq unquote it)
+        "postgresql://u@{quoted}:5432/x",
+    ],
+)
+def test_check_url_checks_the_socket_asyncpg_connects_to(url: str) -> None:
+    """check_url refuses a too-long socket path in every spelling asyncpg connects through;
+    otherwise every connection attempt fails and reads as a database outage."""
+    too_long = "/" + "d" * SOCKET_PATH_MAX
+    url = url.format(dir=too_long, quoted=too_long.replace("/", "%2F"))
+    with pytest.raises(OSError, match="AF_UNIX path too long"):
+        asyncio.run(asyncpg.connect(url, timeout=1))  # how the driver fails on it
+    with pytest.raises(ValueError, match="shorter socket directory"):
+        check_url(url)
+
+
+def test_socket_directory_of_a_list_of_socket_hosts_is_not_one_directory() -> None:
+    """``host=/a,/b`` is two sockets to asyncpg (tried in order), not one directory named
+    ``/a,/b``: two directories that each fit are not refused for their joined length."""
+    each = "/" + "d" * 60
+    url = f"postgresql://u@/x?host={each},{each}&port=5432"
+    check_url(url)
+    assert socket_directory(url) in {None, each}
