@@ -18,7 +18,7 @@ import os
 from enum import StrEnum
 from pathlib import Path
 from typing import Any, Self, TypeVar
-from urllib.parse import parse_qs, quote, urlsplit, urlunsplit
+from urllib.parse import parse_qs, quote, unquote_plus, urlsplit, urlunsplit
 
 from pydantic import Field, PrivateAttr, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -60,7 +60,11 @@ def _default_cache_dir() -> Path:
 class Settings(BaseSettings):
     """Everything a spectral process reads from its environment."""
 
-    model_config = SettingsConfigDict(env_prefix="SPECTRAL_", frozen=True, extra="ignore")
+    # A refused value is not repeated in the error (it is printed): it may hold a secret (a
+    # database URL's password).
+    model_config = SettingsConfigDict(
+        env_prefix="SPECTRAL_", frozen=True, extra="ignore", hide_input_in_errors=True
+    )
 
     kafka_bootstrap: str | None = Field(
         default=None,
@@ -282,7 +286,11 @@ class PluginSettings(BaseSettings):
     """A settings section: a plugin's own ``SPECTRAL_*`` variables (declare it in the plugin's
     ``settings``; read it with ``MySettings.of(settings)``)."""
 
-    model_config = SettingsConfigDict(env_prefix="SPECTRAL_", frozen=True, extra="ignore")
+    # A refused value is not repeated in the error (it is printed): it may hold a secret (a
+    # database URL's password).
+    model_config = SettingsConfigDict(
+        env_prefix="SPECTRAL_", frozen=True, extra="ignore", hide_input_in_errors=True
+    )
 
     @classmethod
     def of(cls, settings: Settings) -> Self:
@@ -293,9 +301,27 @@ class PluginSettings(BaseSettings):
 S = TypeVar("S", bound=PluginSettings)
 
 
+def _masked_query(query: str) -> str:
+    """``query`` with the value of each ``password`` parameter (its name read as asyncpg and
+    libpq read it: percent-decoded) replaced with asterisks."""
+    fields = query.split("&")
+    for at, field in enumerate(fields):
+        name, sep, _ = field.partition("=")
+        if sep and unquote_plus(name) == "password":
+            fields[at] = f"{name}=********"
+    return "&".join(fields)
+
+
 def redact_url(url: str) -> str:
-    """Replace the password of a URL with asterisks."""
+    """Replace the password of a URL with asterisks, in its netloc and in its query (a socket
+    URL has no host to write ``user:password@`` before; asyncpg and libpq read ``password=``)."""
     parts = urlsplit(url)
+    query = _masked_query(parts.query)
+    if query != parts.query:
+        # the first "?" starts the query (urlsplit ends the netloc and the path there)
+        head, _, rest = url.partition("?")
+        url = f"{head}?{query}{rest[len(parts.query) :]}"
+        parts = urlsplit(url)
     if parts.password is None:
         return url
     netloc = parts.netloc.rsplit("@", 1)
@@ -328,7 +354,7 @@ def socket_directory(url: str) -> str | None:
     parts = urlsplit(url)
     if parts.netloc.rpartition("@")[2]:
         return None
-    host = parse_qs(parts.query).get("host", [""])[0]
+    host = parse_qs(parts.query).get("host", [""])[-1]  # the last one, as asyncpg and libpq
     return host if host.startswith("/") else None
 
 
@@ -337,7 +363,7 @@ def url_port(url: str) -> int | None:
     parts = urlsplit(url)
     if parts.port is not None:
         return parts.port
-    value = parse_qs(parts.query).get("port", [""])[0]
+    value = parse_qs(parts.query).get("port", [""])[-1]
     return int(value) if value.isdigit() else None
 
 
