@@ -136,13 +136,15 @@ def test_a_password_in_a_socket_urls_query_is_masked_in_the_settings_view() -> N
         "postgresql://u@/x?host=/run/pg&host={dir}&port=5432",
         # a socket directory percent-encoded in the netloc (asyncpg and libpq unquote it)
         "postgresql://u@{quoted}:5432/x",
+        # "." components and repeated slashes count: the system reads the path as spelled
+        "postgresql://u@/x?host=/run{dots}&port=5432",
     ],
 )
 def test_check_url_checks_the_socket_asyncpg_connects_to(url: str) -> None:
     """check_url refuses a too-long socket path in every spelling asyncpg connects through;
     otherwise every connection attempt fails and reads as a database outage."""
     too_long = "/" + "d" * SOCKET_PATH_MAX
-    url = url.format(dir=too_long, quoted=too_long.replace("/", "%2F"))
+    url = url.format(dir=too_long, quoted=too_long.replace("/", "%2F"), dots="/." * 60)
     with pytest.raises(OSError, match="AF_UNIX path too long"):
         asyncio.run(asyncpg.connect(url, timeout=1))  # how the driver fails on it
     with pytest.raises(ValueError, match="shorter socket directory"):
