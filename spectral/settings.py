@@ -369,7 +369,9 @@ def url_port(url: str) -> int | None:
 
 def socket_path(directory: str | Path, port: int | None) -> str:
     """The socket file of the server listening on ``port`` in ``directory``."""
-    return str(Path(directory) / _SOCKET_FILE.format(port=port or _DEFAULT_PORT))
+    # As spelled (asyncpg's os.path.join), not normalized as Path would: the system limits the
+    # path it is given, "." components and repeated slashes included.
+    return os.path.join(directory, _SOCKET_FILE.format(port=port or _DEFAULT_PORT))  # noqa: PTH118
 
 
 def check_socket_path(directory: str | Path, port: int | None) -> None:
