@@ -252,3 +252,30 @@ async def test_writers_racing_rotations_never_join_an_ended_generation_and_lose_
     assert {int(r["slot"]) for r in present} <= {current}
     assert not left & race.published
     assert left | race.published == race.committed  # nothing lost, nothing rolled back kept
+
+
+async def test_a_repeatable_read_writer_does_not_join_a_generation_that_ended(
+    database_url: str,
+) -> None:
+    """``enqueue`` runs in the producer's own transaction, at whatever isolation the producer
+    chose. At REPEATABLE READ the trigger's read of the current generation uses the snapshot
+    the transaction took before the rotation, so its rows go to the generation that ended
+    (the slot maintenance then checks as fully published and empties). Its rows must go to the
+    current generation's slot, or the insert be refused."""
+    repo = await MaintenanceRepository.open(database_url)
+    try:
+        async with session(database_url, WRITER) as writer:
+            transaction = writer.transaction(isolation="repeatable_read")
+            await transaction.start()
+            await writer.fetchval("SELECT 1")  # the transaction's snapshot
+            await asyncio.wait_for(repo.rotate_outbox(await _current(repo), 1, WAIT), 30)
+            try:
+                ids = await enqueue(writer, _items(2))
+            except asyncpg.PostgresError:
+                ids = []  # refused: acceptable
+            await transaction.commit()
+        current = await _current(repo)
+    finally:
+        await repo.close()
+    assert current.slot == 1
+    assert await _slots(database_url, ids) == [1] * len(ids)
