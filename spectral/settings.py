@@ -18,7 +18,7 @@ import os
 from enum import StrEnum
 from pathlib import Path
 from typing import Any, Self, TypeVar
-from urllib.parse import parse_qs, quote, unquote_plus, urlsplit, urlunsplit
+from urllib.parse import parse_qs, quote, unquote, unquote_plus, urlsplit, urlunsplit
 
 from pydantic import Field, PrivateAttr, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -349,13 +349,53 @@ _SOCKET_FILE = ".s.PGSQL.{port}"
 _DEFAULT_PORT = 5432
 
 
-def socket_directory(url: str) -> str | None:
-    """The directory of the Unix-domain socket ``url`` connects through, or None (TCP)."""
+def _hosts(url: str) -> list[tuple[str, int]]:
+    """The hosts ``url`` connects to, in the order asyncpg tries them, each with its port: the
+    netloc's comma-separated hosts (percent-decoded), or else the last ``host`` parameter's
+    (with the last ``port`` parameter's ports, one for all or one each). A socket host is its
+    directory. This reads the URL as asyncpg's ``connect_utils`` does."""
     parts = urlsplit(url)
-    if parts.netloc.rpartition("@")[2]:
-        return None
-    host = parse_qs(parts.query).get("host", [""])[-1]  # the last one, as asyncpg and libpq
-    return host if host.startswith("/") else None
+    query = {name: values[-1] for name, values in parse_qs(parts.query).items()}
+    # asyncpg splits the netloc at its first "@"; a host named there hides the parameters
+    hostspec = parts.netloc.partition("@")[2] if "@" in parts.netloc else parts.netloc
+    in_netloc = bool(hostspec)
+    hostlist = hostspec or query.get("host", "")
+    if not hostlist:
+        return []
+    given = [] if in_netloc else [int(p) for p in query.get("port", "").split(",") if p.isdigit()]
+    hosts: list[tuple[str, int]] = []
+    for at, spec in enumerate(hostlist.split(",")):
+        if spec.startswith("/"):
+            addr, port = spec, ""
+        elif spec.startswith("["):
+            addr, _, rest = spec[1:].partition("]")
+            port = rest.removeprefix(":")
+        else:
+            addr, _, port = spec.partition(":")
+        if in_netloc:
+            addr, port = unquote(addr), unquote(port)
+        if port.isdigit():
+            number = int(port)
+        elif given:
+            number = given[at] if len(given) > 1 and at < len(given) else given[0]
+        else:
+            number = _DEFAULT_PORT
+        hosts.append((addr, number))
+    return hosts
+
+
+def socket_paths(url: str) -> list[str]:
+    """The Unix-domain socket files ``url`` connects through (none: TCP only)."""
+    return [socket_path(addr, port) for addr, port in _hosts(url) if addr.startswith("/")]
+
+
+def socket_directory(url: str) -> str | None:
+    """The directory of the Unix-domain socket ``url`` connects through when that socket is its
+    only host, or None (TCP, or a list of hosts)."""
+    hosts = _hosts(url)
+    if len(hosts) == 1 and hosts[0][0].startswith("/"):
+        return hosts[0][0]
+    return None
 
 
 def url_port(url: str) -> int | None:
@@ -376,7 +416,10 @@ def socket_path(directory: str | Path, port: int | None) -> str:
 
 def check_socket_path(directory: str | Path, port: int | None) -> None:
     """Raise ValueError when the socket's path is longer than the system allows."""
-    path = socket_path(directory, port)
+    _check_path(socket_path(directory, port))
+
+
+def _check_path(path: str) -> None:
     size = len(path.encode())
     if size > SOCKET_PATH_MAX:
         msg = (
@@ -388,9 +431,8 @@ def check_socket_path(directory: str | Path, port: int | None) -> None:
 
 def check_url(url: str) -> None:
     """Raise ValueError when ``url`` names a Unix-domain socket whose path is too long."""
-    directory = socket_directory(url)
-    if directory is not None:
-        check_socket_path(directory, url_port(url))
+    for path in socket_paths(url):
+        _check_path(path)
 
 
 def socket_url(user: str, directory: str | Path, port: int, database: str, **query: str) -> str:
