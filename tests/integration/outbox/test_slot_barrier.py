@@ -254,28 +254,91 @@ async def test_writers_racing_rotations_never_join_an_ended_generation_and_lose_
     assert left | race.published == race.committed  # nothing lost, nothing rolled back kept
 
 
-async def test_a_repeatable_read_writer_does_not_join_a_generation_that_ended(
-    database_url: str,
+@pytest.mark.parametrize("isolation", ["repeatable_read", "serializable"])
+async def test_a_snapshot_isolation_writer_does_not_join_a_generation_that_ended(
+    database_url: str, isolation: str
 ) -> None:
     """``enqueue`` runs in the producer's own transaction, at whatever isolation the producer
-    chose. At REPEATABLE READ the trigger's read of the current generation uses the snapshot
-    the transaction took before the rotation, so its rows go to the generation that ended
-    (the slot maintenance then checks as fully published and empties). Its rows must go to the
-    current generation's slot, or the insert be refused."""
+    chose. At REPEATABLE READ and SERIALIZABLE a read of the current generation uses the snapshot
+    the transaction took before the rotation, so its rows would go to the generation that ended
+    (the slot maintenance then checks it as fully published and empties it). The insert is
+    refused with the error those levels ask a writer to retry, and nothing is written."""
     repo = await MaintenanceRepository.open(database_url)
     try:
         async with session(database_url, WRITER) as writer:
-            transaction = writer.transaction(isolation="repeatable_read")
+            transaction = writer.transaction(isolation=isolation)  # type: ignore[arg-type]
             await transaction.start()
             await writer.fetchval("SELECT 1")  # the transaction's snapshot
-            await asyncio.wait_for(repo.rotate_outbox(await _current(repo), 1, WAIT), 30)
-            try:
+            before = await _current(repo)
+            await asyncio.wait_for(repo.rotate_outbox(before, 1, WAIT), 30)
+            with pytest.raises(asyncpg.SerializationError):
+                await enqueue(writer, _items(2))
+            await transaction.rollback()
+            # retried, as the level asks: a new snapshot sees the new generation
+            async with writer.transaction(isolation=isolation):  # type: ignore[arg-type]
                 ids = await enqueue(writer, _items(2))
-            except asyncpg.PostgresError:
-                ids = []  # refused: acceptable
-            await transaction.commit()
         current = await _current(repo)
     finally:
         await repo.close()
-    assert current.slot == 1
-    assert await _slots(database_url, ids) == [1] * len(ids)
+    assert (before.slot, current.slot) == (0, 1)
+    assert await _slots(database_url, ids) == [1, 1]
+
+
+async def test_a_snapshot_isolation_writer_whose_first_statement_waited_for_a_rotation_is_refused(
+    database_url: str,
+) -> None:
+    """A transaction's first statement takes its snapshot before it waits for its lock: an
+    INSERT that waited behind a rotation's barrier saw the generation that the rotation ended
+    as current. It is refused, not written into the ended slot."""
+    async with session(database_url) as admin, session(database_url, WRITER) as writer:
+        [current] = await admin.fetch(
+            "SELECT generation, slot FROM core.outbox_generations WHERE ended_at IS NULL"
+        )
+        rotation = admin.transaction()
+        await rotation.start()
+        await admin.execute("LOCK TABLE core.outbox IN SHARE MODE")  # the rotation's barrier
+
+        async def write() -> list[int]:
+            async with writer.transaction(isolation="repeatable_read"):
+                return await enqueue(writer, _items(2))
+
+        waiting = asyncio.create_task(write())
+        await asyncio.sleep(0.5)
+        assert not waiting.done()  # behind the barrier, its snapshot taken
+        await admin.execute(
+            "UPDATE core.outbox_generations SET ended_at = now() WHERE generation = $1",
+            current["generation"],
+        )
+        await admin.execute(
+            "INSERT INTO core.outbox_generations (generation, slot, started_at) "
+            "VALUES ($1, $2, now())",
+            current["generation"] + 1,
+            (current["slot"] + 1) % OUTBOX_SLOTS,
+        )
+        await rotation.commit()
+        with pytest.raises(asyncpg.SerializationError):
+            await asyncio.wait_for(waiting, 30)
+
+
+async def test_snapshot_isolation_writers_are_neither_refused_nor_serialized_without_a_rotation(
+    database_url: str,
+) -> None:
+    """The row lock a REPEATABLE READ or SERIALIZABLE writer takes on the current generation is
+    shared: writers whose snapshots are current write side by side, none waits for another or
+    is refused."""
+    async with (
+        session(database_url, WRITER) as one,
+        session(database_url, WRITER) as two,
+    ):
+        first = one.transaction(isolation="repeatable_read")
+        second = two.transaction(isolation="serializable")
+        await first.start()
+        await second.start()
+        a = await asyncio.wait_for(enqueue(one, _items(3)), 10)
+        b = await asyncio.wait_for(enqueue(two, _items(3, first=3)), 10)
+        await first.commit()
+        await second.commit()
+        async with one.transaction():  # READ COMMITTED, as usual
+            c = await enqueue(one, _items(1, first=6))
+    slots = await _slots(database_url, a + b + c)
+    assert len(set(slots)) == 1
