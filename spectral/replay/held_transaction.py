@@ -70,7 +70,10 @@ class HeldTransaction:
         self._done = False
 
     async def __aenter__(self) -> Self:
-        self._transaction = self.conn.transaction()
+        # READ COMMITTED, as the engine runs each batch (a savepoint here, which asyncpg refuses
+        # at another level than the outer transaction's): the claims must see a rotation that
+        # committed while they waited, whatever the session's default level.
+        self._transaction = self.conn.transaction(isolation="read_committed")
         await guarded("begin the held transaction", self._transaction.start)
         return self
 
