@@ -158,3 +158,31 @@ def test_socket_directory_of_a_list_of_socket_hosts_is_not_one_directory() -> No
     url = f"postgresql://u@/x?host={each},{each}&port=5432"
     check_url(url)
     assert socket_directory(url) in {None, each}
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        # a port the query spells with a sign, a space or digit groups: asyncpg's int() reads
+        # them all ("+" in a query is a space once decoded)
+        "postgresql://u@/x?host={dir}&port=+10000",
+        "postgresql://u@/x?host={dir}&port=%2010000",
+        "postgresql://u@/x?host={dir}&port=10_000",
+        # the same in the netloc, after a socket directory percent-encoded there
+        "postgresql://u@{quoted}:+10000/x",
+        "postgresql://u@{quoted}:1_0000/x",
+    ],
+)
+def test_check_url_reads_a_ports_spelling_as_asyncpg_does(url: str) -> None:
+    """asyncpg reads a port with ``int()``: ``+10000``, `` 10000`` and ``10_000`` are all port
+    10000, and the socket it connects through is ``<dir>/.s.PGSQL.10000``. check_url reads only
+    a port of digits and takes 5432 for the others, so it checks a path one byte shorter than
+    the one asyncpg opens: a directory that fits with 5432 and not with 10000 is accepted at start,
+    then every connection attempt fails with "AF_UNIX path too long" (read as an outage)."""
+    directory = "/" + "d" * (SOCKET_PATH_MAX - len("/.s.PGSQL.5432") - 1)
+    assert len(socket_path(directory, 5432)) == SOCKET_PATH_MAX  # fits at 5432
+    url = url.format(dir=directory, quoted=directory.replace("/", "%2F"))
+    with pytest.raises(OSError, match="AF_UNIX path too long"):
+        asyncio.run(asyncpg.connect(url, timeout=1))  # asyncpg's path: 108 bytes
+    with pytest.raises(ValueError, match="shorter socket directory"):
+        check_url(url)
