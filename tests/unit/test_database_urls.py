@@ -186,3 +186,31 @@ def test_check_url_reads_a_ports_spelling_as_asyncpg_does(url: str) -> None:
         asyncio.run(asyncpg.connect(url, timeout=1))  # asyncpg's path: 108 bytes
     with pytest.raises(ValueError, match="shorter socket directory"):
         check_url(url)
+
+
+def test_check_url_accepts_a_url_naming_the_socket_file_itself(tmp_path: Path) -> None:
+    """asyncpg takes a socket host that already contains ``.s.PGSQL.`` for the socket file
+    itself (connect_utils: it appends ``.s.PGSQL.<port>`` only to a host without it), so
+    ``host=/run/pg/.s.PGSQL.5432`` connects through ``/run/pg/.s.PGSQL.5432``. check_url appends
+    the file name again and measures ``/run/pg/.s.PGSQL.5432/.s.PGSQL.5432``: a URL whose socket
+    fits, and which asyncpg connects through, is refused at start and the process never runs."""
+    directory = tmp_path / ("d" * (SOCKET_PATH_MAX - len(f"{tmp_path}/.s.PGSQL.5999") - 1))
+    directory.mkdir()
+    socket_file = socket_path(directory, 5999)
+    assert len(socket_file) == SOCKET_PATH_MAX
+    url = f"postgresql://u@/x?host={socket_file}"
+    reached: list[bool] = []
+
+    async def attempt() -> None:
+        def answer(_: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            reached.append(True)
+            writer.close()
+
+        server = await asyncio.start_unix_server(answer, path=socket_file)
+        async with server:
+            with pytest.raises((ConnectionError, asyncpg.PostgresError, OSError)):
+                await asyncpg.connect(url, timeout=5)
+
+    asyncio.run(attempt())
+    assert reached == [True]  # asyncpg reached the socket the URL names
+    check_url(url)
