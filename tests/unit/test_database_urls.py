@@ -214,3 +214,14 @@ def test_check_url_accepts_a_url_naming_the_socket_file_itself(tmp_path: Path) -
     asyncio.run(attempt())
     assert reached == [True]  # asyncpg reached the socket the URL names
     check_url(url)
+
+
+def test_a_url_refused_for_its_brackets_is_reported_without_its_password() -> None:
+    """A password with square brackets written as they are (``u:[hunter2]@db``) makes the URL
+    unreadable: urlsplit takes the bracketed text for an IPv6 host and raises a ValueError
+    naming it, and check_url lets that error through as the settings' validation error, which
+    ``spectral db migrate`` and every command print at start. ``hide_input_in_errors`` hides the
+    URL, not the message: the password is printed."""
+    with pytest.raises(ValidationError) as refused:
+        Settings(database_url="postgresql://u:[hunter2]@db.example:5432/x")
+    assert "hunter2" not in str(refused.value)
