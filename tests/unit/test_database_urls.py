@@ -225,3 +225,13 @@ def test_a_url_refused_for_its_brackets_is_reported_without_its_password() -> No
     with pytest.raises(ValidationError) as refused:
         Settings(database_url="postgresql://u:[hunter2]@db.example:5432/x")
     assert "hunter2" not in str(refused.value)
+
+
+def test_a_query_password_after_a_tab_or_newline_is_masked_in_the_settings_view() -> None:
+    """urlsplit (and asyncpg's urlparse) drop tabs and newlines anywhere in a URL, so asyncpg
+    connects with ``password=hunter2`` from this URL. redact_url masks the query urlsplit read
+    (without them) and then cuts the original URL's text by that query's length: each dropped
+    character shifts the cut, and as many characters of the password are printed after the
+    asterisks by ``Settings.describe``."""
+    current = Settings(database_url="postgresql://u@/x?host=/run/pg&\t\t\t\t\t\t\tpassword=hunter2")
+    assert "hunter2" not in str(current.describe())
