@@ -235,3 +235,13 @@ def test_a_query_password_after_a_tab_or_newline_is_masked_in_the_settings_view(
     asterisks by ``Settings.describe``."""
     current = Settings(database_url="postgresql://u@/x?host=/run/pg&\t\t\t\t\t\t\tpassword=hunter2")
     assert "hunter2" not in str(current.describe())
+
+
+def test_the_client_keys_password_is_masked_in_the_settings_view() -> None:
+    """asyncpg reads ``sslpassword`` from the URL's query (as libpq does): the passphrase of the
+    client's TLS key. redact_url masks only ``password``, so ``Settings.describe`` prints it."""
+    current = Settings(
+        database_url="postgresql://u@db.example/x?sslmode=verify-full"
+        "&sslkey=/etc/spectral/client.key&sslpassword=hunter2"
+    )
+    assert "hunter2" not in str(current.describe())
