@@ -342,3 +342,23 @@ async def test_snapshot_isolation_writers_are_neither_refused_nor_serialized_wit
             c = await enqueue(one, _items(1, first=6))
     slots = await _slots(database_url, a + b + c)
     assert len(set(slots)) == 1
+
+
+@pytest.mark.parametrize("isolation", ["repeatable_read", "serializable", "read_uncommitted"])
+async def test_a_plugins_outbox_writer_writes_at_any_isolation_level(
+    database_url: str, isolation: str
+) -> None:
+    """spectral_outbox_writer is the role a plugin's producer, or a projection that emits
+    events, writes the outbox with (migration plugins: ``spectral.outbox.enqueue``'s grants).
+    Migration 0054 has a writer at any level but READ COMMITTED lock the current generation
+    through core.outbox_current_slot_locked(), whose EXECUTE it grants to spectral_producer and
+    spectral_executor only: the plugin's insert, with no rotation anywhere, is refused with
+    permission denied (42501) — not the 40001 its level asks it to retry — on every attempt.
+    READ UNCOMMITTED is READ COMMITTED in PostgreSQL, yet it names itself otherwise and takes
+    the locked path too."""
+    async with (
+        session(database_url, "spectral_outbox_writer") as writer,
+        writer.transaction(isolation=isolation),  # type: ignore[arg-type]
+    ):
+        ids = await enqueue(writer, _items(2))
+    assert len(await _slots(database_url, ids)) == 2
