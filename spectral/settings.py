@@ -18,7 +18,7 @@ import os
 from enum import StrEnum
 from pathlib import Path
 from typing import Any, Self, TypeVar
-from urllib.parse import parse_qs, quote, unquote, unquote_plus, urlsplit, urlunsplit
+from urllib.parse import SplitResult, parse_qs, quote, unquote, unquote_plus, urlsplit, urlunsplit
 
 from pydantic import Field, PrivateAttr, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -301,21 +301,33 @@ class PluginSettings(BaseSettings):
 S = TypeVar("S", bound=PluginSettings)
 
 
+# The query parameters asyncpg and libpq read a secret from: the password, and the passphrase of
+# the client's TLS key.
+_SECRET_PARAMETERS = frozenset({"password", "sslpassword"})
+# What urlsplit (and asyncpg's urlparse) drop from anywhere in a URL before reading it.
+_DROPPED_FROM_URLS = str.maketrans("", "", "\t\r\n")
+
+
 def _masked_query(query: str) -> str:
-    """``query`` with the value of each ``password`` parameter (its name read as asyncpg and
-    libpq read it: percent-decoded) replaced with asterisks."""
+    """``query`` with the value of each secret parameter (its name read as asyncpg and libpq
+    read it: percent-decoded) replaced with asterisks."""
     fields = query.split("&")
     for at, field in enumerate(fields):
         name, sep, _ = field.partition("=")
-        if sep and unquote_plus(name) == "password":
+        if sep and unquote_plus(name) in _SECRET_PARAMETERS:
             fields[at] = f"{name}=********"
     return "&".join(fields)
 
 
 def redact_url(url: str) -> str:
     """Replace the password of a URL with asterisks, in its netloc and in its query (a socket
-    URL has no host to write ``user:password@`` before; asyncpg and libpq read ``password=``)."""
-    parts = urlsplit(url)
+    URL has no host to write ``user:password@`` before; asyncpg and libpq read ``password=``),
+    and the client key's ``sslpassword``. A URL that cannot be read is not shown at all."""
+    url = url.translate(_DROPPED_FROM_URLS)  # as read: the query's offsets below are the text's
+    try:
+        parts = _split(url)
+    except ValueError as unreadable:
+        return f"({unreadable})"
     query = _masked_query(parts.query)
     if query != parts.query:
         # the first "?" starts the query (urlsplit ends the netloc and the path there)
@@ -345,8 +357,29 @@ def redact_url(url: str) -> str:
 SOCKET_PATH_MAX = 107
 """Longest Unix-domain socket path in bytes (``sun_path`` is 108 bytes, NUL included)."""
 
-_SOCKET_FILE = ".s.PGSQL.{port}"
+_SOCKET_FILE_STEM = ".s.PGSQL."
+_SOCKET_FILE = _SOCKET_FILE_STEM + "{port}"
 _DEFAULT_PORT = 5432
+
+
+def _split(url: str) -> SplitResult:
+    """``urlsplit(url)``, with an error that does not quote the URL (it may quote a password)."""
+    try:
+        return urlsplit(url)
+    except ValueError:
+        msg = (
+            "the database URL cannot be read: percent-encode its user and password "
+            "(a '[' or ']' written as it is reads as an IPv6 address)"
+        )
+        raise ValueError(msg) from None
+
+
+def _port(text: str) -> int | None:
+    """A port as asyncpg reads it (``int()``: a sign, spaces and digit groups allowed), or None."""
+    try:
+        return int(text)
+    except ValueError:
+        return None
 
 
 def _hosts(url: str) -> list[tuple[str, int]]:
@@ -354,7 +387,7 @@ def _hosts(url: str) -> list[tuple[str, int]]:
     netloc's comma-separated hosts (percent-decoded), or else the last ``host`` parameter's
     (with the last ``port`` parameter's ports, one for all or one each). A socket host is its
     directory. This reads the URL as asyncpg's ``connect_utils`` does."""
-    parts = urlsplit(url)
+    parts = _split(url)
     query = {name: values[-1] for name, values in parse_qs(parts.query).items()}
     # asyncpg splits the netloc at its first "@"; a host named there hides the parameters
     hostspec = parts.netloc.partition("@")[2] if "@" in parts.netloc else parts.netloc
@@ -362,7 +395,8 @@ def _hosts(url: str) -> list[tuple[str, int]]:
     hostlist = hostspec or query.get("host", "")
     if not hostlist:
         return []
-    given = [] if in_netloc else [int(p) for p in query.get("port", "").split(",") if p.isdigit()]
+    ports = [] if in_netloc else [_port(p) for p in query.get("port", "").split(",")]
+    given = [p for p in ports if p is not None]
     hosts: list[tuple[str, int]] = []
     for at, spec in enumerate(hostlist.split(",")):
         if spec.startswith("/"):
@@ -374,8 +408,8 @@ def _hosts(url: str) -> list[tuple[str, int]]:
             addr, _, port = spec.partition(":")
         if in_netloc:
             addr, port = unquote(addr), unquote(port)
-        if port.isdigit():
-            number = int(port)
+        if (named := _port(port)) is not None:
+            number = named
         elif given:
             number = given[at] if len(given) > 1 and at < len(given) else given[0]
         else:
@@ -385,8 +419,13 @@ def _hosts(url: str) -> list[tuple[str, int]]:
 
 
 def socket_paths(url: str) -> list[str]:
-    """The Unix-domain socket files ``url`` connects through (none: TCP only)."""
-    return [socket_path(addr, port) for addr, port in _hosts(url) if addr.startswith("/")]
+    """The Unix-domain socket files ``url`` connects through (none: TCP only). A socket host that
+    names the file itself (it holds ``.s.PGSQL.``) is that file, as asyncpg reads it."""
+    return [
+        addr if _SOCKET_FILE_STEM in addr else socket_path(addr, port)
+        for addr, port in _hosts(url)
+        if addr.startswith("/")
+    ]
 
 
 def socket_directory(url: str) -> str | None:
@@ -394,7 +433,8 @@ def socket_directory(url: str) -> str | None:
     only host, or None (TCP, or a list of hosts)."""
     hosts = _hosts(url)
     if len(hosts) == 1 and hosts[0][0].startswith("/"):
-        return hosts[0][0]
+        [(addr, _)] = hosts
+        return os.path.dirname(addr) if _SOCKET_FILE_STEM in addr else addr  # noqa: PTH120
     return None
 
 
