@@ -18,23 +18,28 @@
 -- rotation locks core.outbox, waiting for every writer, before it updates the row; the other
 -- updates of core.outbox_generations touch ended generations only. A writer may read the
 -- generations, not lock them (a lock needs UPDATE), so the locked read is a SECURITY DEFINER
--- function of its own (the trigger function has no SET clause, see 0049). A row lock writes to
--- the tuple, so READ COMMITTED writers, the usual case, keep the plain read (one setting read
--- more).
+-- function of its own (the trigger function has no SET clause, see 0049); a role that writes
+-- the outbox may execute it. A row lock writes to the tuple, so READ COMMITTED writers (and READ
+-- UNCOMMITTED ones, which PostgreSQL runs as READ COMMITTED), the usual case, keep the plain read
+-- (one setting read more).
 
 CREATE FUNCTION core.outbox_current_slot_locked() RETURNS smallint
 LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
     SELECT g.slot FROM core.outbox_generations AS g WHERE g.ended_at IS NULL FOR SHARE
 $fn$;
 REVOKE ALL ON FUNCTION core.outbox_current_slot_locked() FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION core.outbox_current_slot_locked() TO spectral_producer, spectral_executor;
+-- Every role that may insert into core.outbox (0011, 0015: plugins' writers).
+GRANT EXECUTE ON FUNCTION core.outbox_current_slot_locked()
+    TO spectral_producer, spectral_executor, spectral_outbox_writer;
 
 CREATE OR REPLACE FUNCTION core.outbox_slot_of_statement() RETURNS trigger
 LANGUAGE plpgsql AS $fn$
 DECLARE
     current_slot smallint;
 BEGIN
-    IF pg_catalog.current_setting('transaction_isolation') = 'read committed' THEN
+    -- READ UNCOMMITTED names itself so and runs as READ COMMITTED
+    IF pg_catalog.current_setting('transaction_isolation')
+            IN ('read committed', 'read uncommitted') THEN
         SELECT g.slot INTO current_slot
             FROM core.outbox_generations AS g WHERE g.ended_at IS NULL;
     ELSE
