@@ -451,7 +451,8 @@ def socket_path(directory: str | Path, port: int | None) -> str:
     """The socket file of the server listening on ``port`` in ``directory``."""
     # As spelled (asyncpg's os.path.join), not normalized as Path would: the system limits the
     # path it is given, "." components and repeated slashes included.
-    return os.path.join(directory, _SOCKET_FILE.format(port=port or _DEFAULT_PORT))  # noqa: PTH118
+    name = _SOCKET_FILE.format(port=_DEFAULT_PORT if port is None else port)  # 0 is a port
+    return os.path.join(directory, name)  # noqa: PTH118
 
 
 def check_socket_path(directory: str | Path, port: int | None) -> None:
