@@ -256,3 +256,28 @@ def test_check_url_measures_port_zero_as_asyncpg_opens_it() -> None:
     with pytest.raises(FileNotFoundError):  # no server there, but the path was accepted
         asyncio.run(asyncpg.connect(url, timeout=1))
     check_url(url)
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "postgresql://u:hun/ter2@db.example:5432/x",
+        "postgresql://u:hun?ter2@db.example:5432/x",
+        "postgresql://u:hun#ter2@db.example:5432/x",
+    ],
+)
+def test_a_password_cut_short_by_a_slash_question_mark_or_hash_is_not_printed(url: str) -> None:
+    """A password written as it is with a ``/``, ``?`` or ``#`` in it (common in generated
+    passwords: base64 has ``/``) ends the URL's netloc there: urlsplit reads the netloc
+    ``u:hun`` (no ``@``, so no password at all) and the rest as the path, query or fragment.
+    The settings accept the URL (no socket in it), and redact_url, finding no password, returns
+    it unchanged: ``Settings.describe`` prints the whole password. asyncpg then fails on the
+    port ``hun`` with ``invalid literal for int() with base 10: 'hun'``, quoting it again."""
+    try:
+        current = Settings(database_url=url)
+    except ValidationError as refused:
+        shown = str(refused)
+    else:
+        shown = str(current.describe())
+    assert "hun" not in shown
+    assert "ter2" not in shown
