@@ -281,3 +281,27 @@ def test_a_password_cut_short_by_a_slash_question_mark_or_hash_is_not_printed(ur
         shown = str(current.describe())
     assert "hun" not in shown
     assert "ter2" not in shown
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "postgresql://u@db.example/x?password=hun&ter2",
+        "postgresql://u@db.example/x?sslpassword=hun&ter2&sslkey=/k",
+        "postgresql://u@db.example/x?password=hun#ter2",
+    ],
+)
+def test_a_query_password_cut_short_by_an_ampersand_or_hash_is_not_printed(url: str) -> None:
+    """A ``password=`` (or ``sslpassword=``) written as it is with a ``&`` or ``#`` in it ends
+    its query field there: redact_url masks ``hun`` and leaves the rest of the password as the
+    next field (``&ter2``) or the fragment (``#ter2``), which ``Settings.describe`` prints. The
+    settings accept the URL; asyncpg's strict query parser then refuses it with
+    ``bad query field: 'ter2'``, quoting the rest of the password again."""
+    try:
+        current = Settings(database_url=url)
+    except ValidationError as refused:
+        shown = str(refused)
+    else:
+        shown = str(current.describe())
+    assert "hun" not in shown
+    assert "ter2" not in shown
