@@ -305,3 +305,29 @@ def test_a_query_password_cut_short_by_an_ampersand_or_hash_is_not_printed(url: 
         shown = str(current.describe())
     assert "hun" not in shown
     assert "ter2" not in shown
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        # quoted in a container's env file, which keeps the quotes in the value
+        '"postgresql://u:hunter2@db.example:5432/x"',
+        "'postgresql://u:hunter2@db.example:5432/x'",
+        # one slash short
+        "postgresql:/u:hunter2@db.example:5432/x",
+    ],
+)
+def test_a_url_with_a_mistyped_scheme_is_not_printed_with_its_password(url: str) -> None:
+    """A URL whose scheme is not read (quotes kept around it, a ``/`` missing) has no netloc
+    for urlsplit: all of it is the path, so redact_url finds no password and returns it as it
+    is. The settings accept it (no socket in it), and ``Settings.describe`` prints the password.
+    asyncpg refuses the quoted ones (not a postgresql scheme); the one a slash short it reads as
+    no host (its default local sockets and localhost) and the database ``u:hunter2@db...``,
+    which a server names back in its "database does not exist" error."""
+    try:
+        current = Settings(database_url=url)
+    except ValidationError as refused:
+        shown = str(refused)
+    else:
+        shown = str(current.describe())
+    assert "hunter2" not in shown
