@@ -331,3 +331,19 @@ def test_a_url_with_a_mistyped_scheme_is_not_printed_with_its_password(url: str)
     else:
         shown = str(current.describe())
     assert "hunter2" not in shown
+
+
+def test_check_url_reads_the_port_of_pgport(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A URL naming a socket directory and no port connects, in asyncpg, on the port of the
+    ``PGPORT`` environment variable (libpq's, often set in PostgreSQL containers), not 5432:
+    ``<dir>/.s.PGSQL.10000``. check_url measures ``<dir>/.s.PGSQL.5432``, one byte shorter: a
+    directory that fits with 5432 and not with 10000 is accepted at start, then every
+    connection attempt fails with "AF_UNIX path too long" (read as a database outage)."""
+    monkeypatch.setenv("PGPORT", "10000")
+    directory = "/" + "d" * (SOCKET_PATH_MAX - len("/.s.PGSQL.5432") - 1)
+    assert len(socket_path(directory, 5432)) == SOCKET_PATH_MAX  # fits at 5432
+    url = f"postgresql://u@/x?host={directory}"
+    with pytest.raises(OSError, match="AF_UNIX path too long"):
+        asyncio.run(asyncpg.connect(url, timeout=1))  # asyncpg's path: 108 bytes
+    with pytest.raises(ValueError, match="shorter socket directory"):
+        check_url(url)
