@@ -347,3 +347,30 @@ def test_check_url_reads_the_port_of_pgport(monkeypatch: pytest.MonkeyPatch) -> 
         asyncio.run(asyncpg.connect(url, timeout=1))  # asyncpg's path: 108 bytes
     with pytest.raises(ValueError, match="shorter socket directory"):
         check_url(url)
+
+
+def test_check_url_accepts_a_socket_on_port_zero_that_fits(tmp_path: Path) -> None:
+    """asyncpg reads ``port=0`` as port 0 and connects through ``<dir>/.s.PGSQL.0``; check_url
+    reads it as "no port" (``socket_path``'s ``port or 5432``) and measures
+    ``<dir>/.s.PGSQL.5432``, three bytes longer: a URL whose socket fits, and which asyncpg
+    connects through, is refused at start."""
+    directory = tmp_path / ("d" * (SOCKET_PATH_MAX - len(f"{tmp_path}/.s.PGSQL.0") - 1))
+    directory.mkdir()
+    socket_file = f"{directory}/.s.PGSQL.0"
+    assert len(socket_file) == SOCKET_PATH_MAX
+    url = f"postgresql://u@/x?host={directory}&port=0"
+    reached: list[bool] = []
+
+    async def attempt() -> None:
+        def answer(_: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            reached.append(True)
+            writer.close()
+
+        server = await asyncio.start_unix_server(answer, path=socket_file)
+        async with server:
+            with pytest.raises((ConnectionError, asyncpg.PostgresError, OSError)):
+                await asyncpg.connect(url, timeout=5)
+
+    asyncio.run(attempt())
+    assert reached == [True]  # asyncpg reached the socket the URL names
+    check_url(url)
