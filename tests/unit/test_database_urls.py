@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
@@ -359,6 +360,34 @@ def test_check_url_accepts_a_socket_on_port_zero_that_fits(tmp_path: Path) -> No
     socket_file = f"{directory}/.s.PGSQL.0"
     assert len(socket_file) == SOCKET_PATH_MAX
     url = f"postgresql://u@/x?host={directory}&port=0"
+    reached: list[bool] = []
+
+    async def attempt() -> None:
+        def answer(_: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            reached.append(True)
+            writer.close()
+
+        server = await asyncio.start_unix_server(answer, path=socket_file)
+        async with server:
+            with pytest.raises((ConnectionError, asyncpg.PostgresError, OSError)):
+                await asyncpg.connect(url, timeout=5)
+
+    asyncio.run(attempt())
+    assert reached == [True]  # asyncpg reached the socket the URL names
+    check_url(url)
+
+
+def test_check_url_accepts_a_socket_directory_whose_name_is_not_utf8(tmp_path: Path) -> None:
+    """A directory name with a byte that is not UTF-8 (``caf\\xe9``, Latin-1) reaches Python
+    from the environment as a lone surrogate (os.environ decodes with surrogateescape), and the
+    system gets the same bytes back when asyncpg connects: the URL works. check_url measures
+    the path with ``str.encode()``, which raises on the surrogate: the settings refuse a short
+    socket path with "'utf-8' codec can't encode character '\\udce9'", and the process never
+    runs."""
+    directory = os.fsdecode(os.fsencode(tmp_path) + b"/caf\xe9")
+    Path(directory).mkdir()
+    socket_file = socket_path(directory, 5999)
+    url = f"postgresql://u@/x?host={directory}&port=5999"
     reached: list[bool] = []
 
     async def attempt() -> None:
