@@ -403,3 +403,27 @@ def test_check_url_accepts_a_socket_directory_whose_name_is_not_utf8(tmp_path: P
     asyncio.run(attempt())
     assert reached == [True]  # asyncpg reached the socket the URL names
     check_url(url)
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "postgresql://u@/x?host={socket_dir}%00&port=5999&passfile={pgpass}",
+        "postgresql://u@127.0.0.1:5999/x?passfile={pgpass}%00",
+    ],
+)
+def test_the_local_stack_tells_a_url_with_a_nul_byte_is_not_its_own(
+    tmp_path: Path, url: str
+) -> None:
+    """``spectral dev up``, ``dev status`` and every command that resolves the database ask the
+    local stack whether SPECTRAL_DATABASE_URL is its own server (``LocalPostgres.owns``). A
+    ``%00`` in the URL's socket directory or passfile (accepted by the settings: the path is
+    short) makes ``Path.resolve`` raise "embedded null byte" there, and the command ends in a
+    traceback instead of using the URL as an external server's (or refusing it clearly)."""
+    from spectral.devstack.postgres import LocalPostgres  # noqa: PLC0415
+
+    stack = LocalPostgres(tmp_path)
+    (tmp_path / "postgres.json").write_text('{"port": 5999}\n', encoding="utf-8")
+    url = url.format(socket_dir=stack.socket_dir, pgpass=tmp_path / "pgpass")
+    Settings(database_url=url)  # accepted
+    assert stack.owns(url) is False
