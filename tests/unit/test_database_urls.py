@@ -427,3 +427,25 @@ def test_the_local_stack_tells_a_url_with_a_nul_byte_is_not_its_own(
     url = url.format(socket_dir=stack.socket_dir, pgpass=tmp_path / "pgpass")
     Settings(database_url=url)  # accepted
     assert stack.owns(url) is False
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "postgresql://u@%2Frun%2Fa:+6000/db",
+        "postgresql://u@/db?host=/run/a&port=+6000",
+        "postgresql://u@/db?host=/run/a&port=6_000",
+    ],
+)
+def test_url_port_reads_a_ports_spelling_as_asyncpg_does(tmp_path: Path, url: str) -> None:
+    """The settings accept ``+6000`` and ``6_000`` as port 6000 (asyncpg reads ports with
+    ``int()``, and check_url now does too), but url_port does not: in the netloc urlsplit's
+    ``port`` raises "Port could not be cast to integer value as '+6000'", so the work-executor
+    deployment fails to build; in the query it reads no port, so the executor's journal is named
+    after port 5432 and is shared with the executors of another server's socket in the same
+    directory (and the local stack does not recognise its own URL so spelled)."""
+    settings = load_settings(state_dir=tmp_path)
+    assert url_port(url) == 6000
+    assert journal_directory(settings, url) == journal_directory(
+        settings, socket_url("u", "/run/a", 6000, "db")
+    )
