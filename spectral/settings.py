@@ -322,12 +322,13 @@ def _masked_query(query: str) -> str:
 def redact_url(url: str) -> str:
     """Replace the password of a URL with asterisks, in its netloc and in its query (a socket
     URL has no host to write ``user:password@`` before; asyncpg and libpq read ``password=``),
-    and the client key's ``sslpassword``. A URL that cannot be read is not shown at all."""
+    and the client key's ``sslpassword``. A URL that cannot be read as a PostgreSQL URL is not
+    shown at all: where a secret ends in it is not known."""
     url = url.translate(_DROPPED_FROM_URLS)  # as read: the query's offsets below are the text's
     try:
-        parts = _split(url)
-    except ValueError as unreadable:
-        return f"({unreadable})"
+        parts = _readable(url)
+    except ValueError:
+        return "(a database URL that cannot be read)"
     query = _masked_query(parts.query)
     if query != parts.query:
         # the first "?" starts the query (urlsplit ends the netloc and the path there)
@@ -353,6 +354,10 @@ def redact_url(url: str) -> str:
 # A socket's path is limited by the operating system (108 bytes with its terminating NUL on
 # Linux); :func:`check_socket_path` says so clearly instead of leaving the driver to fail on
 # every connection attempt, which would read as a database outage.
+#
+# The URL is read as asyncpg reads it (``connect_utils``): the hosts of the netloc, else of the
+# last ``host`` parameter; their ports, else the last ``port`` parameter's, else ``PGPORT``'s,
+# else 5432; every port read with ``int()``.
 
 SOCKET_PATH_MAX = 107
 """Longest Unix-domain socket path in bytes (``sun_path`` is 108 bytes, NUL included)."""
@@ -360,18 +365,45 @@ SOCKET_PATH_MAX = 107
 _SOCKET_FILE_STEM = ".s.PGSQL."
 _SOCKET_FILE = _SOCKET_FILE_STEM + "{port}"
 _DEFAULT_PORT = 5432
+_SCHEMES = frozenset({"postgresql", "postgres"})
+_UNREADABLE = (
+    "the database URL cannot be read{what}: write it as postgresql://user:password@host:port/db"
+    "?parameter=value, with each '@', ':', '/', '?', '#', '&', '[' and ']' in the user, the "
+    "password and a value percent-encoded (%40, %3A, %2F, %3F, %23, %26, %5B, %5D)"
+)
+
+
+def _unreadable(what: str = "") -> ValueError:
+    """The error for a URL that cannot be read; it never quotes the URL (nor so a password)."""
+    return ValueError(_UNREADABLE.format(what=what))
 
 
 def _split(url: str) -> SplitResult:
-    """``urlsplit(url)``, with an error that does not quote the URL (it may quote a password)."""
+    """``urlsplit(url)``, with an error that does not quote the URL."""
     try:
         return urlsplit(url)
     except ValueError:
-        msg = (
-            "the database URL cannot be read: percent-encode its user and password "
-            "(a '[' or ']' written as it is reads as an IPv6 address)"
-        )
-        raise ValueError(msg) from None
+        raise _unreadable(" ('[' or ']' outside an IPv6 address)") from None
+
+
+def _readable(url: str) -> SplitResult:
+    """The parts of ``url``; ValueError when asyncpg would not read it as written, or would read
+    a password as something else (a host, a port, the database, the query, a fragment)."""
+    parts = _split(url)
+    text = url.translate(_DROPPED_FROM_URLS).lstrip()
+    if parts.scheme not in _SCHEMES or not text.lower().startswith(f"{parts.scheme}://"):
+        raise _unreadable(" (it must start with postgresql:// or postgres://)")
+    if "@" in parts.path:
+        raise _unreadable(" (an '@' after the host)")
+    if "#" in text:
+        raise _unreadable(" (a '#')")
+    if parts.query:
+        try:
+            parse_qs(parts.query, strict_parsing=True)
+        except ValueError:
+            raise _unreadable(" (a parameter without '=')") from None
+    _hosts(parts)  # the ports
+    return parts
 
 
 def _port(text: str) -> int | None:
@@ -382,23 +414,36 @@ def _port(text: str) -> int | None:
         return None
 
 
-def _hosts(url: str) -> list[tuple[str, int]]:
-    """The hosts ``url`` connects to, in the order asyncpg tries them, each with its port: the
-    netloc's comma-separated hosts (percent-decoded), or else the last ``host`` parameter's
-    (with the last ``port`` parameter's ports, one for all or one each). A socket host is its
-    directory. This reads the URL as asyncpg's ``connect_utils`` does."""
-    parts = _split(url)
+def _ports(text: str) -> list[int]:
+    """A comma-separated list of ports (none when empty)."""
+    if not text:
+        return []
+    ports = [_port(p) for p in text.split(",")]
+    if None in ports:
+        raise _unreadable(" (a port that is not a number)")
+    return [p for p in ports if p is not None]
+
+
+def _pick(ports: list[int], at: int) -> int | None:
+    """The port of the ``at``-th host: one port for all, or one each."""
+    if not ports:
+        return None
+    return ports[at] if len(ports) > 1 and at < len(ports) else ports[0]
+
+
+def _hosts(parts: SplitResult) -> list[tuple[str, int | None]]:
+    """The hosts a URL connects to, in the order asyncpg tries them, each with the port the URL
+    names for it (None: the default): the netloc's comma-separated hosts (percent-decoded), or
+    else the last ``host`` parameter's with the last ``port`` parameter's ports. A socket host
+    is its directory (or the socket file, when it names one)."""
     query = {name: values[-1] for name, values in parse_qs(parts.query).items()}
     # asyncpg splits the netloc at its first "@"; a host named there hides the parameters
     hostspec = parts.netloc.partition("@")[2] if "@" in parts.netloc else parts.netloc
     in_netloc = bool(hostspec)
+    given = [] if in_netloc else _ports(query.get("port", ""))
     hostlist = hostspec or query.get("host", "")
-    if not hostlist:
-        return []
-    ports = [] if in_netloc else [_port(p) for p in query.get("port", "").split(",")]
-    given = [p for p in ports if p is not None]
-    hosts: list[tuple[str, int]] = []
-    for at, spec in enumerate(hostlist.split(",")):
+    hosts: list[tuple[str, int | None]] = []
+    for at, spec in enumerate(hostlist.split(",") if hostlist else []):
         if spec.startswith("/"):
             addr, port = spec, ""
         elif spec.startswith("["):
@@ -408,30 +453,44 @@ def _hosts(url: str) -> list[tuple[str, int]]:
             addr, _, port = spec.partition(":")
         if in_netloc:
             addr, port = unquote(addr), unquote(port)
-        if (named := _port(port)) is not None:
-            number = named
-        elif given:
-            number = given[at] if len(given) > 1 and at < len(given) else given[0]
+        if port:
+            hosts.append((addr, _ports(port)[0]))
         else:
-            number = _DEFAULT_PORT
-        hosts.append((addr, number))
+            hosts.append((addr, _pick(given, at)))
     return hosts
+
+
+def _or(port: int | None, default: int | None) -> int | None:
+    """``port``, or ``default`` when the URL names none (0 is a port)."""
+    return default if port is None else port
+
+
+def _default_ports() -> list[int]:
+    """The ports of ``PGPORT`` (asyncpg's default when a URL names none), else 5432."""
+    try:
+        return _ports(os.environ.get("PGPORT", "")) or [_DEFAULT_PORT]
+    except ValueError:
+        return [_DEFAULT_PORT]  # asyncpg refuses it: no socket is reached
 
 
 def socket_paths(url: str) -> list[str]:
     """The Unix-domain socket files ``url`` connects through (none: TCP only). A socket host that
     names the file itself (it holds ``.s.PGSQL.``) is that file, as asyncpg reads it."""
+    defaults = _default_ports()
     return [
-        addr if _SOCKET_FILE_STEM in addr else socket_path(addr, port)
-        for addr, port in _hosts(url)
+        addr if _SOCKET_FILE_STEM in addr else socket_path(addr, _or(port, _pick(defaults, at)))
+        for at, (addr, port) in enumerate(_hosts(_split(url)))
         if addr.startswith("/")
     ]
 
 
 def socket_directory(url: str) -> str | None:
     """The directory of the Unix-domain socket ``url`` connects through when that socket is its
-    only host, or None (TCP, or a list of hosts)."""
-    hosts = _hosts(url)
+    only host, or None (TCP, a list of hosts, or a URL that cannot be read)."""
+    try:
+        hosts = _hosts(_split(url))
+    except ValueError:
+        return None
     if len(hosts) == 1 and hosts[0][0].startswith("/"):
         [(addr, _)] = hosts
         return os.path.dirname(addr) if _SOCKET_FILE_STEM in addr else addr  # noqa: PTH120
@@ -439,12 +498,17 @@ def socket_directory(url: str) -> str | None:
 
 
 def url_port(url: str) -> int | None:
-    """The port ``url`` names, in its netloc or in its ``port`` parameter (None: the default)."""
-    parts = urlsplit(url)
-    if parts.port is not None:
-        return parts.port
-    value = parse_qs(parts.query).get("port", [""])[-1]
-    return int(value) if value.isdigit() else None
+    """The port ``url`` names for its (first) host, in its netloc or in its ``port`` parameter
+    (None: the default, or a URL that cannot be read)."""
+    try:
+        parts = _split(url)
+        hosts = _hosts(parts)
+        if hosts:
+            return hosts[0][1]
+        query = {name: values[-1] for name, values in parse_qs(parts.query).items()}
+        return _pick(_ports(query.get("port", "")), 0)
+    except ValueError:
+        return None
 
 
 def socket_path(directory: str | Path, port: int | None) -> str:
@@ -461,17 +525,19 @@ def check_socket_path(directory: str | Path, port: int | None) -> None:
 
 
 def _check_path(path: str) -> None:
-    size = len(path.encode())
+    size = len(os.fsencode(path))  # the bytes the system gets (a name need not be UTF-8)
     if size > SOCKET_PATH_MAX:
         msg = (
-            f"the Unix-domain socket path {path} is {size} bytes; the system allows "
+            f"the Unix-domain socket path {path!r} is {size} bytes; the system allows "
             f"{SOCKET_PATH_MAX}: use a shorter socket directory, or a TCP host"
         )
         raise ValueError(msg)
 
 
 def check_url(url: str) -> None:
-    """Raise ValueError when ``url`` names a Unix-domain socket whose path is too long."""
+    """Raise ValueError when ``url`` cannot be read as asyncpg reads it, or names a
+    Unix-domain socket whose path is too long."""
+    _readable(url)
     for path in socket_paths(url):
         _check_path(path)
 

@@ -114,6 +114,6 @@ def journal_directory(settings: Settings, database_url: str) -> Path:
     if configured is not None:
         return configured
     parts = urlsplit(database_url)
-    host = parts.hostname or socket_directory(database_url) or "local"
+    host = socket_directory(database_url) or parts.hostname or "local"
     name = f"{host}_{url_port(database_url) or 5432}_{parts.path.strip('/') or 'db'}"
     return settings.state_dir / "work-journal" / _UNSAFE.sub("_", name)

@@ -144,21 +144,21 @@ class LocalPostgres:
         port = self._read_state().get("port")
         if not isinstance(port, int):
             return False
-        try:
+        try:  # a URL this cannot read (or a path with a NUL byte) is not this stack's
             parts = urlsplit(url)
             named_port = url_port(url)
+            passfile = parse_qs(parts.query).get("passfile", [""])[0]
+            directory = socket_directory(url)
+            at = parts.hostname == HOST or (
+                directory is not None and Path(directory).resolve() == self.socket_dir.resolve()
+            )
+            return (
+                at
+                and named_port == port
+                and Path(passfile).resolve() == (self.state_dir / "pgpass").resolve()
+            )
         except ValueError:
             return False
-        passfile = parse_qs(parts.query).get("passfile", [""])[0]
-        directory = socket_directory(url)
-        at = parts.hostname == HOST or (
-            directory is not None and Path(directory).resolve() == self.socket_dir.resolve()
-        )
-        return (
-            at
-            and named_port == port
-            and Path(passfile).resolve() == (self.state_dir / "pgpass").resolve()
-        )
 
     def status(self) -> PostgresStatus:
         state = self._read_state()
