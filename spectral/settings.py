@@ -106,7 +106,9 @@ class Settings(BaseSettings):
     database_url: SecretStr | None = Field(
         default=None,
         description="postgresql://user:password@host:port/db, or through a Unix-domain socket "
-        "postgresql://user@/db?host=/socket/directory&port=5432; unset = the local stack.",
+        "postgresql://user@/db?host=/socket/directory&port=5432 (percent-encode '@', ':', '/', "
+        "'?', '#', '&', '[' and ']' in the user, the password and values); unset = the local "
+        "stack.",
     )
     operator_database_url: SecretStr | None = Field(
         default=None,
