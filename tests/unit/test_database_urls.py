@@ -449,3 +449,19 @@ def test_url_port_reads_a_ports_spelling_as_asyncpg_does(tmp_path: Path, url: st
     assert journal_directory(settings, url) == journal_directory(
         settings, socket_url("u", "/run/a", 6000, "db")
     )
+
+
+@pytest.mark.parametrize(
+    ("url", "port"),
+    [
+        ("postgresql:///db?host=h1:5433&port=5432", 5432),
+        ("postgresql:///db?host=h1:abc&port=5432", 5432),
+        ("postgresql:///db?host=h1:5433", 5433),
+    ],
+)
+def test_a_port_parameter_wins_over_the_port_a_host_parameter_carries(url: str, port: int) -> None:
+    """asyncpg reads the ``port`` parameter before the ``host`` parameter, and the ports written
+    in ``host=`` only when there is none: ``host=h1:5433&port=5432`` connects on 5432, and a
+    host's port is then not read at all (``h1:abc`` is accepted)."""
+    check_url(url)
+    assert url_port(url) == port
