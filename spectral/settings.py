@@ -107,8 +107,8 @@ class Settings(BaseSettings):
         default=None,
         description="postgresql://user:password@host:port/db, or through a Unix-domain socket "
         "postgresql://user@/db?host=/socket/directory&port=5432 (percent-encode '@', ':', '/', "
-        "'?', '#', '&', '[' and ']' in the user, the password and values); unset = the local "
-        "stack.",
+        "'?', '#', '&', '[' and ']' in the user, the password, the database and values); unset "
+        "= the local stack.",
     )
     operator_database_url: SecretStr | None = Field(
         default=None,
@@ -371,7 +371,7 @@ _SCHEMES = frozenset({"postgresql", "postgres"})
 _UNREADABLE = (
     "the database URL cannot be read{what}: write it as postgresql://user:password@host:port/db"
     "?parameter=value, with each '@', ':', '/', '?', '#', '&', '[' and ']' in the user, the "
-    "password and a value percent-encoded (%40, %3A, %2F, %3F, %23, %26, %5B, %5D)"
+    "password, the database and a value percent-encoded (%40, %3A, %2F, %3F, %23, %26, %5B, %5D)"
 )
 
 
@@ -455,10 +455,12 @@ def _hosts(parts: SplitResult) -> list[tuple[str, int | None]]:
             addr, _, port = spec.partition(":")
         if in_netloc:
             addr, port = unquote(addr), unquote(port)
-        if port:
+        if given:  # asyncpg reads the port parameter first, and then no host's port
+            hosts.append((addr, _pick(given, at)))
+        elif port:
             hosts.append((addr, _ports(port)[0]))
         else:
-            hosts.append((addr, _pick(given, at)))
+            hosts.append((addr, None))
     return hosts
 
 
