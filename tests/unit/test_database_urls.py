@@ -25,6 +25,25 @@ from spectral.settings import (
 from tests.support import as_login, transport
 
 
+def _asyncpg_reaches(url: str, socket_file: str) -> bool:
+    """Whether asyncpg, connecting with ``url``, reaches a Unix-domain server at ``socket_file``
+    (it answers nothing: the connection fails after it is made)."""
+    reached: list[bool] = []
+
+    async def attempt() -> None:
+        def answer(_: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            reached.append(True)
+            writer.close()
+
+        server = await asyncio.start_unix_server(answer, path=socket_file)
+        async with server:
+            with pytest.raises((ConnectionError, asyncpg.PostgresError, OSError)):
+                await asyncpg.connect(url, timeout=5)
+
+    asyncio.run(attempt())
+    return reached == [True]
+
+
 def test_a_url_naming_a_host_or_port_in_its_netloc_is_tcp_whatever_its_query_says() -> None:
     assert socket_directory("postgresql://u@db:5432/x") is None
     assert socket_directory("postgresql://u@127.0.0.1:5432/x?host=/run/pg") is None
@@ -52,20 +71,7 @@ def test_a_socket_url_round_trips_its_directory_and_parameters() -> None:
 def test_asyncpg_connects_to_the_socket_file_the_url_names(tmp_path: Path) -> None:
     """The form asyncpg reads (it ignores ``host=`` when the netloc names a host or a port)."""
     url = socket_url("postgres", tmp_path, 5999, "db")
-    reached: list[bool] = []
-
-    async def attempt() -> None:
-        def answer(_: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-            reached.append(True)
-            writer.close()
-
-        server = await asyncio.start_unix_server(answer, path=socket_path(tmp_path, 5999))
-        async with server:
-            with pytest.raises((ConnectionError, asyncpg.PostgresError, OSError)):
-                await asyncpg.connect(url, timeout=5)
-
-    asyncio.run(attempt())
-    assert reached == [True]
+    assert _asyncpg_reaches(url, socket_path(tmp_path, 5999))
 
 
 def test_a_socket_path_longer_than_the_system_allows_is_refused_clearly() -> None:
@@ -200,20 +206,7 @@ def test_check_url_accepts_a_url_naming_the_socket_file_itself(tmp_path: Path) -
     socket_file = socket_path(directory, 5999)
     assert len(socket_file) == SOCKET_PATH_MAX
     url = f"postgresql://u@/x?host={socket_file}"
-    reached: list[bool] = []
-
-    async def attempt() -> None:
-        def answer(_: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-            reached.append(True)
-            writer.close()
-
-        server = await asyncio.start_unix_server(answer, path=socket_file)
-        async with server:
-            with pytest.raises((ConnectionError, asyncpg.PostgresError, OSError)):
-                await asyncpg.connect(url, timeout=5)
-
-    asyncio.run(attempt())
-    assert reached == [True]  # asyncpg reached the socket the URL names
+    assert _asyncpg_reaches(url, socket_file)  # asyncpg reached the socket the URL names
     check_url(url)
 
 
@@ -360,20 +353,7 @@ def test_check_url_accepts_a_socket_on_port_zero_that_fits(tmp_path: Path) -> No
     socket_file = f"{directory}/.s.PGSQL.0"
     assert len(socket_file) == SOCKET_PATH_MAX
     url = f"postgresql://u@/x?host={directory}&port=0"
-    reached: list[bool] = []
-
-    async def attempt() -> None:
-        def answer(_: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-            reached.append(True)
-            writer.close()
-
-        server = await asyncio.start_unix_server(answer, path=socket_file)
-        async with server:
-            with pytest.raises((ConnectionError, asyncpg.PostgresError, OSError)):
-                await asyncpg.connect(url, timeout=5)
-
-    asyncio.run(attempt())
-    assert reached == [True]  # asyncpg reached the socket the URL names
+    assert _asyncpg_reaches(url, socket_file)  # asyncpg reached the socket the URL names
     check_url(url)
 
 
@@ -388,20 +368,7 @@ def test_check_url_accepts_a_socket_directory_whose_name_is_not_utf8(tmp_path: P
     Path(directory).mkdir()
     socket_file = socket_path(directory, 5999)
     url = f"postgresql://u@/x?host={directory}&port=5999"
-    reached: list[bool] = []
-
-    async def attempt() -> None:
-        def answer(_: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-            reached.append(True)
-            writer.close()
-
-        server = await asyncio.start_unix_server(answer, path=socket_file)
-        async with server:
-            with pytest.raises((ConnectionError, asyncpg.PostgresError, OSError)):
-                await asyncpg.connect(url, timeout=5)
-
-    asyncio.run(attempt())
-    assert reached == [True]  # asyncpg reached the socket the URL names
+    assert _asyncpg_reaches(url, socket_file)  # asyncpg reached the socket the URL names
     check_url(url)
 
 
