@@ -44,6 +44,15 @@ def _asyncpg_reaches(url: str, socket_file: str) -> bool:
     return reached == [True]
 
 
+def _shown(url: str) -> str:
+    """What the settings print of ``url``: the error refusing it, or the settings' view."""
+    try:
+        current = Settings(database_url=url)
+    except ValidationError as refused:
+        return str(refused)
+    return str(current.describe())
+
+
 def test_a_url_naming_a_host_or_port_in_its_netloc_is_tcp_whatever_its_query_says() -> None:
     assert socket_directory("postgresql://u@db:5432/x") is None
     assert socket_directory("postgresql://u@127.0.0.1:5432/x?host=/run/pg") is None
@@ -267,12 +276,7 @@ def test_a_password_cut_short_by_a_slash_question_mark_or_hash_is_not_printed(ur
     The settings accept the URL (no socket in it), and redact_url, finding no password, returns
     it unchanged: ``Settings.describe`` prints the whole password. asyncpg then fails on the
     port ``hun`` with ``invalid literal for int() with base 10: 'hun'``, quoting it again."""
-    try:
-        current = Settings(database_url=url)
-    except ValidationError as refused:
-        shown = str(refused)
-    else:
-        shown = str(current.describe())
+    shown = _shown(url)
     assert "hun" not in shown
     assert "ter2" not in shown
 
@@ -291,12 +295,7 @@ def test_a_query_password_cut_short_by_an_ampersand_or_hash_is_not_printed(url: 
     next field (``&ter2``) or the fragment (``#ter2``), which ``Settings.describe`` prints. The
     settings accept the URL; asyncpg's strict query parser then refuses it with
     ``bad query field: 'ter2'``, quoting the rest of the password again."""
-    try:
-        current = Settings(database_url=url)
-    except ValidationError as refused:
-        shown = str(refused)
-    else:
-        shown = str(current.describe())
+    shown = _shown(url)
     assert "hun" not in shown
     assert "ter2" not in shown
 
@@ -318,12 +317,7 @@ def test_a_url_with_a_mistyped_scheme_is_not_printed_with_its_password(url: str)
     asyncpg refuses the quoted ones (not a postgresql scheme); the one a slash short it reads as
     no host (its default local sockets and localhost) and the database ``u:hunter2@db...``,
     which a server names back in its "database does not exist" error."""
-    try:
-        current = Settings(database_url=url)
-    except ValidationError as refused:
-        shown = str(refused)
-    else:
-        shown = str(current.describe())
+    shown = _shown(url)
     assert "hunter2" not in shown
 
 
