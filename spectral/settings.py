@@ -433,12 +433,17 @@ def _pick(ports: list[int], at: int) -> int | None:
     return ports[at] if len(ports) > 1 and at < len(ports) else ports[0]
 
 
+def _parameters(parts: SplitResult) -> dict[str, str]:
+    """The URL's query parameters, each the last of its name (as asyncpg reads them)."""
+    return {name: values[-1] for name, values in parse_qs(parts.query).items()}
+
+
 def _hosts(parts: SplitResult) -> list[tuple[str, int | None]]:
     """The hosts a URL connects to, in the order asyncpg tries them, each with the port the URL
     names for it (None: the default): the netloc's comma-separated hosts (percent-decoded), or
     else the last ``host`` parameter's with the last ``port`` parameter's ports. A socket host
     is its directory (or the socket file, when it names one)."""
-    query = {name: values[-1] for name, values in parse_qs(parts.query).items()}
+    query = _parameters(parts)
     # asyncpg splits the netloc at its first "@"; a host named there hides the parameters
     hostspec = parts.netloc.partition("@")[2] if "@" in parts.netloc else parts.netloc
     in_netloc = bool(hostspec)
@@ -509,8 +514,7 @@ def url_port(url: str) -> int | None:
         hosts = _hosts(parts)
         if hosts:
             return hosts[0][1]
-        query = {name: values[-1] for name, values in parse_qs(parts.query).items()}
-        return _pick(_ports(query.get("port", "")), 0)
+        return _pick(_ports(_parameters(parts).get("port", "")), 0)
     except ValueError:
         return None
 
