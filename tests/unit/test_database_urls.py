@@ -250,17 +250,6 @@ def test_the_client_keys_password_is_masked_in_the_settings_view() -> None:
     assert "hunter2" not in str(current.describe())
 
 
-def test_check_url_measures_port_zero_as_asyncpg_opens_it() -> None:
-    """``port=0`` is read as a port by asyncpg, which opens ``<dir>/.s.PGSQL.0``: a directory
-    whose socket fits at port 0 (and not at 5432) is not refused."""
-    directory = "/" + "d" * (SOCKET_PATH_MAX - len("/.s.PGSQL.0") - 1)
-    url = f"postgresql://u@/x?host={directory}&port=0"
-    assert len(socket_path(directory, 0)) == SOCKET_PATH_MAX
-    with pytest.raises(FileNotFoundError):  # no server there, but the path was accepted
-        asyncio.run(asyncpg.connect(url, timeout=1))
-    check_url(url)
-
-
 @pytest.mark.parametrize(
     "url",
     [
