@@ -244,7 +244,7 @@ def test_no_header_or_query_string_makes_a_500(client: RawClient, world: tuple[s
         target=patch,
         sent={"If-Match": b'"999999"', "X-Forwarded-Host": b"\xff\xfe"},
         authenticated=True,
-        query=b"\xff",
+        query=b"",  # a query that is not UTF-8 is refused (400) before the conditional checks
     )
     def send(target: Target, sent: dict[str, bytes], authenticated: bool, query: bytes) -> None:
         headers = [(name.lower().encode(), value) for name, value in sent.items()]
