@@ -95,6 +95,41 @@ async def test_delayed_rows_move_to_the_current_generation_and_keep_their_key_or
     assert by_key(records) == {str(key_id(1)): [1, 2, 3], str(key_id(2)): [1, 2]}
 
 
+async def test_a_row_written_without_a_delay_is_due_though_the_clock_went_back_since(
+    settings: Settings, database_url: str
+) -> None:
+    """A row written without a delay is publishable at once whatever the clock does after its
+    write (the relay publishes it): maintenance waits for the relay rather than moving it, and
+    moves the delayed rows only — with the row of their key written after them."""
+    await enqueue_numbered(database_url, [(key_id(1), 1)])
+    await enqueue_numbered(
+        database_url, [(key_id(2), 1)], available_at=datetime.now(UTC) + 2 * HOUR
+    )
+    await enqueue_numbered(database_url, [(key_id(2), 2)])
+    async with session(database_url) as admin:  # as if the clock went back an hour since
+        await admin.execute(
+            "UPDATE core.outbox SET created_at = created_at + interval '1 hour', "
+            "available_at = available_at + interval '1 hour'"
+        )
+    await run_maintenance(settings, outbox_retention=HOUR)  # generation 1 ends
+    report = await run_maintenance(settings, outbox_retention=HOUR)
+    assert report.outbox.moved_delayed_rows == 0  # key 1's row is due: the relay's to publish
+    assert report.outbox.waiting_for_relay == [1]
+    assert (await make_relay(settings, once=True).run()).published == 1
+    report = await run_maintenance(settings, outbox_retention=HOUR)
+    assert report.outbox.moved_delayed_rows == 2  # key 2's two rows
+    assert report.outbox.fully_published == [1]
+    async with session(database_url) as admin:
+        rows = await admin.fetch(
+            "SELECT record_key, slot, published_at FROM core.outbox ORDER BY id"
+        )
+    assert [(r["record_key"], r["slot"], r["published_at"] is None) for r in rows] == [
+        (str(key_id(1)), 0, False),
+        (str(key_id(2)), 1, True),
+        (str(key_id(2)), 1, True),
+    ]
+
+
 async def _consume(settings: Settings) -> RunSummary:
     assert settings.kafka_bootstrap is not None
     assert settings.database_url is not None

@@ -70,3 +70,57 @@ async def test_marks_in_a_slot_grown_from_empty_probe_the_primary_key(database_u
             "SELECT count(*) FROM core.outbox WHERE published_at IS NOT NULL"
         )
     assert published == BATCH * (3 + BATCHES)
+
+
+async def _rows_read(database_url: str, conn: asyncpg.Connection) -> tuple[int, int]:
+    """Rows sequential scans read, and index entries read, from the outbox's slots so far."""
+    await conn.execute("SELECT pg_stat_force_next_flush()")
+    async with session(database_url) as admin:
+        row = await admin.fetchrow(
+            "SELECT coalesce(sum(t.seq_tup_read), 0) AS scanned, "
+            "(SELECT coalesce(sum(i.idx_tup_read), 0) FROM pg_stat_user_indexes AS i "
+            " WHERE i.schemaname = 'core' AND i.relname LIKE 'outbox\\__') AS probed "
+            "FROM pg_stat_user_tables AS t "
+            "WHERE t.schemaname = 'core' AND t.relname LIKE 'outbox\\__'"
+        )
+    assert row is not None
+    return int(row["scanned"]), int(row["probed"])
+
+
+DELAYED = 5
+
+
+@pytest.mark.parametrize("analysed", [False, True])
+async def test_a_fetch_reads_the_delayed_rows_alone_whatever_waits_beside_them(
+    database_url: str, analysed: bool
+) -> None:
+    """Each fetch reads the delayed rows of every held shard (a key's later rows wait behind
+    them): through an index that holds those rows only, not the backlog of rows written without
+    a delay — with statistics or without (a slot not yet analysed)."""
+    await _write(database_url, BACKLOG, 0)
+    async with session(database_url) as admin:
+        await admin.execute(
+            "INSERT INTO core.outbox (event_type, record_key, idempotency_key, envelope, "
+            "available_at) SELECT 't', 'k' || g, 'd' || g, '\\x00'::bytea, "
+            "now() + interval '1 hour' FROM generate_series(1, $1::int) AS g",
+            DELAYED,
+        )
+        if analysed:
+            await admin.execute("ANALYZE core.outbox_0")
+    repo = await RelayRepository.open(database_url, role=RELAY_ROLE)
+    conn = repo._conn
+    try:
+        await repo.try_lock(list(range(SHARD_COUNT)), SHARD_COUNT)
+        await conn.execute("RESET ROLE")
+        scanned, probed = await _rows_read(database_url, conn)
+        await conn.execute(f"SET ROLE {RELAY_ROLE}")
+        rows = await repo.fetch_batch(list(range(SHARD_COUNT)), BATCH)
+        await conn.execute("RESET ROLE")
+        after_scanned, after_probed = await _rows_read(database_url, conn)
+    finally:
+        await repo.close()
+    # key k1..k5 have a delayed row: their earlier rows go, their later ones wait
+    assert len(rows) == BATCH
+    assert after_scanned == scanned
+    # the batch's rows (and the few it skips) from the queue, the delayed rows from theirs
+    assert after_probed - probed <= 3 * BATCH + DELAYED, after_probed - probed

@@ -92,6 +92,32 @@ async def test_a_delayed_row_holds_back_the_later_rows_of_its_key_only(
     assert seqs == {str(key_id(1)): [1, 2, 3], str(key_id(2)): [1, 2]}
 
 
+async def test_a_row_written_without_a_delay_goes_out_though_the_clock_went_back_since(
+    settings: Settings, database_url: str, kafka_bootstrap: str, topic_prefix: str
+) -> None:
+    """A row's write time is the database's clock. Stepped back after the write (an NTP
+    correction), that clock puts the row's write, and its available_at, in the future. Only a
+    row written with a delay (available_at later than its write) waits for the clock: one
+    written without goes out at once, and the later rows of its key behind it, in order — not
+    an hour later, with the gauges showing nothing waiting."""
+    await enqueue_numbered(database_url, [(key_id(1), 1)])
+    conn = await asyncpg.connect(database_url)
+    try:  # as if the clock went back an hour since the write
+        await conn.execute(
+            "UPDATE core.outbox SET created_at = created_at + interval '1 hour', "
+            "available_at = available_at + interval '1 hour'"
+        )
+    finally:
+        await conn.close()
+    await enqueue_numbered(database_url, [(key_id(1), 2), (key_id(2), 1)])
+    registry = CollectorRegistry()
+    run = await make_relay(settings, registry, once=True).run()
+    assert run.published == 3
+    assert registry.get_sample_value("spectral_outbox_depth") == 0
+    seqs = by_key(await read_topic(kafka_bootstrap, topic_prefix + EVENT_TYPE))
+    assert seqs == {str(key_id(1)): [1, 2], str(key_id(2)): [1]}
+
+
 async def test_gauges_report_depth_and_age_of_the_oldest_row(
     settings: Settings, database_url: str
 ) -> None:
