@@ -33,7 +33,10 @@ _SQL = load_queries(Path(__file__).with_name("writer.sql"))
 @dataclass(frozen=True)
 class OutboxItem:
     """One event to publish: its envelope, the record key (the entity it is about) and, for a
-    delayed event, the earliest time it may be published (``None`` = as soon as committed)."""
+    delayed event, the earliest time it may be published (``None`` = as soon as committed). A
+    time not later than the write (the database's clock at the INSERT) is no delay: the row is
+    publishable at once, whatever the clock does afterwards. A delayed row holds back the later
+    rows of its key until its time comes."""
 
     envelope: EventEnvelope[Any]
     key: str

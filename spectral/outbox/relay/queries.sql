@@ -76,20 +76,26 @@ FROM unnest($2::int[]) AS s
 
 -- name: fetch_batch
 -- The next publishable rows of the held shards, in id order, each with the time it became
--- publishable (its write, or its available_at when delayed). A row waits while an earlier
--- unpublished row of its key is not yet available (available_at in the future): a key's rows
--- leave strictly in id order even when some of them are delayed. The keys of $4 are left out
+-- publishable (its write, or its available_at when delayed). A row is delayed when it was
+-- written with an available_at later than its write (migration outbox_delayed_rows_indexed_alone);
+-- it waits for the clock to reach that time, and a row written without a delay does not, whatever
+-- the clock did since its write. A row waits while an earlier unpublished row of its key is
+-- delayed and not yet available: a key's rows leave strictly in id order even when some of them
+-- are delayed. The keys of $4 are left out
 -- (keys whose first row Kafka refused, waiting for their next try), and so are the rows of $5
 -- (the batch in flight: sent, its acknowledgements awaited while this one is read; a hashed
 -- set, one probe per row). $2 NULL: every shard is held, no row's shard is computed.
--- The delayed rows (usually none) are read once, by their index, into a set of keys probed by
--- hash; a key that has some is compared with its first delayed row only. The session reads
+-- The delayed rows (usually none) are read once, through the index that holds them alone
+-- (outbox_delayed, by available_at: the conditions name its predicate, and the statistics of
+-- available_at tell the planner how few are in the future), into a set of keys probed by hash;
+-- a key that has some is compared with its first delayed row only. The session reads
 -- the rows in id order through outbox_unpublished (repository.py, queue_reads): whatever the
 -- statistics say of the unpublished rows, a backlog costs the rows read, not the backlog.
 WITH delayed AS MATERIALIZED (
     SELECT d.record_key, min(d.id) AS first_id
     FROM core.outbox AS d
     WHERE d.published_at IS NULL
+      AND d.available_at > d.created_at
       AND d.available_at > now()
     GROUP BY d.record_key
 )
@@ -97,7 +103,7 @@ SELECT o.id, o.slot, o.event_type, o.record_key, o.idempotency_key, o.envelope,
        greatest(o.created_at, o.available_at) AS ready_at
 FROM core.outbox AS o
 WHERE o.published_at IS NULL
-  AND o.available_at <= now()
+  AND (o.available_at <= o.created_at OR o.available_at <= now())
   AND ($2::int[] IS NULL
        OR (('x' || left(md5(o.record_key), 7))::bit(28)::int % $1::int) = ANY($2::int[]))
   AND o.record_key <> ALL($4::text[])
@@ -129,11 +135,12 @@ SELECT core.outbox_mark_published($1::bigint[], $2::smallint[])
 
 -- name: outbox_stats
 -- depth: every unpublished row (delayed ones included); oldest_age: how long the oldest
--- publishable row has been publishable (0 when none waits).
+-- publishable row has been publishable (0 when none waits, and when the clock went back past
+-- it: a row written without a delay is publishable whatever the clock says, fetch_batch).
 SELECT
     count(*)::bigint AS depth,
-    coalesce(
-        extract(epoch FROM now() - min(available_at) FILTER (WHERE available_at <= now())), 0
-    )::float8 AS oldest_age
+    greatest(coalesce(extract(epoch FROM now() - min(available_at) FILTER (
+        WHERE available_at <= created_at OR available_at <= now()
+    )), 0), 0)::float8 AS oldest_age
 FROM core.outbox
 WHERE published_at IS NULL
