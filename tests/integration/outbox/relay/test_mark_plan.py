@@ -124,3 +124,166 @@ async def test_a_fetch_reads_the_delayed_rows_alone_whatever_waits_beside_them(
     assert after_scanned == scanned
     # the batch's rows (and the few it skips) from the queue, the delayed rows from theirs
     assert after_probed - probed <= 3 * BATCH + DELAYED, after_probed - probed
+
+
+async def _fetch_reads(database_url: str) -> tuple[int, int, int]:
+    """One fetch of BATCH rows of every shard by a relay session: (rows returned, rows
+    sequential scans read, index entries read)."""
+    repo = await RelayRepository.open(database_url, role=RELAY_ROLE)
+    conn = repo._conn
+    try:
+        await repo.try_lock(list(range(SHARD_COUNT)), SHARD_COUNT)
+        await conn.execute("RESET ROLE")
+        scanned, probed = await _rows_read(database_url, conn)
+        await conn.execute(f"SET ROLE {RELAY_ROLE}")
+        rows = await repo.fetch_batch(list(range(SHARD_COUNT)), BATCH)
+        await conn.execute("RESET ROLE")
+        after_scanned, after_probed = await _rows_read(database_url, conn)
+    finally:
+        await repo.close()
+    return len(rows), after_scanned - scanned, after_probed - probed
+
+
+async def test_a_fetch_reads_the_delayed_rows_alone_after_the_clock_went_back(
+    database_url: str,
+) -> None:
+    """Guarantee (migration 0055, fetch_batch): each fetch reads the delayed rows through the
+    index that holds them alone, not the backlog, "statistics or not" — and rows written
+    without a delay go out whatever the clock did since their write.
+
+    After the database's clock stepped back (an NTP correction: here an hour, over a slot
+    whose rows were written in the hour before), the slot's statistics, taken since, show its
+    rows' available_at in the future. The fetch's read of the delayed rows names
+    `available_at > now()` and the predicate `available_at > created_at` (costed as a third):
+    the planner expects a third of the slot there, and reads the delayed rows by scanning the
+    whole slot — every fetch, until the clock has caught up. The rows are published (0055's
+    fix), but draining a backlog of N rows reads N / BATCH x N rows. Minimal reproduction:
+    20,000 rows written without a delay and 5 delayed an hour, every row's created_at and
+    available_at an hour later (the clock went back an hour), ANALYZE: one fetch of 20 rows
+    sequentially reads 20,005 rows. (With 10 % of the slot written in the hour before the step
+    the index is still used; from about 25 % it is not.) Before 0055 the same situation read the
+    whole backlog too and published nothing: not a regression, the promise of 0055 unkept."""
+    await _write(database_url, BACKLOG, 0)
+    async with session(database_url) as admin:
+        await admin.execute(
+            "INSERT INTO core.outbox (event_type, record_key, idempotency_key, envelope, "
+            "available_at) SELECT 't', 'k' || g, 'd' || g, '\\x00'::bytea, "
+            "now() + interval '1 hour' FROM generate_series(1, $1::int) AS g",
+            DELAYED,
+        )
+        await admin.execute(  # as if the clock went back an hour since the writes
+            "UPDATE core.outbox SET created_at = created_at + interval '1 hour', "
+            "available_at = available_at + interval '1 hour'"
+        )
+        await admin.execute("VACUUM ANALYZE core.outbox_0")
+    returned, scanned, probed = await _fetch_reads(database_url)
+    assert returned == BATCH  # written without a delay: publishable whatever the clock says
+    assert scanned == 0, scanned
+    assert probed <= 3 * BATCH + DELAYED, probed
+
+
+async def test_a_fetch_reads_the_delayed_rows_alone_in_a_slot_analysed_while_small(
+    database_url: str,
+) -> None:
+    """Guarantee (as above): a fetch reads the delayed rows alone, "analysed slot or not".
+
+    A slot analysed while it was small and held delayed rows in good proportion (a slot just
+    emptied by a rotation, into which maintenance moved the delayed rows of an ended generation;
+    autovacuum analyses a small slot early) keeps statistics in which a large share of
+    available_at is in the future. As it grows with rows written without a delay, the planner
+    scales that share to the slot's size and reads the delayed rows by scanning the whole slot,
+    every fetch, until a new ANALYZE (or those delays pass). Minimal reproduction: 40 rows, 20
+    of them delayed an hour, ANALYZE; then 20,000 rows written without a delay and 5 delayed:
+    each fetch of 20 rows sequentially reads 20,045 rows. The schema and fetch of before 0055
+    do the same: this predates the change."""
+    async with session(database_url) as admin:
+        await admin.execute(
+            "INSERT INTO core.outbox (event_type, record_key, idempotency_key, envelope, "
+            "available_at) SELECT 't', 'x' || g, 'x' || g, '\\x00'::bytea, "
+            "now() + (g % 2) * interval '1 hour' FROM generate_series(1, 40) AS g"
+        )
+        await admin.execute("ANALYZE core.outbox_0")
+    await _write(database_url, BACKLOG, 0)
+    async with session(database_url) as admin:
+        await admin.execute(
+            "INSERT INTO core.outbox (event_type, record_key, idempotency_key, envelope, "
+            "available_at) SELECT 't', 'k' || g, 'd' || g, '\\x00'::bytea, "
+            "now() + interval '1 hour' FROM generate_series(1, $1::int) AS g",
+            DELAYED,
+        )
+    returned, scanned, probed = await _fetch_reads(database_url)
+    assert returned == BATCH
+    assert scanned == 0, scanned
+    assert probed <= 3 * BATCH + 2 * DELAYED + 20, probed
+
+
+PREVIOUS_FETCH = """
+WITH delayed AS MATERIALIZED (
+    SELECT d.record_key, min(d.id) AS first_id
+    FROM core.outbox AS d
+    WHERE d.published_at IS NULL
+      AND d.available_at > now()
+    GROUP BY d.record_key
+)
+SELECT o.id, o.slot, o.event_type, o.record_key, o.idempotency_key, o.envelope,
+       greatest(o.created_at, o.available_at) AS ready_at
+FROM core.outbox AS o
+WHERE o.published_at IS NULL
+  AND o.available_at <= now()
+  AND ($2::int[] IS NULL
+       OR (('x' || left(md5(o.record_key), 7))::bit(28)::int % $1::int) = ANY($2::int[]))
+  AND o.record_key <> ALL($4::text[])
+  AND o.id NOT IN (SELECT unnest($5::bigint[]))
+  AND (o.record_key NOT IN (SELECT delayed.record_key FROM delayed)
+       OR o.id < (SELECT delayed.first_id FROM delayed WHERE delayed.record_key = o.record_key))
+ORDER BY o.id
+LIMIT $3
+"""
+"""fetch_batch of the relay before migration 0055 (commit 55206b3), unchanged since 0005."""
+
+
+@pytest.mark.parametrize("analysed", [False, True])
+async def test_a_relay_of_the_previous_release_reads_the_delayed_rows_alone_after_the_migration(
+    database_url: str, analysed: bool
+) -> None:
+    """Guarantee: a migration keeps the relays still running the previous release usable until
+    they are restarted (docs/howto/operate/upgrade.md: migrate, then restart the deployments;
+    relays keep publishing in between). A fetch reads the rows it returns and the delayed rows,
+    not the backlog.
+
+    Migration 0055 drops outbox_unpublished_available (available_at, over unpublished rows),
+    the index through which the previous release's fetch reads the delayed rows
+    (`published_at IS NULL AND available_at > now()`); outbox_delayed's predicate
+    (`available_at > created_at`) is not implied by that condition, so the previous relay
+    reads every unpublished row of the slot on each fetch — the backlog per batch, from the
+    migration until the relays are restarted (the changelog's note: "upgrade the relays with
+    the migration"; the pause it announces is the index build alone). Minimal reproduction:
+    20,000 rows written without a delay, 5 delayed an hour, the previous release's fetch_batch
+    on a relay session: 20,025 index entries read (not analysed) or 20,005 rows scanned
+    (analysed) for 20 rows, where the schema before 0055 reads ~25. A regression of 0055 for the
+    window between the migration and the relays' restart."""
+    await _write(database_url, BACKLOG, 0)
+    async with session(database_url) as admin:
+        await admin.execute(
+            "INSERT INTO core.outbox (event_type, record_key, idempotency_key, envelope, "
+            "available_at) SELECT 't', 'k' || g, 'd' || g, '\\x00'::bytea, "
+            "now() + interval '1 hour' FROM generate_series(1, $1::int) AS g",
+            DELAYED,
+        )
+        if analysed:
+            await admin.execute("ANALYZE core.outbox_0")
+    repo = await RelayRepository.open(database_url, role=RELAY_ROLE)
+    conn = repo._conn
+    try:
+        await repo.try_lock(list(range(SHARD_COUNT)), SHARD_COUNT)
+        await conn.execute("RESET ROLE")
+        scanned, probed = await _rows_read(database_url, conn)
+        await conn.execute(f"SET ROLE {RELAY_ROLE}")
+        rows = await conn.fetch(PREVIOUS_FETCH, SHARD_COUNT, None, BATCH, [], [])
+        await conn.execute("RESET ROLE")
+        after_scanned, after_probed = await _rows_read(database_url, conn)
+    finally:
+        await repo.close()
+    assert len(rows) == BATCH
+    assert after_scanned == scanned, after_scanned - scanned
+    assert after_probed - probed <= 3 * BATCH + DELAYED, after_probed - probed

@@ -155,6 +155,40 @@ async def test_gauges_report_depth_and_age_of_the_oldest_row(
         await asyncio.wait_for(task, 10)
 
 
+async def test_the_age_gauge_leaves_out_the_rows_queued_behind_a_delayed_row_of_their_key(
+    settings: Settings, database_url: str
+) -> None:
+    """Guarantee: spectral_outbox_oldest_age_seconds is how long the oldest *publishable*
+    unpublished row has waited, 0 when none waits (docs/reference/metrics.md); the page
+    SpectralOutboxBacklogOld (> 300 for 5m) reads it as "relays down or Kafka refusing".
+
+    A row queued behind a delayed row of its key (a retry an hour away) is not publishable:
+    the relay holds it until the delayed row goes (fetch_batch). outbox_stats counts it as
+    publishable all the same (its filter is the row's own time alone, not its key's delayed
+    rows), so the gauge shows its age and grows: the page fires for a relay that has nothing
+    to publish. Minimal reproduction: key 1's row delayed an hour, then key 1's next row,
+    written 10 minutes ago without a delay; a relay pass publishes nothing and sets the gauge
+    to ~600 s. Predates 0055 (the filter was `available_at <= now()`, the same rows)."""
+    await enqueue_numbered(
+        database_url, [(key_id(1), 1)], available_at=datetime.now(UTC) + timedelta(hours=1)
+    )
+    [later] = await enqueue_numbered(database_url, [(key_id(1), 2)])
+    conn = await asyncpg.connect(database_url)
+    try:  # written 10 minutes ago
+        await conn.execute(
+            "UPDATE core.outbox SET created_at = created_at - interval '10 minutes', "
+            "available_at = available_at - interval '10 minutes' WHERE id = $1",
+            later,
+        )
+    finally:
+        await conn.close()
+    registry = CollectorRegistry()
+    run = await make_relay(settings, registry, once=True).run()
+    assert run.published == 0  # key 1's second row waits behind its first
+    assert registry.get_sample_value("spectral_outbox_depth") == 2
+    assert registry.get_sample_value("spectral_outbox_oldest_age_seconds") == 0
+
+
 async def test_the_sql_shard_formula_is_the_python_one(database_url: str) -> None:
     keys = [f"key-{i}" for i in range(300)] + [str(key_id(i)) for i in range(300)] + ["ü∂"]
     conn = await asyncpg.connect(database_url)
