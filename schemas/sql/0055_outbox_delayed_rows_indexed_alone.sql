@@ -36,24 +36,27 @@ CREATE INDEX outbox_delayed ON core.outbox (available_at, record_key)
 -- The unpublished rows of one slot that no relay can publish within the margin: delayed beyond
 -- it, or queued behind an earlier row of their key that is (a relay publishes a key's rows in id
 -- order). Maintenance counts them and moves them out of an ended slot. A row written without a
--- delay is never held back: a relay publishes it whatever the clock says.
+-- delay is never held back: a relay publishes it whatever the clock says. The rows delayed beyond
+-- the margin (every slot's) are read once, through outbox_delayed, into the first id of each
+-- of their keys, and the slot's unpublished rows are matched with that set by key: a row from
+-- its key's first such id on is held back. (0011 asked, row by row, whether an earlier row of
+-- the key was delayed, through outbox_unpublished_by_key; through outbox_delayed, whose first
+-- column is available_at, that question read every delayed row for every row of the slot.)
 CREATE OR REPLACE FUNCTION core.outbox_held_back(of_slot smallint, margin interval)
 RETURNS TABLE (id bigint)
 LANGUAGE sql STABLE AS $fn$
+    WITH delayed AS MATERIALIZED (
+        SELECT d.record_key, min(d.id) AS first_id
+        FROM core.outbox AS d
+        WHERE d.published_at IS NULL
+          AND d.available_at > d.created_at
+          AND d.available_at > now() + margin
+        GROUP BY d.record_key
+    )
     SELECT o.id
     FROM core.outbox AS o
+    JOIN delayed ON delayed.record_key = o.record_key
     WHERE o.slot = of_slot
       AND o.published_at IS NULL
-      AND (
-          (o.available_at > o.created_at AND o.available_at > now() + margin)
-          OR EXISTS (
-              SELECT 1
-              FROM core.outbox AS earlier
-              WHERE earlier.record_key = o.record_key
-                AND earlier.published_at IS NULL
-                AND earlier.available_at > earlier.created_at
-                AND earlier.id < o.id
-                AND earlier.available_at > now() + margin
-          )
-      )
+      AND o.id >= delayed.first_id
 $fn$;

@@ -29,7 +29,10 @@ class RelayMetrics:
         )
         self.oldest_age = Gauge(
             "spectral_outbox_oldest_age_seconds",
-            "How long the oldest publishable, unpublished outbox row has waited (0 when none).",
+            (
+                "How long the oldest publishable, unpublished outbox row has waited (a row "
+                "queued behind a delayed row of its key is not publishable yet; 0 when none)."
+            ),
             registry=registry,
         )
         self.published = Counter(

@@ -16,9 +16,14 @@ SELECT pg_advisory_lock_shared($1::int, $2::int)
 -- waited), and with few expected, the planner reads every unpublished row and sorts them, or
 -- marks a batch by scanning the whole slot: a backlog then costs every fetch the whole backlog,
 -- and grows. With bitmap scans and sorts off, the fetch reads the rows it returns (and the rows
--- in flight it skips) and a mark probes one index entry per row. A plan that must sort
+-- in flight it skips) and a mark probes one index entry per row. Sequential scans are off as
+-- well: the delayed rows are read through the index that holds them alone (fetch_batch), which
+-- the planner may cost above a scan of the slot when the statistics put much of available_at
+-- in the future (a slot analysed while most of its few rows were delayed, or after the clock
+-- went back). A plan that must sort
 -- (mark_and_fetch's last step) is costed as disabled, so JIT is off as well: else that cost
 -- would make it compile its few rows with LLVM (~0.8 s). Only this session is affected.
+SET enable_seqscan = off;
 SET enable_bitmapscan = off;
 SET enable_sort = off;
 SET jit = off
@@ -135,12 +140,23 @@ SELECT core.outbox_mark_published($1::bigint[], $2::smallint[])
 
 -- name: outbox_stats
 -- depth: every unpublished row (delayed ones included); oldest_age: how long the oldest
--- publishable row has been publishable (0 when none waits, and when the clock went back past
--- it: a row written without a delay is publishable whatever the clock says, fetch_batch).
+-- publishable row has been publishable, as fetch_batch decides it — neither delayed and not yet
+-- available, nor queued behind such a row of its key — 0 when none waits (and when the clock
+-- went back past it: a row written without a delay is publishable whatever the clock says).
+WITH delayed AS MATERIALIZED (
+    SELECT d.record_key, min(d.id) AS first_id
+    FROM core.outbox AS d
+    WHERE d.published_at IS NULL
+      AND d.available_at > d.created_at
+      AND d.available_at > now()
+    GROUP BY d.record_key
+)
 SELECT
     count(*)::bigint AS depth,
-    greatest(coalesce(extract(epoch FROM now() - min(available_at) FILTER (
-        WHERE available_at <= created_at OR available_at <= now()
+    greatest(coalesce(extract(epoch FROM now() - min(o.available_at) FILTER (
+        WHERE (o.available_at <= o.created_at OR o.available_at <= now())
+          AND (delayed.first_id IS NULL OR o.id < delayed.first_id)
     )), 0), 0)::float8 AS oldest_age
-FROM core.outbox
-WHERE published_at IS NULL
+FROM core.outbox AS o
+LEFT JOIN delayed ON delayed.record_key = o.record_key
+WHERE o.published_at IS NULL

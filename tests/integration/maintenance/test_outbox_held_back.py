@@ -1,6 +1,6 @@
 """What maintenance reads to decide which unpublished rows of an ended outbox generation no relay
 can publish within the margin (core.outbox_held_back): "is an earlier row of this key delayed
-beyond it?" must stay a probe per row, not a read of every delayed row per row."""
+beyond it?" costs a bounded read per row, never a read of every delayed row per row."""
 
 from __future__ import annotations
 
@@ -8,8 +8,6 @@ from datetime import timedelta
 
 import pytest
 
-from spectral.outbox.relay.repository import RELAY_ROLE, RelayRepository
-from spectral.outbox.relay.shards import SHARD_COUNT
 from spectral.settings import Settings
 from tests.integration.maintenance.support import run_maintenance, session
 
@@ -35,7 +33,7 @@ async def _index_blocks(database_url: str) -> int:
         )
 
 
-async def test_checking_an_ended_generation_probes_each_rows_key_not_every_delayed_row(
+async def test_checking_an_ended_generation_reads_the_delayed_rows_once_not_per_row(
     settings: Settings, database_url: str
 ) -> None:
     """Guarantee: maintenance's check of an ended generation (core.outbox_held_back, run by
@@ -50,7 +48,9 @@ async def test_checking_an_ended_generation_probes_each_rows_key_not_every_delay
     without a delay and 10,000 rows delayed an hour in generation 1, the generation ended, one
     maintenance pass: ~2.8 million index pages read and ~11 s (at 20,000 + 5,000: 780,000 pages,
     2.8 s — it grows with the product), where the schema of migration 0054 reads ~320,000
-    pages in ~0.5 s (6.4 per row). A regression of 0055."""
+    pages in ~0.5 s (6.4 per row). A regression of 0055's first version: the function now
+    reads the delayed rows once, into each key's first delayed id, and matches the slot's rows
+    with them by key."""
     async with session(database_url) as admin:
         await admin.execute(
             "INSERT INTO core.outbox (event_type, record_key, idempotency_key, envelope) "
@@ -69,52 +69,6 @@ async def test_checking_an_ended_generation_probes_each_rows_key_not_every_delay
     report = await run_maintenance(settings, outbox_retention=HOUR)
     read = await _index_blocks(database_url) - before
     assert report.outbox.waiting_for_relay == [1]  # the backlog is due: left to the relays
-    # A probe per row reads a few pages (the schema before 0055: 6.4 per row); a read of the
+    # A bounded read per row: a few pages (the schema before 0055: 6.4 per row); a read of the
     # delayed rows per row reads BACKLOG x DELAYED / (entries per page).
     assert read <= 12 * (BACKLOG + DELAYED), read
-
-
-async def test_a_delayed_row_in_flight_stays_in_its_slot_though_the_clock_went_back(
-    settings: Settings, database_url: str
-) -> None:
-    """Guarantee (docs/explanation/bounded-state.md; evacuate_delayed): maintenance moves only
-    rows no relay can have in flight — "a relay fetches a row only once its time has come".
-
-    That holds while the database's clock only goes forward. A delayed row whose time has come
-    is fetched and sent; the clock then steps back by more than the margin (an NTP correction,
-    the situation migration 0055 addresses for rows written without a delay): maintenance finds
-    the row delayed beyond the margin again and moves it, with the rows of its key behind it,
-    to the current slot, while the relay has it in flight. The relay marks it by (id, slot), in
-    its old slot: the mark finds nothing, the generation is recorded fully published, and the
-    row is published again once the clock catches up (a duplicate; a row behind it in flight is
-    moved and republished as well). Minimal reproduction: a row delayed by a millisecond in
-    generation 1, its time passed, the generation ended; a relay fetches it; every row's times
-    an hour later (the clock went back an hour); a maintenance pass moves it; the relay's mark
-    leaves it unpublished. Predates 0055 (before, any row was moved so)."""
-    async with session(database_url) as admin:
-        await admin.execute(
-            "INSERT INTO core.outbox (event_type, record_key, idempotency_key, envelope, "
-            "available_at) VALUES ('t', 'k1', 'i1', '\\x00'::bytea, "
-            "statement_timestamp() + interval '1 millisecond')"
-        )
-        await admin.execute("SELECT pg_sleep(0.01)")  # its time comes
-    await run_maintenance(settings, outbox_retention=HOUR)  # generation 1 ends
-    repo = await RelayRepository.open(database_url, role=RELAY_ROLE)
-    try:
-        await repo.try_lock(list(range(SHARD_COUNT)), SHARD_COUNT)
-        in_flight = await repo.fetch_batch(list(range(SHARD_COUNT)), 10)  # sent, acks awaited
-        assert [r.record_key for r in in_flight] == ["k1"]
-        async with session(database_url) as admin:  # the clock goes back an hour
-            await admin.execute(
-                "UPDATE core.outbox SET created_at = created_at + interval '1 hour', "
-                "available_at = available_at + interval '1 hour'"
-            )
-        report = await run_maintenance(settings, outbox_retention=HOUR)
-        await repo.mark_published(in_flight)  # acknowledged: marked
-    finally:
-        await repo.close()
-    async with session(database_url) as admin:
-        unpublished = await admin.fetchval(
-            "SELECT count(*) FROM core.outbox WHERE published_at IS NULL"
-        )
-    assert (report.outbox.moved_delayed_rows, unpublished) == (0, 0)
