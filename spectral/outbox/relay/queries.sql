@@ -79,6 +79,19 @@ SELECT core.outbox_await_doorbell($1::int, $2::int)
 SELECT pg_advisory_unlock($1::int, s::int) AS released
 FROM unnest($2::int[]) AS s
 
+-- name: delayed_keys
+-- The keys with a delayed row not yet available, each with the id of its first such row: a
+-- key's rows from that id on wait (fetch_batch and outbox_stats put this text in where they name
+-- it, repository.py). A row is delayed when it was written with an available_at later than its
+-- write (migration outbox_delayed_rows_indexed_alone); the conditions name the predicate of
+-- outbox_delayed, which holds those rows alone, and compare its first column with the clock.
+SELECT d.record_key, min(d.id) AS first_id
+FROM core.outbox AS d
+WHERE d.published_at IS NULL
+  AND d.available_at > d.created_at
+  AND d.available_at > now()
+GROUP BY d.record_key
+
 -- name: fetch_batch
 -- The next publishable rows of the held shards, in id order, each with the time it became
 -- publishable (its write, or its available_at when delayed). A row is delayed when it was
@@ -90,19 +103,14 @@ FROM unnest($2::int[]) AS s
 -- (keys whose first row Kafka refused, waiting for their next try), and so are the rows of $5
 -- (the batch in flight: sent, its acknowledgements awaited while this one is read; a hashed
 -- set, one probe per row). $2 NULL: every shard is held, no row's shard is computed.
--- The delayed rows (usually none) are read once, through the index that holds them alone
--- (outbox_delayed, by available_at: the conditions name its predicate, and the statistics of
--- available_at tell the planner how few are in the future), into a set of keys probed by hash;
--- a key that has some is compared with its first delayed row only. The session reads
+-- The delayed rows (usually none) are read once (delayed_keys), through the index that holds
+-- them alone (outbox_delayed, by available_at: the conditions name its predicate, and the
+-- statistics of available_at tell the planner how few are in the future), into a set of keys
+-- probed by hash; a key that has some is compared with its first delayed row only. The session reads
 -- the rows in id order through outbox_unpublished (repository.py, queue_reads): whatever the
 -- statistics say of the unpublished rows, a backlog costs the rows read, not the backlog.
 WITH delayed AS MATERIALIZED (
-    SELECT d.record_key, min(d.id) AS first_id
-    FROM core.outbox AS d
-    WHERE d.published_at IS NULL
-      AND d.available_at > d.created_at
-      AND d.available_at > now()
-    GROUP BY d.record_key
+{delayed_keys}
 )
 SELECT o.id, o.slot, o.event_type, o.record_key, o.idempotency_key, o.envelope,
        greatest(o.created_at, o.available_at) AS ready_at
@@ -144,12 +152,7 @@ SELECT core.outbox_mark_published($1::bigint[], $2::smallint[])
 -- available, nor queued behind such a row of its key — 0 when none waits (and when the clock
 -- went back past it: a row written without a delay is publishable whatever the clock says).
 WITH delayed AS MATERIALIZED (
-    SELECT d.record_key, min(d.id) AS first_id
-    FROM core.outbox AS d
-    WHERE d.published_at IS NULL
-      AND d.available_at > d.created_at
-      AND d.available_at > now()
-    GROUP BY d.record_key
+{delayed_keys}
 )
 SELECT
     count(*)::bigint AS depth,

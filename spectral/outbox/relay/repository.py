@@ -15,7 +15,12 @@ from spectral.db.connect import close_session, connect, guarded
 from spectral.db.queries import load_queries
 from spectral.outbox.relay.shards import DOORBELL_BASE, LOCK_CLASS, MEMBER_LOCK, SHARD_COUNT
 
-_SQL = load_queries(Path(__file__).with_name("queries.sql"))
+_QUERIES = load_queries(Path(__file__).with_name("queries.sql"))
+_SQL = {
+    name: text.replace("{delayed_keys}", _QUERIES["delayed_keys"])
+    for name, text in _QUERIES.items()
+}
+"""The queries, each with the rows that wait for a delayed row written once (``delayed_keys``)."""
 _MARK_AND_FETCH = _SQL["mark_and_fetch"].replace("{fetch_batch}", _SQL["fetch_batch"])
 """The mark and the fetch in one statement, the fetch written once (as ``fetch_batch``)."""
 RELAY_ROLE = "spectral_relay"
