@@ -8,6 +8,8 @@ from datetime import timedelta
 
 import pytest
 
+from spectral.outbox.relay.repository import RELAY_ROLE, RelayRepository
+from spectral.outbox.relay.shards import SHARD_COUNT
 from spectral.settings import Settings
 from tests.integration.maintenance.support import run_maintenance, session
 
@@ -72,3 +74,55 @@ async def test_checking_an_ended_generation_reads_the_delayed_rows_once_not_per_
     # A bounded read per row: a few pages (the schema before 0055: 6.4 per row); a read of the
     # delayed rows per row reads BACKLOG x DELAYED / (entries per page).
     assert read <= 12 * (BACKLOG + DELAYED), read
+
+
+async def test_a_delayed_row_moved_while_in_flight_is_marked_where_it_went(
+    settings: Settings, database_url: str
+) -> None:
+    """Guarantee: a row a relay sent is marked published, and not published again (here: the
+    row maintenance moved to another slot while the relay had it in flight).
+
+    Maintenance moves only rows no relay can have in flight — "a relay fetches a row only once
+    its time has come" (docs/explanation/bounded-state.md; evacuate_delayed).
+
+    That holds while the database's clock only goes forward. A delayed row whose time has come
+    is fetched and sent; the clock then steps back by more than the margin (an NTP correction,
+    the situation migration 0055 addresses for rows written without a delay): maintenance finds
+    the row delayed beyond the margin again and moves it, with the rows of its key behind it,
+    to the current slot, while the relay has it in flight. The relay marks it by (id, slot), in
+    its old slot: the mark finds nothing, the generation is recorded fully published, and the
+    row is published again once the clock catches up (a duplicate; a row behind it in flight is
+    moved and republished as well). Minimal reproduction: a row delayed by a millisecond in
+    generation 1, its time passed, the generation ended; a relay fetches it; every row's times
+    an hour later (the clock went back an hour); a maintenance pass moves it; the relay's mark
+    leaves it unpublished. Predates 0055 (before, any row was moved so). The mark now looks for
+    the rows it did not find in their slot in the others (core.outbox_mark_published, migration
+    outbox_mark_finds_moved_rows)."""
+    async with session(database_url) as admin:
+        await admin.execute(
+            "INSERT INTO core.outbox (event_type, record_key, idempotency_key, envelope, "
+            "available_at) VALUES ('t', 'k1', 'i1', '\\x00'::bytea, "
+            "statement_timestamp() + interval '1 millisecond')"
+        )
+        await admin.execute("SELECT pg_sleep(0.01)")  # its time comes
+    await run_maintenance(settings, outbox_retention=HOUR)  # generation 1 ends
+    repo = await RelayRepository.open(database_url, role=RELAY_ROLE)
+    try:
+        await repo.try_lock(list(range(SHARD_COUNT)), SHARD_COUNT)
+        in_flight = await repo.fetch_batch(list(range(SHARD_COUNT)), 10)  # sent, acks awaited
+        assert [r.record_key for r in in_flight] == ["k1"]
+        async with session(database_url) as admin:  # the clock goes back an hour
+            await admin.execute(
+                "UPDATE core.outbox SET created_at = created_at + interval '1 hour', "
+                "available_at = available_at + interval '1 hour'"
+            )
+        report = await run_maintenance(settings, outbox_retention=HOUR)
+        assert report.outbox.moved_delayed_rows == 1  # the clock says: delayed beyond the margin
+        await repo.mark_published(in_flight)  # acknowledged: marked
+    finally:
+        await repo.close()
+    async with session(database_url) as admin:
+        unpublished = await admin.fetchval(
+            "SELECT count(*) FROM core.outbox WHERE published_at IS NULL"
+        )
+    assert unpublished == 0
