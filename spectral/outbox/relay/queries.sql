@@ -17,12 +17,11 @@ SELECT pg_advisory_lock_shared($1::int, $2::int)
 -- marks a batch by scanning the whole slot: a backlog then costs every fetch the whole backlog,
 -- and grows. With bitmap scans and sorts off, the fetch reads the rows it returns (and the rows
 -- in flight it skips) and a mark probes one index entry per row. Sequential scans are off as
--- well: the delayed rows are read through the index that holds them alone (fetch_batch), which
+-- well: the delayed rows are read through the index that holds them alone (delayed_keys), which
 -- the planner may cost above a scan of the slot when the statistics put much of available_at
--- in the future (a slot analysed while most of its few rows were delayed, or after the clock
--- went back). A plan that must sort
--- (mark_and_fetch's last step) is costed as disabled, so JIT is off as well: else that cost
--- would make it compile its few rows with LLVM (~0.8 s). Only this session is affected.
+-- in the future (after the clock went back). A plan that must sort (mark_and_fetch's last
+-- step) is costed as disabled, so JIT is off as well: else that cost would make it compile its
+-- few rows with LLVM (~0.8 s). Only this session is affected.
 SET enable_seqscan = off;
 SET enable_bitmapscan = off;
 SET enable_sort = off;
@@ -95,20 +94,20 @@ GROUP BY d.record_key
 -- name: fetch_batch
 -- The next publishable rows of the held shards, in id order, each with the time it became
 -- publishable (its write, or its available_at when delayed). A row is delayed when it was
--- written with an available_at later than its write (migration outbox_delayed_rows_indexed_alone);
--- it waits for the clock to reach that time, and a row written without a delay does not, whatever
--- the clock did since its write. A row waits while an earlier unpublished row of its key is
--- delayed and not yet available: a key's rows leave strictly in id order even when some of them
--- are delayed. The keys of $4 are left out
+-- written with an available_at later than its write (migration
+-- outbox_delayed_rows_indexed_alone); it waits for the clock to reach that time, and a row
+-- written without a delay does not, whatever the clock did since its write. A row waits while
+-- an earlier unpublished row of its key is delayed and not yet available: a key's rows leave
+-- strictly in id order even when some of them are delayed. The keys of $4 are left out
 -- (keys whose first row Kafka refused, waiting for their next try), and so are the rows of $5
 -- (the batch in flight: sent, its acknowledgements awaited while this one is read; a hashed
 -- set, one probe per row). $2 NULL: every shard is held, no row's shard is computed.
 -- The delayed rows (usually none) are read once (delayed_keys), through the index that holds
 -- them alone (outbox_delayed, by available_at: the conditions name its predicate, and the
 -- statistics of available_at tell the planner how few are in the future), into a set of keys
--- probed by hash; a key that has some is compared with its first delayed row only. The session reads
--- the rows in id order through outbox_unpublished (repository.py, queue_reads): whatever the
--- statistics say of the unpublished rows, a backlog costs the rows read, not the backlog.
+-- probed by hash; a key that has some is compared with its first delayed row only. The session
+-- reads the rows in id order through outbox_unpublished (repository.py, queue_reads): whatever
+-- the statistics say of the unpublished rows, a backlog costs the rows read, not the backlog.
 WITH delayed AS MATERIALIZED (
 {delayed_keys}
 )
