@@ -98,6 +98,17 @@ async def age(database_url: str, by: timedelta) -> None:
         )
 
 
+async def clock_went_back(database_url: str, by: timedelta) -> None:
+    """As if the database's clock stepped back by ``by`` since the outbox's rows were written:
+    every row's write (created_at) and available_at move ``by`` into the future."""
+    async with session(database_url) as conn:
+        await conn.execute(
+            "UPDATE core.outbox SET created_at = created_at + $1::interval, "
+            "available_at = available_at + $1::interval",
+            by,
+        )
+
+
 def topics_of(settings: Settings, consumers: Mapping[str, Sequence[str]]) -> dict[str, list[str]]:
     return {name: [settings.topic_prefix + t for t in types] for name, types in consumers.items()}
 

@@ -20,7 +20,13 @@ from spectral.maintenance.policy import Hold
 from spectral.outbox.writer import OutboxItem, enqueue
 from spectral.settings import Settings
 from tests.faults.outbox.relay.test_relay_faults import start_relay, wait_exit
-from tests.integration.maintenance.support import age, generations, run_maintenance, session
+from tests.integration.maintenance.support import (
+    age,
+    clock_went_back,
+    generations,
+    run_maintenance,
+    session,
+)
 from tests.integration.outbox.relay.support import (
     EVENT_TYPE,
     by_key,
@@ -106,11 +112,7 @@ async def test_a_row_written_without_a_delay_is_due_though_the_clock_went_back_s
         database_url, [(key_id(2), 1)], available_at=datetime.now(UTC) + 2 * HOUR
     )
     await enqueue_numbered(database_url, [(key_id(2), 2)])
-    async with session(database_url) as admin:  # as if the clock went back an hour since
-        await admin.execute(
-            "UPDATE core.outbox SET created_at = created_at + interval '1 hour', "
-            "available_at = available_at + interval '1 hour'"
-        )
+    await clock_went_back(database_url, HOUR)
     await run_maintenance(settings, outbox_retention=HOUR)  # generation 1 ends
     report = await run_maintenance(settings, outbox_retention=HOUR)
     assert report.outbox.moved_delayed_rows == 0  # key 1's row is due: the relay's to publish

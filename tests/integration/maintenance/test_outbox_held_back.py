@@ -11,7 +11,7 @@ import pytest
 from spectral.outbox.relay.repository import RELAY_ROLE, RelayRepository
 from spectral.outbox.relay.shards import SHARD_COUNT
 from spectral.settings import Settings
-from tests.integration.maintenance.support import run_maintenance, session
+from tests.integration.maintenance.support import clock_went_back, run_maintenance, session
 
 pytestmark = pytest.mark.integration
 
@@ -45,8 +45,8 @@ async def test_checking_an_ended_generation_reads_the_delayed_rows_once_not_per_
     Migration 0055 dropped outbox_unpublished_by_key (record_key, id), which the EXISTS of
     core.outbox_held_back ("an earlier unpublished row of this key delayed beyond the margin")
     probed per row, and left it outbox_delayed (available_at, record_key): record_key is its
-    second column, so each row's probe reads the whole range of rows delayed beyond the margin.
-    The check costs unpublished rows x delayed rows. Minimal reproduction: 40,000 rows written
+    second column, so each row's probe read the whole range of rows delayed beyond the margin.
+    The check cost unpublished rows x delayed rows. Minimal reproduction: 40,000 rows written
     without a delay and 10,000 rows delayed an hour in generation 1, the generation ended, one
     maintenance pass: ~2.8 million index pages read and ~11 s (at 20,000 + 5,000: 780,000 pages,
     2.8 s — it grows with the product), where the schema of migration 0054 reads ~320,000
@@ -89,13 +89,13 @@ async def test_a_delayed_row_moved_while_in_flight_is_marked_where_it_went(
     is fetched and sent; the clock then steps back by more than the margin (an NTP correction,
     the situation migration 0055 addresses for rows written without a delay): maintenance finds
     the row delayed beyond the margin again and moves it, with the rows of its key behind it,
-    to the current slot, while the relay has it in flight. The relay marks it by (id, slot), in
-    its old slot: the mark finds nothing, the generation is recorded fully published, and the
-    row is published again once the clock catches up (a duplicate; a row behind it in flight is
+    to the current slot, while the relay has it in flight. The relay marked it by (id, slot), in
+    its old slot: the mark found nothing, the generation was recorded fully published, and the
+    row was published again once the clock caught up (a duplicate; a row behind it in flight was
     moved and republished as well). Minimal reproduction: a row delayed by a millisecond in
     generation 1, its time passed, the generation ended; a relay fetches it; every row's times
     an hour later (the clock went back an hour); a maintenance pass moves it; the relay's mark
-    leaves it unpublished. Predates 0055 (before, any row was moved so). The mark now looks for
+    left it unpublished. Predates 0055 (before, any row was moved so). The mark now looks for
     the rows it did not find in their slot in the others (core.outbox_mark_published, migration
     outbox_mark_finds_moved_rows)."""
     async with session(database_url) as admin:
@@ -111,11 +111,7 @@ async def test_a_delayed_row_moved_while_in_flight_is_marked_where_it_went(
         await repo.try_lock(list(range(SHARD_COUNT)), SHARD_COUNT)
         in_flight = await repo.fetch_batch(list(range(SHARD_COUNT)), 10)  # sent, acks awaited
         assert [r.record_key for r in in_flight] == ["k1"]
-        async with session(database_url) as admin:  # the clock goes back an hour
-            await admin.execute(
-                "UPDATE core.outbox SET created_at = created_at + interval '1 hour', "
-                "available_at = available_at + interval '1 hour'"
-            )
+        await clock_went_back(database_url, HOUR)
         report = await run_maintenance(settings, outbox_retention=HOUR)
         assert report.outbox.moved_delayed_rows == 1  # the clock says: delayed beyond the margin
         await repo.mark_published(in_flight)  # acknowledged: marked

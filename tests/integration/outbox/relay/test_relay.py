@@ -25,6 +25,7 @@ from spectral.outbox.relay.shards import LOCK_CLASS, SHARD_COUNT, shard_of
 from spectral.outbox.writer import OutboxItem, enqueue
 from spectral.settings import Settings
 from tests.events import encode
+from tests.integration.maintenance.support import clock_went_back
 from tests.integration.outbox.relay.support import (
     EVENT_TYPE,
     T0,
@@ -101,14 +102,7 @@ async def test_a_row_written_without_a_delay_goes_out_though_the_clock_went_back
     written without goes out at once, and the later rows of its key behind it, in order — not
     an hour later, with the gauges showing nothing waiting."""
     await enqueue_numbered(database_url, [(key_id(1), 1)])
-    conn = await asyncpg.connect(database_url)
-    try:  # as if the clock went back an hour since the write
-        await conn.execute(
-            "UPDATE core.outbox SET created_at = created_at + interval '1 hour', "
-            "available_at = available_at + interval '1 hour'"
-        )
-    finally:
-        await conn.close()
+    await clock_went_back(database_url, timedelta(hours=1))
     await enqueue_numbered(database_url, [(key_id(1), 2), (key_id(2), 1)])
     registry = CollectorRegistry()
     run = await make_relay(settings, registry, once=True).run()
@@ -163,12 +157,14 @@ async def test_the_age_gauge_leaves_out_the_rows_queued_behind_a_delayed_row_of_
     SpectralOutboxBacklogOld (> 300 for 5m) reads it as "relays down or Kafka refusing".
 
     A row queued behind a delayed row of its key (a retry an hour away) is not publishable:
-    the relay holds it until the delayed row goes (fetch_batch). outbox_stats counts it as
-    publishable all the same (its filter is the row's own time alone, not its key's delayed
-    rows), so the gauge shows its age and grows: the page fires for a relay that has nothing
+    the relay holds it until the delayed row goes (fetch_batch). outbox_stats counted it as
+    publishable all the same (its filter was the row's own time alone, not its key's delayed
+    rows), so the gauge showed its age and grew: the page fired for a relay that had nothing
     to publish. Minimal reproduction: key 1's row delayed an hour, then key 1's next row,
-    written 10 minutes ago without a delay; a relay pass publishes nothing and sets the gauge
-    to ~600 s. Predates 0055 (the filter was `available_at <= now()`, the same rows)."""
+    written 10 minutes ago without a delay; a relay pass published nothing and set the gauge
+    to ~600 s. Predated 0055 (the filter was `available_at <= now()`, the same rows);
+    outbox_stats now leaves out the rows of a key from its first delayed row on
+    (delayed_keys)."""
     await enqueue_numbered(
         database_url, [(key_id(1), 1)], available_at=datetime.now(UTC) + timedelta(hours=1)
     )
