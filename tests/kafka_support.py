@@ -76,6 +76,8 @@ class ReadRecord:
     key: bytes | None
     value: bytes
     headers: tuple[tuple[str, bytes | None], ...]
+    timestamp_ms: int = 0
+    """The record's Kafka timestamp (its producer's create time, in ms since the epoch)."""
 
     def header(self, name: str) -> str | None:
         for key, value in self.headers:
@@ -163,7 +165,13 @@ async def read_all(bootstrap: str, topic: str, timeout: float = 10.0) -> list[Re
             for records in batch.values():
                 out.extend(
                     ReadRecord(
-                        r.topic, r.partition, r.offset, r.key, r.value or b"", tuple(r.headers)
+                        r.topic,
+                        r.partition,
+                        r.offset,
+                        r.key,
+                        r.value or b"",
+                        tuple(r.headers),
+                        r.timestamp,
                     )
                     for r in records
                 )

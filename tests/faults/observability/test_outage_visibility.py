@@ -6,9 +6,10 @@ running deployments (`spectral outbox relay`, `spectral consume rule-candidates`
   pending row: each goes not ready within 30 s (``/readyz`` 503, ``spectral_ready 0``, the
   ``kafka`` check failing), the relay's backlog gauges rise (read on a clock of their own, not
   between batches the producer is retrying), every process is ready again once the broker is
-  back and the row is published. Each process writes a bounded number of log lines for the whole
-  outage (at most 20, the client library's ~80 lines a second held back), with its start and
-  its end each logged once.
+  back and the row is published — and another key's rows in order, the one delayed until after
+  the outage and the one written after it sent no earlier than its time. Each process writes a
+  bounded number of log lines for the whole outage (at most 20, the client library's ~80 lines a
+  second held back), with its start and its end each logged once.
 * The database stopped under the same idle deployments: the same, for the ``database`` check.
 
 The servers are private to the test (stopping them disturbs no other test). The alert rules
@@ -29,6 +30,7 @@ import uuid
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from functools import partial
 from pathlib import Path
 
@@ -40,7 +42,12 @@ from spectral.db.migrate import migrate
 from spectral.devstack.kafka import LocalKafka
 from spectral.devstack.kafka_jars import default_cache_dir
 from spectral.devstack.postgres import LocalPostgres
-from tests.integration.outbox.relay.support import enqueue_numbered, outbox_counts
+from tests.integration.outbox.relay.support import (
+    EVENT_TYPE,
+    enqueue_numbered,
+    outbox_counts,
+    read_topic,
+)
 
 pytestmark = [pytest.mark.integration, pytest.mark.faults]
 
@@ -240,9 +247,15 @@ async def test_a_broker_outage_is_visible_at_once_and_logged_in_a_few_lines(
         with running(deployments, env):
             backlog: list[tuple[float, float]] = []
 
+            key = uuid.uuid4()
+            delayed_until = datetime.now(UTC) + timedelta(seconds=BROKER_OUTAGE + 5)
+
             async def pending_row() -> None:
-                # A writer commits during the outage: the relay cannot publish it.
-                await enqueue_numbered(database_url, [(uuid.uuid4(), 1)])
+                # A writer commits during the outage: the relay cannot publish it. Another key's
+                # second row is delayed until after the outage: its third waits for it.
+                await enqueue_numbered(database_url, [(uuid.uuid4(), 1), (key, 1)])
+                await enqueue_numbered(database_url, [(key, 2)], available_at=delayed_until)
+                await enqueue_numbered(database_url, [(key, 3)])
 
             not_ready = await _outage_is_visible_and_its_log_bounded(
                 deployments,
@@ -264,6 +277,11 @@ async def test_a_broker_outage_is_visible_at_once_and_logged_in_a_few_lines(
             while not await published():
                 assert time.monotonic() < deadline, relay.tail()
                 await asyncio.sleep(0.5)
+            sent = await read_topic(bootstrap, topic_prefix + EVENT_TYPE)
+            of_key = [r for r in sent if r.key == str(key)]
+            assert [r.seq for r in of_key] == [1, 2, 3]
+            not_before = int(delayed_until.timestamp() * 1000)
+            assert [r.timestamp_ms >= not_before for r in of_key[1:]] == [True, True]
         print(f"not ready after (s): {not_ready}")  # noqa: T201 - reported by the test run
     finally:
         broker.stop(wipe=True)

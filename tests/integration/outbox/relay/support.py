@@ -77,6 +77,8 @@ class Received:
     seq: int
     idempotency_key: str
     headers: dict[str, str]
+    timestamp_ms: int = 0
+    """Its Kafka timestamp: when the relay sent it (ms since the epoch)."""
 
 
 def _received(record: ReadRecord) -> Received:
@@ -88,6 +90,7 @@ def _received(record: ReadRecord) -> Received:
         envelope.payload.failure_count,
         envelope.idempotency_key,
         {k: (v or b"").decode() for k, v in record.headers},
+        record.timestamp_ms,
     )
 
 
