@@ -80,10 +80,11 @@ FROM unnest($2::int[]) AS s
 
 -- name: delayed_keys
 -- The keys with a delayed row not yet available, each with the id of its first such row: a
--- key's rows from that id on wait (fetch_batch and outbox_stats put this text in where they name
--- it, repository.py). A row is delayed when it was written with an available_at later than its
--- write (migration outbox_delayed_rows_indexed_alone); the conditions name the predicate of
--- outbox_delayed, which holds those rows alone, and compare its first column with the clock.
+-- key's rows from that id on wait (fetch_batch and outbox_stats name this query in braces, and
+-- the loader, spectral/db/queries.py, puts this text in). A row is delayed when it was written
+-- with an available_at later than its write (migration outbox_delayed_rows_indexed_alone); the
+-- conditions name the predicate of outbox_delayed, which holds those rows alone, and compare its
+-- first column with the clock.
 SELECT d.record_key, min(d.id) AS first_id
 FROM core.outbox AS d
 WHERE d.published_at IS NULL
@@ -131,7 +132,7 @@ LIMIT $3
 -- (the result has one row of NULLs when it finds nothing). The mark's changes are invisible to
 -- the fetch (one statement, one snapshot), so the marked rows' ids must be among $5.
 -- The braced name below stands for fetch_batch's text, put in when the queries are loaded
--- (repository.py): one definition of which rows a batch takes.
+-- (spectral/db/queries.py): one definition of which rows a batch takes.
 SELECT f.id, f.slot, f.event_type, f.record_key, f.idempotency_key, f.envelope, f.ready_at
 FROM core.outbox_mark_published($6::bigint[], $7::smallint[]) AS m (marked)
 LEFT JOIN LATERAL (

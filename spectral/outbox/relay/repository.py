@@ -8,6 +8,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
+from typing import Final
 
 import asyncpg
 
@@ -15,14 +16,10 @@ from spectral.db.connect import close_session, connect, guarded
 from spectral.db.queries import load_queries
 from spectral.outbox.relay.shards import DOORBELL_BASE, LOCK_CLASS, MEMBER_LOCK, SHARD_COUNT
 
-_QUERIES = load_queries(Path(__file__).with_name("queries.sql"))
-_SQL = {
-    name: text.replace("{delayed_keys}", _QUERIES["delayed_keys"])
-    for name, text in _QUERIES.items()
-}
-"""The queries, each with the rows that wait for a delayed row written once (``delayed_keys``)."""
-_MARK_AND_FETCH = _SQL["mark_and_fetch"].replace("{fetch_batch}", _SQL["fetch_batch"])
-"""The mark and the fetch in one statement, the fetch written once (as ``fetch_batch``)."""
+_SQL: Final = load_queries(Path(__file__).with_name("queries.sql"))
+"""The queries; the rows that wait for a delayed row (``delayed_keys``) and the fetch that
+``mark_and_fetch`` runs after its mark (``fetch_batch``) are written once there, and the loader
+puts their texts in where a query names them."""
 RELAY_ROLE = "spectral_relay"
 WAKEUP_CHANNEL = "spectral_outbox"
 """The channel the outbox's doorbell trigger notifies (migration ``outbox_wakeup``)."""
@@ -130,7 +127,7 @@ class RelayRepository:
             [*in_flight, *(r.id for r in mark)],
         )
         if mark:
-            sql = _MARK_AND_FETCH
+            sql = _SQL["mark_and_fetch"]
             args = (*args, [r.id for r in mark], [r.slot for r in mark])
         else:
             sql = _SQL["fetch_batch"]
