@@ -4,15 +4,19 @@ every row of the consumer (150-280 ms a batch at 600,000 keys)."""
 
 from __future__ import annotations
 
-import json
 import uuid
-from typing import Any
 
 import asyncpg
 import pytest
 
 from spectral.engine.keys import dedup_keys
-from tests.integration.maintenance.support import ENGINE_SQL, PROJECTOR, session
+from tests.integration.maintenance.support import (
+    ENGINE_SQL,
+    PROJECTOR,
+    explained,
+    plan_rows_read,
+    session,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -20,29 +24,6 @@ ROWS = 200_000
 """Enough that reading the consumer's rows costs more than probing for each key: a plan that
 scans still shows."""
 KEYS = 40
-
-
-def _rows_read(plan: dict[str, Any]) -> int:
-    """Rows the plan's scans produced or threw away, summed over every node."""
-    node = plan
-    own = 0
-    if "Scan" in node.get("Node Type", ""):
-        own = int(node.get("Actual Rows", 0)) * int(node.get("Actual Loops", 1)) + int(
-            node.get("Rows Removed by Filter", 0)
-        )
-    return own + sum(_rows_read(child) for child in node.get("Plans", []))
-
-
-async def _explained(conn: asyncpg.Connection, sql: str, args: list[object]) -> dict[str, Any]:
-    """The executed plan of ``sql``, its changes rolled back."""
-    transaction = conn.transaction()
-    await transaction.start()
-    try:
-        [row] = await conn.fetch("EXPLAIN (ANALYZE, FORMAT JSON) " + sql, *args)
-    finally:
-        await transaction.rollback()
-    plan: dict[str, Any] = json.loads(row[0])[0]["Plan"]
-    return plan
 
 
 async def test_the_dedup_statements_probe_the_index(database_url: str) -> None:
@@ -66,8 +47,8 @@ async def test_the_dedup_statements_probe_the_index(database_url: str) -> None:
                 more = extra if statement == "claim_keys" else []
                 args = ["rule-candidates", dedup_keys(keys), *more]
                 for _ in range(6):  # past the plan cache's five custom plans
-                    read[(mode, statement)] = _rows_read(
-                        await _explained(conn, ENGINE_SQL[statement], args)
+                    read[(mode, statement)] = plan_rows_read(
+                        await explained(conn, ENGINE_SQL[statement], args)
                     )
     assert all(n <= 10 * KEYS for n in read.values()), read
 
