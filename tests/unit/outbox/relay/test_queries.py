@@ -27,11 +27,13 @@ def _as_the_repository_put_them_in(raw: dict[str, str]) -> dict[str, str]:
 
 
 def test_mark_and_fetch_is_loaded_whole() -> None:
-    mark_and_fetch = load_queries(_FILE)["mark_and_fetch"]
+    queries = load_queries(_FILE)
+    mark_and_fetch = queries["mark_and_fetch"]
     assert "{fetch_batch}" not in mark_and_fetch
     assert "{delayed_keys}" not in mark_and_fetch
     assert "core.outbox_mark_published($6::bigint[], $7::smallint[])" in mark_and_fetch
-    assert "WITH delayed AS MATERIALIZED" in mark_and_fetch
+    assert queries["fetch_batch"] in mark_and_fetch
+    assert queries["delayed_keys"] in queries["fetch_batch"]
 
 
 def test_the_loaded_queries_are_the_statements_the_repository_built() -> None:
