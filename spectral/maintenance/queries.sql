@@ -34,11 +34,16 @@ ORDER BY generation
 -- by one (a rebuild, an operator clearing an unknown consumer's keys as the alert says): each
 -- candidate is confirmed by one row of it in the slot. A consumer with rows is found at the first
 -- of them; only a stale candidate costs a read of the slot, once per maintenance run, and it is
--- then no longer named, so it never holds a rotation back.
+-- then no longer named, so it never holds a rotation back. The confirmation is a subquery with a
+-- LIMIT, run once per candidate: written as EXISTS, it was planned as a semi-join that made the
+-- slot's side unique by aggregating every row of the slot (no index leads with the consumer),
+-- every pass (2 million rows: 0.7 s).
 SELECT DISTINCT c.consumer
 FROM core.dedup_slot_consumers AS c
 WHERE c.slot = $1
-  AND EXISTS (SELECT FROM core.event_handled AS h WHERE h.slot = $1 AND h.consumer = c.consumer)
+  AND (SELECT true FROM core.event_handled AS h
+       WHERE h.slot = $1 AND h.consumer = c.consumer
+       LIMIT 1)
 ORDER BY c.consumer
 
 -- name: recent_redrives
