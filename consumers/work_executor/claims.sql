@@ -17,7 +17,27 @@ SELECT work.fold_spend_changes()
 -- released at the horizon after they were parked (room came back; an item that still does not
 -- fit parks again). (Changing a budget through the API or CLI resumes them at once, in its own
 -- transaction.)
-WITH resumable AS (
+-- The releases are read once per statement: those since the earliest park (the partial index of
+-- released reservations), into one object of each scope's latest release ('kind:id' -> time),
+-- in which each parked item looks its scope up. (A search of the releases per parked item read
+-- every release after its park, of any scope: 5,000 items x 5,000 releases, 25 million rows and
+-- ~5.9 s per claim, under the scheduler's lock.)
+WITH released AS MATERIALIZED (
+    SELECT jsonb_object_agg(k.scope, k.latest) AS latest
+    FROM (
+        SELECT s.scope, max(x.released_unknown_at) AS latest
+        FROM work.spend x
+        CROSS JOIN LATERAL (VALUES ('org:' || x.org_id), ('project:' || x.project_id),
+                                   ('thread:' || x.thread_id::text),
+                                   ('thread:' || x.parent_thread_id::text),
+                                   ('route:' || x.model)) AS s (scope)
+        WHERE x.released_unknown_at > (SELECT min(p.parked_at) FROM work.work_items p
+                                       WHERE p.status = 'parked')
+          AND s.scope IS NOT NULL
+        GROUP BY s.scope
+    ) AS k
+),
+resumable AS (
     SELECT w.work_item_id
     FROM work.work_items w
     LEFT JOIN work.budget_scopes b
@@ -25,17 +45,8 @@ WITH resumable AS (
     WHERE w.status = 'parked'
       AND (b.scope_id IS NULL OR b.updated_at > w.parked_at
            OR work.period_start(b.period, now()) > w.parked_at
-           OR EXISTS (
-               SELECT 1 FROM work.spend x
-               WHERE x.released_unknown_at > w.parked_at
-                 AND CASE w.park_scope_kind
-                         WHEN 'org' THEN x.org_id = w.park_scope_id
-                         WHEN 'project' THEN x.project_id = w.park_scope_id
-                         WHEN 'thread' THEN w.park_scope_id IN (x.thread_id::text,
-                                                                x.parent_thread_id::text)
-                         WHEN 'route' THEN x.model = w.park_scope_id
-                         ELSE false
-                     END))
+           OR ((SELECT r.latest FROM released r)
+               ->> (w.park_scope_kind || ':' || w.park_scope_id))::timestamptz > w.parked_at)
     FOR UPDATE OF w SKIP LOCKED
 )
 UPDATE work.work_items w
