@@ -18,16 +18,18 @@ GROUP BY dlq_topic, source_topic
 ORDER BY dlq_topic, source_topic
 
 -- name: prune_redrives
-WITH doomed AS (
-    SELECT dlq_topic, dlq_partition, dlq_offset
+-- Oldest first, through dlq_redrives_by_time (migration redrives_by_time), and deleted by their
+-- addresses: a batch reads the rows it deletes, not again the rows kept before them (in a plan
+-- that walked the table, a pass cost its batches x the rows kept). A row an operator's redrive
+-- updated meanwhile has moved and is left to the next batch.
+DELETE FROM core.dlq_redrives
+WHERE ctid = ANY (ARRAY(
+    SELECT ctid
     FROM core.dlq_redrives
     WHERE dlq_topic = $1 AND source_topic = $2 AND redriven_at < $3
+    ORDER BY redriven_at
     LIMIT $4
-)
-DELETE FROM core.dlq_redrives AS r
-USING doomed
-WHERE (r.dlq_topic, r.dlq_partition, r.dlq_offset)
-    = (doomed.dlq_topic, doomed.dlq_partition, doomed.dlq_offset)
+))
 
 -- name: count_redrives
 SELECT count(*) FROM core.dlq_redrives
