@@ -60,10 +60,19 @@ FROM work.spend
 WHERE state = 'unknown'
 
 -- name: queue_depth
+-- The items of every status but the finished ones: the live items through the index that holds
+-- them alone (work_items_one_live_per_thread: its predicate, word for word), the dead-lettered
+-- ones through theirs (migration dead_lettered_items_indexed) — never the finished items, which
+-- the work record keeps. A status with no item has no row.
 SELECT status, count(*)::integer AS items
 FROM work.work_items
-WHERE status NOT IN ('applied', 'canceled')
+WHERE status IN ('queued', 'claimed', 'running', 'failed', 'parked')
 GROUP BY status
+UNION ALL
+SELECT 'dead_letter', count(*)::integer
+FROM work.work_items
+WHERE status = 'dead_letter'
+HAVING count(*) > 0
 
 -- name: parents_to_settle
 -- Orchestrations with no live child left, or stop-on-error ones with a failed child and live
