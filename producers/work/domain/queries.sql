@@ -39,6 +39,11 @@ ORDER BY sequence
 -- name: project_threads
 -- Newest first; $2 = true keeps only open|running threads (ADR-035 §12 ?active=true);
 -- $4, $5 = the (created_at, thread_id) to continue after (a page's last row; NULL = the start).
+-- The index threads_by_space_in_page_order holds this order; `created_at <= coalesce($4,
+-- 'infinity')` repeats the keyset's bound as a condition it starts from, in custom and generic
+-- plans alike: a later page reads from the cursor on, in order, and stops at its last row (the
+-- OR below alone is no index condition: 200,000 threads, the page after the 100,000th read
+-- 100,000 rows).
 SELECT thread_id, kind, space_type, space_id, target_ref::text AS target_ref, status,
        parent_thread_id, idempotency_key, continue_on_error, outcome::text AS outcome,
        created_at, updated_at, closed_at, requested_by, cancel_requested_at,
@@ -46,6 +51,7 @@ SELECT thread_id, kind, space_type, space_id, target_ref::text AS target_ref, st
 FROM work.threads
 WHERE space_type = 'project' AND space_id = $1
   AND (NOT $2::boolean OR status IN ('open', 'running'))
+  AND created_at <= coalesce($4::timestamptz, 'infinity'::timestamptz)
   AND ($4::timestamptz IS NULL
        OR created_at < $4::timestamptz
        OR (created_at = $4::timestamptz AND thread_id > $5::uuid))
