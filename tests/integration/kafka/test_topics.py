@@ -13,7 +13,7 @@ from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 
 from spectral.kafka.topics import dlq_topic, topic_for
 from tests.events import EVENTS
-from tests.kafka_support import create_topics
+from tests.kafka_support import create_topics, partitions_of
 from tests.support import eventually, spectral_in_process
 
 pytestmark = pytest.mark.integration
@@ -100,6 +100,11 @@ async def test_apply_never_shrinks_silently(
 ) -> None:
     source = topic_for(EVENTS.event_types()[0], topic_prefix)
     await create_topics(kafka_bootstrap, [source], partitions=6)
+
+    async def described() -> bool:  # a topic just created takes a moment to be described
+        return len(await partitions_of(kafka_bootstrap, source)) == 6
+
+    await eventually(described, timeout=15, interval=0.1)
     longer = {**spectral_env, "SPECTRAL_TOPIC_RETENTION_MS": str(10 * 86_400_000)}
     first = _spectral(longer, "topics", "apply")
     assert first.returncode == 0, first.stderr
