@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import io
+import json
 import os
 import subprocess
 import sys
@@ -12,7 +13,7 @@ import threading
 import time
 import traceback
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -171,3 +172,27 @@ def spectral_in_process(env: Mapping[str, str], *args: str) -> subprocess.Comple
             os.environ.update(saved_env)
             sys.argv = saved_argv
     return subprocess.CompletedProcess(["spectral", *args], code, out.getvalue(), err.getvalue())
+
+
+def plan_rows_read(plan: dict[str, Any]) -> int:
+    """Rows the plan's scans produced or threw away, summed over every node and every run of it
+    (EXPLAIN gives both per run: a scan run once per row of another — a nested loop over a CTE,
+    a correlated subquery — counts rows x runs)."""
+    node = plan
+    own = 0
+    if "Scan" in node.get("Node Type", ""):
+        per_run = int(node.get("Actual Rows", 0)) + int(node.get("Rows Removed by Filter", 0))
+        own = per_run * int(node.get("Actual Loops", 1))
+    return own + sum(plan_rows_read(child) for child in node.get("Plans", []))
+
+
+async def explained(conn: asyncpg.Connection, sql: str, args: Sequence[object]) -> dict[str, Any]:
+    """The executed plan of ``sql``, its changes rolled back."""
+    transaction = conn.transaction()
+    await transaction.start()
+    try:
+        [row] = await conn.fetch("EXPLAIN (ANALYZE, FORMAT JSON) " + sql, *args)
+    finally:
+        await transaction.rollback()
+    plan: dict[str, Any] = json.loads(row[0])[0]["Plan"]
+    return plan

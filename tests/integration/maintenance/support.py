@@ -3,13 +3,11 @@ and time that passes (generation timestamps moved into the past)."""
 
 from __future__ import annotations
 
-import json
 import uuid
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any
 
 import asyncpg
 from asyncpg.transaction import Transaction
@@ -156,27 +154,3 @@ async def forgotten_before(database_url: str, moment: datetime) -> None:
             INSERT INTO core.dedup_generations (generation, slot, started_at) VALUES (2, 1, $1);
             """.replace("$1", f"'{moment.isoformat()}'::timestamptz")
         )
-
-
-def plan_rows_read(plan: dict[str, Any]) -> int:
-    """Rows the plan's scans produced or threw away, summed over every node and every run of it
-    (EXPLAIN gives both per run: a scan run once per row of another — a nested loop over a CTE,
-    a correlated subquery — counts rows x runs)."""
-    node = plan
-    own = 0
-    if "Scan" in node.get("Node Type", ""):
-        per_run = int(node.get("Actual Rows", 0)) + int(node.get("Rows Removed by Filter", 0))
-        own = per_run * int(node.get("Actual Loops", 1))
-    return own + sum(plan_rows_read(child) for child in node.get("Plans", []))
-
-
-async def explained(conn: asyncpg.Connection, sql: str, args: Sequence[object]) -> dict[str, Any]:
-    """The executed plan of ``sql``, its changes rolled back."""
-    transaction = conn.transaction()
-    await transaction.start()
-    try:
-        [row] = await conn.fetch("EXPLAIN (ANALYZE, FORMAT JSON) " + sql, *args)
-    finally:
-        await transaction.rollback()
-    plan: dict[str, Any] = json.loads(row[0])[0]["Plan"]
-    return plan

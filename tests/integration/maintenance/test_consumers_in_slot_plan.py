@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 from spectral.maintenance.repository import _SQL, MaintenanceRepository
-from tests.integration.maintenance.support import explained, plan_rows_read, session
+from tests.integration.maintenance.support import session
+from tests.support import explained, plan_rows_read
 
 pytestmark = pytest.mark.integration
 

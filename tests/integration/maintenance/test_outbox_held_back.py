@@ -11,13 +11,8 @@ import pytest
 from spectral.outbox.relay.repository import RELAY_ROLE, RelayRepository
 from spectral.outbox.relay.shards import SHARD_COUNT
 from spectral.settings import Settings
-from tests.integration.maintenance.support import (
-    clock_went_back,
-    explained,
-    plan_rows_read,
-    run_maintenance,
-    session,
-)
+from tests.integration.maintenance.support import clock_went_back, run_maintenance, session
+from tests.support import explained, plan_rows_read
 
 pytestmark = pytest.mark.integration
 

@@ -10,13 +10,8 @@ import asyncpg
 import pytest
 
 from spectral.engine.keys import dedup_keys
-from tests.integration.maintenance.support import (
-    ENGINE_SQL,
-    PROJECTOR,
-    explained,
-    plan_rows_read,
-    session,
-)
+from tests.integration.maintenance.support import ENGINE_SQL, PROJECTOR, session
+from tests.support import explained, plan_rows_read
 
 pytestmark = pytest.mark.integration
 

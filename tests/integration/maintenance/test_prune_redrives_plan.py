@@ -9,7 +9,8 @@ import pytest
 
 import spectral.maintenance
 from spectral.db.queries import load_queries
-from tests.integration.maintenance.support import explained, plan_rows_read, session
+from tests.integration.maintenance.support import session
+from tests.support import explained, plan_rows_read
 
 pytestmark = pytest.mark.integration
 

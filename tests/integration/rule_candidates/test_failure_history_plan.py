@@ -10,7 +10,8 @@ import pytest
 
 import consumers.rule_candidates
 from spectral.db.queries import load_queries
-from tests.integration.maintenance.support import explained, plan_rows_read, session
+from tests.integration.maintenance.support import session
+from tests.support import explained, plan_rows_read
 
 pytestmark = pytest.mark.integration
 

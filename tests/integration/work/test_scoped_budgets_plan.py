@@ -10,7 +10,8 @@ import pytest
 
 import producers.work.domain
 from spectral.db.queries import load_queries
-from tests.integration.maintenance.support import EXECUTOR, explained, plan_rows_read, session
+from tests.integration.maintenance.support import EXECUTOR, session
+from tests.support import explained, plan_rows_read
 
 pytestmark = pytest.mark.integration
 

@@ -10,7 +10,8 @@ import pytest
 
 from spectral.outbox.relay.repository import _SQL, RELAY_ROLE, RelayRepository
 from spectral.outbox.relay.shards import SHARD_COUNT
-from tests.integration.maintenance.support import explained, plan_rows_read, session
+from tests.integration.maintenance.support import session
+from tests.support import explained, plan_rows_read
 
 pytestmark = pytest.mark.integration
 
