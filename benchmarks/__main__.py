@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import subprocess
 import sys
 import time
 from collections.abc import Awaitable, Callable
@@ -134,7 +135,25 @@ own). A new stage is a ``run_NAME(stack, options, report)`` coroutine added here
 ``options.STAGES``."""
 
 
+def _commit() -> str:
+    """The checkout's commit (``-dirty`` when files differ from it), or ``unknown``."""
+    try:
+        described = subprocess.run(
+            ["git", "describe", "--always", "--dirty", "--abbrev=7"],
+            cwd=Path(__file__).resolve().parent,
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=True,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return described.stdout.strip() or "unknown"
+
+
 async def _run(options: Options, report: Report) -> None:
+    report.context["commit"] = _commit()
+    report.context["stages"] = ",".join(s for s in RUNNERS if s in options.stages)
     stack = BenchStack.resolve()
     stack_status = status(load_settings())
     report.context["kafka"] = stack_status.kafka.split(" log ")[0].rstrip(",")
@@ -165,7 +184,10 @@ def main(argv: list[str] | None = None) -> int:
         console = Console(width=130)
         report.render(console)
         path = report.write()
-        console.print(f"results: {path} (and latest.md / latest.jsonl beside it)")
+        console.print(
+            f"results: {path} (and its .md and .json, latest.md / latest.jsonl / latest.json "
+            "beside it; `make bench-publish` makes latest.json the run the performance page cites)"
+        )
     return 0 if report.ok else 1
 
 

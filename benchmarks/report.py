@@ -5,9 +5,10 @@ from __future__ import annotations
 import json
 import os
 import platform
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 from rich.table import Table
@@ -108,7 +109,7 @@ class Report:
         table.add_column("unit")
         table.add_column("note")
         for f in self.figures:
-            table.add_row(f.name, _fmt(f.value), f.unit, f.note)
+            table.add_row(f.name, fmt(f.value), f.unit, f.note)
         console.print(table)
         if self.targets:
             targets = Table(title="targets (ratios within this run)")
@@ -117,7 +118,7 @@ class Report:
             targets.add_column("goal")
             targets.add_column("met")
             for t in self.targets:
-                targets.add_row(t.name, _fmt(t.measured), t.goal, "yes" if t.met else "NO")
+                targets.add_row(t.name, fmt(t.measured), t.goal, "yes" if t.met else "NO")
             console.print(targets)
         console.print(self.machine_line())
         for note in self.notes:
@@ -140,11 +141,11 @@ class Report:
             "| figure | value | unit | note |",
             "| --- | ---: | --- | --- |",
         ]
-        lines += [f"| {f.name} | {_fmt(f.value)} | {f.unit} | {f.note} |" for f in self.figures]
+        lines += [f"| {f.name} | {fmt(f.value)} | {f.unit} | {f.note} |" for f in self.figures]
         if self.targets:
             lines += ["", "| target | measured | goal | met |", "| --- | ---: | --- | --- |"]
             lines += [
-                f"| {t.name} | {_fmt(t.measured)} | {t.goal} | {'yes' if t.met else 'NO'} |"
+                f"| {t.name} | {fmt(t.measured)} | {t.goal} | {'yes' if t.met else 'NO'} |"
                 for t in self.targets
             ]
         if self.checks:
@@ -155,19 +156,41 @@ class Report:
             lines += [f"- {n}" for n in self.notes]
         return "\n".join(lines) + "\n"
 
+    def record(self) -> dict[str, Any]:
+        """The whole run as one JSON document: what `make bench-publish` gives the performance
+        page (docs/explanation/performance-run.json), whose figures are generated from it."""
+        return {
+            "started": f"{self.started:%Y-%m-%dT%H:%M:%SZ}",
+            "machine_start": self.machine_start,
+            "machine_end": self.machine_end or self.machine_start,
+            "context": self.context,
+            "figures": [asdict(f) for f in self.figures],
+            "targets": [asdict(t) for t in self.targets],
+            "checks": [asdict(c) for c in self.checks],
+            "notes": self.notes,
+        }
+
     def write(self, directory: Path = RESULTS_DIR) -> Path:
         directory.mkdir(parents=True, exist_ok=True)
         stem = f"bench-{self.started:%Y%m%dT%H%M%SZ}"
         jsonl = directory / f"{stem}.jsonl"
         jsonl.write_text("".join(f.json_line() + "\n" for f in self.figures), encoding="utf-8")
         markdown = self.markdown()
-        (directory / f"{stem}.md").write_text(markdown, encoding="utf-8")
-        (directory / "latest.md").write_text(markdown, encoding="utf-8")
-        (directory / "latest.jsonl").write_text(jsonl.read_text(encoding="utf-8"), "utf-8")
+        record = json.dumps(self.record(), indent=1, ensure_ascii=False) + "\n"
+        for name, text in (
+            (f"{stem}.md", markdown),
+            (f"{stem}.json", record),
+            ("latest.md", markdown),
+            ("latest.jsonl", jsonl.read_text(encoding="utf-8")),
+            ("latest.json", record),
+        ):
+            (directory / name).write_text(text, encoding="utf-8")
         return jsonl
 
 
-def _fmt(value: float) -> str:
+def fmt(value: float) -> str:
+    """A figure as every table of a run prints it: thousands separated from 100 up, else two
+    decimals."""
     if abs(value) >= 100:
         return f"{value:,.0f}"
     return f"{value:.2f}"

@@ -20,7 +20,17 @@ GENERATED: Final = (
 
 def pages() -> dict[str, Callable[[], str]]:
     """Each generated page (its path under docs/) and the function that renders it."""
-    from docs.gen import alerts, cli, events, http, imports, mcp, metrics, settings  # noqa: PLC0415 - heavy
+    from docs.gen import (  # noqa: PLC0415 - heavy
+        alerts,
+        cli,
+        events,
+        http,
+        imports,
+        mcp,
+        metrics,
+        performance,
+        settings,
+    )
 
     return {
         "reference/settings.md": settings.render,
@@ -32,4 +42,5 @@ def pages() -> dict[str, Callable[[], str]]:
         "reference/alerts.md": alerts.render,
         "reference/events.md": events.render,
         "reference/import-graph.md": imports.render,
+        "explanation/performance.md": performance.render,
     }
