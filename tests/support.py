@@ -177,10 +177,13 @@ def spectral_in_process(env: Mapping[str, str], *args: str) -> subprocess.Comple
 def plan_rows_read(plan: dict[str, Any]) -> int:
     """Rows the plan's scans produced or threw away, summed over every node and every run of it
     (EXPLAIN gives both per run: a scan run once per row of another — a nested loop over a CTE,
-    a correlated subquery — counts rows x runs)."""
+    a correlated subquery — counts rows x runs). A Materialize node counts as a scan: the rows
+    it stored are read again on each of its runs (the inner side of a nested loop whose
+    condition no hash or merge join can use, a subquery too big to hash)."""
     node = plan
     own = 0
-    if "Scan" in node.get("Node Type", ""):
+    kind = node.get("Node Type", "")
+    if "Scan" in kind or kind == "Materialize":
         per_run = int(node.get("Actual Rows", 0)) + int(node.get("Rows Removed by Filter", 0))
         own = per_run * int(node.get("Actual Loops", 1))
     return own + sum(plan_rows_read(child) for child in node.get("Plans", []))

@@ -4,14 +4,13 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 import consumers.rule_candidates
 from spectral.db.queries import load_queries
 from tests.integration.maintenance.support import session
-from tests.support import explained
+from tests.support import explained, plan_rows_read
 
 pytestmark = pytest.mark.integration
 
@@ -21,14 +20,6 @@ BEFORE = 2_000
 """Clusters signalled this hour before the rebuild (kept)."""
 ADDED = 2_000
 """Clusters the replay signalled this hour (forgotten)."""
-
-
-def _rows_read(plan: dict[str, Any]) -> int:
-    """Rows every node of the plan produced or threw away, summed over every run of it (a
-    subplan's materialized rows re-read once per outer row count each time)."""
-    per_run = int(plan.get("Actual Rows", 0)) + int(plan.get("Rows Removed by Filter", 0))
-    own = per_run * int(plan.get("Actual Loops", 1))
-    return own + sum(_rows_read(child) for child in plan.get("Plans", []))
 
 
 async def _signal(database_url: str, first: int, count: int) -> None:
@@ -68,5 +59,5 @@ async def test_the_rebuild_forgets_its_signals_in_one_pass_even_past_work_mem(
     assert plan["Actual Rows"] == 0  # a DELETE returns nothing; its rows are its child's
     deleted = plan["Plans"][0]["Actual Rows"]
     assert deleted == ADDED
-    read = _rows_read(plan)
+    read = plan_rows_read(plan)
     assert read <= 4 * (BEFORE + ADDED + BEFORE), read
