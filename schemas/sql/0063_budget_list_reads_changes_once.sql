@@ -7,7 +7,7 @@
 -- start of every claim, so few wait in normal running; they pile up while every executor is
 -- down, which is when operators open the Budgets page: 5,000 budgets x 1,000 changes cost
 -- 0.8-0.94 s per list, 1,000 + 1,000 budgets x 1,000 changes read over 2,000,000 rows
--- (tests/integration/work/test_budget_list_plan.py). Now one arm per scope kind joins on
+-- (tests/integration/work/test_unfolded_spend_plans.py). Now one arm per scope kind joins on
 -- equality, as the ledger's arms already did; a thread's own changes and its children's are
 -- two arms, the second leaving out a change of the thread itself, so a change counts once for
 -- a thread as `b.thread_id IN (c.thread_id, c.parent_thread_id)` counted it. The rest of the
