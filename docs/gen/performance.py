@@ -69,6 +69,12 @@ def publishable(run: dict[str, Any]) -> list[str]:
     return problems
 
 
+def _number(value: float) -> str:
+    """A figure as the run's tables print it (benchmarks.report.fmt), a whole number without
+    decimals (84 clusters, 0 attempts, 28 calls)."""
+    return f"{int(value):,}" if float(value).is_integer() else fmt(value)
+
+
 def _load_average(machine: dict[str, str]) -> str:
     return str(machine["load_1_5_15"]).split()[0]
 
@@ -97,7 +103,7 @@ RUN_KEYS: Final[dict[str, Callable[[dict[str, Any]], str]]] = {
 def _targets(run: dict[str, Any]) -> str:
     lines = ["| target | measured | goal | met |", "| --- | ---: | --- | --- |"]
     lines += [
-        f"| {cell(t['name'])} | {fmt(t['measured'])} | {cell(t['goal'])} | "
+        f"| {cell(t['name'])} | {_number(t['measured'])} | {cell(t['goal'])} | "
         f"{'yes' if t['met'] else '**no**'} |"
         for t in run["targets"]
     ]
@@ -107,7 +113,7 @@ def _targets(run: dict[str, Any]) -> str:
 def _figures(run: dict[str, Any]) -> str:
     lines = ["| figure | value | unit | how it was measured |", "| --- | ---: | --- | --- |"]
     lines += [
-        f"| `{f['name']}` | {fmt(f['value'])} | {cell(f['unit'])} | {cell(f['note'])} |"
+        f"| `{f['name']}` | {_number(f['value'])} | {cell(f['unit'])} | {cell(f['note'])} |"
         for f in run["figures"]
     ]
     return "\n".join(lines)
@@ -146,7 +152,7 @@ def fill(template: str, run: dict[str, Any]) -> str:
             except (KeyError, TypeError, AttributeError, IndexError) as error:
                 raise RunError(f"the run has no {name} ({error!r})") from error
         if name in figures:
-            return fmt(figures[name])
+            return _number(figures[name])
         raise RunError(f"the performance page names {{{{ {name} }}}}, which the run does not have")
 
     for line in template.splitlines():

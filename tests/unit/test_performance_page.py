@@ -108,11 +108,22 @@ def test_whatever_a_figure_s_note_or_unit_holds_it_stays_one_row(
 ) -> None:
     run = _run(
         figures=[
-            {"name": name, "value": 1.0, "unit": unit, "note": note} for name, unit, note in figures
+            {"name": name, "value": 1.5, "unit": unit, "note": note} for name, unit, note in figures
         ]
     )
     table = performance.fill("{{ table.figures }}", run).split("\n")
     assert len(table) == 2 + len(figures)
     for row, (name, _, _) in zip(table[2:], figures, strict=True):
-        assert row.startswith(f"| `{name}` | 1.00 | ")
+        assert row.startswith(f"| `{name}` | 1.50 | ")
         assert row.count("|") - row.count("\\|") == 5
+
+
+def test_a_whole_number_reads_without_decimals_and_a_fraction_as_the_run_prints_it() -> None:
+    run = _run(
+        figures=[
+            {"name": "stale_rows", "value": 84.0, "unit": "rows", "note": ""},
+            {"name": "rate", "value": 33541.706, "unit": "events/s", "note": ""},
+            {"name": "ratio", "value": 1.084, "unit": "x", "note": ""},
+        ]
+    )
+    assert performance.fill("{{ stale_rows }} {{ rate }} {{ ratio }}", run) == "84 33,542 1.08"
