@@ -89,57 +89,36 @@ ORDER BY c.cluster_id
 -- Per cluster, the only failures the evidence rule (evidence.py) can pick: the most recent
 -- failure of each of the $2 most frequent summaries, and the $2 most recent failures; each
 -- with the number of failures sharing its summary. Text order is code point order (COLLATE "C").
--- Failures retention pruned count in their summary's number and may still represent it
--- (clusters.pruned_summaries keeps the most recent pruned one per summary); the $2 most recent
--- failures are never pruned.
-WITH live AS (
-    SELECT f.cluster_id, f.failure_id, f.observed_at, f.summary
-    FROM clusters.failures AS f
-    WHERE f.cluster_id = ANY($1::uuid[])
-), pruned AS (
-    SELECT p.cluster_id, p.last_failure_id AS failure_id, p.last_observed_at AS observed_at,
-           p.summary, p.failure_count
-    FROM clusters.pruned_summaries AS p
-    WHERE p.cluster_id = ANY($1::uuid[])
-), counts AS (
-    SELECT cluster_id, summary, sum(n)::bigint AS summary_count
-    FROM (
-        SELECT cluster_id, summary, count(*) AS n FROM live GROUP BY cluster_id, summary
-        UNION ALL
-        SELECT cluster_id, summary, failure_count FROM pruned
-    ) AS both_kinds
-    GROUP BY cluster_id, summary
-), f AS (
-    SELECT l.cluster_id, l.failure_id, l.observed_at, l.summary, n.summary_count
-    FROM live AS l
-    JOIN counts AS n ON (n.cluster_id, n.summary) = (l.cluster_id, l.summary)
-), representatives AS (
-    SELECT DISTINCT ON (cluster_id, summary) cluster_id, failure_id, observed_at, summary,
+-- The counts and each summary's most recent failure are kept as failures are recorded
+-- (clusters.summary_counts, migration 0065: pruned failures still count in their summary's
+-- number, and its most recent failure may be a pruned one, clusters.pruned_summaries keeping
+-- it); the $2 most recent failures are never pruned, and are read from failures_by_cluster in
+-- its order. So a tick reads a cluster's summaries and $2 failures, not its whole window.
+WITH counts AS (
+    SELECT s.cluster_id, s.summary, s.failure_count AS summary_count, s.last_failure_id,
+           s.last_observed_at
+    FROM clusters.summary_counts AS s
+    WHERE s.cluster_id = ANY($1::uuid[])
+), top_summaries AS (
+    SELECT cluster_id, last_failure_id AS failure_id, last_observed_at AS observed_at, summary,
            summary_count
     FROM (
-        SELECT cluster_id, failure_id, observed_at, summary, summary_count FROM f
-        UNION ALL
-        SELECT p.cluster_id, p.failure_id, p.observed_at, p.summary, n.summary_count
-        FROM pruned AS p
-        JOIN counts AS n ON (n.cluster_id, n.summary) = (p.cluster_id, p.summary)
-    ) AS every_kind
-    ORDER BY cluster_id, summary, observed_at DESC, failure_id
-), top_summaries AS (
-    SELECT cluster_id, failure_id, observed_at, summary, summary_count
-    FROM (
-        SELECT r.*, row_number() OVER (
-            PARTITION BY r.cluster_id ORDER BY r.summary_count DESC, r.summary) AS rank
-        FROM representatives AS r
+        SELECT n.*, row_number() OVER (
+            PARTITION BY n.cluster_id ORDER BY n.summary_count DESC, n.summary) AS rank
+        FROM counts AS n
     ) AS ranked
     WHERE rank <= $2
 ), most_recent AS (
-    SELECT cluster_id, failure_id, observed_at, summary, summary_count
-    FROM (
-        SELECT f.*, row_number() OVER (
-            PARTITION BY f.cluster_id ORDER BY f.observed_at DESC, f.failure_id) AS rank
-        FROM f
-    ) AS ranked
-    WHERE rank <= $2
+    SELECT l.cluster_id, f.failure_id, f.observed_at, f.summary, n.summary_count
+    FROM (SELECT DISTINCT cluster_id FROM unnest($1::uuid[]) AS u (cluster_id)) AS l
+    CROSS JOIN LATERAL (
+        SELECT f.failure_id, f.observed_at, f.summary
+        FROM clusters.failures AS f
+        WHERE f.cluster_id = l.cluster_id
+        ORDER BY f.observed_at DESC, f.failure_id
+        LIMIT $2
+    ) AS f
+    JOIN counts AS n ON (n.cluster_id, n.summary) = (l.cluster_id, f.summary)
 )
 SELECT cluster_id, failure_id, observed_at, summary, summary_count::bigint AS summary_count
 FROM top_summaries
