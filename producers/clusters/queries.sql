@@ -60,13 +60,19 @@ SELECT cluster_id FROM clusters.clusters WHERE cluster_id = $1 FOR UPDATE
 
 -- name: cluster_facts
 -- What each cluster is now: identity, revision, last published hash, criticality, and the
--- aggregates the snapshot and the severity policy need (read through failures_by_cluster), the
--- failures retention pruned included (their count and earliest observation, rolled up on the
--- cluster's row; the latest failures and those of the rate window are never pruned).
+-- aggregates the snapshot and the severity policy need, the failures retention pruned included:
+-- the count of every failure ever recorded (clusters.summary_counts, kept as they are recorded,
+-- migration 0065), the earliest observation (the live one from failures_by_cluster, the pruned
+-- ones' rolled up on the cluster's row), the latest (never pruned), and the failures of the
+-- rate window before the latest (never pruned). So a tick reads a hot cluster's summaries and
+-- its rate window, not every failure the retention keeps.
 SELECT c.cluster_id, c.workspace_id, c.rule_id, c.signature, c.revision, c.published_hash,
        coalesce(rc.criticality, $2::text) AS criticality,
-       CASE WHEN a.failure_count > 0 THEN a.failure_count + c.pruned_failures ELSE 0 END
-           AS failure_count,
+       CASE WHEN a.last_observed_at IS NULL THEN 0
+            ELSE (SELECT coalesce(sum(s.failure_count), 0)
+                  FROM clusters.summary_counts AS s
+                  WHERE s.cluster_id = c.cluster_id)
+       END::bigint AS failure_count,
        least(a.first_observed_at, c.pruned_first_observed_at) AS first_observed_at,
        a.last_observed_at,
        (SELECT count(*)
@@ -75,11 +81,16 @@ SELECT c.cluster_id, c.workspace_id, c.rule_id, c.signature, c.revision, c.publi
           AND w.observed_at >= a.last_observed_at - $3::interval)::bigint AS recent_count
 FROM clusters.clusters AS c
 CROSS JOIN LATERAL (
-    SELECT count(*)::bigint AS failure_count,
-           min(f.observed_at) AS first_observed_at,
-           max(f.observed_at) AS last_observed_at
-    FROM clusters.failures AS f
-    WHERE f.cluster_id = c.cluster_id
+    SELECT (SELECT f.observed_at
+            FROM clusters.failures AS f
+            WHERE f.cluster_id = c.cluster_id
+            ORDER BY f.observed_at
+            LIMIT 1) AS first_observed_at,
+           (SELECT f.observed_at
+            FROM clusters.failures AS f
+            WHERE f.cluster_id = c.cluster_id
+            ORDER BY f.observed_at DESC
+            LIMIT 1) AS last_observed_at
 ) AS a
 LEFT JOIN clusters.rule_criticality AS rc ON rc.rule_id = c.rule_id
 WHERE c.cluster_id = ANY($1::uuid[])
