@@ -1,6 +1,6 @@
-"""What a tick reads to evaluate the clusters that gained failures: their evidence candidates
-(evidence_candidates), as spectral_producer — once per cluster per tick that finds it dirty,
-under the cluster's row lock (an ingest of the cluster waits)."""
+"""What a tick reads to evaluate the clusters that gained failures: their facts (cluster_facts)
+and their evidence candidates (evidence_candidates), as spectral_producer — once per cluster per
+tick that finds it dirty, under the cluster's row lock (an ingest of the cluster waits)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,6 @@ import uuid
 from datetime import timedelta
 from pathlib import Path
 
-import asyncpg
 import pytest
 
 import producers.clusters
@@ -27,21 +26,36 @@ def _cluster(g: int) -> uuid.UUID:
     return uuid.UUID(int=g)
 
 
-async def _clusters(admin: asyncpg.Connection, count: int) -> None:
-    """Clusters 1..count (cluster_id = UUID(int=g))."""
-    await admin.execute(
-        "INSERT INTO clusters.clusters (cluster_id, workspace_id, rule_id, signature, revision) "
-        "SELECT ('00000000-0000-0000-0000-' || lpad(to_hex(g), 12, '0'))::uuid, "
-        "gen_random_uuid(), gen_random_uuid(), 'sig' || g, 1 "
-        "FROM generate_series(1, $1::int) AS g",
-        count,
-    )
-
-
 HOT = 5_000
 """Failures of the hot cluster, all within the retention (30 days)."""
 SUMMARIES = 7
 """Distinct summaries among them."""
+
+
+async def _busy_clusters(database_url: str, count: int, *, analysed: bool) -> None:
+    """Clusters 1..count (cluster_id = UUID(int=c)), each with HOT failures ``f<c>-<g>``, one
+    every 8 minutes back from now (g = 1 the latest), of SUMMARIES summaries."""
+    async with session(database_url) as admin:
+        await admin.execute(
+            "INSERT INTO clusters.clusters (cluster_id, workspace_id, rule_id, signature, "
+            "revision) "
+            "SELECT ('00000000-0000-0000-0000-' || lpad(to_hex(c), 12, '0'))::uuid, "
+            "gen_random_uuid(), gen_random_uuid(), 'sig' || c, 1 "
+            "FROM generate_series(1, $1::int) AS c",
+            count,
+        )
+        await admin.execute(
+            "INSERT INTO clusters.failures (failure_id, cluster_id, observed_at, summary) "
+            "SELECT 'f' || c || '-' || g, "
+            "('00000000-0000-0000-0000-' || lpad(to_hex(c), 12, '0'))::uuid, "
+            "now() - make_interval(mins => 8 * g), 'summary ' || (g % $3::int) "
+            "FROM generate_series(1, $1::int) AS g, generate_series(1, $2::int) AS c",
+            HOT,
+            count,
+            SUMMARIES,
+        )
+        if analysed:
+            await admin.execute("ANALYZE clusters.clusters, clusters.failures")
 
 
 @pytest.mark.parametrize("analysed", [False, True])
@@ -72,23 +86,12 @@ async def test_the_evidence_of_a_hot_cluster_reads_its_summaries_not_its_whole_w
     rows counted are every row every scan of the plan produced or threw away. The counts and each
     summary's most recent failure are kept as failures are recorded now (clusters.summary_counts,
     migration 0065): 200,000 failures, 99 rows read and 0.0006 s."""
-    async with session(database_url) as admin:
-        await _clusters(admin, 1)
-        await admin.execute(
-            "INSERT INTO clusters.failures (failure_id, cluster_id, observed_at, summary) "
-            "SELECT 'f' || g, $2, now() - make_interval(mins => 8 * g), "
-            "'summary ' || (g % $3::int) FROM generate_series(1, $1::int) AS g",
-            HOT,
-            _cluster(1),
-            SUMMARIES,
-        )
-        if analysed:
-            await admin.execute("ANALYZE clusters.clusters, clusters.failures")
+    await _busy_clusters(database_url, 1, analysed=analysed)
     async with session(database_url, PRODUCER_ROLE) as conn:
         plan = await explained(conn, SQL["evidence_candidates"], [[_cluster(1)], EVIDENCE_LIMIT])
         rows = await conn.fetch(SQL["evidence_candidates"], [_cluster(1)], EVIDENCE_LIMIT)
     # the 10 most recent failures, among which each summary's representative
-    assert sorted(r["failure_id"] for r in rows) == sorted(f"f{g}" for g in range(1, 11))
+    assert sorted(r["failure_id"] for r in rows) == sorted(f"f1-{g}" for g in range(1, 11))
     assert {r["summary_count"] for r in rows} <= {HOT // SUMMARIES, HOT // SUMMARIES + 1}
     read = plan_rows_read(plan)
     if analysed:
@@ -123,20 +126,7 @@ async def test_the_facts_of_a_hot_cluster_read_its_rate_window_not_its_whole_win
     statistics). Measured by hand: 200,000 failures (beside 4 clusters as busy), 207,202 rows
     and 0.026 s per evaluation; reading the rate window and the summaries instead, 7,241 rows
     and 0.0015 s."""
-    async with session(database_url) as admin:
-        await _clusters(admin, 1 + OTHERS)
-        await admin.execute(
-            "INSERT INTO clusters.failures (failure_id, cluster_id, observed_at, summary) "
-            "SELECT 'f' || c || '-' || g, "
-            "('00000000-0000-0000-0000-' || lpad(to_hex(c), 12, '0'))::uuid, "
-            "now() - make_interval(mins => 8 * g), 'summary ' || (g % $3::int) "
-            "FROM generate_series(1, $1::int) AS g, generate_series(1, $2::int) AS c",
-            HOT,
-            1 + OTHERS,
-            SUMMARIES,
-        )
-        if analysed:
-            await admin.execute("ANALYZE clusters.clusters, clusters.failures")
+    await _busy_clusters(database_url, 1 + OTHERS, analysed=analysed)
     window = timedelta(hours=RATE_WINDOW_HOURS)
     async with session(database_url, PRODUCER_ROLE) as conn:
         args = [[_cluster(1)], "medium", window]
