@@ -47,10 +47,12 @@ def _load(path: Path) -> dict[str, Any]:
         run = json.loads(path.read_text("utf-8"))
     except (OSError, ValueError) as error:
         raise RunError(f"{path}: not a run record ({error})") from error
+    if not isinstance(run, dict):
+        raise RunError(f"{path}: not a run record (a JSON {type(run).__name__}, not an object)")
     for key in ("started", "machine_start", "machine_end", "context", "figures", "targets"):
         if key not in run:
             raise RunError(f"{path}: not a run record (no {key!r})")
-    return run  # type: ignore[no-any-return]
+    return run
 
 
 def publishable(run: dict[str, Any]) -> list[str]:

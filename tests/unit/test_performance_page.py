@@ -69,7 +69,7 @@ def test_a_placeholder_the_generator_cannot_read_stops_it() -> None:
 
 
 def test_a_record_that_is_not_a_run_is_refused(tmp_path: Path) -> None:
-    for text in ("", "[]", '{"figures": []}', "{not json"):
+    for text in ("", "[]", "5", "null", '"started"', '{"figures": []}', "{not json"):
         candidate = tmp_path / "latest.json"
         candidate.write_text(text, "utf-8")
         assert performance.publish(candidate) == 1
