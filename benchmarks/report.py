@@ -173,19 +173,15 @@ class Report:
     def write(self, directory: Path = RESULTS_DIR) -> Path:
         directory.mkdir(parents=True, exist_ok=True)
         stem = f"bench-{self.started:%Y%m%dT%H%M%SZ}"
-        jsonl = directory / f"{stem}.jsonl"
-        jsonl.write_text("".join(f.json_line() + "\n" for f in self.figures), encoding="utf-8")
-        markdown = self.markdown()
-        record = json.dumps(self.record(), indent=1, ensure_ascii=False) + "\n"
-        for name, text in (
-            (f"{stem}.md", markdown),
-            (f"{stem}.json", record),
-            ("latest.md", markdown),
-            ("latest.jsonl", jsonl.read_text(encoding="utf-8")),
-            ("latest.json", record),
-        ):
-            (directory / name).write_text(text, encoding="utf-8")
-        return jsonl
+        outputs = {
+            "jsonl": "".join(f.json_line() + "\n" for f in self.figures),
+            "md": self.markdown(),
+            "json": json.dumps(self.record(), indent=1, ensure_ascii=False) + "\n",
+        }
+        for suffix, text in outputs.items():
+            (directory / f"{stem}.{suffix}").write_text(text, encoding="utf-8")
+            (directory / f"latest.{suffix}").write_text(text, encoding="utf-8")
+        return directory / f"{stem}.jsonl"
 
 
 def fmt(value: float) -> str:
