@@ -99,14 +99,26 @@ FROM (
     GROUP BY d.record_key
 ) AS k
 
+-- name: publishable_now
+-- Not a statement: the condition under which an unpublished row `o` of core.outbox may leave now,
+-- put in where fetch_batch and outbox_stats name it in braces (one definition of "publishable":
+-- the relay takes exactly the rows its backlog gauge counts). A row is delayed when it was
+-- written with an available_at later than its write (migration outbox_delayed_rows_indexed_alone);
+-- it waits for the clock to reach that time, and a row written without a delay does not, whatever
+-- the clock did since its write. A row waits while an earlier unpublished row of its key is
+-- delayed and not yet available (its key's member of delayed_keys, the id of that first row): a
+-- key's rows leave strictly in id order even when some of them are delayed.
+(
+    (o.available_at <= o.created_at OR o.available_at <= now())
+    AND coalesce(o.id < ((
+{delayed_keys}
+        ) ->> o.record_key)::bigint, true)
+)
+
 -- name: fetch_batch
 -- The next publishable rows of the held shards, in id order, each with the time it became
--- publishable (its write, or its available_at when delayed). A row is delayed when it was
--- written with an available_at later than its write (migration
--- outbox_delayed_rows_indexed_alone); it waits for the clock to reach that time, and a row
--- written without a delay does not, whatever the clock did since its write. A row waits while
--- an earlier unpublished row of its key is delayed and not yet available: a key's rows leave
--- strictly in id order even when some of them are delayed. The keys of $4 are left out
+-- publishable (its write, or its available_at when delayed); which rows may leave now is
+-- publishable_now's to say. The keys of $4 are left out
 -- (keys whose first row Kafka refused, waiting for their next try), and so are the rows of $5
 -- (the batch in flight: sent, its acknowledgements awaited while this one is read): each a
 -- hashed set, one probe per row, in the generic plan a session switches to as well (`<> ALL`
@@ -122,14 +134,11 @@ SELECT o.id, o.slot, o.event_type, o.record_key, o.idempotency_key, o.envelope,
        greatest(o.created_at, o.available_at) AS ready_at
 FROM core.outbox AS o
 WHERE o.published_at IS NULL
-  AND (o.available_at <= o.created_at OR o.available_at <= now())
+  AND {publishable_now}
   AND ($2::int[] IS NULL
        OR (('x' || left(md5(o.record_key), 7))::bit(28)::int % $1::int) = ANY($2::int[]))
   AND o.record_key NOT IN (SELECT unnest($4::text[]))
   AND o.id NOT IN (SELECT unnest($5::bigint[]))
-  AND coalesce(o.id < ((
-{delayed_keys}
-      ) ->> o.record_key)::bigint, true)
 ORDER BY o.id
 LIMIT $3
 
@@ -155,16 +164,14 @@ SELECT core.outbox_mark_published($1::bigint[], $2::smallint[])
 
 -- name: outbox_stats
 -- depth: every unpublished row (delayed ones included); oldest_age: how long the oldest
--- publishable row has been publishable, as fetch_batch decides it — neither delayed and not yet
--- available, nor queued behind such a row of its key — 0 when none waits (and when the clock
+-- publishable row has been publishable, by the condition fetch_batch takes its rows by
+-- (publishable_now: neither delayed and not yet available, nor queued behind such a row of its
+-- key) — 0 when none waits (and when the clock
 -- went back past it: a row written without a delay is publishable whatever the clock says).
 SELECT
     count(*)::bigint AS depth,
     greatest(coalesce(extract(epoch FROM now() - min(o.available_at) FILTER (
-        WHERE (o.available_at <= o.created_at OR o.available_at <= now())
-          AND coalesce(o.id < ((
-{delayed_keys}
-              ) ->> o.record_key)::bigint, true)
+        WHERE {publishable_now}
     )), 0), 0)::float8 AS oldest_age
 FROM core.outbox AS o
 WHERE o.published_at IS NULL

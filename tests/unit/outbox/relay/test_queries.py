@@ -20,8 +20,11 @@ def _raw_blocks(text: str) -> dict[str, str]:
 
 def _as_the_repository_put_them_in(raw: dict[str, str]) -> dict[str, str]:
     """What repository.py ran before the loader put the texts in: ``{delayed_keys}`` in every
-    query, then ``{fetch_batch}`` (so substituted) in ``mark_and_fetch``."""
+    query, then the condition ``{publishable_now}`` (so substituted) in ``fetch_batch`` and
+    ``outbox_stats``, then ``{fetch_batch}`` (so substituted) in ``mark_and_fetch``."""
     sql = {name: text.replace("{delayed_keys}", raw["delayed_keys"]) for name, text in raw.items()}
+    for name in ("fetch_batch", "outbox_stats"):
+        sql[name] = sql[name].replace("{publishable_now}", sql["publishable_now"])
     sql["mark_and_fetch"] = sql["mark_and_fetch"].replace("{fetch_batch}", sql["fetch_batch"])
     return sql
 
@@ -39,8 +42,21 @@ def test_mark_and_fetch_is_loaded_whole() -> None:
 def test_the_loaded_queries_are_the_statements_the_repository_built() -> None:
     raw = _raw_blocks(_FILE.read_text(encoding="utf-8"))
     assert "{fetch_batch}" in raw["mark_and_fetch"]
-    assert "{delayed_keys}" in raw["fetch_batch"]
-    assert "{delayed_keys}" in raw["outbox_stats"]
+    assert "{publishable_now}" in raw["fetch_batch"]
+    assert "{publishable_now}" in raw["outbox_stats"]
+    assert "{delayed_keys}" in raw["publishable_now"]
     loaded = load_queries(_FILE)
     assert dict(loaded) == _as_the_repository_put_them_in(raw)
     assert not any(re.search(r"\{\w+\}", text) for text in loaded.values())
+
+
+def test_the_relay_and_its_backlog_gauge_share_one_condition() -> None:
+    """fetch_batch takes its rows, and outbox_stats counts its oldest publishable row, by the
+    same condition, written once."""
+    queries = load_queries(_FILE)
+    condition = queries["publishable_now"]
+    assert "available_at" in condition
+    assert "->> o.record_key" in condition
+    assert condition in queries["fetch_batch"]
+    assert condition in queries["outbox_stats"]
+    assert condition in queries["mark_and_fetch"]
