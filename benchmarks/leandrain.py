@@ -4,7 +4,7 @@
 offset) reads the topic to those ends the way the engine's source does — aiokafka with the
 engine's fetch settings, its fetch responses read whole (``spectral.kafka.aiokafka_frames``),
 the light records the engine decodes (``spectral.kafka.aiokafka_records.lean``), on the loop
-``spectral consume`` runs on (``spectral.lifecycle.consumer_loop``) — and decodes nothing. It
+``spectral consume`` runs on (``spectral.lifecycle.process_loop``) — and decodes nothing. It
 prints one JSON line: the records read, the seconds and the process's CPU seconds from the first
 non-empty fetch. The benchmark's consumer CPU breakdown takes its Kafka client part from it: the
 raw drain in the benchmark process builds aiokafka's full records on asyncio's loop, which the
@@ -26,7 +26,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from benchmarks.baselines import _FETCH, BATCH, Throughput, _Window
 from spectral.kafka.aiokafka_frames import install as install_frame_reader
 from spectral.kafka.aiokafka_records import lean
-from spectral.lifecycle import consumer_loop
+from spectral.lifecycle import process_loop
 
 
 async def drain(bootstrap: str, topic: str, ends: dict[int, int], limit: float) -> Throughput:
@@ -59,7 +59,7 @@ async def drain(bootstrap: str, topic: str, ends: dict[int, int], limit: float) 
 def main(argv: list[str]) -> None:
     bootstrap, topic, ends, limit = argv
     parsed = {int(p): int(end) for p, end in json.loads(ends).items()}
-    with asyncio.Runner(loop_factory=consumer_loop()) as runner:
+    with asyncio.Runner(loop_factory=process_loop()) as runner:
         result = runner.run(drain(bootstrap, topic, parsed, float(limit)))
     print(
         json.dumps({"events": result.events, "seconds": result.seconds, "cpu": result.cpu_seconds})

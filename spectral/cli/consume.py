@@ -22,7 +22,7 @@ from spectral.cli.deployments import factory
 from spectral.devstack import resolve_endpoints
 from spectral.engine.collector import tune_for_batches
 from spectral.engine.engine import ConsumerEngine, EngineOptions, RunSummary
-from spectral.lifecycle import consumer_loop
+from spectral.lifecycle import process_loop
 from spectral.observability.health import run_with_health
 from spectral.observability.progress import ProgressMonitor
 
@@ -78,5 +78,5 @@ def consume(  # noqa: PLR0917 - typer maps each parameter to an option
     )
     warn_missing_topics(current, endpoints.kafka_bootstrap, handler.event_types)
     tune_for_batches()
-    summary: RunSummary = run(run_with_health(health, engine.run()), loop_factory=consumer_loop())
+    summary: RunSummary = run(run_with_health(health, engine.run()), loop_factory=process_loop())
     print_summary(" ".join(f"{outcome.value}={count}" for outcome, count in summary.counts.items()))

@@ -52,6 +52,7 @@ def relay(  # noqa: PLR0917 - typer maps each parameter to an option
 
     from spectral.cli.fault_hooks import RelayFaultHooks  # noqa: PLC0415
     from spectral.devstack import resolve_endpoints  # noqa: PLC0415
+    from spectral.lifecycle import process_loop  # noqa: PLC0415
     from spectral.observability.health import run_with_health  # noqa: PLC0415
     from spectral.observability.logging import get_logger  # noqa: PLC0415
     from spectral.outbox.relay import OutboxRelay, RelayMetrics, RelayOptions  # noqa: PLC0415
@@ -73,7 +74,7 @@ def relay(  # noqa: PLR0917 - typer maps each parameter to an option
         ),
         health=health,
     )
-    report = run(run_with_health(health, relay_.run()))
+    report = run(run_with_health(health, relay_.run()), loop_factory=process_loop())
     get_logger(__name__).info(
         "relay stopped",
         published=report.published,

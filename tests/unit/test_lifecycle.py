@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from spectral.lifecycle import STOP_SIGNALS, consumer_loop, stopping_on_signals
+from spectral.lifecycle import STOP_SIGNALS, process_loop, stopping_on_signals
 
 
 @pytest.mark.parametrize("sig", STOP_SIGNALS)
@@ -37,7 +37,7 @@ def test_a_loop_outside_the_main_thread_runs_the_block_without_signal_handlers()
 def test_a_consumer_process_runs_on_uvloop_and_stops_on_a_signal_there() -> None:
     """``spectral consume`` (and the engine's fault-test consumer) runs on uvloop, a dependency
     on every platform but Windows; a stop signal stops its block as on asyncio's loop."""
-    factory = consumer_loop()
+    factory = process_loop()
     assert factory is not None
     stopped: list[str] = []
 

@@ -26,7 +26,7 @@ from contracts import FAILURE_CLUSTER_DETECTED
 from spectral.engine.engine import ConsumerEngine, EngineOptions
 from spectral.engine.handler import Delivery, Handler, HandlerResult
 from spectral.kafka.transport import offsets_after
-from spectral.lifecycle import consumer_loop
+from spectral.lifecycle import process_loop
 from spectral.observability.logging import configure_logging
 from spectral.observability.progress import EngineHook
 from spectral.settings import load_settings
@@ -104,5 +104,5 @@ async def main() -> int:
 
 if __name__ == "__main__":
     # the event loop of `spectral consume`: the faults are those of the loop it runs on
-    with asyncio.Runner(loop_factory=consumer_loop()) as runner:
+    with asyncio.Runner(loop_factory=process_loop()) as runner:
         sys.exit(runner.run(main()))
