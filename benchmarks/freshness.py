@@ -43,7 +43,7 @@ import signal
 import socket
 import statistics
 import time
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -176,6 +176,10 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+READY_SECONDS = 60.0
+"""How long a spawned process has to answer ``/readyz`` with 200."""
+
+
 async def _spawn(
     stack: BenchStack, url: str, prefix: str, log: Path, name: str, *args: str
 ) -> _Process:
@@ -190,15 +194,34 @@ async def _spawn(
         stderr=log.open("wb"),
     )
     process = _Process(name, proc, port)
-    deadline = time.monotonic() + 60
-    async with httpx.AsyncClient(timeout=5) as client:
-        while time.monotonic() < deadline and proc.returncode is None:
-            with contextlib.suppress(httpx.HTTPError):
-                ready = await client.get(f"http://127.0.0.1:{port}/readyz")
-                if ready.status_code == 200:  # joined its group / holds its shards
-                    return process
-            await asyncio.sleep(0.2)
+    try:
+        deadline = time.monotonic() + READY_SECONDS
+        async with httpx.AsyncClient(timeout=5) as client:
+            while time.monotonic() < deadline and proc.returncode is None:
+                with contextlib.suppress(httpx.HTTPError):
+                    ready = await client.get(f"http://127.0.0.1:{port}/readyz")
+                    if ready.status_code == 200:  # joined its group / holds its shards
+                        return process
+                await asyncio.sleep(0.2)
+    except BaseException:
+        await process.stop()
+        raise
+    await process.stop()
     raise RuntimeError(f"{name} did not become ready (see {log})")
+
+
+@contextlib.asynccontextmanager
+async def _running(
+    stack: BenchStack, url: str, prefix: str, log: Path, name: str, *args: str
+) -> AsyncIterator[_Process]:
+    """A ``spectral`` process of a window (:func:`_spawn`), stopped when the block is left,
+    however it is left: a window that failed (its database went away, a scrape failed) leaves
+    no relay or consumer running behind it. The block may stop it itself, for its exit code."""
+    process = await _spawn(stack, url, prefix, log, name, *args)
+    try:
+        yield process
+    finally:
+        await process.stop()
 
 
 @dataclass
@@ -346,65 +369,70 @@ async def _one_mode(
         generate(DatasetSpec(events=int(rate * (WARM_UP + seconds + 2)), clusters=2_000, seed=11))
     )
     relay_args = ["outbox", "relay"] + ([] if mode != "poll" else ["--no-listen"])
-    consumer = await _spawn(
-        stack,
-        url,
-        prefix,
-        logs / f"fresh-{mode}-consumer.log",
-        "consumer",
-        "consume",
-        "rule-candidates",
-    )
-    relay = await _spawn(stack, url, prefix, logs / f"fresh-{mode}-relay.log", "relay", *relay_args)
-    produced = _Produced()
-    stop = asyncio.Event()
-    floor: list[tuple[float, float]] = []
-    observer = asyncio.create_task(
-        _observe_floor(
-            stack.endpoints.kafka_bootstrap, prefix + FAILURE_CLUSTER_DETECTED, floor, stop
-        )
-    )
-    writers = -(-rate // WRITER_RATE)
-    producer = asyncio.gather(
-        *(
-            _produce(
+    async with contextlib.AsyncExitStack() as running:
+        consumer = await running.enter_async_context(
+            _running(
+                stack,
                 url,
-                [r for r in records if hash(r.key) % writers == writer],
-                max(1, round(rate / writers * TICK)),
-                stop,
-                produced,
+                prefix,
+                logs / f"fresh-{mode}-consumer.log",
+                "consumer",
+                "consume",
+                "rule-candidates",
             )
-            for writer in range(writers)
         )
-    )
-    servers = await stack.servers()
-    try:
-        await asyncio.sleep(WARM_UP)
-        if servers.postmaster is not None:
-            servers.pids = await _backends(url)  # writers, relay, consumer: connected by now
-
-        async def sample() -> _Sample:
-            return _Sample(
-                consumer=await consumer.scrape(CONSUMER_HISTOGRAM),
-                relay=await relay.scrape(RELAY_HISTOGRAM),
-                events=produced.events,
-                at=time.monotonic(),
-                relay_cpu=relay.cpu(),
-                consumer_cpu=consumer.cpu(),
-                late_ticks=produced.late_ticks,
-                machine=machine_sample(),
-                servers=servers.sample() if servers.postmaster is not None else None,
-                bench_cpu=time.process_time(),
+        relay = await running.enter_async_context(
+            _running(stack, url, prefix, logs / f"fresh-{mode}-relay.log", "relay", *relay_args)
+        )
+        produced = _Produced()
+        stop = asyncio.Event()
+        floor: list[tuple[float, float]] = []
+        observer = asyncio.create_task(
+            _observe_floor(
+                stack.endpoints.kafka_bootstrap, prefix + FAILURE_CLUSTER_DETECTED, floor, stop
             )
+        )
+        writers = -(-rate // WRITER_RATE)
+        producer = asyncio.gather(
+            *(
+                _produce(
+                    url,
+                    [r for r in records if hash(r.key) % writers == writer],
+                    max(1, round(rate / writers * TICK)),
+                    stop,
+                    produced,
+                )
+                for writer in range(writers)
+            )
+        )
+        servers = await stack.servers()
+        try:
+            await asyncio.sleep(WARM_UP)
+            if servers.postmaster is not None:
+                servers.pids = await _backends(url)  # writers, relay, consumer: connected by now
 
-        start = await sample()
-        await asyncio.sleep(seconds)
-        end = await sample()
-    finally:
-        stop.set()
-        await asyncio.gather(producer, observer, return_exceptions=True)
-    await _drained(url, report, mode)
-    codes = [await relay.stop(), await consumer.stop()]
+            async def sample() -> _Sample:
+                return _Sample(
+                    consumer=await consumer.scrape(CONSUMER_HISTOGRAM),
+                    relay=await relay.scrape(RELAY_HISTOGRAM),
+                    events=produced.events,
+                    at=time.monotonic(),
+                    relay_cpu=relay.cpu(),
+                    consumer_cpu=consumer.cpu(),
+                    late_ticks=produced.late_ticks,
+                    machine=machine_sample(),
+                    servers=servers.sample() if servers.postmaster is not None else None,
+                    bench_cpu=time.process_time(),
+                )
+
+            start = await sample()
+            await asyncio.sleep(seconds)
+            end = await sample()
+        finally:
+            stop.set()
+            await asyncio.gather(producer, observer, return_exceptions=True)
+        await _drained(url, report, mode)
+        codes = [await relay.stop(), await consumer.stop()]
     if not options.keep:
         await stack.drop(url)
     report.check(
@@ -472,27 +500,11 @@ async def _drain_ceiling(stack: BenchStack, options: Options, report: Report) ->
     logs = options.log_dir / stack.run_id
     logs.mkdir(parents=True, exist_ok=True)
     records = list(generate(DatasetSpec(events=DRAIN_EVENTS, clusters=2_000, seed=12)))
-    relay = await _spawn(
+    async with _running(
         stack, url, prefix, logs / "fresh-drain-relay.log", "relay", "outbox", "relay"
-    )
-    conn = await asyncpg.connect(url, server_settings={"role": "spectral_producer"})
-    watch = await asyncpg.connect(url)
-    try:
-        async with conn.transaction():
-            for at in range(0, len(records), 5_000):
-                await _enqueue(conn, records[at : at + 5_000])
-        began, cpu = time.monotonic(), relay.cpu()
-        waiting, deadline = len(records), began + 120
-        while waiting and time.monotonic() < deadline:
-            await asyncio.sleep(0.02)
-            waiting = int(
-                await watch.fetchval("SELECT count(*) FROM core.outbox WHERE published_at IS NULL")
-            )
-        seconds, cpu = time.monotonic() - began, relay.cpu() - cpu
-    finally:
-        await conn.close()
-        await watch.close()
-    code = await relay.stop()
+    ) as relay:
+        waiting, seconds, cpu = await _drained_backlog(url, records, relay)
+        code = await relay.stop()
     if not options.keep:
         await stack.drop(url)
     report.check(
@@ -514,6 +526,30 @@ async def _drain_ceiling(stack: BenchStack, options: Options, report: Report) ->
         "us",
         "the relay process draining a backlog (batches at their largest)",
     )
+
+
+async def _drained_backlog(
+    url: str, records: Sequence[Record], relay: _Process
+) -> tuple[int, float, float]:
+    """Commit ``records`` to the outbox at once and wait (at most 120 s) until ``relay`` has
+    published them: (rows left unpublished, seconds, the relay's CPU seconds meanwhile)."""
+    conn = await asyncpg.connect(url, server_settings={"role": "spectral_producer"})
+    watch = await asyncpg.connect(url)
+    try:
+        async with conn.transaction():
+            for at in range(0, len(records), 5_000):
+                await _enqueue(conn, records[at : at + 5_000])
+        began, cpu = time.monotonic(), relay.cpu()
+        waiting, deadline = len(records), began + 120
+        while waiting and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
+            waiting = int(
+                await watch.fetchval("SELECT count(*) FROM core.outbox WHERE published_at IS NULL")
+            )
+        return waiting, time.monotonic() - began, relay.cpu() - cpu
+    finally:
+        await conn.close()
+        await watch.close()
 
 
 async def run_freshness(stack: BenchStack, options: Options, report: Report) -> None:
