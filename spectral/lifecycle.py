@@ -22,8 +22,9 @@ def process_loop() -> Callable[[], asyncio.AbstractEventLoop] | None:
     first pass, twelve mirrored pairs, 0.53 us less CPU per event on average, of ~13-17 (lower
     in nine, equal in one, higher in two, within the harness's +-1 us); the relay in the
     freshness stage, five runs on uvloop interleaved with four on asyncio's loop, 11 % less
-    relay CPU per event at 2,000 events/s (96-113 us against 111-122: every run on uvloop
-    below every run on asyncio's) and 6 % less at 10,000 (mean 23.3 against 24.7 us)."""
+    relay CPU per event at 2,000 events/s (mean 104 against 117 us; 96-113 against 111-122,
+    four of the five runs on uvloop below every run on asyncio's) and 6 % less at 10,000 (mean
+    23.3 against 24.7 us)."""
     try:
         import uvloop  # noqa: PLC0415 - optional: not built for every platform
     except ImportError:
