@@ -47,9 +47,12 @@ def rule_candidates(settings: Settings) -> Callable[[str], Handler[Any]]:
 
 
 async def run_live(
-    settings: Settings, handler: Handler[Any], group: str | None = None, idle: float = 5.0
+    settings: Settings, handler: Handler[Any], group: str | None = None, idle: float = 2.0
 ) -> RunSummary:
-    """The live consumer (its own group, committing), until idle."""
+    """The live consumer (its own group, committing), until idle: ``idle`` seconds with nothing
+    fetched once it has joined and read its partitions to the end offsets it finds (the
+    engine checks them before it counts the time as idle), so a run over records written
+    before it began needs no longer wait."""
     bootstrap, url = endpoints(settings)
     return await ConsumerEngine(
         handler,
