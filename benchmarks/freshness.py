@@ -369,21 +369,14 @@ async def _one_mode(
         generate(DatasetSpec(events=int(rate * (WARM_UP + seconds + 2)), clusters=2_000, seed=11))
     )
     relay_args = ["outbox", "relay"] + ([] if mode != "poll" else ["--no-listen"])
-    async with contextlib.AsyncExitStack() as running:
-        consumer = await running.enter_async_context(
-            _running(
-                stack,
-                url,
-                prefix,
-                logs / f"fresh-{mode}-consumer.log",
-                "consumer",
-                "consume",
-                "rule-candidates",
-            )
-        )
-        relay = await running.enter_async_context(
-            _running(stack, url, prefix, logs / f"fresh-{mode}-relay.log", "relay", *relay_args)
-        )
+    consumer_log = logs / f"fresh-{mode}-consumer.log"
+    relay_log = logs / f"fresh-{mode}-relay.log"
+    async with (
+        _running(
+            stack, url, prefix, consumer_log, "consumer", "consume", "rule-candidates"
+        ) as consumer,
+        _running(stack, url, prefix, relay_log, "relay", *relay_args) as relay,
+    ):
         produced = _Produced()
         stop = asyncio.Event()
         floor: list[tuple[float, float]] = []
