@@ -5,7 +5,6 @@ minutes, taking CPU from every later run on the machine)."""
 
 from __future__ import annotations
 
-import asyncio
 import os
 import sys
 from pathlib import Path
@@ -100,5 +99,4 @@ async def test_a_window_that_ends_well_keeps_the_exit_code_it_stopped_with(
         code = await relay.stop()
     assert code != 0  # the fake has no SIGTERM handler: killed by the signal
     assert relay.proc.returncode == code
-    await asyncio.sleep(0)
     assert _gone(fake_spectral)

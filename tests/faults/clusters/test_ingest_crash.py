@@ -19,12 +19,9 @@ import os
 import random
 import signal
 import time
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-import asyncpg
 import pytest
 
 from producers.clusters.model import FailureObservation
@@ -32,6 +29,7 @@ from producers.clusters.repository import ClusterRepository
 from spectral.db.migrate import migrate
 from spectral.devstack.postgres import LocalPostgres
 from tests.integration.clusters.support import failure
+from tests.integration.maintenance.support import session
 from tests.support import eventually
 
 pytestmark = [pytest.mark.integration, pytest.mark.faults]
@@ -101,18 +99,9 @@ class _Writer:
             self.failed = exc
 
 
-@asynccontextmanager
-async def _owner(url: str) -> AsyncIterator[asyncpg.Connection]:
-    conn = await asyncpg.connect(url)
-    try:
-        yield conn
-    finally:
-        await conn.close()
-
-
 async def _assert_counts_hold(url: str) -> int:
     """summary_counts equals the count made from the failures; returns the failures recorded."""
-    async with _owner(url) as conn:
+    async with session(url) as conn:
         counted = [tuple(r) for r in await conn.fetch(COUNTED)]
         kept = [tuple(r) for r in await conn.fetch(KEPT)]
         recorded = int(await conn.fetchval("SELECT count(*) FROM clusters.failures"))
