@@ -166,8 +166,8 @@ SELECT core.outbox_mark_published($1::bigint[], $2::smallint[])
 -- depth: every unpublished row (delayed ones included); oldest_age: how long the oldest
 -- publishable row has been publishable, by the condition fetch_batch takes its rows by
 -- (publishable_now: neither delayed and not yet available, nor queued behind such a row of its
--- key) — 0 when none waits (and when the clock
--- went back past it: a row written without a delay is publishable whatever the clock says).
+-- key) — 0 when none waits (and when the clock went back past it: a row written without a
+-- delay is publishable whatever the clock says).
 SELECT
     count(*)::bigint AS depth,
     greatest(coalesce(extract(epoch FROM now() - min(o.available_at) FILTER (
