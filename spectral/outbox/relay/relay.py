@@ -14,12 +14,9 @@ Idle: a relay that found nothing to publish sleeps on the outbox's doorbell (Pos
 LISTEN/NOTIFY, migration ``outbox_wakeup``): it takes its doorbell slot — waiting, at most the
 poll interval, for the writers between their outbox insert and their commit — reads once more,
 and sleeps until a writer rings or the poll interval runs out (the fallback: a lost notification
-delays a row by at most that). Woken, it gives its slot back in the statement that reads its
-next batch, so writers stop ringing while it works; caught up again, it marks its last batch in
-the statement that takes the slot, then reads once more: a writer's commit costs a relay at rest
-four statements (queries.sql ``release_and_fetch``, ``fetch_batch``, ``mark_and_arm``,
-``fetch_batch``). Each record carries the header ``outbox.ready_at`` (when its row became
-publishable, RFC 3339, the database's clock): consumers measure end-to-end freshness from it.
+delays a row by at most that); woken, it gives its slot back as it reads (``_Idle``). Each
+record carries the header ``outbox.ready_at`` (when its row became publishable, RFC 3339, the
+database's clock): consumers measure end-to-end freshness from it.
 
 A record Kafka refuses for good (too large for its topic, a topic the relay may not write: no
 outage, ``spectral.faults.refusal_of``) keeps the session going: its key is left out and tried
