@@ -156,30 +156,6 @@ LEFT JOIN LATERAL (
 ) AS f ON true
 ORDER BY f.id
 
--- name: release_and_fetch
--- unlock_shards of the doorbell slot ($6, $7: the relay's lock class and the slot's objid) and
--- fetch_batch ($1-$5) in one statement: a relay woken by the doorbell, or finding rows in the read
--- after it took its slot, gives the slot back (writers stop ringing) in the statement that reads
--- its next batch, not in a round trip of its own. The function scan runs the unlock once,
--- whatever the fetch finds (one row of NULLs when it finds nothing), as in mark_and_fetch.
-SELECT f.id, f.slot, f.event_type, f.record_key, f.idempotency_key, f.envelope, f.ready_at
-FROM pg_advisory_unlock($6::int, $7::int) AS u (released)
-LEFT JOIN LATERAL (
-{fetch_batch}
-) AS f ON true
-ORDER BY f.id
-
--- name: mark_and_arm
--- mark_published ($1, $2), then await_doorbell ($3, $4), in one statement: a relay whose read
--- beside its batch in flight found nothing marks that batch in the statement that takes its
--- doorbell slot, then reads once more before it sleeps (relay.py): one round trip where it made
--- two (a mark that read nothing, then the arm). The mark (the function scan) is done before its
--- one row is projected, so the arm comes after it; the wait for writers in flight (at most $4 ms)
--- then holds the marked rows' locks, which no writer takes. That read after the arm sees every
--- writer that did not ring (migration outbox_wakeup).
-SELECT core.outbox_await_doorbell($3::int, $4::int)
-FROM core.outbox_mark_published($1::bigint[], $2::smallint[]) AS m (marked)
-
 -- name: mark_published
 -- Through core.outbox_mark_published (migration bounded_state): the relay role has no UPDATE
 -- privilege on the outbox; the function sets published_at = now() on unpublished rows and

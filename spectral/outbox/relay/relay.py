@@ -14,9 +14,9 @@ Idle: a relay that found nothing to publish sleeps on the outbox's doorbell (Pos
 LISTEN/NOTIFY, migration ``outbox_wakeup``): it takes its doorbell slot — waiting, at most the
 poll interval, for the writers between their outbox insert and their commit — reads once more,
 and sleeps until a writer rings or the poll interval runs out (the fallback: a lost notification
-delays a row by at most that); woken, it gives its slot back as it reads (``_Idle``). Each
-record carries the header ``outbox.ready_at`` (when its row became publishable, RFC 3339, the
-database's clock): consumers measure end-to-end freshness from it.
+delays a row by at most that). Woken, it gives its slot back first, so writers stop ringing
+while it works. Each record carries the header ``outbox.ready_at`` (when its row became
+publishable, RFC 3339, the database's clock): consumers measure end-to-end freshness from it.
 
 A record Kafka refuses for good (too large for its topic, a topic the relay may not write: no
 outage, ``spectral.faults.refusal_of``) keeps the session going: its key is left out and tried
@@ -177,24 +177,14 @@ class _Records:
 
 @dataclass
 class _Idle:
-    """The doorbell slot an idle relay holds while it sleeps, and whether it is at work again
-    (woken, or its read after the arm found rows): then the next fetch gives the slot back."""
+    """The doorbell slot an idle relay holds while it sleeps."""
 
     slot: int | None = None
-    awake: bool = False
 
-    def wake(self) -> None:
-        self.awake = self.slot is not None
-
-    def releasing(self) -> int | None:
-        """The slot the next fetch gives back (None: it keeps what it holds), as given back."""
-        if not self.awake:
-            return None
-        slot, self.slot, self.awake = self.slot, None, False
-        return slot
-
-    def armed(self, slot: int) -> None:
-        self.slot, self.awake = slot, False
+    async def disarm(self, repo: RelayRepository) -> None:
+        if self.slot is not None:
+            slot, self.slot = self.slot, None
+            await repo.release_doorbell(slot)
 
 
 @dataclass
@@ -470,7 +460,7 @@ class OutboxRelay:
                 flight = landed = None
                 next_rebalance = now + self.options.rebalance_interval
             started = time.perf_counter()
-            rows = await self._fetch(repo, held, limit, flight, landed, release=idle.releasing())
+            rows = await self._fetch(repo, held, limit, flight, landed)
             if landed is not None:
                 self._marked(landed, report)
                 landed = None
@@ -479,17 +469,10 @@ class OutboxRelay:
                 flight, landed = await self._land(
                     repo, producer, flight, following=rows, report=report, started=started
                 )
-                if (
-                    landed is not None
-                    and flight is None
-                    and await self._arm_marking(repo, idle, held, landed, report)
-                ):
-                    landed = None  # caught up: marked as the doorbell was taken; read once more
-                    continue
             elif rows:
                 flight = await self._send(producer, rows, {}, started)
             if flight is not None or landed is not None:  # (a landed batch: read once more)
-                idle.wake()  # at work: the next fetch gives the doorbell back (no more rings)
+                await idle.disarm(repo)  # at work: writers stop ringing
                 continue
             self._sessions.progressed()  # caught up: the faults before are over
             if self.options.once:
@@ -551,12 +534,9 @@ class OutboxRelay:
         limit: int,
         flight: _Flight | None,
         landed: _Landed | None,
-        *,
-        release: int | None,
     ) -> list[OutboxRow]:
         """The next batch: rows of the held shards, none of the keys waiting for their next try
-        nor of the batch in flight; the ``landed`` batch is marked, or doorbell slot
-        ``release`` given back, by the same statement."""
+        nor of the batch in flight; the ``landed`` batch is marked by the same statement."""
         with self._call(Component.DATABASE, "fetch a batch"):
             return await repo.fetch_batch(
                 sorted(held),
@@ -564,34 +544,7 @@ class OutboxRelay:
                 leave_out=self._held_back.waiting(),
                 in_flight=[row.id for row in flight.rows] if flight else (),
                 mark=landed.rows if landed else (),
-                release=release,
             )
-
-    async def _arm_marking(
-        self,
-        repo: RelayRepository,
-        idle: _Idle,
-        held: set[int],
-        landed: _Landed,
-        report: RelayReport,
-    ) -> bool:
-        """The batch ``landed`` came back and the read beside it found nothing (caught up): mark
-        it in the statement that takes the doorbell slot, so the read that follows is the one
-        after the arm that an idle relay makes before it sleeps (:meth:`_idle`). False, nothing
-        done, where the relay does not sleep on the doorbell (polling, ``once``, no shard) or
-        holds its slot already."""
-        slot = doorbell_slot(held)
-        if not self.options.listen or self.options.once or slot is None or idle.slot is not None:
-            return False
-        self._bell.clear()  # a ring from now on ends the next wait at once
-        with self._call(Component.DATABASE, "mark published"):
-            armed = await repo.mark_and_arm(landed.rows, slot, self.options.poll_interval)
-        self._marked(landed, report)
-        if armed:
-            idle.armed(slot)
-        else:
-            self.metrics.wakeups[Wakeup.POLL].inc()  # a writer held its transaction open
-        return True
 
     def _next_limit(self, limit: int, fetched: int) -> int:
         """A full fetch (a backlog) doubles the next batch, up to ``batch_growth`` times the
@@ -610,7 +563,7 @@ class OutboxRelay:
         if idle.slot is None:
             self._bell.clear()  # a ring from now on ends the next wait at once
             if await repo.await_doorbell(slot, self.options.poll_interval):
-                idle.armed(slot)
+                idle.slot = slot
                 return True  # read once more: writers that committed before the arm did not ring
             self.metrics.wakeups[Wakeup.POLL].inc()  # a writer held its transaction open
             return False
@@ -619,7 +572,7 @@ class OutboxRelay:
         rang = self._bell.is_set()
         if not self._stopping:
             self.metrics.wakeups[Wakeup.NOTIFY if rang else Wakeup.POLL].inc()
-        idle.wake()  # the next fetch gives the slot back
+        await idle.disarm(repo)
         return rang
 
     async def _send(

@@ -111,15 +111,10 @@ class RelayRepository:
         leave_out: Sequence[str] = (),
         in_flight: Sequence[int] = (),
         mark: Sequence[OutboxRow] = (),
-        release: int | None = None,
     ) -> list[OutboxRow]:
         """The next publishable rows of ``shards`` in id order, none of the keys ``leave_out``
         nor of the ids ``in_flight`` (a batch sent and not yet marked); first, in the same
-        statement, the rows ``mark`` are marked published (``mark_published``), or doorbell
-        slot ``release`` is given back (``release_and_fetch``)."""
-        if release is not None and (mark or not shards):
-            await self.release_doorbell(release)  # (the relay never asks for both at once)
-            release = None
+        statement, the rows ``mark`` are marked published (``mark_published``)."""
         if not shards:
             await self.mark_published(mark)
             return []
@@ -134,13 +129,10 @@ class RelayRepository:
         if mark:
             sql = _SQL["mark_and_fetch"]
             args = (*args, [r.id for r in mark], [r.slot for r in mark])
-        elif release is not None:
-            sql = _SQL["release_and_fetch"]
-            args = (*args, LOCK_CLASS, DOORBELL_BASE + release)
         else:
             sql = _SQL["fetch_batch"]
         rows = await guarded("fetch outbox batch", lambda: self._conn.fetch(sql, *args))
-        if rows and rows[0][0] is None:  # nothing to fetch: the mark's (the unlock's) row alone
+        if mark and rows and rows[0][0] is None:  # nothing to fetch: the mark's row alone
             return []
         # the columns in the query's order: id, slot, event_type, record_key, idempotency_key,
         # envelope (bytea: bytes), ready_at
@@ -167,22 +159,6 @@ class RelayRepository:
 
     async def release_doorbell(self, slot: int) -> None:
         await self.unlock([DOORBELL_BASE + slot])
-
-    async def mark_and_arm(self, rows: Sequence[OutboxRow], slot: int, wait: float) -> bool:
-        """Mark ``rows`` published, then take doorbell slot ``slot`` as :meth:`await_doorbell`
-        does, in one statement (``mark_and_arm``); False when the writers in flight did not
-        commit within ``wait`` seconds (the rows are marked either way)."""
-        armed = await guarded(
-            "mark published and arm the doorbell",
-            lambda: self._conn.fetchval(
-                _SQL["mark_and_arm"],
-                [r.id for r in rows],
-                [r.slot for r in rows],
-                slot,
-                max(1, round(wait * 1000)),
-            ),
-        )
-        return bool(armed)
 
     async def mark_published(self, rows: Sequence[OutboxRow]) -> None:
         if rows:

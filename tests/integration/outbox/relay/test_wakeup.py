@@ -12,7 +12,7 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Callable
 from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import Literal
 
 import asyncpg
 import pytest
@@ -20,8 +20,7 @@ from prometheus_client import CollectorRegistry
 
 from spectral.kafka.freshness import READY_AT_HEADER
 from spectral.outbox.relay import OutboxRelay
-from spectral.outbox.relay.repository import _SQL as RELAY_SQL
-from spectral.outbox.relay.repository import WAKEUP_CHANNEL, RelayRepository
+from spectral.outbox.relay.repository import WAKEUP_CHANNEL
 from spectral.outbox.relay.shards import DOORBELL_BASE, LOCK_CLASS, MEMBER_LOCK, SHARD_COUNT
 from spectral.outbox.writer import OutboxItem, enqueue
 from spectral.settings import Settings
@@ -318,44 +317,3 @@ async def test_every_record_says_when_its_row_became_publishable(
     stamps = {r.key: datetime.fromisoformat(r.headers[READY_AT_HEADER]) for r in records}
     assert before <= stamps[str(key_id(1))] <= after
     assert stamps[str(key_id(2))] == written
-
-
-async def test_a_relay_at_rest_publishes_a_commit_in_four_statements(
-    settings: Settings, database_url: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A relay asleep, woken by one writer's commit, sends it and is asleep again after four
-    statements of its session: it gives the doorbell back in the statement that reads the
-    rows, reads once while they are in flight, marks them in the statement that takes the
-    doorbell again, and reads once more (the arm comes before that read: no lost wake-up)."""
-    statements: list[str] = []
-    opened = RelayRepository.open.__func__  # type: ignore[attr-defined]
-
-    async def open_logged(cls: type[RelayRepository], dsn: str, role: str | None = None) -> Any:
-        repo = await opened(cls, dsn, role)
-        repo._conn.add_query_logger(lambda logged: statements.append(logged.query))
-        return repo
-
-    monkeypatch.setattr(RelayRepository, "open", classmethod(open_logged))
-
-    async def settled() -> bool:
-        """Asleep, and no statement for a moment (the read after the arm has been made)."""
-        seen = len(statements)
-        await asyncio.sleep(0.3)
-        return seen == len(statements) and await sleeping_relays(database_url) == 1
-
-    async with running(_relay(settings, CollectorRegistry(), rebalance_interval=SLEEPY)):
-        await eventually(settled, timeout=SETTLE, interval=0.05)
-        for seq in range(1, 5):  # the first one warms the session up (its types' lookups)
-            before = len(statements)
-            await write(database_url, seq, role="spectral_producer", isolation="read_committed")
-            await wait_published(database_url, seq)
-            await eventually(settled, timeout=PROMPT, interval=0.05)
-            cycle = [_statement_name(text) for text in statements[before:]]
-            if seq > 1:
-                assert cycle == ["release_and_fetch", "fetch_batch", "mark_and_arm", "fetch_batch"]
-
-
-def _statement_name(text: str) -> str:
-    """The queries.sql name of one of the relay session's statements."""
-    names = [name for name, sql in RELAY_SQL.items() if sql == text]
-    return names[0] if names else text

@@ -21,13 +21,11 @@ def _raw_blocks(text: str) -> dict[str, str]:
 def _as_the_repository_put_them_in(raw: dict[str, str]) -> dict[str, str]:
     """What repository.py ran before the loader put the texts in: ``{delayed_keys}`` in every
     query, then the condition ``{publishable_now}`` (so substituted) in ``fetch_batch`` and
-    ``outbox_stats``, then ``{fetch_batch}`` (so substituted) in ``mark_and_fetch`` and
-    ``release_and_fetch``."""
+    ``outbox_stats``, then ``{fetch_batch}`` (so substituted) in ``mark_and_fetch``."""
     sql = {name: text.replace("{delayed_keys}", raw["delayed_keys"]) for name, text in raw.items()}
     for name in ("fetch_batch", "outbox_stats"):
         sql[name] = sql[name].replace("{publishable_now}", sql["publishable_now"])
-    for name in ("mark_and_fetch", "release_and_fetch"):
-        sql[name] = sql[name].replace("{fetch_batch}", sql["fetch_batch"])
+    sql["mark_and_fetch"] = sql["mark_and_fetch"].replace("{fetch_batch}", sql["fetch_batch"])
     return sql
 
 
@@ -44,7 +42,6 @@ def test_mark_and_fetch_is_loaded_whole() -> None:
 def test_the_loaded_queries_are_the_statements_the_repository_built() -> None:
     raw = _raw_blocks(_FILE.read_text(encoding="utf-8"))
     assert "{fetch_batch}" in raw["mark_and_fetch"]
-    assert "{fetch_batch}" in raw["release_and_fetch"]
     assert "{publishable_now}" in raw["fetch_batch"]
     assert "{publishable_now}" in raw["outbox_stats"]
     assert "{delayed_keys}" in raw["publishable_now"]
