@@ -14,6 +14,12 @@ BENCH_STAMP := $(VENV)/.bench-stamp
 PEERS_VENV  := .venv-peers
 PEERS_STAMP := $(PEERS_VENV)/.installed-stamp
 SPECTRAL := $(BIN)/spectral
+# The Rust toolchain: setuptools-rust builds contracts._wire, the failure-cluster record's fast
+# contract check, from native/ with cargo (rustup's, in ~/.cargo/bin when the shell's PATH does not
+# name it). pip would install the package without it, silently slower, so `make install` requires it.
+CARGO_BIN := $(HOME)/.cargo/bin
+export PATH := $(if $(wildcard $(CARGO_BIN)/cargo),$(CARGO_BIN):)$(PATH)
+NATIVE_SOURCES := native/Cargo.toml native/Cargo.lock $(wildcard native/src/*.rs)
 PYTEST_ARGS ?=
 # The official AsyncAPI parser (npm), pinned by tests/asyncapi/package-lock.json: the suite
 # validates schemas/events/asyncapi.json with it.
@@ -101,10 +107,12 @@ BENCH_GOALS := all test test-build lint bench bench-tools
 comma := ,
 INSTALL_EXTRAS := $(if $(filter $(BENCH_GOALS),$(or $(MAKECMDGOALS),all)),dev$(comma)bench,dev)
 
-$(STAMP): pyproject.toml setup.py
+$(STAMP): pyproject.toml setup.py $(NATIVE_SOURCES)
+	@command -v cargo >/dev/null || { echo "cargo (Rust) is missing: install it with rustup (https://rustup.rs), then run make again" >&2; exit 1; }
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e '.[$(INSTALL_EXTRAS)]'
+	$(BIN)/python -c 'import contracts._wire' || { echo "contracts._wire was not built (native/): see cargo's output above" >&2; exit 1; }
 	echo '$(INSTALL_EXTRAS)' > $(STAMP)
 
 install: $(STAMP)
@@ -288,6 +296,7 @@ lint: install $(BENCH_STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
+	cd native && cargo fmt --check && cargo clippy --release --quiet -- -D warnings
 
 # The documentation site (mkdocs.yml), strict: a broken internal link or anchor, or a page left
 # out of the navigation, fails the build. Open build/site/index.html.
@@ -392,4 +401,4 @@ soak: migrate
 # checkout (under /var/lib/spectral) when run as root.
 clean:
 	@if [ -x $(SPECTRAL) ]; then $(SPECTRAL) dev down --wipe; fi
-	rm -rf .spectral $(VENV) $(PEERS_VENV) $(ASYNCAPI_DIR)/node_modules $(OPENAPI_DIR)/node_modules build
+	rm -rf .spectral $(VENV) $(PEERS_VENV) $(ASYNCAPI_DIR)/node_modules $(OPENAPI_DIR)/node_modules build native/target contracts/_wire*.so

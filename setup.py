@@ -17,6 +17,11 @@ No code names those packages in a string (a unit test holds it): what the import
 see would point nowhere once installed. A source checkout and an editable install keep the folder
 names, so mypy, ruff and every editor read the code as it is written.
 
+``native/`` is the Rust source of ``contracts._wire`` (``spectral.contracts._wire`` in a wheel), the
+failure-cluster record's fast contract check, built by setuptools-rust with cargo; it is optional
+to the build: without a Rust toolchain the package installs without it and the same check runs in
+Python (``contracts/failure_cluster.py``), slower. ``make install`` requires the toolchain.
+
 ``schemas/`` ships as the resource package ``spectral_schemas`` in both (read through
 importlib.resources, spectral/resources.py). Folders that hold only data (templates, static
 files, the migrations) are namespace packages, so they are discovered and listed like any other
@@ -34,6 +39,7 @@ from typing import Any
 from setuptools import find_namespace_packages, setup
 from setuptools.command.bdist_wheel import bdist_wheel
 from setuptools.command.build_py import build_py
+from setuptools_rust import Binding, RustExtension
 
 NAMESPACE = "spectral"
 SCHEMAS = "spectral_schemas"
@@ -160,4 +166,13 @@ if __name__ == "__main__":
         packages=found,
         package_dir=where,
         cmdclass={"build_py": BuildPy, "bdist_wheel": BdistWheel},
+        rust_extensions=[
+            RustExtension(
+                f"{NAMESPACE}.contracts._wire" if WHEEL else "contracts._wire",
+                path="native/Cargo.toml",
+                binding=Binding.PyO3,
+                optional=True,
+                debug=False,  # an editable install too: the debug build is ~10x slower
+            )
+        ],
     )

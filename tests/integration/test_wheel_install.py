@@ -57,6 +57,12 @@ print(" ".join(loaded))
 """
 
 
+NATIVE_IN_THE_SPEC = """
+from spectral.contracts.failure_cluster import FAILURE_CLUSTER_SPEC
+print(type(FAILURE_CLUSTER_SPEC.read_view).__name__)
+"""
+
+
 def _run(argv: list[str], **kwargs: object) -> subprocess.CompletedProcess[str]:
     return subprocess.run(argv, capture_output=True, text=True, check=False, **kwargs)  # type: ignore[call-overload, no-any-return]
 
@@ -74,8 +80,10 @@ def _pip(*args: str, python: Path | None = None, **kwargs: object) -> None:
 
 
 def _wheel(source: Path, dist: Path) -> Path:
-    """The wheel of the project in ``source``, built with this environment's setuptools."""
-    _pip("wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(dist), str(source))
+    """The wheel of the project in ``source``, built with this environment's setuptools (and
+    cargo's target folder of the checkout: the Rust dependencies are not compiled again)."""
+    env = {**os.environ, "CARGO_TARGET_DIR": str(ROOT / "native" / "target")}
+    _pip("wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(dist), str(source), env=env)
     [wheel] = dist.glob("*.whl")
     return wheel
 
@@ -135,6 +143,10 @@ def _installed(tmp_path: Path) -> tuple[Path, Path]:
             shutil.copy2(ROOT / name, source / name)
     wheel = _wheel(source, dist)
     assert wheel.name.startswith("spectral-")
+    native = [
+        n for n in zipfile.ZipFile(wheel).namelist() if n.startswith("spectral/contracts/_wire")
+    ]
+    assert native, "the wheel lacks the Rust fast path (spectral/contracts/_wire*.so)"
     assert _run([sys.executable, "-m", "venv", "--without-pip", str(venv)]).returncode == 0
     _link_requirements(wheel, venv)
     _pip("install", "-q", "--no-deps", str(wheel), python=venv / "bin/python", cwd=outside)
@@ -169,6 +181,8 @@ async def test_the_wheel_migrates_and_runs_the_demo_from_outside_the_checkout(
             env=env,
         )
         assert where.stdout.startswith(str(venv)), where.stdout  # the wheel, not the checkout
+        native = _run([str(venv / "bin/python"), "-c", NATIVE_IN_THE_SPEC], cwd=outside, env=env)
+        assert native.stdout.strip() == "Checker", native.stdout + native.stderr
         top = _run([str(venv / "bin/python"), "-c", TOP_LEVEL], cwd=outside, env=env)
         assert top.stdout.split() == ["spectral", "spectral_schemas"], top.stdout + top.stderr
         plugins = _run([str(venv / "bin/python"), "-c", LOAD_EVERY_PLUGIN], cwd=outside, env=env)
