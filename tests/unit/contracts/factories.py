@@ -266,3 +266,24 @@ def ledger_events(draw: st.DrawFn) -> EventEnvelope[LedgerEntryAppendedPayload]:
 ANY_EVENT = st.one_of(
     cluster_events(), thread_events(), enqueued_events(), state_changed_events(), ledger_events()
 )
+
+
+EDIT_BYTES = b'"\\{}[],:0129aefnrtuz -+.\x00\x01\x7f\xc3\xa9\xed\xff/'
+"""Bytes a record is edited with: JSON's punctuation, digits, escape letters, controls, the
+pieces of UTF-8 and of what is not UTF-8."""
+
+
+def byte_edited(data: st.DataObject, value: bytes) -> bytes:
+    """``value`` with one to three bytes replaced, inserted or deleted (:data:`EDIT_BYTES`)."""
+    edited = bytearray(value)
+    for _ in range(data.draw(st.integers(1, 3))):
+        at = data.draw(st.integers(0, len(edited) - 1))
+        action = data.draw(st.sampled_from(["replace", "insert", "delete"]))
+        byte = data.draw(st.sampled_from(EDIT_BYTES))
+        if action == "replace":
+            edited[at] = byte
+        elif action == "insert":
+            edited.insert(at, byte)
+        else:
+            del edited[at]
+    return bytes(edited)

@@ -118,18 +118,7 @@ def _escaped_record() -> tuple[bytes, bytes]:
 @given(st.data())
 def test_a_record_edited_byte_by_byte_gets_the_same_answer(data: st.DataObject) -> None:
     value, key = _escaped_record()
-    edited = bytearray(value)
-    for _ in range(data.draw(st.integers(1, 3))):
-        at = data.draw(st.integers(0, len(edited) - 1))
-        action = data.draw(st.sampled_from(["replace", "insert", "delete"]))
-        byte = data.draw(st.sampled_from(b'"\\{}[],:0129aefnrtuz -+.\x00\x01\x7f\xc3\xa9\xed\xff/'))
-        if action == "replace":
-            edited[at] = byte
-        elif action == "insert":
-            edited.insert(at, byte)
-        else:
-            del edited[at]
-    event(same_answer(bytes(edited), key))
+    event(same_answer(f.byte_edited(data, value), key))
 
 
 def test_escapes_and_text_outside_ascii_are_read() -> None:

@@ -243,18 +243,7 @@ def test_byte_level_edits_get_the_full_decodes_verdict(edit: Any) -> None:
 @given(st.data())
 def test_a_record_edited_byte_by_byte_gets_the_full_decodes_verdict(data: st.DataObject) -> None:
     value, key = _valid_record()
-    edited = bytearray(value)
-    for _ in range(data.draw(st.integers(1, 3))):
-        at = data.draw(st.integers(0, len(edited) - 1))
-        action = data.draw(st.sampled_from(["replace", "insert", "delete"]))
-        byte = data.draw(st.sampled_from(b'"\\{}[],:0129aefnrtuz -+.\x00\x01\x7f\xc3\xa9\xed\xff'))
-        if action == "replace":
-            edited[at] = byte
-        elif action == "insert":
-            edited.insert(at, byte)
-        else:
-            del edited[at]
-    event(assert_same_verdict(bytes(edited), key))
+    event(assert_same_verdict(f.byte_edited(data, value), key))
 
 
 def test_the_written_form_is_escaped_as_the_canonical_form_over_every_code_point() -> None:
