@@ -290,3 +290,32 @@ def test_a_wrong_hash_is_refused() -> None:
     _rehashed(obj)
     obj["payload"]["failure_count"] += 1
     assert same_answer(orjson.dumps(obj), key) == "refused"
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.binary(max_size=2_000), st.none() | st.binary(max_size=40))
+def test_any_bytes_are_answered_none_never_a_panic(value: bytes, key: bytes | None) -> None:
+    """A panic in Rust would reach Python as a BaseException, past the decode step's fallback."""
+    assert _native()(value, key) is None
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        b"[" * 100_000,
+        b'{"payload":' * 50_000,
+        b'{"event_id":' + b'"' + b"\\\\" * 300_000 + b'"}',
+        b'{"payload":{"evidence_bundle":[' + b"{}," * 100_000 + b"{}]}}",
+        b"\xff" * 1_000,
+    ],
+    ids=["deep arrays", "deep objects", "long escapes", "many items", "not UTF-8"],
+)
+def test_hostile_shapes_are_answered_none(value: bytes) -> None:
+    assert _native()(value, b"k") is None
+
+
+def test_other_argument_types_raise_type_error_not_a_panic() -> None:
+    """The decode step falls back to the full decode on an Exception (a TypeError here)."""
+    for value, key in [(bytearray(b"{}"), b"k"), (b"{}", "k"), ("{}", None)]:
+        with pytest.raises(TypeError):
+            _native()(value, key)
