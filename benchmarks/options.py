@@ -91,7 +91,7 @@ class Options:
     freshness_high_rate: int = 10_000
     """A second offered load for the freshness stage (relay on LISTEN/NOTIFY, a window half as
     long); 0 leaves it out."""
-    freshness_seconds: float = 20.0
+    freshness_seconds: float = 40.0
     """The freshness stage's measured window with the relay on LISTEN/NOTIFY (half as long
     polling), after a 5 s warm-up each."""
     stages: tuple[str, ...] = DEFAULT_STAGES
