@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypedDict
 from uuid import UUID
 
 import orjson
+import xxhash
 from hypothesis import strategies as st
 
 from contracts import (
+    CanonicalizationError,
     EventEnvelope,
     FailureClusterDetectedPayload,
     FailureRef,
@@ -17,6 +20,7 @@ from contracts import (
     ThreadOpenedPayload,
     WorkItemEnqueuedPayload,
     WorkItemStateChangedPayload,
+    canonical_json,
     failure_cluster_detected_event,
     ledger_entry_appended_event,
     thread_opened_event,
@@ -70,6 +74,28 @@ def wire(envelope: EventEnvelope[Any]) -> dict[str, Any]:
 
 def dumps(obj: dict[str, Any]) -> bytes:
     return orjson.dumps(obj)
+
+
+def written_cluster(**payload_changes: Any) -> tuple[dict[str, Any], bytes]:
+    """A failure-cluster record as its parsed JSON object, its payload changed (not rehashed:
+    :func:`rehash`), and its record key."""
+    obj = wire(cluster_event())
+    obj["payload"].update(payload_changes)
+    return obj, obj["payload"]["cluster_id"].encode()
+
+
+def rehash(obj: dict[str, Any]) -> None:
+    """The record's ``snapshot_hash`` and ``idempotency_key`` computed again for its payload as
+    it now is: over the canonical form, or for a value the canonical form refuses (an integer
+    past 2**53 - 1, a float), over the payload as sorted, compact JSON."""
+    payload = obj["payload"]
+    body = {k: v for k, v in payload.items() if k not in {"cluster_id", "snapshot_hash"}}
+    try:
+        text = canonical_json(body)
+    except CanonicalizationError:
+        text = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+    payload["snapshot_hash"] = xxhash.xxh3_128_hexdigest(text)
+    obj["idempotency_key"] = f"{payload['cluster_id']}:{payload['snapshot_hash']}"
 
 
 def thread_event() -> EventEnvelope[ThreadOpenedPayload]:

@@ -15,12 +15,11 @@ from typing import Any
 
 import orjson
 import pytest
-import xxhash
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from contracts import EventEnvelope, canonical_json
-from contracts.canonical import MAX_SAFE_INTEGER, CanonicalizationError
+from contracts import EventEnvelope
+from contracts.canonical import MAX_SAFE_INTEGER
 from contracts.failure_cluster import (
     FAILURE_CLUSTER_SPEC,
     MAX_EVIDENCE_ITEMS,
@@ -59,21 +58,8 @@ def same_answer(value: bytes, key: bytes | None) -> str:
     return "read"
 
 
-def _record(**payload: Any) -> tuple[dict[str, Any], bytes]:
-    obj = f.wire(f.cluster_event())
-    obj["payload"].update(payload)
-    return obj, obj["payload"]["cluster_id"].encode()
-
-
 def _rehashed(obj: dict[str, Any]) -> bytes:
-    payload = obj["payload"]
-    body = {k: v for k, v in payload.items() if k not in {"cluster_id", "snapshot_hash"}}
-    try:
-        text = canonical_json(body)
-    except CanonicalizationError:  # a value out of the contract's range: hashed as written
-        text = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
-    payload["snapshot_hash"] = xxhash.xxh3_128_hexdigest(text)
-    obj["idempotency_key"] = f"{payload['cluster_id']}:{payload['snapshot_hash']}"
+    f.rehash(obj)
     return _dumps(obj)
 
 
@@ -109,7 +95,9 @@ def test_a_mutated_record_gets_the_same_answer(
 
 
 def _escaped_record() -> tuple[bytes, bytes]:
-    obj, key = _record(suggested_rule_stub='rule "a" { when x > 3 }\nthen\tpage\x08\x0c\r/')
+    obj, key = f.written_cluster(
+        suggested_rule_stub='rule "a" { when x > 3 }\nthen\tpage\x08\x0c\r/'
+    )
     obj["payload"]["evidence_bundle"][0]["summary"] = 'a "quoted" path C:\\temp, née ✓ 🚀 \x7f'
     return _rehashed(obj), key
 
@@ -129,7 +117,7 @@ def test_escapes_and_text_outside_ascii_are_read() -> None:
 @settings(max_examples=300, deadline=None)
 @given(st.text(max_size=60), st.text(max_size=30))
 def test_any_text_in_a_summary_and_a_stub_gets_the_same_answer(summary: str, stub: str) -> None:
-    obj, key = _record(suggested_rule_stub=stub)
+    obj, key = f.written_cluster(suggested_rule_stub=stub)
     obj["payload"]["evidence_bundle"][0]["summary"] = summary
     # (a control character other than \b \f \n \r \t is written as \u00XX: the slow path's)
     event(same_answer(_rehashed(obj), key))
@@ -202,7 +190,7 @@ BOUNDS = [
     ("change", "read"), [(c, r) for _, c, r in BOUNDS], ids=[b[0] for b in BOUNDS]
 )
 def test_every_payload_bound_on_both_sides_of_its_limit(change: dict[str, Any], read: bool) -> None:
-    obj, key = _record(**change)
+    obj, key = f.written_cluster(**change)
     assert same_answer(_rehashed(obj), key) == ("read" if read else "refused")
 
 
@@ -225,7 +213,7 @@ REF_BOUNDS = [
 def test_every_evidence_bound_on_both_sides_of_its_limit(
     change: dict[str, Any], read: bool
 ) -> None:
-    obj, key = _record()
+    obj, key = f.written_cluster()
     obj["payload"]["evidence_bundle"][-1].update(change)
     assert same_answer(_rehashed(obj), key) == ("read" if read else "refused")
 
@@ -258,7 +246,7 @@ ENVELOPE_BOUNDS = [
 def test_every_envelope_bound_on_both_sides_of_its_limit(
     change: dict[str, Any], read: bool
 ) -> None:
-    obj, key = _record()
+    obj, key = f.written_cluster()
     value = _rehashed(obj)
     obj.update(change)
     assert same_answer(_dumps(obj), key) == ("read" if read else "refused")
@@ -266,7 +254,7 @@ def test_every_envelope_bound_on_both_sides_of_its_limit(
 
 
 def test_the_record_key_and_the_idempotency_key_must_match() -> None:
-    obj, key = _record()
+    obj, key = f.written_cluster()
     value = _rehashed(obj)
     assert same_answer(value, key) == "read"
     for other in (None, b"", key.upper(), key + b" "):
@@ -278,7 +266,7 @@ def test_the_record_key_and_the_idempotency_key_must_match() -> None:
 
 
 def test_the_size_limit_counts_every_byte() -> None:
-    obj, key = _record()
+    obj, key = f.written_cluster()
     value = _rehashed(obj)
     at_limit = value + b" " * (MAX_RECORD_BYTES - len(value))
     assert same_answer(at_limit, key) == "read"
@@ -286,7 +274,7 @@ def test_the_size_limit_counts_every_byte() -> None:
 
 
 def test_a_wrong_hash_is_refused() -> None:
-    obj, key = _record()
+    obj, key = f.written_cluster()
     _rehashed(obj)
     obj["payload"]["failure_count"] += 1
     assert same_answer(orjson.dumps(obj), key) == "refused"

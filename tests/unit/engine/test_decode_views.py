@@ -20,7 +20,6 @@ from typing import Any
 import msgspec
 import orjson
 import pytest
-import xxhash
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 from pydantic import TypeAdapter, ValidationError
@@ -117,14 +116,8 @@ def test_every_valid_failure_cluster_record_is_read_on_the_fast_path_or_the_slow
     assert path in {"fast view", "slow view"}
 
 
-def _written(**payload_changes: Any) -> tuple[dict[str, Any], bytes]:
-    obj = f.wire(f.cluster_event())
-    obj["payload"].update(payload_changes)
-    return obj, obj["payload"]["cluster_id"].encode()
-
-
 def test_spectrals_own_records_take_the_fast_path() -> None:
-    obj, key = _written()
+    obj, key = f.written_cluster()
     value = orjson.dumps(obj)
     *_, full = EVENTS.read_record(value, key)
     assert full is None
@@ -154,29 +147,18 @@ def test_spectrals_own_records_take_the_fast_path() -> None:
     ],
 )
 def test_other_forms_take_the_slow_path_with_the_same_verdict(change: Any) -> None:
-    obj = f.wire(f.cluster_event())
+    obj, key = f.written_cluster()
     change(obj)
-    payload = obj["payload"]
-    body = {k: v for k, v in payload.items() if k not in {"cluster_id", "snapshot_hash"}}
-    payload["snapshot_hash"] = xxhash.xxh3_128_hexdigest(canonical_json(body))
-    obj["idempotency_key"] = f"{payload['cluster_id']}:{payload['snapshot_hash']}"
-    value = orjson.dumps(obj)
-    path = assert_same_verdict(value, payload["cluster_id"].encode())
+    f.rehash(obj)
+    path = assert_same_verdict(orjson.dumps(obj), key)
     assert path in {"slow view", "fast view"}
 
 
 def _valid_record() -> tuple[bytes, bytes]:
-    obj, key = _written(suggested_rule_stub='rule "a" { when x > 3 }\nthen page')
+    obj, key = f.written_cluster(suggested_rule_stub='rule "a" { when x > 3 }\nthen page')
     obj["payload"]["evidence_bundle"][0]["summary"] = 'a "quoted" path C:\\temp, née ✓ 🚀'
-    _rehash(obj)
+    f.rehash(obj)
     return orjson.dumps(obj), key
-
-
-def _rehash(obj: dict[str, Any]) -> None:
-    payload = obj["payload"]
-    body = {k: v for k, v in payload.items() if k not in {"cluster_id", "snapshot_hash"}}
-    payload["snapshot_hash"] = xxhash.xxh3_128_hexdigest(canonical_json(body))
-    obj["idempotency_key"] = f"{payload['cluster_id']}:{payload['snapshot_hash']}"
 
 
 def test_a_record_with_escapes_and_non_ascii_text_takes_the_fast_path() -> None:
