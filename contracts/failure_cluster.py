@@ -358,7 +358,8 @@ def _native_read_view() -> Callable[[bytes, bytes | None], Any] | None:
 
 
 NATIVE_READ_VIEW: Final = _native_read_view()
-"""The fast path the spec offers: the Rust build where it is installed, else :func:`_read_view`."""
+"""The Rust build of :func:`_read_view` bound to this module's limits, or None where the package
+was built without it (the spec then offers :func:`_read_view` itself)."""
 
 
 def _view_of(

@@ -32,48 +32,44 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDateTime, PyTuple, PyTzInfo};
 use serde::{Deserialize, Deserializer};
 
+// A member whose every valid value is free of escapes (UUIDs, timestamps, the event type, the
+// severity, the digest, the idempotency key: characters an escape cannot stand for) is borrowed
+// as `&str`, which refuses an escaped text: such a record is refused by the reference too. Free
+// texts are `Cow`, decoded when they hold escapes.
+
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct Record<'a> {
-    #[serde(borrow)]
-    event_id: Cow<'a, str>,
-    #[serde(borrow)]
-    event_type: Cow<'a, str>,
+    event_id: &'a str,
+    event_type: &'a str,
     schema_version: u64,
     #[serde(borrow)]
     source: Cow<'a, str>,
     #[serde(borrow)]
     target: Cow<'a, str>,
-    #[serde(borrow)]
-    occurred_at: Cow<'a, str>,
-    #[serde(borrow)]
-    idempotency_key: Cow<'a, str>,
+    occurred_at: &'a str,
+    idempotency_key: &'a str,
     #[serde(borrow)]
     payload: Payload<'a>,
-    #[serde(default, borrow)]
-    correlation_id: Option<Cow<'a, str>>,
-    #[serde(default, borrow)]
-    causation_id: Option<Cow<'a, str>>,
+    #[serde(default)]
+    correlation_id: Option<&'a str>,
+    #[serde(default)]
+    causation_id: Option<&'a str>,
 }
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct Payload<'a> {
-    #[serde(default, borrow)]
-    cluster_id: Cow<'a, str>,
-    #[serde(default, borrow)]
-    snapshot_hash: Cow<'a, str>,
-    #[serde(borrow)]
-    rule_id: Cow<'a, str>,
-    #[serde(borrow)]
-    workspace_id: Cow<'a, str>,
-    #[serde(borrow)]
-    severity: Cow<'a, str>,
+    #[serde(default)]
+    cluster_id: &'a str,
+    #[serde(default)]
+    snapshot_hash: &'a str,
+    rule_id: &'a str,
+    workspace_id: &'a str,
+    severity: &'a str,
     failure_count: u64,
-    #[serde(borrow)]
-    first_observed_at: Cow<'a, str>,
-    #[serde(borrow)]
-    last_observed_at: Cow<'a, str>,
+    first_observed_at: &'a str,
+    last_observed_at: &'a str,
     #[serde(borrow)]
     evidence_bundle: Vec<Ref<'a>>,
     /// Outer `None`: the member is absent (refused: the written form has it, null or a text).
@@ -86,8 +82,7 @@ struct Payload<'a> {
 struct Ref<'a> {
     #[serde(borrow)]
     failure_id: Cow<'a, str>,
-    #[serde(borrow)]
-    observed_at: Cow<'a, str>,
+    observed_at: &'a str,
     #[serde(borrow)]
     summary: Cow<'a, str>,
 }
@@ -102,7 +97,6 @@ where
 }
 
 /// The bounds of the contract, read from the Python constants once.
-#[derive(Clone)]
 struct Limits {
     event_type: String,
     severities: Vec<String>,
@@ -230,9 +224,7 @@ fn write_string(out: &mut Vec<u8>, text: &str) {
         };
         out.extend_from_slice(&bytes[start..index]);
         if escape.is_empty() {
-            let mut code = String::with_capacity(6);
-            let _ = write!(code, "\\u{byte:04x}");
-            out.extend_from_slice(code.as_bytes());
+            let _ = write!(VecWriter(out), "\\u{byte:04x}");
         } else {
             out.extend_from_slice(escape);
         }
@@ -256,7 +248,7 @@ fn hashed_text(payload: &Payload<'_>, capacity: usize) -> (Vec<u8>, (usize, usiz
         out.extend_from_slice(b"{\"failure_id\":");
         write_string(&mut out, &item.failure_id);
         out.extend_from_slice(b",\"observed_at\":");
-        write_string(&mut out, &item.observed_at);
+        write_string(&mut out, item.observed_at);
         out.extend_from_slice(b",\"summary\":");
         write_string(&mut out, &item.summary);
         out.push(b'}');
@@ -269,20 +261,20 @@ fn hashed_text(payload: &Payload<'_>, capacity: usize) -> (Vec<u8>, (usize, usiz
         payload.failure_count
     );
     out.extend_from_slice(b",\"first_observed_at\":");
-    write_string(&mut out, &payload.first_observed_at);
+    write_string(&mut out, payload.first_observed_at);
     out.extend_from_slice(b",\"last_observed_at\":");
-    write_string(&mut out, &payload.last_observed_at);
+    write_string(&mut out, payload.last_observed_at);
     out.extend_from_slice(b",\"rule_id\":");
-    write_string(&mut out, &payload.rule_id);
+    write_string(&mut out, payload.rule_id);
     out.extend_from_slice(b",\"severity\":");
-    write_string(&mut out, &payload.severity);
+    write_string(&mut out, payload.severity);
     out.extend_from_slice(b",\"suggested_rule_stub\":");
     match &payload.suggested_rule_stub {
         Some(Some(stub)) => write_string(&mut out, stub),
         _ => out.extend_from_slice(b"null"),
     }
     out.extend_from_slice(b",\"workspace_id\":");
-    write_string(&mut out, &payload.workspace_id);
+    write_string(&mut out, payload.workspace_id);
     out.push(b'}');
     (out, (start, end))
 }
@@ -325,42 +317,38 @@ fn check<'a>(data: &'a [u8], key: Option<&[u8]>, limits: &Limits) -> Option<Chec
         return None;
     }
     let uuids = [
-        &record.event_id,
-        &payload.cluster_id,
-        &payload.rule_id,
-        &payload.workspace_id,
+        record.event_id,
+        payload.cluster_id,
+        payload.rule_id,
+        payload.workspace_id,
     ];
-    let optional = [&record.correlation_id, &record.causation_id];
-    if !uuids.iter().all(|u| is_wire_uuid(u))
-        || !optional
-            .iter()
-            .all(|u| u.as_ref().is_none_or(|u| is_wire_uuid(u)))
-    {
+    let optional = [record.correlation_id, record.causation_id];
+    if !uuids.into_iter().all(is_wire_uuid) || !optional.into_iter().flatten().all(is_wire_uuid) {
         return None;
     }
-    let first = written_instant(&payload.first_observed_at, limits)?;
-    let last = written_instant(&payload.last_observed_at, limits)?;
-    written_instant(&record.occurred_at, limits)?;
+    let first = written_instant(payload.first_observed_at, limits)?;
+    let last = written_instant(payload.last_observed_at, limits)?;
+    written_instant(record.occurred_at, limits)?;
     for item in &payload.evidence_bundle {
-        written_instant(&item.observed_at, limits)?;
+        written_instant(item.observed_at, limits)?;
     }
     // One layout, one zone: the texts compare as their instants do.
     if payload.first_observed_at > payload.last_observed_at {
         return None;
     }
-    let digest = &payload.snapshot_hash;
-    let cluster_id = &payload.cluster_id;
-    let key_matches = record.idempotency_key.len() == cluster_id.len() + 1 + digest.len()
-        && record.idempotency_key.starts_with(cluster_id.as_ref())
-        && record.idempotency_key.as_bytes()[cluster_id.len()] == b':'
-        && record.idempotency_key.ends_with(digest.as_ref());
+    let (cluster_id, digest) = (payload.cluster_id, payload.snapshot_hash);
+    let key_matches = record
+        .idempotency_key
+        .strip_prefix(cluster_id)
+        .and_then(|rest| rest.strip_prefix(':'))
+        == Some(digest);
     if !key_matches {
         return None;
     }
     let (hashed, evidence) = hashed_text(payload, data.len());
     let mut computed = String::with_capacity(32);
     let _ = write!(computed, "{:032x}", xxhash_rust::xxh3::xxh3_128(&hashed));
-    if computed != *digest {
+    if computed != digest {
         return None;
     }
     Some(Checked {
@@ -457,11 +445,11 @@ impl Checker {
         let args = PyTuple::new_bound(
             py,
             [
-                payload.cluster_id.as_ref().into_py(py),
-                payload.snapshot_hash.as_ref().into_py(py),
-                payload.rule_id.as_ref().into_py(py),
-                payload.workspace_id.as_ref().into_py(py),
-                payload.severity.as_ref().into_py(py),
+                payload.cluster_id.into_py(py),
+                payload.snapshot_hash.into_py(py),
+                payload.rule_id.into_py(py),
+                payload.workspace_id.into_py(py),
+                payload.severity.into_py(py),
                 payload.failure_count.into_py(py),
                 datetime(py, checked.first, utc)?.into_py(py),
                 datetime(py, checked.last, utc)?.into_py(py),
@@ -474,8 +462,8 @@ impl Checker {
             py,
             [
                 view.into_py(py),
-                record.idempotency_key.as_ref().into_py(py),
-                record.event_id.as_ref().into_py(py),
+                record.idempotency_key.into_py(py),
+                record.event_id.into_py(py),
             ],
         )))
     }
