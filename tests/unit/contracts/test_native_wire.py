@@ -259,10 +259,19 @@ def test_the_record_key_and_the_idempotency_key_must_match() -> None:
     assert same_answer(value, key) == "read"
     for other in (None, b"", key.upper(), key + b" "):
         assert same_answer(value, other) == "refused"
-    obj["idempotency_key"] = obj["idempotency_key"].replace(":", "-")
-    assert same_answer(orjson.dumps(obj), key) == "refused"
-    obj["idempotency_key"] = obj["idempotency_key"][:-1]
-    assert same_answer(orjson.dumps(obj), key) == "refused"
+    written = obj["idempotency_key"]
+    cluster_id, digest = written.split(":")
+    for other_key in (
+        written.replace(":", "-"),
+        written[:-1],
+        written + "0",
+        f"{cluster_id}::{digest}",
+        f"{cluster_id}:{digest.upper()}",
+        f"{digest}:{cluster_id}",
+        cluster_id,
+    ):
+        obj["idempotency_key"] = other_key
+        assert same_answer(orjson.dumps(obj), key) == "refused", other_key
 
 
 def test_the_size_limit_counts_every_byte() -> None:
