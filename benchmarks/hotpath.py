@@ -77,8 +77,13 @@ def batches(items: Sequence[Any], size: int) -> Iterator[Sequence[Any]]:
 
 
 def _cpu(pid: int) -> float:
+    return sum(_cpu_split(pid))
+
+
+def _cpu_split(pid: int) -> tuple[float, float]:
+    """User and system CPU seconds of a process."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / _TICKS
+    return int(fields[11]) / _TICKS, int(fields[12]) / _TICKS
 
 
 async def _round(database_url: str, events: int, clusters: int, batch: int) -> dict[str, float]:
@@ -129,19 +134,40 @@ async def _round(database_url: str, events: int, clusters: int, batch: int) -> d
             Retrying(Backoff(base=0.1, cap=1.0), metrics, asyncio.Event()),
         )
         for step in ("transaction", "duplicates"):
-            client = server = 0.0
+            client = server = kernel = 0.0
             count = 0
+            wal_before = await _wal_position(database_url)
             for deliveries in decoded:
-                client_before, server_before = time.process_time(), _cpu(backend)
+                client_before, (user_before, kernel_before) = (
+                    time.process_time(),
+                    _cpu_split(backend),
+                )
                 await transaction.apply(deliveries)
                 client += time.process_time() - client_before
-                server += _cpu(backend) - server_before
+                user_after, kernel_after = _cpu_split(backend)
+                server += user_after + kernel_after - user_before - kernel_before
+                kernel += kernel_after - kernel_before
                 count += len(deliveries)
+            wal = await _wal_position(database_url) - wal_before
             figures[f"{step}_client_us"] = client / count * 1e6
             figures[f"{step}_postgres_us"] = server / count * 1e6
+            # The backend's share spent in the kernel (writing WAL, extending files), and the
+            # WAL written per event (the whole server's: nothing else writes during a step).
+            figures[f"{step}_postgres_kernel_us"] = kernel / count * 1e6
+            figures[f"{step}_wal_bytes"] = wal / count
     finally:
         await pool.close()
     return figures
+
+
+async def _wal_position(database_url: str) -> int:
+    import asyncpg  # noqa: PLC0415
+
+    conn = await asyncpg.connect(database_url)
+    try:
+        return int(await conn.fetchval("SELECT pg_current_wal_insert_lsn() - '0/0'"))
+    finally:
+        await conn.close()
 
 
 def _child(args: argparse.Namespace) -> int:

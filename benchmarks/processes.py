@@ -70,6 +70,8 @@ class ServerSample:
     postgres: dict[int, float]
     """CPU seconds so far of the postmaster and each of its children, by pid."""
     kafka: float
+    postgres_kernel: dict[int, float] = field(default_factory=dict)
+    """The part of ``postgres`` spent in the kernel (system time), by pid."""
 
 
 @dataclass
@@ -88,15 +90,17 @@ class Servers:
 
     def sample(self) -> ServerSample:
         postgres: dict[int, float] = {}
+        kernel: dict[int, float] = {}
         if self.postmaster is not None:
             for pid in (self.postmaster, *_children(self.postmaster)):
                 if pid != self.postmaster and pid not in self.pids:
                     continue
-                cpu = _cpu_seconds(Path(f"/proc/{pid}/stat"))
-                if cpu is not None:
-                    postgres[pid] = cpu
+                split = _cpu_split(Path(f"/proc/{pid}/stat"))
+                if split is not None:
+                    postgres[pid] = split[0] + split[1]
+                    kernel[pid] = split[1]
         kafka = _cpu_seconds(Path(f"/proc/{self.kafka}/stat")) if self.kafka else None
-        return ServerSample(time.time(), postgres, kafka or 0.0)
+        return ServerSample(time.time(), postgres, kafka or 0.0, kernel)
 
 
 def server_cpu(samples: list[ServerSample], start: float, end: float) -> tuple[float, float]:
@@ -111,6 +115,19 @@ def server_cpu(samples: list[ServerSample], start: float, end: float) -> tuple[f
         last.update(sample.postgres)
     postgres = sum(cpu - first.get(pid, 0.0) for pid, cpu in last.items())
     return postgres, inside[-1].kafka - inside[0].kafka
+
+
+def server_kernel_cpu(samples: list[ServerSample], start: float, end: float) -> float:
+    """The kernel's part of :func:`server_cpu`'s PostgreSQL CPU seconds (system time: writing
+    the write-ahead log and extending files into the page cache, waking, ...)."""
+    inside = [s for s in samples if start <= s.at <= end]
+    if len(inside) < 2:
+        return 0.0
+    first = inside[0].postgres_kernel
+    last: dict[int, float] = {}
+    for sample in inside:
+        last.update(sample.postgres_kernel)
+    return sum(cpu - first.get(pid, 0.0) for pid, cpu in last.items())
 
 
 def _children(pid: int) -> list[int]:
@@ -185,6 +202,12 @@ class GroupRun:
         starts = [r.first_fetch for r in self.runs if r.first_fetch is not None]
         ends = [r.last_commit for r in self.runs if r.last_commit is not None]
         return (min(starts), max(ends)) if starts and ends else (0.0, 0.0)
+
+    def postgres_kernel_us_per_event(self) -> float:
+        """The kernel's part of the PostgreSQL CPU per event, in microseconds."""
+        if not self.records:
+            return 0.0
+        return server_kernel_cpu(list(self.servers), *self.window) / self.records * 1e6
 
     def server_us_per_event(self) -> tuple[float, float]:
         """(PostgreSQL, Kafka broker) CPU per event in microseconds (0 when not local)."""
@@ -374,12 +397,18 @@ async def _track_backends(database_url: str, servers: Servers) -> None:
 
 
 def _cpu_seconds(stat: Path) -> float | None:
+    split = _cpu_split(stat)
+    return None if split is None else split[0] + split[1]
+
+
+def _cpu_split(stat: Path) -> tuple[float, float] | None:
+    """(user, system) CPU seconds of a process; None once it is gone."""
     try:
         text = stat.read_text()
     except OSError:
         return None
     fields = text.rsplit(")", 1)[1].split()  # after "pid (comm)"; utime, stime are 14 and 15
-    return (int(fields[11]) + int(fields[12])) / _TICKS
+    return int(fields[11]) / _TICKS, int(fields[12]) / _TICKS
 
 
 def vm_rss_kib(status: Path) -> int | None:

@@ -633,11 +633,26 @@ def _first_pass_figures(report: Report, first: GroupRun, servers: Servers) -> No
             "this database's PostgreSQL backends + server processes, first pass; Kafka broker "
             + (f"{kafka_us:.1f} us/event" if servers.kafka is not None else "n/a"),
         )
+        report.add(
+            "postgres_kernel_cpu_per_event",
+            first.postgres_kernel_us_per_event(),
+            "us",
+            "the kernel's part of postgres_cpu_per_event (system time: the write-ahead log's "
+            "and new pages' writes into the page cache, ...)",
+        )
     else:
         report.notes.append(
             "postgres_cpu_per_event: n/a (the database server does not run on this machine)"
         )
     run = first.runs[0]
+    batches = sum(r.batches for r in first.runs)
+    if batches:
+        report.add(
+            "consumer_mean_batch",
+            first.records / batches,
+            "records",
+            "records per batch transaction, first pass (the consumer's batch log)",
+        )
     report.add("consumer_peak_rss", run.peak_rss_mib, "MiB", "VmRSS, first pass")
     report.add(
         "consumer_rss_growth",
