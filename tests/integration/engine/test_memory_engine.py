@@ -22,9 +22,9 @@ from spectral.engine.engine import ConsumerEngine, EngineOptions
 from spectral.engine.handler import Delivery, HandlerResult, Outcome
 from spectral.errors import ConfigurationError
 from spectral.kafka.dlq import DeadLetter
-from spectral.kafka.memory import MemoryBroker, MemoryTransport
+from spectral.kafka.memory import MemoryBroker, MemorySource, MemoryTransport
 from spectral.kafka.topics import topic_for
-from spectral.kafka.transport import TopicPartition
+from spectral.kafka.transport import FetchOptions, Reading, Record, RecordSource, TopicPartition
 from spectral.settings import Settings, load_settings
 from tests.events import encode, record_key
 from tests.integration.engine.test_engine import (  # the same handler and effects table
@@ -64,11 +64,12 @@ def _engine(
     idle: float | None = 0.5,
     sink: DeadLetterSink | None = None,
     handler: RecordingHandler | None = None,
+    transport: MemoryTransport | None = None,
 ) -> ConsumerEngine:
     return ConsumerEngine(
         handler or RecordingHandler(),
         settings,
-        transport=MemoryTransport(broker),
+        transport=transport or MemoryTransport(broker),
         database_url=database_url,
         options=EngineOptions(
             group=GROUP,
@@ -266,6 +267,51 @@ async def test_a_backlog_grows_the_batches_to_their_bound_and_keeps_the_order(
     await _exactly_once(database_url, keys)
     assert _at_end(broker, topic)
     assert max(handler.sizes) == 40
+    assert summary.batches < 400 // 10 // 2
+    assert all(offsets == sorted(offsets) for offsets in handler.offsets.values())
+
+
+class ShortFetches(MemoryTransport):
+    """A client that returns fewer records than it may (a real one returns what its completed
+    fetch responses hold, often less than ``max_records`` with thousands more arriving): each
+    fetch hands over at most 7 of its 10 and keeps the rest for the next."""
+
+    def __init__(self, broker: MemoryBroker) -> None:
+        super().__init__(broker)
+
+    def source(self, reading: Reading, options: FetchOptions) -> RecordSource:
+        return _ShortSource(self.broker, reading, options)
+
+
+class _ShortSource(MemorySource):
+    def __init__(self, broker: MemoryBroker, reading: Reading, options: FetchOptions) -> None:
+        super().__init__(broker, reading, options)
+        self._held: list[Record] = []
+
+    async def fetch(self, timeout_ms: int) -> Sequence[Record]:
+        if len(self._held) < 7:
+            self._held += await super().fetch(timeout_ms if not self._held else 0)
+        out, self._held = self._held[:7], self._held[7:]
+        return out
+
+
+@pytest.mark.usefixtures("effects_table")
+async def test_a_backlog_grows_the_batches_though_no_fetch_comes_back_full(
+    settings: Settings, database_url: str
+) -> None:
+    """The backlog is told by what the client holds, not by a full first fetch: with every
+    fetch short (7 of 10), ``batch_growth`` 4 still grows the batches to 40, in order, each
+    record applied once."""
+    broker, topic = MemoryBroker(), _topic(settings)
+    keys = _publish(broker, topic, 400)
+    handler = SizingHandler()
+    short = ShortFetches(broker)
+    engine = _engine(
+        settings, broker, database_url, handler=handler, batch_growth=4, transport=short
+    )
+    summary = await engine.run()
+    await _exactly_once(database_url, keys)
+    assert 40 <= max(handler.sizes) < 40 + 7  # the target, overshot by at most one fetch
     assert summary.batches < 400 // 10 // 2
     assert all(offsets == sorted(offsets) for offsets in handler.offsets.values())
 
