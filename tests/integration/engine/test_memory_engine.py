@@ -186,6 +186,9 @@ class Scenario:
     crashes: list[float]
     """Seconds each round of members runs before it is cancelled (a crash)."""
     members: int
+    batch_growth: int = 1
+    short_fetches: bool = False
+    """Each fetch hands over fewer records than it may (:class:`ShortFetches`)."""
 
 
 @settings(max_examples=12, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -197,13 +200,16 @@ class Scenario:
         max_batch=st.integers(1, 50),
         crashes=st.lists(st.floats(0.0, 0.3), max_size=3),
         members=st.integers(1, 3),
+        batch_growth=st.integers(1, 4),
+        short_fetches=st.booleans(),
     )
 )
 def test_any_batching_and_any_crash_apply_every_record_exactly_once(
     database_url: str, scenario: Scenario
 ) -> None:
     """Members crash (their runs cancelled mid-batch) at random moments, others run beside
-    them; a last member runs until idle: each record applied once, the offsets at the end."""
+    them, their batches growing with the backlog or not, their fetches full or short; a last
+    member runs until idle: each record applied once, the offsets at the end."""
     asyncio.run(_crashing_runs(database_url, scenario))
 
 
@@ -221,17 +227,27 @@ async def _crashing_runs(database_url: str, scenario: Scenario) -> None:
     broker, topic = MemoryBroker(), _topic(settings)
     broker.create_topic(topic, scenario.partitions)
     keys = _publish(broker, topic, scenario.events)
-    batch = scenario.max_batch
+    batch, growth = scenario.max_batch, scenario.batch_growth
+
+    def member(idle: float | None = 0.5) -> ConsumerEngine:
+        transport = ShortFetches(broker) if scenario.short_fetches else None
+        return _engine(
+            settings,
+            broker,
+            database_url,
+            max_batch=batch,
+            batch_growth=growth,
+            idle=idle,
+            transport=transport,
+        )
+
     for after in scenario.crashes:
-        runs = [
-            asyncio.create_task(_engine(settings, broker, database_url, max_batch=batch).run())
-            for _ in range(scenario.members)
-        ]
+        runs = [asyncio.create_task(member().run()) for _ in range(scenario.members)]
         await asyncio.sleep(after)
         for run in runs:
             run.cancel()  # a crash: whatever was in flight is abandoned
         await asyncio.gather(*runs, return_exceptions=True)
-    await _engine(settings, broker, database_url, max_batch=batch, idle=0.3).run()
+    await member(idle=0.3).run()
     await _exactly_once(database_url, keys)
     assert _at_end(broker, topic)
 
