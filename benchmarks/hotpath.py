@@ -76,10 +76,6 @@ def batches(items: Sequence[Any], size: int) -> Iterator[Sequence[Any]]:
         yield items[start : start + size]
 
 
-def _cpu(pid: int) -> float:
-    return sum(_cpu_split(pid))
-
-
 def _cpu_split(pid: int) -> tuple[float, float]:
     """User and system CPU seconds of a process."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
