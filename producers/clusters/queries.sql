@@ -102,8 +102,8 @@ ORDER BY c.cluster_id
 -- with the number of failures sharing its summary. Text order is code point order (COLLATE "C").
 -- The counts and each summary's most recent failure are kept as failures are recorded
 -- (clusters.summary_counts, migration 0065: pruned failures still count in their summary's
--- number, and its most recent failure may be a pruned one, clusters.pruned_summaries keeping
--- it); the $2 most recent failures are never pruned, and are read from failures_by_cluster in
+-- number, and its most recent failure may be a pruned one, which the counts keep); the $2 most
+-- recent failures are never pruned, and are read from failures_by_cluster in
 -- its order. So a tick reads a cluster's summaries and $2 failures, not its whole window.
 WITH counts AS (
     SELECT s.cluster_id, s.summary, s.failure_count AS summary_count, s.last_failure_id,
