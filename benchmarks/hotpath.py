@@ -77,7 +77,8 @@ def batches(items: Sequence[Any], size: int) -> Iterator[Sequence[Any]]:
 
 
 def _cpu_split(pid: int) -> tuple[float, float]:
-    """User and system CPU seconds of a process."""
+    """User and system CPU seconds of a process (benchmarks.processes has its twin; this child
+    may run on another checkout's packages, which need not have it)."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return int(fields[11]) / _TICKS, int(fields[12]) / _TICKS
 
@@ -130,7 +131,7 @@ async def _round(database_url: str, events: int, clusters: int, batch: int) -> d
             Retrying(Backoff(base=0.1, cap=1.0), metrics, asyncio.Event()),
         )
         for step in ("transaction", "duplicates"):
-            client = server = kernel = 0.0
+            client = user = kernel = 0.0
             count = 0
             wal_before = await _wal_position(database_url)
             for deliveries in decoded:
@@ -141,12 +142,12 @@ async def _round(database_url: str, events: int, clusters: int, batch: int) -> d
                 await transaction.apply(deliveries)
                 client += time.process_time() - client_before
                 user_after, kernel_after = _cpu_split(backend)
-                server += user_after + kernel_after - user_before - kernel_before
+                user += user_after - user_before
                 kernel += kernel_after - kernel_before
                 count += len(deliveries)
             wal = await _wal_position(database_url) - wal_before
             figures[f"{step}_client_us"] = client / count * 1e6
-            figures[f"{step}_postgres_us"] = server / count * 1e6
+            figures[f"{step}_postgres_us"] = (user + kernel) / count * 1e6
             # The backend's share spent in the kernel (writing WAL, extending files), and the
             # WAL written per event (the whole server's: nothing else writes during a step).
             figures[f"{step}_postgres_kernel_us"] = kernel / count * 1e6

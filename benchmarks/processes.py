@@ -109,11 +109,7 @@ def server_cpu(samples: list[ServerSample], start: float, end: float) -> tuple[f
     inside = [s for s in samples if start <= s.at <= end]
     if len(inside) < 2:
         return 0.0, 0.0
-    first = inside[0].postgres
-    last: dict[int, float] = {}
-    for sample in inside:
-        last.update(sample.postgres)
-    postgres = sum(cpu - first.get(pid, 0.0) for pid, cpu in last.items())
+    postgres = _backends_cpu([s.postgres for s in inside])
     return postgres, inside[-1].kafka - inside[0].kafka
 
 
@@ -123,10 +119,17 @@ def server_kernel_cpu(samples: list[ServerSample], start: float, end: float) -> 
     inside = [s for s in samples if start <= s.at <= end]
     if len(inside) < 2:
         return 0.0
-    first = inside[0].postgres_kernel
+    return _backends_cpu([s.postgres_kernel for s in inside])
+
+
+def _backends_cpu(samples: list[dict[int, float]]) -> float:
+    """CPU seconds the backends of ``samples`` (each by pid, in time order) used from the first
+    to the last: a backend born after the first counts from zero, one that ended before the
+    last up to its last sample."""
+    first = samples[0]
     last: dict[int, float] = {}
-    for sample in inside:
-        last.update(sample.postgres_kernel)
+    for sample in samples:
+        last.update(sample)
     return sum(cpu - first.get(pid, 0.0) for pid, cpu in last.items())
 
 

@@ -524,7 +524,7 @@ class ConsumerEngine:
                 epoch = self._epoch
             records.extend(more)
         if len(records) >= self._target:
-            self._target = min(2 * self._target, full * max(1, self.options.batch_growth))
+            self._target = min(2 * self._target, full * self.options.batch_growth)
         elif len(records) < full:
             self._target = full
         return records, epoch

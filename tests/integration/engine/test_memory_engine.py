@@ -227,7 +227,6 @@ async def _crashing_runs(database_url: str, scenario: Scenario) -> None:
     broker, topic = MemoryBroker(), _topic(settings)
     broker.create_topic(topic, scenario.partitions)
     keys = _publish(broker, topic, scenario.events)
-    batch, growth = scenario.max_batch, scenario.batch_growth
 
     def member(idle: float | None = 0.5) -> ConsumerEngine:
         transport = ShortFetches(broker) if scenario.short_fetches else None
@@ -235,8 +234,8 @@ async def _crashing_runs(database_url: str, scenario: Scenario) -> None:
             settings,
             broker,
             database_url,
-            max_batch=batch,
-            batch_growth=growth,
+            max_batch=scenario.max_batch,
+            batch_growth=scenario.batch_growth,
             idle=idle,
             transport=transport,
         )
@@ -291,9 +290,6 @@ class ShortFetches(MemoryTransport):
     """A client that returns fewer records than it may (a real one returns what its completed
     fetch responses hold, often less than ``max_records`` with thousands more arriving): each
     fetch hands over at most 7 of its 10 and keeps the rest for the next."""
-
-    def __init__(self, broker: MemoryBroker) -> None:
-        super().__init__(broker)
 
     def source(self, reading: Reading, options: FetchOptions) -> RecordSource:
         return _ShortSource(self.broker, reading, options)
