@@ -94,7 +94,11 @@ async def main() -> int:
         settings,
         kafka_bootstrap=settings.kafka_bootstrap,
         database_url=settings.database_url.get_secret_value(),
-        options=EngineOptions(stop_when_idle=idle, max_batch=200),
+        options=EngineOptions(
+            stop_when_idle=idle,
+            max_batch=200,
+            batch_growth=int(os.environ.get("FAULT_BATCH_GROWTH", "1")),
+        ),
         registry=CollectorRegistry(),
         hook=HeldCommit(Path(held), handler, then_hold) if held else None,
     )

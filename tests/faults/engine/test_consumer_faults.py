@@ -70,6 +70,15 @@ SESSION_SECONDS = 10
 """The group session of both protocols (aiokafka's and the local broker's consumer protocol)."""
 
 
+def _batch_sizes(log: Path) -> list[int]:
+    """The records of each batch the consumer's log tells of."""
+    return [
+        int(json.loads(line)["records"])
+        for line in log.read_text(errors="replace").splitlines()
+        if line.startswith("{") and '"event": "batch"' in line
+    ]
+
+
 def _tail(log: Path, lines: int = 40) -> str:
     return "\n".join(log.read_text(errors="replace").splitlines()[-lines:])
 
@@ -122,15 +131,19 @@ def transported_env(request: pytest.FixtureRequest, spectral_env: dict[str, str]
     return {**spectral_env, **transport_env(request.param)}
 
 
-async def test_sigkill_mid_stream_then_restart_gives_exactly_once(
+@pytest.mark.parametrize("growth", [1, 4], ids=["one-fetch", "growth-4"])
+async def test_sigkill_mid_stream_then_restart_gives_exactly_once(  # noqa: PLR0917 - fixtures
     database_url: str,
     kafka_bootstrap: str,
     topic_prefix: str,
     transported_env: dict[str, str],
     tmp_path: Path,
+    growth: int,
 ) -> None:
-    """Three SIGKILLs mid-stream, on each transport and group protocol."""
-    spectral_env = transported_env
+    """Three SIGKILLs mid-stream, on each transport and group protocol, batches one fetch each
+    or grown with the backlog (``batch_growth`` 4: up to 800 records of what the client holds,
+    killed while a grown batch is in flight)."""
+    spectral_env = {**transported_env, "FAULT_BATCH_GROWTH": str(growth)}
     log = tmp_path / "consumer.log"
     await _execute(database_url, CREATE_TABLE)
     topic = topic_for(FAILURE_CLUSTER_DETECTED, topic_prefix)
@@ -162,6 +175,8 @@ async def test_sigkill_mid_stream_then_restart_gives_exactly_once(
         database_url, "SELECT count(*) FROM core.event_handled WHERE consumer = 'fault-recorder'"
     )
     assert handled == len(expected)
+    largest = max(_batch_sizes(log))
+    assert (largest > 200) == (growth > 1), largest  # a grown batch took more than one fetch
     assert await committed_offsets(
         kafka_bootstrap, topic_prefix + "fault-recorder", topic
     ) == await end_offsets(kafka_bootstrap, topic)
