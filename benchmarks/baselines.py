@@ -256,7 +256,7 @@ async def _naive_one(conn: asyncpg.Connection, record: object) -> None:
         return  # the stream holds no poison records; a real handler would dead-letter here
     p = envelope.payload
     async with conn.transaction():
-        fresh = await conn.fetch(
+        held = await conn.fetchval(
             ENGINE_SQL["claim_keys"],
             CONSUMER_NAME,
             [dedup_key(envelope.idempotency_key)],
@@ -264,8 +264,8 @@ async def _naive_one(conn: asyncpg.Connection, record: object) -> None:
             [getattr(record, "partition", 0)],
             [getattr(record, "offset", 0)],
         )
-        if not fresh:
-            return
+        if held:
+            return  # a duplicate
         written = await conn.fetch(
             PROJECTION_SQL["upsert_snapshots"],
             [

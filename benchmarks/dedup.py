@@ -76,14 +76,21 @@ def _args(keys: list[str] | list[bytes]) -> list[object]:
     return [CONSUMER, keys, [uuid.uuid4() for _ in keys], [0] * len(keys), list(range(len(keys)))]
 
 
-def _claim(sql: str, *, stored: bool = False) -> Claim:
-    """``stored``: the statement takes the keys' stored form (the engine's, keys.py)."""
+def _claim(sql: str) -> Claim:
+    """A plain claim: the statement returns a row per new key."""
 
     async def claim(conn: asyncpg.Connection, keys: list[str]) -> int:
         async with conn.transaction():
-            return len(await conn.fetch(sql, *_args(dedup_keys(keys) if stored else keys)))
+            return len(await conn.fetch(sql, *_args(keys)))
 
     return claim
+
+
+async def _ring_claim(conn: asyncpg.Connection, keys: list[str]) -> int:
+    """The engine's claim (keys in their stored form, keys.py): it answers with the keys held."""
+    async with conn.transaction():
+        held = await conn.fetchval(ENGINE_SQL["claim_keys"], *_args(dedup_keys(keys)))
+    return len(keys) - len(held)
 
 
 async def _wal(conn: asyncpg.Connection) -> int:
@@ -144,8 +151,8 @@ async def _claims(url: str, report: Report) -> None:
     variants: dict[str, tuple[asyncpg.Connection, Claim]] = {
         "plain": (role, _claim(_PLAIN_CLAIM.format(table="bench_plain"))),
         "plain+time index": (role, _claim(_PLAIN_CLAIM.format(table="bench_plain_timed"))),
-        "ring": (role, _claim(ENGINE_SQL["claim_keys"], stored=True)),
-        "ring, no RLS": (owner, _claim(ENGINE_SQL["claim_keys"], stored=True)),
+        "ring": (role, _ring_claim),
+        "ring, no RLS": (owner, _ring_claim),
     }
     pids = {
         name: int(await conn.fetchval("SELECT pg_backend_pid()"))

@@ -125,17 +125,15 @@ async def apply(conn: Any, events: list[ClusterEvent], records: tuple[Any, ...])
     for event, record in zip(events, records, strict=True):
         first.setdefault(event.idempotency_key, (event, record))
     claimed = list(first.values())
-    fresh = {
-        key_text(row[0])
-        for row in await conn.fetch(
-            ENGINE_SQL["claim_keys"],
-            CONSUMER,
-            dedup_keys(list(first)),
-            [e.event_id for e, _ in claimed],
-            [r.partition for _, r in claimed],
-            [r.offset for _, r in claimed],
-        )
-    }
+    held = await conn.fetchval(
+        ENGINE_SQL["claim_keys"],
+        CONSUMER,
+        dedup_keys(list(first)),
+        [e.event_id for e, _ in claimed],
+        [r.partition for _, r in claimed],
+        [r.offset for _, r in claimed],
+    )
+    fresh = set(first).difference(key_text(k) for k in held)
     now = datetime.now(UTC)
     newest: dict[UUID, tuple[tuple[datetime, datetime, int, str], ClusterEvent, bytes]] = {}
     losers: list[str] = []

@@ -1,12 +1,14 @@
 -- The consumer engine's own statements. Each runs once per batch over arrays.
 
 -- name: claim_keys
--- Record every key of the batch as handled; the keys returned are the new ones. Keys are in
--- their stored form (spectral/engine/keys.py: the idempotency key, compact when it is a
+-- Record every key of the batch as handled; the answer is one array of the keys that were held
+-- already (duplicates), empty when every key is new: on a live stream nothing comes back. Keys
+-- are in their stored form (spectral/engine/keys.py: the idempotency key, compact when it is a
 -- cluster_id:snapshot_hash).
 -- core.event_handled is a ring of two slots (migration bounded_state;
 -- docs/explanation/bounded-state.md): the current generation's slot and the previous one's. A key is new when neither slot
--- holds it: core.dedup_claim (migrations dedup_claim_without_speculation, claim_planned_once,
+-- holds it: core.dedup_claim_held (migration dedup_claim_answers_held_keys: the statement of
+-- core.dedup_claim, migrations dedup_claim_without_speculation, claim_planned_once,
 -- dedup_claim_in_key_order, dedup_claim_probes_live_slots_only) takes the keys in key order and
 -- probes both slots for each key (one index probe per slot; before the ring's first rotation
 -- only the current slot, the other having never held a generation; its plan, kept by the
@@ -18,7 +20,7 @@
 -- exclusive one, so no rotation happens between the probe and the commit; a statement that
 -- waited for a rotation reads the new current slot (its snapshot is taken after its locks): one
 -- key never lands in both slots.
-SELECT k FROM core.dedup_claim($1, $2::bytea[], $3::uuid[], $4::int[], $5::bigint[]) AS k;
+SELECT core.dedup_claim_held($1, $2::bytea[], $3::uuid[], $4::int[], $5::bigint[]);
 
 -- name: mark_stale
 -- Each key is found by one probe of the primary key and its row updated by its address

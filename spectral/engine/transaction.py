@@ -185,12 +185,12 @@ class BatchOutcome:
 
 async def _claim(
     conn: asyncpg.Connection, name: str, stored: list[bytes], batch: list[Delivery]
-) -> list[asyncpg.Record]:
-    """The claim (queries.sql ``claim_keys``): the rows of the keys new for consumer ``name``.
+) -> list[bytes]:
+    """The claim (queries.sql ``claim_keys``): the keys consumer ``name`` already held.
     A unique violation means a concurrent transaction inserted one of these keys and committed
     while this one waited for it: a fault of the moment, retried (the retry finds the key)."""
     try:
-        rows: list[asyncpg.Record] = await conn.fetch(
+        held: list[bytes] = await conn.fetchval(
             _SQL["claim_keys"],
             name,
             stored,
@@ -200,7 +200,7 @@ async def _claim(
         )
     except asyncpg.UniqueViolationError as exc:
         raise TransientError(f"a key of the batch was claimed concurrently: {exc}") from exc
-    return rows
+    return held
 
 
 async def _outcome(
@@ -290,8 +290,12 @@ class BatchTransaction:
         self, conn: asyncpg.Connection, name: str, stored: list[bytes], batch: list[Delivery]
     ) -> tuple[list[Delivery], HandlerResult[Any]]:
         """Inside the transaction: the claim, then the handler on the fresh deliveries."""
-        fresh_keys = {row[0] for row in await _claim(conn, name, stored, batch)}
-        fresh = [d for key, d in zip(stored, batch, strict=True) if key in fresh_keys]
+        held = await _claim(conn, name, stored, batch)
+        if held:
+            known = set(held)
+            fresh = [d for key, d in zip(stored, batch, strict=True) if key not in known]
+        else:
+            fresh = batch
         result: HandlerResult[Any] = (
             await self._handler.apply(conn, fresh) if fresh else HandlerResult()
         )

@@ -70,7 +70,7 @@ class Sorting(Handler[None]):
 
 def _kind(query: str) -> str:
     """What a message of the batch's connection was."""
-    if "core.dedup_claim" in query:
+    if "core.dedup_claim_held" in query:
         return "claim"
     if "core.dedup_mark_stale" in query and query.rstrip().endswith("COMMIT;"):
         return "marks+COMMIT"

@@ -41,9 +41,9 @@ async def session(database_url: str, role: str | None = None) -> AsyncIterator[a
 async def claim_in(
     conn: asyncpg.Connection, keys: Sequence[str], consumer: str = RULE_CANDIDATES
 ) -> set[str]:
-    """The engine's claim statement, on the caller's connection and transaction: the keys it
-    returns are new."""
-    rows = await conn.fetch(
+    """The engine's claim statement, on the caller's connection and transaction: the keys new
+    for ``consumer`` (those it does not answer as held)."""
+    held = await conn.fetchval(
         ENGINE_SQL["claim_keys"],
         consumer,
         dedup_keys(list(keys)),
@@ -51,7 +51,7 @@ async def claim_in(
         [0] * len(keys),
         list(range(len(keys))),
     )
-    return {key_text(r[0]) for r in rows}
+    return set(keys) - {key_text(k) for k in held}
 
 
 @asynccontextmanager

@@ -1,0 +1,74 @@
+"""What the dedup claim answers (queries.sql ``claim_keys``, core.dedup_claim_held): the keys
+of the batch that were already held — none when every key is new, all of them when none is —
+and every key of the batch recorded once afterwards, the held ones untouched."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import uuid
+
+import asyncpg
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from spectral.engine.keys import dedup_keys, key_text
+from tests.integration.maintenance.support import ENGINE_SQL, PROJECTOR, session
+from tests.unit.engine.test_keys import any_key
+
+pytestmark = pytest.mark.integration
+
+
+async def _claim(conn: asyncpg.Connection, consumer: str, keys: list[str]) -> list[str]:
+    """The engine's claim of ``keys`` (event ids, partitions and offsets of their own): the
+    keys it answers as held, in their text form."""
+    held: list[bytes] = await conn.fetchval(
+        ENGINE_SQL["claim_keys"],
+        consumer,
+        dedup_keys(keys),
+        [uuid.uuid4() for _ in keys],
+        [0] * len(keys),
+        list(range(len(keys))),
+    )
+    return [key_text(k) for k in held]
+
+
+@settings(
+    max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    st.lists(any_key, min_size=0, max_size=60, unique=True).flatmap(
+        lambda keys: st.tuples(
+            st.just(keys), st.lists(st.sampled_from(keys), unique=True) if keys else st.just([])
+        )
+    ),
+    st.randoms(use_true_random=False),
+)
+def test_the_claim_answers_exactly_the_keys_held_before_it(
+    database_url: str, batch_and_held: tuple[list[str], list[str]], order: random.Random
+) -> None:
+    keys, earlier = batch_and_held
+    shuffled = list(keys)
+    order.shuffle(shuffled)
+    consumer = f"answer-{uuid.uuid4().hex[:12]}"
+
+    async def check() -> None:
+        async with session(database_url, PROJECTOR) as conn:
+            async with conn.transaction():
+                assert await _claim(conn, consumer, earlier) == []  # all new then
+            async with conn.transaction():
+                held = await _claim(conn, consumer, shuffled)
+            async with conn.transaction():
+                again = await _claim(conn, consumer, shuffled)
+        async with session(database_url) as admin:
+            rows = await admin.fetch(
+                "SELECT core.dedup_key_text(dedup_key) AS key, count(*) AS n"
+                " FROM core.event_handled WHERE consumer = $1 GROUP BY 1",
+                consumer,
+            )
+        assert sorted(held) == sorted(earlier)
+        assert sorted(again) == sorted(keys)  # every key held the second time
+        assert {r["key"]: r["n"] for r in rows} == dict.fromkeys(keys, 1)
+
+    asyncio.run(check())
