@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from spectral.engine.keys import dedup_keys, key_text
-from tests.integration.maintenance.support import ENGINE_SQL, PROJECTOR, session
+from tests.integration.maintenance.support import ENGINE_SQL, PROJECTOR, RULE_CANDIDATES, session
 from tests.unit.engine.test_keys import any_key
 
 pytestmark = pytest.mark.integration
@@ -51,9 +51,11 @@ def test_the_claim_answers_exactly_the_keys_held_before_it(
     keys, earlier = batch_and_held
     shuffled = list(keys)
     order.shuffle(shuffled)
-    consumer = f"answer-{uuid.uuid4().hex[:12]}"
+    consumer = RULE_CANDIDATES  # a consumer of the projector's role (row-level security)
 
     async def check() -> None:
+        async with session(database_url) as admin:  # the examples share the test's database
+            await admin.execute("DELETE FROM core.event_handled WHERE consumer = $1", consumer)
         async with session(database_url, PROJECTOR) as conn:
             async with conn.transaction():
                 assert await _claim(conn, consumer, earlier) == []  # all new then
