@@ -328,6 +328,75 @@ async def test_a_backlog_grows_the_batches_though_no_fetch_comes_back_full(
     assert all(offsets == sorted(offsets) for offsets in handler.offsets.values())
 
 
+class RevokesWhileGathering(MemoryTransport):
+    """A group that moves partition 0 away from its member (to no one) at the first fetch that
+    does not wait — inside a growing batch, after its first fetch took records of partition 0."""
+
+    def source(self, reading: Reading, options: FetchOptions) -> RecordSource:
+        self.made = _RevokingSource(self.broker, reading, options)
+        return self.made
+
+
+class _RevokingSource(MemorySource):
+    gone = False
+    """Partition 0 has been revoked (the engine told, its epoch moved on)."""
+
+    async def fetch(self, timeout_ms: int) -> Sequence[Record]:
+        revoking = timeout_ms == 0 and not self.gone
+        if revoking:
+            self.target = {tp for tp in self.target if tp.partition != 0}
+        records = await super().fetch(timeout_ms)  # gives partition 0 up first (_follow)
+        self.gone = self.gone or revoking
+        return records
+
+
+class WatchingHandler(RecordingHandler):
+    """Records each applied delivery's partition and whether partition 0 was gone by then."""
+
+    def __init__(self, transport: RevokesWhileGathering) -> None:
+        self.transport = transport
+        self.applied: list[tuple[int, bool]] = []
+
+    async def apply(
+        self, conn: asyncpg.Connection, deliveries: Sequence[Delivery]
+    ) -> HandlerResult[None]:
+        gone = self.transport.made.gone
+        self.applied += [(d.partition, gone) for d in deliveries]
+        return await super().apply(conn, deliveries)
+
+
+@pytest.mark.usefixtures("effects_table")
+async def test_a_partition_revoked_while_a_batch_grows_leaves_the_batch(
+    settings: Settings, database_url: str
+) -> None:
+    """Partition 0 is revoked between two fetches of one growing batch: the records its first
+    fetch took of partition 0 are dropped from the batch — never applied by a member that no
+    longer owns them, their offsets not committed (its next owner reads them) — and every
+    other partition's records are applied once."""
+    broker, topic = MemoryBroker(), _topic(settings)
+    broker.create_topic(topic, 3)
+    keys = _publish(broker, topic, 90)
+    transport = RevokesWhileGathering(broker)
+    handler = WatchingHandler(transport)
+    engine = _engine(
+        settings, broker, database_url, handler=handler, batch_growth=4, transport=transport
+    )
+    await engine.run()
+    assert transport.made.gone
+    late = [partition for partition, gone in handler.applied if gone and partition == 0]
+    assert not late, f"{len(late)} records of partition 0 applied after it was revoked"
+    applied_of_0 = sum(1 for partition, _ in handler.applied if partition == 0)
+    first = TopicPartition(topic, 0)
+    assert broker.committed(GROUP).get(first, 0) == applied_of_0  # none skipped unapplied
+    others = {p: broker.end_offset(TopicPartition(topic, p)) for p in (1, 2)}
+    assert {tp.partition: o for tp, o in broker.committed(GROUP).items() if tp != first} == {
+        p: end for p, end in others.items() if end
+    }
+    effects = await _effects(database_url)
+    assert set(effects.values()) == {1}  # once each
+    assert len(effects) == len(keys) - (broker.end_offset(first) - applied_of_0)
+
+
 @pytest.mark.usefixtures("effects_table")
 async def test_by_default_a_batch_is_one_fetch_however_long_the_backlog(
     settings: Settings, database_url: str
