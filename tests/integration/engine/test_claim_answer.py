@@ -6,32 +6,15 @@ from __future__ import annotations
 
 import asyncio
 import random
-import uuid
 
-import asyncpg
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from spectral.engine.keys import dedup_keys, key_text
-from tests.integration.maintenance.support import ENGINE_SQL, PROJECTOR, RULE_CANDIDATES, session
+from tests.integration.maintenance.support import PROJECTOR, RULE_CANDIDATES, held_in, session
 from tests.unit.engine.test_keys import any_key
 
 pytestmark = pytest.mark.integration
-
-
-async def _claim(conn: asyncpg.Connection, consumer: str, keys: list[str]) -> list[str]:
-    """The engine's claim of ``keys`` (event ids, partitions and offsets of their own): the
-    keys it answers as held, in their text form."""
-    held: list[bytes] = await conn.fetchval(
-        ENGINE_SQL["claim_keys"],
-        consumer,
-        dedup_keys(keys),
-        [uuid.uuid4() for _ in keys],
-        [0] * len(keys),
-        list(range(len(keys))),
-    )
-    return [key_text(k) for k in held]
 
 
 @settings(
@@ -58,11 +41,11 @@ def test_the_claim_answers_exactly_the_keys_held_before_it(
             await admin.execute("DELETE FROM core.event_handled WHERE consumer = $1", consumer)
         async with session(database_url, PROJECTOR) as conn:
             async with conn.transaction():
-                assert await _claim(conn, consumer, earlier) == []  # all new then
+                assert await held_in(conn, earlier, consumer) == []  # all new then
             async with conn.transaction():
-                held = await _claim(conn, consumer, shuffled)
+                held = await held_in(conn, shuffled, consumer)
             async with conn.transaction():
-                again = await _claim(conn, consumer, shuffled)
+                again = await held_in(conn, shuffled, consumer)
         async with session(database_url) as admin:
             rows = await admin.fetch(
                 "SELECT core.dedup_key_text(dedup_key) AS key, count(*) AS n"

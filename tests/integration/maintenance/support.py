@@ -38,12 +38,12 @@ async def session(database_url: str, role: str | None = None) -> AsyncIterator[a
         await conn.close()
 
 
-async def claim_in(
+async def held_in(
     conn: asyncpg.Connection, keys: Sequence[str], consumer: str = RULE_CANDIDATES
-) -> set[str]:
-    """The engine's claim statement, on the caller's connection and transaction: the keys new
-    for ``consumer`` (those it does not answer as held)."""
-    held = await conn.fetchval(
+) -> list[str]:
+    """The engine's claim statement, on the caller's connection and transaction (event ids,
+    partitions and offsets of its own): the keys it answers as held, as it answers them."""
+    held: list[bytes] = await conn.fetchval(
         ENGINE_SQL["claim_keys"],
         consumer,
         dedup_keys(list(keys)),
@@ -51,7 +51,14 @@ async def claim_in(
         [0] * len(keys),
         list(range(len(keys))),
     )
-    return set(keys) - {key_text(k) for k in held}
+    return [key_text(k) for k in held]
+
+
+async def claim_in(
+    conn: asyncpg.Connection, keys: Sequence[str], consumer: str = RULE_CANDIDATES
+) -> set[str]:
+    """:func:`held_in`'s claim: the keys new for ``consumer`` (those not answered as held)."""
+    return set(keys).difference(await held_in(conn, keys, consumer))
 
 
 @asynccontextmanager
