@@ -7,10 +7,10 @@
 -- cluster_id:snapshot_hash).
 -- core.event_handled is a ring of two slots (migration bounded_state;
 -- docs/explanation/bounded-state.md): the current generation's slot and the previous one's. A key is new when neither slot
--- holds it: core.dedup_claim_held (migration dedup_claim_answers_held_keys: the statement of
--- core.dedup_claim, migrations dedup_claim_without_speculation, claim_planned_once,
--- dedup_claim_in_key_order, dedup_claim_probes_live_slots_only) takes the keys in key order and
--- probes both slots for each key (one index probe per slot; before the ring's first rotation
+-- holds it: core.dedup_claim_held (migration dedup_claim_answers_held_keys) calls
+-- core.dedup_claim (migrations dedup_claim_without_speculation, claim_planned_once,
+-- dedup_claim_in_key_order, dedup_claim_probes_live_slots_only), which takes the keys in key
+-- order and probes both slots for each key (one index probe per slot; before the ring's first rotation
 -- only the current slot, the other having never held a generation; its plan, kept by the
 -- session, is made with sequential and bitmap scans disabled) and inserts the others
 -- into the current slot with a plain INSERT, whose uniqueness check settles races: a concurrent

@@ -91,8 +91,8 @@ async def test_claims_into_a_slot_growing_from_empty_probe_the_index(database_ur
     persistent), the slot's statistics taken while it was small: a plan made then must not keep
     scanning the slot once it is large (a plain-insert claim whose probe was planned on a slot of
     a few rows spent 1.4-1.8 ms per key at a steady 2,000 events/s). The claim's statement
-    (core.dedup_claim_held) is planned with sequential and bitmap scans disabled, so whenever it is
-    planned it probes the index."""
+    (core.dedup_claim, which the engine's core.dedup_claim_held calls) is planned with
+    sequential and bitmap scans disabled, so whenever it is planned it probes the index."""
     async with session(database_url, PROJECTOR) as conn:
         await conn.execute("SET plan_cache_mode = force_generic_plan")
         start = await _rows_scanned(database_url, conn)
