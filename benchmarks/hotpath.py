@@ -83,17 +83,32 @@ def _cpu_split(pid: int) -> tuple[float, float]:
     return int(fields[11]) / _TICKS, int(fields[12]) / _TICKS
 
 
+async def _engine_pool(database_url: str, role: str | None) -> tuple[Any, Any]:
+    """A pool of one connection, lent as the engine lends its own: a batch's COMMIT carries the
+    session's reset (a checkout from before that: the pool's own reset, one round trip more)."""
+    from spectral.db.connect import create_pool  # noqa: PLC0415
+    from spectral.engine import transaction  # noqa: PLC0415
+
+    reset = getattr(transaction, "reset_session", None)
+    if reset is None:
+        pool = await create_pool(database_url, role=role, min_size=1, max_size=1, session={})
+        return pool, transaction.PoolConnections(pool)
+    pool = await create_pool(
+        database_url, role=role, min_size=1, max_size=1, session={}, reset=reset
+    )
+    return pool, transaction.PoolConnections(pool, reset_in_commit=True)  # type: ignore[call-arg,unused-ignore]
+
+
 async def _round(database_url: str, events: int, clusters: int, batch: int) -> dict[str, float]:
     """One round of every step in this process (the code on ``sys.path``)."""
     from prometheus_client import CollectorRegistry  # noqa: PLC0415
 
     from consumers.rule_candidates.deployment import build  # noqa: PLC0415
     from contracts import FAILURE_CLUSTER_DETECTED  # noqa: PLC0415
-    from spectral.db.connect import create_pool  # noqa: PLC0415
     from spectral.engine.decode import RecordDecoder  # noqa: PLC0415
     from spectral.engine.metrics import ConsumerMetrics  # noqa: PLC0415
     from spectral.engine.retrying import Retrying  # noqa: PLC0415
-    from spectral.engine.transaction import BatchTransaction, PoolConnections  # noqa: PLC0415
+    from spectral.engine.transaction import BatchTransaction  # noqa: PLC0415
     from spectral.plugins import installed_registry  # noqa: PLC0415
     from spectral.retry import Backoff  # noqa: PLC0415
     from spectral.settings import load_settings  # noqa: PLC0415
@@ -118,16 +133,14 @@ async def _round(database_url: str, events: int, clusters: int, batch: int) -> d
         best = min(best, time.process_time() - started)
     figures["decode_us"] = best / len(fetched) * 1e6
 
-    pool = await create_pool(
-        database_url, role=handler.database_role, min_size=1, max_size=1, session={}
-    )
+    pool, lender = await _engine_pool(database_url, handler.database_role)
     try:
         async with pool.acquire() as conn:
             backend = await conn.fetchval("SELECT pg_backend_pid()")
         metrics = ConsumerMetrics(registry, handler.name)
         transaction = BatchTransaction(
             handler,
-            PoolConnections(pool),
+            lender,
             Retrying(Backoff(base=0.1, cap=1.0), metrics, asyncio.Event()),
         )
         for step in ("transaction", "duplicates"):

@@ -87,9 +87,11 @@ async def create_pool(
     max_size: int = 4,
     connect_timeout: float = 10.0,
     session: Mapping[str, str] | None = None,
+    reset: Callable[[asyncpg.Connection], Awaitable[None]] | None = None,
 ) -> asyncpg.Pool:
     """A connection pool whose sessions act as ``role`` (when given), with the ``session``
-    settings (e.g. ``lock_timeout``) on every connection."""
+    settings (e.g. ``lock_timeout``) on every connection; ``reset``: what resets a connection
+    given back (asyncpg's ``Connection.reset()`` when None)."""
     settings = {**(session or {}), **({"role": role} if role else {})} or None
     install_array_checks()  # every array parameter checked without a Python frame per element
     try:
@@ -100,6 +102,7 @@ async def create_pool(
             server_settings=settings,
             timeout=connect_timeout,
             command_timeout=60,
+            reset=reset,
         )
     except Exception as exc:
         raise _translate_login(exc, "create pool", role) from exc

@@ -44,6 +44,7 @@ from spectral.engine.transaction import (
     BatchTransaction,
     Connections,
     PoolConnections,
+    reset_session,
 )
 from spectral.faults import Component, component_of, describe, is_transient
 from spectral.kafka.codecs import require_codecs
@@ -391,6 +392,7 @@ class ConsumerEngine:
                     min_size=1,
                     max_size=POOL_SIZE,
                     session=self._session(),
+                    reset=reset_session,
                 ),
             )
         elif self._connections is None:
@@ -412,7 +414,7 @@ class ConsumerEngine:
     def _lender(self) -> Connections:
         if self._connections is None:
             assert self._pool is not None  # noqa: S101 - created in _start
-            self._connections = PoolConnections(self._pool)
+            self._connections = PoolConnections(self._pool, reset_in_commit=True)
         return self._connections
 
     async def _close(self) -> None:

@@ -18,6 +18,8 @@ message as its ``COMMIT``: one round trip less before the commit, which the next
 for (at 10,000 events/s most batches mark a few stale keys). The transaction is still asyncpg's
 ``Transaction`` (a handler's own ``conn.transaction()`` inside it is a savepoint, as always);
 only its commit is sent by :func:`_commit_with`, which ends it as ``Transaction.commit`` does.
+The engine's pool resets a session in the same message, just before the ``COMMIT``
+(:func:`reset_session`): the connection goes back to the pool without one more round trip.
 
 Connections come from a :class:`Connections` lender: the engine's pool (each batch commits), a
 :class:`~spectral.replay.held_transaction.HeldTransaction` (each batch a savepoint of one
@@ -29,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import weakref
 from collections.abc import AsyncIterator, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
@@ -73,9 +76,30 @@ def _bytea(keys: list[bytes]) -> str:
     return "E'{" + ",".join(f"\\\\\\\\x{key.hex()}" for key in keys) + "}'::bytea[]"
 
 
-async def _commit_with(transaction: Transaction, statements: str) -> None:
+_RESET_BY_COMMIT: Final[weakref.WeakSet[asyncpg.Connection]] = weakref.WeakSet()
+"""Connections whose last message was a COMMIT that carried the session's reset."""
+
+
+async def reset_session(conn: asyncpg.Connection) -> None:
+    """The engine pool's reset (asyncpg's ``create_pool(reset=...)``, run when a connection is
+    given back): asyncpg's reset query (advisory locks, cursors, LISTENs, session settings), but
+    not for a connection whose batch committed with that query in its COMMIT's message
+    (:class:`PoolConnections` with ``reset_in_commit``): nothing ran on it since, so its
+    session is already reset, and the round trip is saved. Before that query asyncpg rolled
+    back an open transaction and dropped the connection's listeners, as it always does."""
+    if conn in _RESET_BY_COMMIT:
+        _RESET_BY_COMMIT.discard(conn)
+        return
+    if query := conn.get_reset_query():
+        await conn.execute(query)
+
+
+async def _commit_with(transaction: Transaction, statements: str, *, reset: bool = False) -> None:
     """Commit ``transaction`` (top level, started by ``start()``) with ``statements`` run first,
-    in the same simple-protocol message as its ``COMMIT``.
+    in the same simple-protocol message as its ``COMMIT``; ``reset``: the session's reset
+    query (asyncpg's, :func:`reset_session`) too, after the statements and before the COMMIT
+    (in the transaction: RESET ALL leaves the transaction's isolation alone, and a session
+    setting, lock or LISTEN a handler left is undone as the pool's reset would undo it).
 
     asyncpg's ``Transaction.commit()`` sends a fixed ``COMMIT;``; this sends the longer message
     and leaves the ``Transaction`` and its connection as ``commit()`` does (asyncpg 0.30-0.32,
@@ -85,14 +109,23 @@ async def _commit_with(transaction: Transaction, statements: str) -> None:
     rolls back what the server still holds open (a statement before the ``COMMIT`` failed:
     PostgreSQL skips the rest of the message). Unlike ``commit()`` it reads the COMMIT's answer:
     a transaction already aborted (a handler caught a failed statement without a savepoint) is
-    answered ``ROLLBACK`` without an error, and that raises :class:`PermanentError`.
-    tests/integration/engine/test_commit_message.py holds the installed asyncpg to this."""
+    answered ``ROLLBACK`` without an error, and that raises :class:`PermanentError` (as does
+    the reset's first statement refused in that transaction, its server transaction then left
+    for the caller to roll back). tests/integration/engine/test_commit_message.py holds the
+    installed asyncpg to this."""
     state: Any = transaction  # asyncpg's own bookkeeping: no public way to end it otherwise
     connection = state._connection  # noqa: SLF001 - the real connection, not a pool proxy
     if connection._top_xact is transaction:  # noqa: SLF001
         connection._top_xact = None  # noqa: SLF001
+    if reset and (query := connection.get_reset_query()):
+        statements += query + "\n"
+    else:
+        reset = False
     try:
         status = await connection.execute(statements + "COMMIT;")
+    except asyncpg.InFailedSQLTransactionError as exc:
+        state._state = TransactionState.FAILED  # noqa: SLF001
+        raise PermanentError(_aborted("refused the statements before its COMMIT")) from exc
     except BaseException:
         state._state = TransactionState.FAILED  # noqa: SLF001
         raise
@@ -100,12 +133,17 @@ async def _commit_with(transaction: Transaction, statements: str) -> None:
         # PostgreSQL answers the COMMIT of an aborted transaction (a statement failed and was
         # caught without a savepoint) with ROLLBACK and no error: nothing was committed.
         state._state = TransactionState.ROLLEDBACK  # noqa: SLF001
-        msg = (
-            "the batch's transaction was aborted (a statement failed and was caught without a "
-            f"savepoint); PostgreSQL answered its COMMIT with {status}: nothing was committed"
-        )
-        raise PermanentError(msg)
+        raise PermanentError(_aborted(f"answered its COMMIT with {status}"))
     state._state = TransactionState.COMMITTED  # noqa: SLF001
+    if reset:
+        _RESET_BY_COMMIT.add(connection)
+
+
+def _aborted(answer: str) -> str:
+    return (
+        "the batch's transaction was aborted (a statement failed and was caught without a "
+        f"savepoint); PostgreSQL {answer}: nothing was committed"
+    )
 
 
 class Connections(Protocol):
@@ -122,14 +160,16 @@ class PoolConnections:
     """A connection of the engine's pool per batch: every batch commits.
 
     A connection that comes back whole goes back to the pool behind the borrower: the pool's
-    reset of its session (one round trip) is not part of the batch, and the next batch's
-    transaction starts on another connection meanwhile. One whose block raised is reset before
-    the error goes on."""
+    reset of its session is not part of the batch, and the next batch's transaction starts on
+    another connection meanwhile. One whose block raised is reset before the error goes on.
+    ``reset_in_commit`` (a pool created with ``reset=``:func:`reset_session`): a batch's COMMIT
+    carries that reset, and the pool's reset then costs no round trip."""
 
     commits = True
 
-    def __init__(self, pool: asyncpg.Pool) -> None:
+    def __init__(self, pool: asyncpg.Pool, *, reset_in_commit: bool = False) -> None:
         self._pool = pool
+        self.reset_in_commit = reset_in_commit
         self._releasing: set[asyncio.Task[None]] = set()
 
     @asynccontextmanager
@@ -272,7 +312,8 @@ class BatchTransaction:
             connections = self._connections
             async with connections.lend() as conn:
                 if connections.commits:
-                    return await self._committed(conn, name, stored, batch)
+                    reset = isinstance(connections, PoolConnections) and connections.reset_in_commit
+                    return await self._committed(conn, name, stored, batch, reset=reset)
                 async with conn.transaction():
                     fresh, result = await self._claimed_and_applied(conn, name, stored, batch)
                     await _outcomes(conn, name, result, None)
@@ -302,10 +343,17 @@ class BatchTransaction:
         return fresh, result
 
     async def _committed(
-        self, conn: asyncpg.Connection, name: str, stored: list[bytes], batch: list[Delivery]
+        self,
+        conn: asyncpg.Connection,
+        name: str,
+        stored: list[bytes],
+        batch: list[Delivery],
+        *,
+        reset: bool,
     ) -> tuple[HandlerResult[Any], int]:
         """The batch's transaction where it commits: the claim and the handler, then the outcome
-        statements, when they are few, in the message of the ``COMMIT`` (:func:`_commit_with`)."""
+        statements, when they are few, and (``reset``) the session's reset in the message of the
+        ``COMMIT`` (:func:`_commit_with`)."""
         # READ COMMITTED whatever the session's default: the claim must read the dedup ring
         # with a snapshot taken after its lock (a claim that waited for a rotation reads the new
         # current slot; queries.sql claim_keys), not the transaction's first one.
@@ -320,7 +368,7 @@ class BatchTransaction:
                 await transaction.rollback()
             raise
         try:
-            await _commit_with(transaction, "".join(ending))
+            await _commit_with(transaction, "".join(ending), reset=reset)
         except BaseException:
             if not conn.is_closed() and conn.is_in_transaction():
                 with contextlib.suppress(Exception):  # else the pool's reset rolls it back

@@ -26,6 +26,7 @@ from spectral.engine.transaction import (
     BatchTransaction,
     PoolConnections,
     _commit_with,
+    reset_session,
 )
 from spectral.retry import Backoff
 from tests.integration.maintenance.support import PROJECTOR, RULE_CANDIDATES
@@ -92,10 +93,13 @@ class _Watch:
 
     def __init__(self) -> None:
         self.sent: list[str] = []
+        self.everything: list[str] = []
+        """Every message, the pool's resets and asyncpg's introspection included."""
         self.loop_errors: list[str] = []
 
     def note(self, logged: Any) -> None:
         query = logged.query
+        self.everything.append(query)
         if query.startswith(("BEGIN", "SAVEPOINT", "RELEASE", "ROLLBACK")) or (
             "core.dedup_" in query or "COMMIT" in query or PROBE in query
         ):
@@ -103,19 +107,28 @@ class _Watch:
 
 
 @asynccontextmanager
-async def _batches(handler: Handler[None], database_url: str) -> AsyncIterator[tuple[Any, _Watch]]:
-    """A BatchTransaction on a pool of one connection (every batch on the same one)."""
+async def _batches(
+    handler: Handler[None], database_url: str, *, reset_in_commit: bool = False
+) -> AsyncIterator[tuple[Any, _Watch]]:
+    """A BatchTransaction on a pool of one connection (every batch on the same one);
+    ``reset_in_commit``: the engine's pool, whose session reset a batch's COMMIT carries."""
     watch = _Watch()
     loop = asyncio.get_running_loop()
     loop.set_exception_handler(lambda _, context: watch.loop_errors.append(context["message"]))
-    pool = await create_pool(database_url, role=PROJECTOR, min_size=1, max_size=1)
+    pool = await create_pool(
+        database_url,
+        role=PROJECTOR,
+        min_size=1,
+        max_size=1,
+        reset=reset_session if reset_in_commit else None,
+    )
     try:
         async with pool.acquire() as conn:
             conn.add_query_logger(watch.note)
         yield (
             BatchTransaction(
                 handler,
-                PoolConnections(pool),
+                PoolConnections(pool, reset_in_commit=reset_in_commit),
                 Retrying(
                     Backoff(base=0.05, cap=0.2),
                     ConsumerMetrics(CollectorRegistry(), "t"),
@@ -243,7 +256,10 @@ async def test_a_handlers_own_savepoints_work_inside_a_batch_committed_with_its_
     assert watch.loop_errors == []
 
 
-async def test_a_commit_message_that_fails_rolls_the_batch_back(database_url: str) -> None:
+@pytest.mark.parametrize("reset_in_commit", [False, True], ids=["pool-reset", "reset-in-commit"])
+async def test_a_commit_message_that_fails_rolls_the_batch_back(
+    database_url: str, reset_in_commit: bool
+) -> None:
     """The marks fail in the COMMIT's message (here: the handler made the transaction read-only,
     so the UPDATE of the marks is refused): PostgreSQL skips the COMMIT, the batch is rolled
     back (nothing of it stays), the connection goes back clean and the next transactions on it
@@ -254,7 +270,11 @@ async def test_a_commit_message_that_fails_rolls_the_batch_back(database_url: st
         await conn.execute("SET TRANSACTION READ ONLY")
 
     applied, stale = _key(), _key()
-    async with _batches(Sorting({stale}, set(), read_only), database_url) as (transaction, watch):
+    handler = Sorting({stale}, set(), read_only)
+    async with _batches(handler, database_url, reset_in_commit=reset_in_commit) as (
+        transaction,
+        watch,
+    ):
         outcome = await transaction.apply([_delivery(applied, 1), _delivery(stale, 2)])
     assert [d.reason for d in outcome.failed] == ["handler_error"]
     assert "read-only transaction" in outcome.failed[0].detail
@@ -326,8 +346,9 @@ async def test_the_commit_sent_by_hand_ends_asyncpgs_transaction_as_its_commit_d
         await conn.close()
 
 
+@pytest.mark.parametrize("reset_in_commit", [False, True], ids=["pool-reset", "reset-in-commit"])
 async def test_a_batch_whose_transaction_a_handler_left_aborted_is_not_reported_committed(
-    database_url: str,
+    database_url: str, reset_in_commit: bool
 ) -> None:
     """A handler that catches a failed statement of its own without a savepoint leaves the
     batch's transaction aborted; PostgreSQL then answers its ``COMMIT`` with ``ROLLBACK`` and no
@@ -343,10 +364,95 @@ async def test_a_batch_whose_transaction_a_handler_left_aborted_is_not_reported_
             await conn.execute("SELECT 1 / 0")
 
     key = _key()
-    async with _batches(Sorting(set(), set(), swallowed), database_url) as (transaction, _):
+    handler = Sorting(set(), set(), swallowed)
+    async with _batches(handler, database_url, reset_in_commit=reset_in_commit) as (
+        transaction,
+        watch,
+    ):
         outcome = await transaction.apply([_delivery(key, 1)])
+        # The connection goes back clean and the next batch on it commits.
+        handler.inside = None
+        again = _key()
+        assert (await transaction.apply([_delivery(again, 2)])).fresh == 1
+    assert await _outcomes(database_url, [again]) == {again: "applied"}
+    assert watch.loop_errors == []
     stored = await _outcomes(database_url, [key])
     # Either the delivery was applied (its dedup row committed) or it was dead-lettered;
     # reported fresh with nothing stored is an event lost.
     assert outcome.fresh == len(stored), (outcome, stored)
     assert outcome.fresh + len(outcome.failed) == 1, outcome
+
+
+async def test_the_engines_pool_resets_a_session_in_the_message_of_its_commit(
+    database_url: str,
+) -> None:
+    """The engine's pool (``reset_session``): a batch's COMMIT carries asyncpg's reset query and
+    the connection goes back without another message — and what a handler left in the session
+    (a setting, a session advisory lock, a LISTEN) is undone as the pool's own reset undoes it:
+    the next batch on the same connection finds none of it, and the lock is free at once."""
+    left: dict[str, Any] = {}
+
+    async def leaves_state(conn: asyncpg.Connection) -> None:
+        await conn.execute("SET application_name = 'left-behind'")
+        await conn.execute("SELECT pg_advisory_lock(4242)")
+        await conn.execute("LISTEN left_behind")
+        left["pid"] = conn.get_server_pid()
+
+    async def finds_state(conn: asyncpg.Connection) -> None:
+        left["after"] = (
+            conn.get_server_pid(),
+            await conn.fetchval("SHOW application_name"),
+            await conn.fetchval("SELECT count(*) FROM pg_listening_channels()"),
+        )
+
+    applied, stale = _key(), _key()
+    handler = Sorting({stale}, set(), leaves_state)
+    async with _batches(handler, database_url, reset_in_commit=True) as (transaction, watch):
+        await transaction.apply([_delivery(applied, 1), _delivery(stale, 2)])
+        observer = await asyncpg.connect(database_url)
+        try:
+            held = await observer.fetchval(
+                "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND objid = 4242"
+            )
+        finally:
+            await observer.close()
+        handler.inside, handler.stale = finds_state, set()
+        await transaction.apply([_delivery(_key(), 3)])
+    assert held == 0
+    assert left["after"] == (left["pid"], "", 0)
+    reset = "RESET ALL;"
+    first = next(i for i, q in enumerate(watch.everything) if "BEGIN" in q)
+    last = max(i for i, q in enumerate(watch.everything) if q.rstrip().endswith("COMMIT;"))
+    batches = watch.everything[first : last + 1]
+    commits = [q for q in batches if q.rstrip().endswith("COMMIT;")]
+    assert len(commits) == 2
+    assert all(reset in q for q in commits)
+    # Only the COMMITs reset: no message of its own for the pool's reset between the batches
+    # (before them and after them the test itself borrows the connection: the pool resets it).
+    assert [q for q in batches if reset in q] == commits, batches
+    assert "dedup_mark_stale" in commits[0]
+    assert commits[0].index("dedup_mark_stale") < commits[0].index(reset)
+    assert await _outcomes(database_url, [applied, stale]) == {
+        applied: "applied",
+        stale: "stale",
+    }
+    assert watch.loop_errors == []
+
+
+async def test_the_engines_pool_resets_a_connection_given_back_without_a_commit(
+    database_url: str,
+) -> None:
+    """``reset_session`` skips the reset only after a batch's COMMIT carried it: a connection
+    lent for anything else (a dead letter's fallback, a probe) and one whose batch failed go
+    through asyncpg's reset query."""
+    pool = await create_pool(database_url, min_size=1, max_size=1, reset=reset_session)
+    lender = PoolConnections(pool, reset_in_commit=True)
+    try:
+        async with lender.lend() as conn:
+            await conn.execute("SET application_name = 'left-behind'")
+            pid = conn.get_server_pid()
+        async with lender.lend() as conn:
+            assert conn.get_server_pid() == pid
+            assert await conn.fetchval("SHOW application_name") == ""
+    finally:
+        await pool.close()

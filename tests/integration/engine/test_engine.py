@@ -322,3 +322,56 @@ def test_results_merge_every_field() -> None:
     assert merged.facts == {"n": 4, "x": 2}
     assert merged.carry == [1, 2, 3]
     assert first.carry == [1]  # the inputs are left as they were
+
+
+class SessionLeavingHandler(RecordingHandler):
+    """Leaves a session setting behind in every batch and notes what each batch found, and every
+    message its connections were sent."""
+
+    def __init__(self) -> None:
+        self.found: list[str] = []
+        self.sent: list[str] = []
+        self._watched: set[int] = set()
+
+    async def apply(
+        self, conn: asyncpg.Connection, deliveries: Sequence[Delivery]
+    ) -> HandlerResult[None]:
+        if conn.get_server_pid() not in self._watched:  # a query logger stays with its connection
+            self._watched.add(conn.get_server_pid())
+            conn.add_query_logger(lambda logged: self.sent.append(logged.query))
+        self.found.append(await conn.fetchval("SHOW application_name"))
+        await conn.execute("SET application_name = 'left-behind'")
+        return await super().apply(conn, deliveries)
+
+
+@pytest.mark.usefixtures("effects_table")
+async def test_a_batch_finds_the_session_reset_without_a_message_for_it(
+    settings: Settings, kafka_bootstrap: str, database_url: str
+) -> None:
+    """The engine's pool resets a connection in the message of its batch's COMMIT: each batch
+    finds the session as new (nothing a batch before it left behind), and no reset travels on
+    its own between the batches."""
+    topic = topic_for(FAILURE_CLUSTER_DETECTED, settings.topic_prefix)
+    await create_topics(kafka_bootstrap, [topic], partitions=1)
+    events = [cluster_event() for _ in range(40)]
+    await publish_envelopes(kafka_bootstrap, topic, events)
+    assert settings.kafka_bootstrap is not None
+    assert settings.database_url is not None
+    handler = SessionLeavingHandler()
+    summary = await ConsumerEngine(
+        handler,
+        settings,
+        kafka_bootstrap=settings.kafka_bootstrap,
+        database_url=settings.database_url.get_secret_value(),
+        options=EngineOptions(stop_when_idle=2.0, max_batch=5),
+        registry=CollectorRegistry(),
+    ).run()
+    assert summary.counts[Outcome.APPLIED] == len(events)
+    assert len(handler.found) >= len(events) // 5
+    assert set(handler.found) == {""}
+    commits = [q for q in handler.sent if q.rstrip().endswith("COMMIT;")]
+    assert commits
+    assert all("RESET ALL;" in q for q in commits)
+    last = max(i for i, q in enumerate(handler.sent) if q.rstrip().endswith("COMMIT;"))
+    between = handler.sent[:last]
+    assert [q for q in between if "RESET ALL;" in q and "COMMIT;" not in q] == []
