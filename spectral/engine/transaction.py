@@ -18,7 +18,7 @@ message as its ``COMMIT``: one round trip less before the commit, which the next
 for (at 10,000 events/s most batches mark a few stale keys). The transaction is still asyncpg's
 ``Transaction`` (a handler's own ``conn.transaction()`` inside it is a savepoint, as always);
 only its commit is sent by :func:`_commit_with`, which ends it as ``Transaction.commit`` does.
-The engine's pool resets a session in the same message, just before the ``COMMIT``
+The engine's pool resets a session in the same message, right after the ``COMMIT``
 (:func:`reset_session`): the connection goes back to the pool without one more round trip.
 
 Connections come from a :class:`Connections` lender: the engine's pool (each batch commits), a
@@ -97,9 +97,9 @@ async def reset_session(conn: asyncpg.Connection) -> None:
 async def _commit_with(transaction: Transaction, statements: str, *, reset: bool = False) -> None:
     """Commit ``transaction`` (top level, started by ``start()``) with ``statements`` run first,
     in the same simple-protocol message as its ``COMMIT``; ``reset``: the session's reset
-    query (asyncpg's, :func:`reset_session`) too, after the statements and before the COMMIT
-    (in the transaction: RESET ALL leaves the transaction's isolation alone, and a session
-    setting, lock or LISTEN a handler left is undone as the pool's reset would undo it).
+    query (asyncpg's, :func:`reset_session`) right after the ``COMMIT``, in that message too
+    (what a handler left in its session is undone as the pool's reset undoes it, and the
+    ``COMMIT`` runs with the transaction's settings, ``SET LOCAL`` ones included, as before).
 
     asyncpg's ``Transaction.commit()`` sends a fixed ``COMMIT;``; this sends the longer message
     and leaves the ``Transaction`` and its connection as ``commit()`` does (asyncpg 0.30-0.32,
@@ -107,35 +107,35 @@ async def _commit_with(transaction: Transaction, statements: str, *, reset: bool
     ``conn.transaction()`` is a transaction, not a savepoint, and the pool's reset finds nothing
     open), and the ``Transaction`` ends COMMITTED — FAILED if the message fails, when the caller
     rolls back what the server still holds open (a statement before the ``COMMIT`` failed:
-    PostgreSQL skips the rest of the message). Unlike ``commit()`` it reads the COMMIT's answer:
+    PostgreSQL skips the rest of the message). Unlike ``commit()`` it knows the COMMIT's answer:
     a transaction already aborted (a handler caught a failed statement without a savepoint) is
-    answered ``ROLLBACK`` without an error, and that raises :class:`PermanentError` (as does
-    the reset's first statement refused in that transaction, its server transaction then left
-    for the caller to roll back). tests/integration/engine/test_commit_message.py holds the
+    answered ``ROLLBACK`` without an error, and that raises :class:`PermanentError`. With the
+    reset behind it the message's status is the reset's, so a statement goes before the
+    ``COMMIT`` (the outcome statements, else an empty ``SELECT``): PostgreSQL refuses it in an
+    aborted transaction, which raises the same error and leaves the server's transaction for
+    the caller to roll back. tests/integration/engine/test_commit_message.py holds the
     installed asyncpg to this."""
     state: Any = transaction  # asyncpg's own bookkeeping: no public way to end it otherwise
     connection = state._connection  # noqa: SLF001 - the real connection, not a pool proxy
     if connection._top_xact is transaction:  # noqa: SLF001
         connection._top_xact = None  # noqa: SLF001
-    if reset and (query := connection.get_reset_query()):
-        statements += query + "\n"
-    else:
-        reset = False
+    query = connection.get_reset_query() if reset else ""
+    message = f"{statements or 'SELECT;'}\nCOMMIT;\n{query}" if query else statements + "COMMIT;"
     try:
-        status = await connection.execute(statements + "COMMIT;")
+        status = await connection.execute(message)
     except asyncpg.InFailedSQLTransactionError as exc:
         state._state = TransactionState.FAILED  # noqa: SLF001
         raise PermanentError(_aborted("refused the statements before its COMMIT")) from exc
     except BaseException:
         state._state = TransactionState.FAILED  # noqa: SLF001
         raise
-    if status != "COMMIT":
+    if not query and status != "COMMIT":
         # PostgreSQL answers the COMMIT of an aborted transaction (a statement failed and was
         # caught without a savepoint) with ROLLBACK and no error: nothing was committed.
         state._state = TransactionState.ROLLEDBACK  # noqa: SLF001
         raise PermanentError(_aborted(f"answered its COMMIT with {status}"))
     state._state = TransactionState.COMMITTED  # noqa: SLF001
-    if reset:
+    if query:
         _RESET_BY_COMMIT.add(connection)
 
 

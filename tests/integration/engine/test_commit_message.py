@@ -422,16 +422,18 @@ async def test_the_engines_pool_resets_a_session_in_the_message_of_its_commit(
     assert left["after"] == (left["pid"], "", 0)
     reset = "RESET ALL;"
     first = next(i for i, q in enumerate(watch.everything) if "BEGIN" in q)
-    last = max(i for i, q in enumerate(watch.everything) if q.rstrip().endswith("COMMIT;"))
+    last = max(i for i, q in enumerate(watch.everything) if "COMMIT;" in q)
     batches = watch.everything[first : last + 1]
-    commits = [q for q in batches if q.rstrip().endswith("COMMIT;")]
+    commits = [q for q in batches if "COMMIT;" in q]
     assert len(commits) == 2
-    assert all(reset in q for q in commits)
+    # The reset right after the COMMIT, in its message.
+    assert all(q.index("COMMIT;") < q.index(reset) for q in commits), commits
     # Only the COMMITs reset: no message of its own for the pool's reset between the batches
     # (before them and after them the test itself borrows the connection: the pool resets it).
     assert [q for q in batches if reset in q] == commits, batches
-    assert "dedup_mark_stale" in commits[0]
-    assert commits[0].index("dedup_mark_stale") < commits[0].index(reset)
+    assert commits[0].index("dedup_mark_stale") < commits[0].index("COMMIT;")
+    assert "dedup_mark_stale" not in commits[1]  # no outcome: an empty SELECT before the COMMIT
+    assert commits[1].lstrip().startswith("SELECT;"), commits[1]
     assert await _outcomes(database_url, [applied, stale]) == {
         applied: "applied",
         stale: "stale",
@@ -456,3 +458,48 @@ async def test_the_engines_pool_resets_a_connection_given_back_without_a_commit(
             assert await conn.fetchval("SHOW application_name") == ""
     finally:
         await pool.close()
+
+
+async def test_a_commit_that_carries_the_reset_runs_with_the_transactions_own_settings(
+    database_url: str,
+) -> None:
+    """The reset goes after the ``COMMIT``, not before it: what runs at the commit (a deferred
+    constraint trigger here) still sees the transaction's ``SET LOCAL`` settings, as it does
+    when the pool resets the session later."""
+    conn = await asyncpg.connect(database_url)
+    try:
+        await conn.execute(
+            f"""
+            CREATE SCHEMA commit_probe;
+            CREATE TABLE commit_probe.seen (setting text);
+            CREATE TABLE commit_probe.written (v text);
+            CREATE FUNCTION commit_probe.note() RETURNS trigger LANGUAGE plpgsql AS $$
+            BEGIN
+                INSERT INTO commit_probe.seen VALUES (current_setting('commit_probe.who', true));
+                RETURN NULL;
+            END $$;
+            CREATE CONSTRAINT TRIGGER noted AFTER INSERT ON commit_probe.written
+                DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION commit_probe.note();
+            GRANT USAGE ON SCHEMA commit_probe TO {PROJECTOR};
+            GRANT SELECT, INSERT ON commit_probe.written, commit_probe.seen TO {PROJECTOR};
+            """
+        )
+    finally:
+        await conn.close()
+
+    async def local_setting(conn: asyncpg.Connection) -> None:
+        await conn.execute("SET LOCAL commit_probe.who = 'the batch'")
+        await conn.execute(f"INSERT INTO {PROBE} VALUES ('one')")
+
+    handler = Sorting(set(), set(), local_setting)
+    async with _batches(handler, database_url, reset_in_commit=True) as (transaction, watch):
+        outcome = await transaction.apply([_delivery(_key(), 1)])
+    assert (outcome.fresh, len(outcome.failed)) == (1, 0)
+    conn = await asyncpg.connect(database_url)
+    try:
+        assert [
+            r["setting"] for r in await conn.fetch("SELECT setting FROM commit_probe.seen")
+        ] == ["the batch"]
+    finally:
+        await conn.close()
+    assert watch.loop_errors == []
