@@ -6,6 +6,7 @@ import json
 import uuid
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import asyncpg
 import pytest
@@ -96,11 +97,12 @@ def _engine(
     *,
     max_batch: int = 500,
     hook: EngineHook | None = None,
+    handler: Handler[Any] | None = None,
 ) -> ConsumerEngine:
     assert settings.kafka_bootstrap is not None
     assert settings.database_url is not None
     return ConsumerEngine(
-        RecordingHandler(),
+        handler or RecordingHandler(),
         settings,
         kafka_bootstrap=settings.kafka_bootstrap,
         database_url=settings.database_url.get_secret_value(),
@@ -258,16 +260,7 @@ async def test_the_one_by_one_fallback_keeps_what_the_good_deliveries_carry(
     await publish_envelopes(kafka_bootstrap, topic, [*good[:2], cluster_event(stub="explode")])
     await publish_envelopes(kafka_bootstrap, topic, good[2:])
     handler = CarryingHandler()
-    assert settings.kafka_bootstrap is not None
-    assert settings.database_url is not None
-    summary = await ConsumerEngine(
-        handler,
-        settings,
-        kafka_bootstrap=settings.kafka_bootstrap,
-        database_url=settings.database_url.get_secret_value(),
-        options=EngineOptions(stop_when_idle=2.0, max_batch=500),
-        registry=CollectorRegistry(),
-    ).run()
+    summary = await _engine(settings, handler=handler).run()
     assert sorted(handler.carried) == sorted(e.idempotency_key for e in good)
     assert summary.counts[Outcome.APPLIED] == 4
     assert summary.counts[Outcome.DEAD_LETTERED] == 1
@@ -355,17 +348,8 @@ async def test_a_batch_finds_the_session_reset_without_a_message_for_it(
     await create_topics(kafka_bootstrap, [topic], partitions=1)
     events = [cluster_event() for _ in range(40)]
     await publish_envelopes(kafka_bootstrap, topic, events)
-    assert settings.kafka_bootstrap is not None
-    assert settings.database_url is not None
     handler = SessionLeavingHandler()
-    summary = await ConsumerEngine(
-        handler,
-        settings,
-        kafka_bootstrap=settings.kafka_bootstrap,
-        database_url=settings.database_url.get_secret_value(),
-        options=EngineOptions(stop_when_idle=2.0, max_batch=5),
-        registry=CollectorRegistry(),
-    ).run()
+    summary = await _engine(settings, max_batch=5, handler=handler).run()
     assert summary.counts[Outcome.APPLIED] == len(events)
     assert len(handler.found) >= len(events) // 5
     assert set(handler.found) == {""}
