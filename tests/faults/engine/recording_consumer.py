@@ -98,6 +98,7 @@ async def main() -> int:
             stop_when_idle=idle,
             max_batch=200,
             batch_growth=int(os.environ.get("FAULT_BATCH_GROWTH", "1")),
+            commit_interval=float(os.environ.get("FAULT_COMMIT_INTERVAL", "0")),
         ),
         registry=CollectorRegistry(),
         hook=HeldCommit(Path(held), handler, then_hold) if held else None,

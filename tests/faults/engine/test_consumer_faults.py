@@ -131,7 +131,11 @@ def transported_env(request: pytest.FixtureRequest, spectral_env: dict[str, str]
     return {**spectral_env, **transport_env(request.param)}
 
 
-@pytest.mark.parametrize("growth", [1, 4], ids=["one-fetch", "growth-4"])
+@pytest.mark.parametrize(
+    ("growth", "commit_interval"),
+    [(1, 0.0), (4, 0.0), (1, 0.5)],
+    ids=["one-fetch", "growth-4", "commits-every-half-second"],
+)
 async def test_sigkill_mid_stream_then_restart_gives_exactly_once(  # noqa: PLR0917 - fixtures
     database_url: str,
     kafka_bootstrap: str,
@@ -139,11 +143,18 @@ async def test_sigkill_mid_stream_then_restart_gives_exactly_once(  # noqa: PLR0
     transported_env: dict[str, str],
     tmp_path: Path,
     growth: int,
+    commit_interval: float,
 ) -> None:
     """Three SIGKILLs mid-stream, on each transport and group protocol, batches one fetch each
     or grown with the backlog (``batch_growth`` 4: up to 800 records of what the client holds,
-    killed while a grown batch is in flight)."""
-    spectral_env = {**transported_env, "FAULT_BATCH_GROWTH": str(growth)}
+    killed while a grown batch is in flight), offsets committed after each batch or every half
+    second (``commit_interval``: a kill loses the offsets of the batches since the last
+    commit, whose records the restarted member reads again and finds handled)."""
+    spectral_env = {
+        **transported_env,
+        "FAULT_BATCH_GROWTH": str(growth),
+        "FAULT_COMMIT_INTERVAL": str(commit_interval),
+    }
     log = tmp_path / "consumer.log"
     await _execute(database_url, CREATE_TABLE)
     topic = topic_for(FAILURE_CLUSTER_DETECTED, topic_prefix)

@@ -7,7 +7,7 @@ group's offsets at the end."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import asyncpg
@@ -25,6 +25,7 @@ from spectral.kafka.dlq import DeadLetter
 from spectral.kafka.memory import MemoryBroker, MemorySource, MemoryTransport
 from spectral.kafka.topics import topic_for
 from spectral.kafka.transport import FetchOptions, Reading, Record, RecordSource, TopicPartition
+from spectral.observability.progress import EngineHook
 from spectral.settings import Settings, load_settings
 from tests.events import encode, record_key
 from tests.integration.engine.test_engine import (  # the same handler and effects table
@@ -65,6 +66,8 @@ def _engine(
     sink: DeadLetterSink | None = None,
     handler: RecordingHandler | None = None,
     transport: MemoryTransport | None = None,
+    commit_interval: float = 0.0,
+    hook: EngineHook | None = None,
 ) -> ConsumerEngine:
     return ConsumerEngine(
         handler or RecordingHandler(),
@@ -77,9 +80,11 @@ def _engine(
             batch_growth=batch_growth,
             stop_when_idle=idle,
             poll_timeout_ms=20,
+            commit_interval=commit_interval,
         ),
         registry=CollectorRegistry(),
         dead_letter_sink=sink,
+        hook=hook,
     )
 
 
@@ -152,16 +157,24 @@ async def test_after_a_failed_dead_letter_step_no_later_offset_moves_and_a_rerun
 
 
 @pytest.mark.usefixtures("effects_table")
+@pytest.mark.parametrize("commit_interval", [0.0, 30.0], ids=["each-batch", "pending"])
 async def test_a_member_joining_and_leaving_moves_only_some_partitions_and_loses_nothing(
-    settings: Settings, database_url: str
+    settings: Settings, database_url: str, commit_interval: float
 ) -> None:
     """The in-memory group rebalances incrementally: when b joins, a keeps the partitions it
-    is not asked to give, and the records a fetched of the moved ones are dropped, not lost."""
+    is not asked to give, and the records a fetched of the moved ones are dropped, not lost.
+    Each member commits what it applied of a partition before the partition leaves it — with
+    offsets pending (``commit_interval`` longer than the run) at the revocation and at the
+    stop — so the next owner starts past it: nothing is read twice."""
     broker, topic = MemoryBroker(), _topic(settings)
     broker.create_topic(topic, 4)
     keys = _publish(broker, topic, 400)
-    a = _engine(settings, broker, database_url, idle=None, max_batch=5)
-    b = _engine(settings, broker, database_url, idle=None, max_batch=5)
+    a = _engine(
+        settings, broker, database_url, idle=None, max_batch=5, commit_interval=commit_interval
+    )
+    b = _engine(
+        settings, broker, database_url, idle=None, max_batch=5, commit_interval=commit_interval
+    )
     runs = [asyncio.create_task(a.run())]
     await asyncio.sleep(0.3)
     runs.append(asyncio.create_task(b.run()))
@@ -176,6 +189,7 @@ async def test_a_member_joining_and_leaving_moves_only_some_partitions_and_loses
     await asyncio.wait_for(runs[1], 30)
     await _exactly_once(database_url, keys)
     assert _at_end(broker, topic)
+    assert [run.result().counts[Outcome.DEDUPLICATED] for run in runs] == [0, 0]
 
 
 @dataclass(frozen=True)
@@ -189,6 +203,7 @@ class Scenario:
     batch_growth: int = 1
     short_fetches: bool = False
     """Each fetch hands over fewer records than it may (:class:`ShortFetches`)."""
+    commit_interval: float = 0.0
 
 
 @settings(max_examples=12, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -202,14 +217,16 @@ class Scenario:
         members=st.integers(1, 3),
         batch_growth=st.integers(1, 4),
         short_fetches=st.booleans(),
+        commit_interval=st.sampled_from([0.0, 0.05, 30.0]),
     )
 )
 def test_any_batching_and_any_crash_apply_every_record_exactly_once(
     database_url: str, scenario: Scenario
 ) -> None:
     """Members crash (their runs cancelled mid-batch) at random moments, others run beside
-    them, their batches growing with the backlog or not, their fetches full or short; a last
-    member runs until idle: each record applied once, the offsets at the end."""
+    them, their batches growing with the backlog or not, their fetches full or short, their
+    offsets committed after each batch or pending for a while; a last member runs until idle:
+    each record applied once, the offsets at the end."""
     asyncio.run(_crashing_runs(database_url, scenario))
 
 
@@ -238,6 +255,7 @@ async def _crashing_runs(database_url: str, scenario: Scenario) -> None:
             batch_growth=scenario.batch_growth,
             idle=idle,
             transport=transport,
+            commit_interval=scenario.commit_interval,
         )
 
     for after in scenario.crashes:
@@ -366,20 +384,29 @@ class WatchingHandler(RecordingHandler):
 
 
 @pytest.mark.usefixtures("effects_table")
+@pytest.mark.parametrize("commit_interval", [0.0, 30.0], ids=["each-batch", "pending"])
 async def test_a_partition_revoked_while_a_batch_grows_leaves_the_batch(
-    settings: Settings, database_url: str
+    settings: Settings, database_url: str, commit_interval: float
 ) -> None:
     """Partition 0 is revoked between two fetches of one growing batch: the records its first
     fetch took of partition 0 are dropped from the batch — never applied by a member that no
     longer owns them, their offsets not committed (its next owner reads them) — and every
-    other partition's records are applied once."""
+    other partition's records are applied once. With offsets pending (``commit_interval``
+    longer than the run) the revocation commits those of what was applied, before the
+    partition leaves."""
     broker, topic = MemoryBroker(), _topic(settings)
     broker.create_topic(topic, 3)
     keys = _publish(broker, topic, 90)
     transport = RevokesWhileGathering(broker)
     handler = WatchingHandler(transport)
     engine = _engine(
-        settings, broker, database_url, handler=handler, batch_growth=4, transport=transport
+        settings,
+        broker,
+        database_url,
+        handler=handler,
+        batch_growth=4,
+        transport=transport,
+        commit_interval=commit_interval,
     )
     await engine.run()
     assert transport.made.gone
@@ -431,3 +458,56 @@ async def test_a_consumer_that_keeps_up_applies_what_arrived_at_once(
     await running
     await _exactly_once(database_url, keys)
     assert max(handler.sizes) <= 2
+
+
+class CountingCommits(EngineHook):
+    def __init__(self) -> None:
+        self.commits: list[dict[TopicPartition, int]] = []
+
+    def committed(self, offsets: Mapping[TopicPartition, int]) -> None:
+        self.commits.append(dict(offsets))
+
+
+@pytest.mark.usefixtures("effects_table")
+async def test_offsets_pending_for_the_commit_interval_are_committed_when_the_run_stops(
+    settings: Settings, database_url: str
+) -> None:
+    """``commit_interval`` longer than the run: nine batches and more, one offset commit (at
+    the stop), the group's offsets at the end of every partition, every record applied once."""
+    broker, topic = MemoryBroker(), _topic(settings)
+    broker.create_topic(topic, 3)
+    keys = _publish(broker, topic, 120)
+    hook = CountingCommits()
+    summary = await _engine(settings, broker, database_url, commit_interval=30.0, hook=hook).run()
+    await _exactly_once(database_url, keys)
+    assert summary.batches >= 9
+    assert len(hook.commits) == 1
+    ends = {TopicPartition(topic, p): broker.end_offset(TopicPartition(topic, p)) for p in range(3)}
+    assert broker.committed(GROUP) == ends
+    assert hook.commits[0] == ends
+
+
+@pytest.mark.usefixtures("effects_table")
+async def test_a_consumer_waiting_idle_commits_what_is_pending_once_the_interval_passed(
+    settings: Settings, database_url: str
+) -> None:
+    """Nothing more arrives and the consumer keeps running: what was applied is committed
+    within the interval (and a poll), not only when it stops — fewer commits than batches."""
+    broker, topic = MemoryBroker(), _topic(settings)
+    broker.create_topic(topic, 3)
+    keys = _publish(broker, topic, 120)
+    hook = CountingCommits()
+    engine = _engine(settings, broker, database_url, idle=None, commit_interval=0.3, hook=hook)
+    run = asyncio.create_task(engine.run())
+    ends = {TopicPartition(topic, p): broker.end_offset(TopicPartition(topic, p)) for p in range(3)}
+    try:
+        async with asyncio.timeout(10):
+            while broker.committed(GROUP) != ends:
+                assert not run.done(), run
+                await asyncio.sleep(0.05)
+        committed_while_running = len(hook.commits)
+    finally:
+        engine.stop()
+        summary = await run
+    await _exactly_once(database_url, keys)
+    assert 1 <= committed_while_running < summary.batches
