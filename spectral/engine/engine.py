@@ -551,13 +551,12 @@ class ConsumerEngine:
 
     async def _idle(self, last_record: float) -> bool:
         """A fetch came back empty: offsets pending for ``commit_interval`` are committed once
-        it has passed. Then: ``stop_when_idle`` has passed with nothing fetched while
-        healthy: no batch in flight
-        (one retrying through a database outage is not idle time), none settled, no partition
-        moved (before or while the broker and the database were asked), no record fetched; and
-        both answer now and did at the previous probe (while either is away nothing arrives or
-        nothing could be applied: an outage, not idleness, so the count starts again, and again
-        once it is over)."""
+        it has passed. Then: ``stop_when_idle`` has passed with nothing fetched while healthy:
+        no batch in flight (one retrying through a database outage is not idle time), none
+        settled, no partition moved (before or while the broker and the database were asked),
+        no record fetched; and both answer now and did at the previous probe (while either is
+        away nothing arrives or nothing could be applied: an outage, not idleness, so the count
+        starts again, and again once it is over)."""
         if self._uncommitted:
             await self._commit_offsets()  # nothing arriving: commit what is due by now
         idle = self.options.stop_when_idle
