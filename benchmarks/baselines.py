@@ -17,7 +17,6 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import dataclass
-from datetime import UTC, datetime
 
 import asyncpg
 from aiokafka import AIOKafkaConsumer, TopicPartition
@@ -26,6 +25,7 @@ from benchmarks.statements import ENGINE_SQL, PROJECTION_SQL
 from consumers.rule_candidates.collapse import ordered_at
 from consumers.rule_candidates.handler import CONSUMER_NAME, DATABASE_ROLE
 from contracts import DecodeError
+from contracts.fields import epoch_micros
 from spectral.engine.keys import dedup_key
 from spectral.kafka.aiokafka_source import FETCH_MAX_BYTES, PARTITION_FETCH_BYTES
 from spectral.plugins import installed_registry
@@ -276,15 +276,16 @@ async def _naive_one(conn: asyncpg.Connection, record: object) -> None:
                     p.workspace_id,
                     p.severity,
                     p.failure_count,
-                    p.first_observed_at,
-                    p.last_observed_at,
+                    epoch_micros(p.first_observed_at),
+                    epoch_micros(p.last_observed_at),
                     p.suggested_rule_stub,
                     value,
                     ordered_at(
-                        p.last_observed_at,
+                        epoch_micros(p.last_observed_at),
                         getattr(record, "timestamp", 0) or 0,
-                        datetime.now(UTC),
+                        time.time_ns() // 1000,
                     ),
+                    False,  # the prior snapshot is not read here
                 )
             ],
         )

@@ -1,6 +1,5 @@
 # Types of the Rust build of the failure-cluster fast path (native/src/lib.rs).
 
-from datetime import tzinfo
 from typing import Any
 
 class Checker:
@@ -8,7 +7,6 @@ class Checker:
         self,
         *,
         view: type[Any],
-        utc: tzinfo,
         event_type: str,
         severities: list[str],
         max_record_bytes: int,

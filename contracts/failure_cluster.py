@@ -32,7 +32,7 @@ both; decoding (``EventRegistry.decode``) verifies both (``hash_mismatch``, ``ke
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from datetime import UTC, datetime
+from datetime import datetime
 from operator import attrgetter
 from typing import Annotated, Any, Final, Literal, Self, cast, get_args
 from uuid import UUID
@@ -65,6 +65,8 @@ from contracts.fields import (
     UtcDatetime,
     Uuid,
     are_wire_uuids,
+    epoch_micros,
+    from_epoch_micros,
     written_instants,
 )
 from contracts.spec import EventSpec
@@ -180,10 +182,11 @@ def _verify_hash(raw: Mapping[str, Any], payload: FailureClusterDetectedPayload)
 class FailureClusterView(msgspec.Struct, frozen=True, gc=False):
     """A failure-cluster snapshot as handlers read it: the payload's fields, checked against
     the contract like the pydantic model, in their lightest form — UUIDs as their one wire
-    spelling (``str``), timestamps as UTC datetimes, the evidence bundle as JSON text. One
-    C-built object per record (no model tree, not tracked by the garbage collector);
-    ``Delivery.envelope`` still gives the full :class:`FailureClusterDetectedPayload` to
-    whoever asks for it."""
+    spelling (``str``), timestamps as whole microseconds since the Unix epoch (``int``; as UTC
+    datetimes through :attr:`first_observed_at` and :attr:`last_observed_at`), the evidence
+    bundle as JSON text. One C-built object per record (no model tree, not tracked by the
+    garbage collector); ``Delivery.envelope`` still gives the full
+    :class:`FailureClusterDetectedPayload` to whoever asks for it."""
 
     cluster_id: str
     snapshot_hash: str
@@ -191,13 +194,27 @@ class FailureClusterView(msgspec.Struct, frozen=True, gc=False):
     workspace_id: str
     severity: Severity
     failure_count: int
-    first_observed_at: datetime
-    last_observed_at: datetime
+    first_observed_us: int
+    """``first_observed_at`` in microseconds since the Unix epoch: compared, ordered and sent to
+    the database as an integer (a datetime costs the database driver ~0.7 us to encode and a
+    comparison a Python call)."""
+    last_observed_us: int
+    """``last_observed_at`` in microseconds since the Unix epoch."""
     suggested_rule_stub: str | None
     evidence: bytes
     """The evidence bundle as JSON text: the wire's items, members (unknown ones included) and
     values, members sorted, no whitespace (what a database stores as ``jsonb`` from it is what
     it would store from the wire's text)."""
+
+    @property
+    def first_observed_at(self) -> datetime:
+        """The first observation, a UTC datetime (built on each access)."""
+        return from_epoch_micros(self.first_observed_us)
+
+    @property
+    def last_observed_at(self) -> datetime:
+        """The last observation, a UTC datetime (built on each access)."""
+        return from_epoch_micros(self.last_observed_us)
 
     @property
     def evidence_bundle(self) -> list[dict[str, Any]]:
@@ -325,8 +342,8 @@ def _read_view(data: bytes, key: bytes | None) -> tuple[FailureClusterView, str,
         payload.workspace_id,
         payload.severity,
         payload.failure_count,
-        instants[0],
-        instants[1],
+        epoch_micros(instants[0]),
+        epoch_micros(instants[1]),
         payload.suggested_rule_stub,
         hashed[_EVIDENCE_START : hashed.find(_COUNT_MEMBER, _EVIDENCE_START)],
     )
@@ -343,7 +360,6 @@ def _native_read_view() -> Callable[[bytes, bytes | None], Any] | None:
         return None
     return Checker(
         view=FailureClusterView,
-        utc=UTC,
         event_type=FAILURE_CLUSTER_DETECTED,
         severities=list(get_args(Severity)),
         max_record_bytes=MAX_RECORD_BYTES,
@@ -374,8 +390,8 @@ def _view_of(
         raw["workspace_id"],
         payload.severity,
         payload.failure_count,
-        payload.first_observed_at,
-        payload.last_observed_at,
+        epoch_micros(payload.first_observed_at),
+        epoch_micros(payload.last_observed_at),
         payload.suggested_rule_stub,
         orjson.dumps(raw["evidence_bundle"], option=orjson.OPT_SORT_KEYS),
     )

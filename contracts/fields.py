@@ -34,7 +34,7 @@ Text
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Annotated, Final
 from uuid import UUID
 
@@ -222,6 +222,21 @@ EARLIEST: Final = datetime(MIN_YEAR, 1, 1, tzinfo=UTC)
 """The earliest instant a timestamp may denote (inclusive)."""
 END: Final = datetime(MAX_YEAR + 1, 1, 1, tzinfo=UTC)
 """The first instant a timestamp may no longer denote."""
+EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
+"""The Unix epoch, the origin of :func:`epoch_micros`."""
+_MICROSECOND: Final = timedelta(microseconds=1)
+
+
+def epoch_micros(moment: datetime) -> int:
+    """``moment`` (an aware datetime) as whole microseconds since the Unix epoch: exact for every
+    datetime (a float timestamp is not, past 2**53 microseconds: the year 2255)."""
+    return (moment - EPOCH) // _MICROSECOND
+
+
+def from_epoch_micros(micros: int) -> datetime:
+    """The UTC datetime ``micros`` microseconds after the Unix epoch (:func:`epoch_micros`'s
+    inverse)."""
+    return EPOCH + timedelta(microseconds=micros)
 
 
 def timestamp_refusal(value: object) -> str:

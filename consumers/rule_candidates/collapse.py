@@ -40,7 +40,7 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Iterable
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from typing import Final, Generic, TypeVar
 
 K = TypeVar("K", bound=Hashable)
@@ -48,38 +48,39 @@ T = TypeVar("T")
 
 MAX_CLOCK_SKEW: Final = timedelta(minutes=5)
 """How far ahead of its record's timestamp a snapshot's last_observed_at may count."""
-_EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
+MAX_CLOCK_SKEW_US: Final = MAX_CLOCK_SKEW // timedelta(microseconds=1)
+""":data:`MAX_CLOCK_SKEW` in microseconds."""
 
-OrderKey = tuple[datetime, datetime, int, str]
-"""``(ordered_at, last_observed_at, failure_count, snapshot_hash)``: larger is newer."""
-
-
-def ordered_at(last_observed_at: datetime, record_timestamp_ms: int, now: datetime) -> datetime:
-    """``last_observed_at`` capped at the record's timestamp (``now`` when it has none, i.e.
-    a negative or zero timestamp) plus :data:`MAX_CLOCK_SKEW`."""
-    return min(last_observed_at, latest_order(record_timestamp_ms, now))
+OrderKey = tuple[int, int, int, str]
+"""``(ordered_at, last_observed_at, failure_count, snapshot_hash)``, the two times in whole
+microseconds since the Unix epoch (a view's ``last_observed_us``, contracts/fields.py
+``epoch_micros``): larger is newer. Integers compare in C, and go to the database as they are."""
 
 
-def latest_order(record_timestamp_ms: int, now: datetime) -> datetime:
+def ordered_at(last_observed_us: int, record_timestamp_ms: int, now_us: int) -> int:
+    """``last_observed_us`` capped at the record's timestamp (``now_us`` when it has none, i.e.
+    a negative or zero timestamp) plus :data:`MAX_CLOCK_SKEW`; every time in microseconds."""
+    return min(last_observed_us, latest_order(record_timestamp_ms, now_us))
+
+
+def latest_order(record_timestamp_ms: int, now_us: int) -> int:
     """The cap :func:`ordered_at` applies to a record with this timestamp (the same for every
-    snapshot of the record's timestamp: a batch computes it once per distinct timestamp)."""
-    published = (
-        _EPOCH + timedelta(milliseconds=record_timestamp_ms) if record_timestamp_ms > 0 else now
-    )
-    return published + MAX_CLOCK_SKEW
+    snapshot of the record's timestamp), in microseconds."""
+    published = record_timestamp_ms * 1000 if record_timestamp_ms > 0 else now_us
+    return published + MAX_CLOCK_SKEW_US
 
 
 def order_key(
-    last_observed_at: datetime,
+    last_observed_us: int,
     failure_count: int,
     snapshot_hash: str,
     *,
-    capped_at: datetime | None = None,
+    capped_at: int | None = None,
 ) -> OrderKey:
     """The order key; ``capped_at`` is the snapshot's :func:`ordered_at` (default: uncapped)."""
     return (
-        last_observed_at if capped_at is None else capped_at,
-        last_observed_at,
+        last_observed_us if capped_at is None else capped_at,
+        last_observed_us,
         failure_count,
         snapshot_hash,
     )

@@ -29,10 +29,11 @@ merges them); ``HandlerResult.facts`` keeps the totals the batch log line shows.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
-from datetime import UTC, datetime
+from collections.abc import Container, Sequence
+from datetime import datetime
 from enum import StrEnum
 from operator import attrgetter
+from time import time_ns
 from typing import Final
 
 import asyncpg
@@ -41,7 +42,7 @@ from msgspec.structs import astuple
 from consumers.rule_candidates.churn import BASELINE_WINDOWS, Baseline, ChurnReading, exceeds
 from consumers.rule_candidates.churn import baseline as trailing_baseline
 from consumers.rule_candidates.churn import reading as churn_reading
-from consumers.rule_candidates.collapse import OrderKey, collapse, latest_order
+from consumers.rule_candidates.collapse import MAX_CLOCK_SKEW_US, OrderKey, collapse, ordered_at
 from consumers.rule_candidates.metrics import RuleCandidateMetrics
 from consumers.rule_candidates.rebuild import RebuildHooks
 from consumers.rule_candidates.repository import RuleCandidatesRepository, SnapshotRow
@@ -107,18 +108,14 @@ class RuleCandidatesHandler(Handler[Counts]):
 
     async def apply(self, conn: Conn, deliveries: Sequence[Delivery]) -> HandlerResult[Counts]:
         result: HandlerResult[Counts] = HandlerResult()
-        now = datetime.now(UTC)
+        now = time_ns() // 1000  # microseconds, as every time of an order key
         entries: list[tuple[str, OrderKey, Delivery]] = []
-        # ordered_at's cap per record timestamp: records of a batch share few timestamps, and
-        # the datetime arithmetic costs ~1 us a record.
-        caps: dict[int, datetime] = {}
         for delivery in deliveries:
             payload: FailureClusterView = delivery.payload
-            last = payload.last_observed_at
+            last = payload.last_observed_us
             stamp = delivery.timestamp_ms
-            cap = caps.get(stamp)
-            if cap is None:
-                cap = caps[stamp] = latest_order(stamp, now)
+            # ordered_at's cap (collapse.py latest_order), inline: a call costs more than it
+            cap = (stamp * 1000 if stamp > 0 else now) + MAX_CLOCK_SKEW_US
             entries.append(
                 (
                     payload.cluster_id,
@@ -135,7 +132,9 @@ class RuleCandidatesHandler(Handler[Counts]):
         newest = collapsed.newest
         written = {
             row.cluster_id: row
-            for row in await self.repository.upsert(conn, _rows(collapsed.winners, newest))
+            for row in await self.repository.upsert(
+                conn, _rows(collapsed.winners, newest, collapsed.superseded)
+            )
         }
 
         # Severities gathered in lists and counted once each by Counter (in C): a Counter
@@ -154,7 +153,7 @@ class RuleCandidatesHandler(Handler[Counts]):
                 continue
             if row.prior is not None and earlier:
                 # One by one, a superseded snapshot no newer than the stored one was stale.
-                cut = _stale_prefix(earlier, row.prior, caps)
+                cut = _stale_prefix(earlier, row.prior, now)
                 if cut:
                     stale.extend(earlier[:cut])
                     earlier = earlier[cut:]
@@ -245,37 +244,56 @@ def _severity(delivery: Delivery) -> str:
     return payload.severity
 
 
-def _order_key(delivery: Delivery, cap: datetime) -> OrderKey:
-    """A delivery's order key, its ``ordered_at`` capped at ``cap`` (collapse.py)."""
+def _order_key(delivery: Delivery, now: int) -> OrderKey:
+    """A delivery's order key (collapse.py), ``now`` the batch's clock in microseconds."""
     payload: FailureClusterView = delivery.payload
-    last = payload.last_observed_at
-    return (min(last, cap), last, payload.failure_count, payload.snapshot_hash)
+    last = payload.last_observed_us
+    return (
+        ordered_at(last, delivery.timestamp_ms, now),
+        last,
+        payload.failure_count,
+        payload.snapshot_hash,
+    )
 
 
-def _stale_prefix(earlier: list[Delivery], prior: OrderKey, caps: dict[int, datetime]) -> int:
+def _stale_prefix(earlier: list[Delivery], prior: OrderKey, now: int) -> int:
     """How many of a cluster's superseded snapshots ``earlier`` are no newer than ``prior``:
     they are in increasing order (collapse.py), so those come first, and the keys are computed
     only up to the first newer one (usually the first: a batch's snapshots are newer than the
     stored one)."""
     for index, delivery in enumerate(earlier):
-        if _order_key(delivery, caps[delivery.timestamp_ms]) > prior:
+        if _order_key(delivery, now) > prior:
             return index
     return len(earlier)
 
 
-def _rows(winners: dict[str, Delivery], newest: dict[str, OrderKey]) -> list[SnapshotRow]:
+def _rows(
+    winners: dict[str, Delivery],
+    newest: dict[str, OrderKey],
+    superseded: Container[str] = (),
+) -> list[SnapshotRow]:
     """The upsert's rows: each cluster's winner's view, its fields in their order (the row
-    type's order, repository.py ``SnapshotRow``), then its ``ordered_at`` (its order key's
-    first member, ``newest``: collapse.py) — None when it is the last_observed_at itself (not
-    capped: the order key holds the same object twice), which the database reads as that."""
+    type's order, repository.py ``SnapshotRow``), then its ``ordered_us`` (its order key's
+    first member, ``newest``: collapse.py) — None when it is the last_observed_us itself (not
+    capped: the order key holds the same object twice), which the database reads as that — and
+    whether the snapshot it replaces is wanted back: only for a cluster with ``superseded``
+    snapshots in the batch (the only ones :func:`_stale_prefix` compares with it)."""
     # a tuple concatenated, not unpacked: (*t, x) builds a list first (~150 ns more a row)
     return [
-        astuple(winner.payload) + (_UNCAPPED if key[0] is key[1] else (key[0],))
+        astuple(winner.payload)
+        + (
+            (_UNCAPPED_PRIOR if cluster in superseded else _UNCAPPED)
+            if key[0] is key[1]
+            else (key[0], cluster in superseded)
+        )
         for cluster, winner in winners.items()
         for key in (newest[cluster],)
     ]
 
 
-_UNCAPPED: Final = (None,)
-"""The ``ordered_at`` of a row whose order is its last_observed_at: the driver encodes a NULL
-in a sixth of the time of a timestamp (migration ``projection_ordered_at_may_be_null``)."""
+_UNCAPPED: Final = (None, False)
+"""The ``ordered_us`` and ``prior_wanted`` of a row whose order is its last_observed_us (the
+driver encodes a NULL in less time than an integer: migration
+``projection_ordered_at_may_be_null``) and whose cluster has no superseded snapshot."""
+_UNCAPPED_PRIOR: Final = (None, True)
+"""The same for a cluster with superseded snapshots in its batch."""

@@ -13,24 +13,27 @@
 -- producer's clock, leads it); operator columns are never named. A dismissed or resolved
 -- cluster receiving a newer, different snapshot gets resurfaced_at = now() and keeps its status.
 -- Clusters not returned were stale.
--- $1 holds one row per snapshot (platform.rule_candidate_snapshot, migration
--- rule_candidate_snapshot_rows: one array of rows costs the consumer's driver one check per
--- snapshot where eleven parallel arrays cost eleven); unnest expands them into their columns.
+-- $1 holds one row per snapshot (platform.rule_candidate_snapshot_us, migrations
+-- rule_candidate_snapshot_rows, projection_times_as_microseconds: one array of rows costs the
+-- consumer's driver one check per snapshot where eleven parallel arrays cost eleven); unnest
+-- expands them into their columns. Its three times, and the two prior times answered, are
+-- bigint microseconds since the Unix epoch (the driver encodes and decodes an integer in a
+-- fraction of a timestamp's time), converted exactly in the function.
 -- evidence is each snapshot's evidence bundle as JSON text (a JSON array: the bundle the
 -- contract check read, FailureClusterView.evidence, or repository.py evidence_bytes of a record),
 -- or the whole record value (a JSON object) whose payload.evidence_bundle is taken: the same
 -- jsonb as the wire's bundle, fields a newer producer added to the bundle kept. Parsing only the
--- bundle costs the database about half of parsing the record. ordered_at may be NULL when it is
--- the snapshot's last_observed_at (migration projection_ordered_at_may_be_null: the driver
--- encodes a NULL in a fraction of a timestamp's time).
--- The statement is the body of platform.upsert_rule_candidate_snapshots (migrations
+-- bundle costs the database about half of parsing the record. ordered_us may be NULL when it is
+-- the snapshot's last_observed_us (migration projection_ordered_at_may_be_null).
+-- The statement is the body of platform.upsert_rule_candidate_snapshots_us (migrations
 -- projection_upsert_planned_once, projection_update_then_insert): one plan per session, made
 -- with sequential and bitmap scans disabled, so each cluster of a batch is found by the primary
 -- key whatever the projection's size (a generic plan made on the first batches' few clusters
 -- scanned the whole projection). An UPDATE writes the clusters the projection holds, each found
 -- by one probe; the same row version, read again by its address, gives its stored snapshot as it
--- was before the statement (prior_*), so the handler can tell which of a written cluster's
--- superseded snapshots were themselves older than the stored one (stale). The clusters it did
+-- was before the statement (prior_*: only for a row whose prior_wanted is true, the clusters
+-- with superseded snapshots in the batch; NULL for the others), so the handler can tell which of
+-- a written cluster's superseded snapshots were themselves older than the stored one (stale). The clusters it did
 -- not update (new ones, and those whose stored snapshot is at least as new) go through
 -- INSERT ... ON CONFLICT DO UPDATE with the same newer-wins condition, which also settles a
 -- cluster a concurrent writer (two members during a rebalance) inserted meanwhile; against such a
@@ -45,7 +48,7 @@
 -- written only by this statement (or restored by a rebuild together with the signal rows it
 -- had), always beside its hour's signal row, and the current hour is never pruned — so that row
 -- exists, and probing for it again for every batch (~1 us of database CPU per event) is skipped.
-SELECT * FROM platform.upsert_rule_candidate_snapshots($1::platform.rule_candidate_snapshot[]);
+SELECT * FROM platform.upsert_rule_candidate_snapshots_us($1::platform.rule_candidate_snapshot_us[]);
 
 -- name: churn_windows
 -- Distinct cluster_ids signalled per 24-hour window, windows $1..$2 (0 = the current hour

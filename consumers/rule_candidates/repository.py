@@ -31,19 +31,22 @@ SnapshotRow: TypeAlias = tuple[
     str | UUID,
     str,
     int,
-    datetime,
-    datetime,
+    int,
+    int,
     str | None,
     bytes,
-    datetime | None,
+    int | None,
+    bool,
 ]
-"""One snapshot to upsert, a ``platform.rule_candidate_snapshot`` (migration
-``rule_candidate_snapshot_rows``): ``(cluster_id, snapshot_hash, rule_id, workspace_id, severity,
-failure_count, first_observed_at, last_observed_at, suggested_rule_stub, evidence, ordered_at)``
-— a :class:`~contracts.failure_cluster.FailureClusterView`'s fields in their order, then
-``ordered_at`` (last_observed_at capped for a producer's clock, collapse.py ``ordered_at``; None
-when it is last_observed_at).
-UUIDs in their wire spelling or as UUIDs. ``evidence`` is the snapshot's evidence bundle as JSON
+"""One snapshot to upsert, a ``platform.rule_candidate_snapshot_us`` (migrations
+``rule_candidate_snapshot_rows``, ``projection_times_as_microseconds``): ``(cluster_id,
+snapshot_hash, rule_id, workspace_id, severity, failure_count, first_observed_us,
+last_observed_us, suggested_rule_stub, evidence, ordered_us, prior_wanted)`` — a
+:class:`~contracts.failure_cluster.FailureClusterView`'s fields in their order, then
+``ordered_us`` (last_observed_us capped for a producer's clock, collapse.py ``ordered_at``; None
+when it is last_observed_us) and whether the order key of the snapshot it replaces is wanted
+back (:attr:`WrittenSnapshot.prior`). Times in whole microseconds since the Unix epoch; UUIDs in
+their wire spelling or as UUIDs. ``evidence`` is the snapshot's evidence bundle as JSON
 text (a JSON array: the bundle as the view carries it, ``FailureClusterView.evidence``; or a
 whole record value, from which the database takes the bundle): what the upsert stores as jsonb.
 A plain tuple: the driver encodes a row's fields directly, where parallel arrays cost it a check
@@ -56,11 +59,12 @@ SNAPSHOT_FIELDS: Final = (
     "workspace_id",
     "severity",
     "failure_count",
-    "first_observed_at",
-    "last_observed_at",
+    "first_observed_us",
+    "last_observed_us",
     "suggested_rule_stub",
     "evidence",
-    "ordered_at",
+    "ordered_us",
+    "prior_wanted",
 )
 """The fields of a :data:`SnapshotRow`, in order."""
 
@@ -99,7 +103,9 @@ class WrittenSnapshot(msgspec.Struct, frozen=True, gc=False):
     inserted: bool
     resurfaced: bool
     prior: OrderKey | None = None
-    """The order key of the snapshot it replaced (None for a new cluster)."""
+    """The order key of the snapshot it replaced, when its row asked for it (``prior_wanted``),
+    else None, as for a new cluster; a time the table held as -infinity (a rebuild's reset) is
+    the least 64-bit integer."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,17 +127,17 @@ class RuleCandidatesRepository:
             "upsert rule candidates",
             lambda: conn.fetch(self._sql["upsert_snapshots"], rows),
         )
-        # prior_ordered_at may be NULL (a database at 0047 returns it so when it equals the
-        # prior last_observed_at): read as that
+        # prior_ordered_us is NULL where the stored ordered_at is (it then equals the prior
+        # last_observed_at: migration projection_ordered_at_may_be_null): read as that
         return [
             WrittenSnapshot(
                 r["cluster_id"],
                 r["inserted"],
                 r["resurfaced"],
                 None
-                if (last := r["prior_last_observed_at"]) is None
+                if (last := r["prior_last_observed_us"]) is None
                 else (
-                    last if (ordered := r["prior_ordered_at"]) is None else ordered,
+                    last if (ordered := r["prior_ordered_us"]) is None else ordered,
                     last,
                     r["prior_failure_count"],
                     r["prior_snapshot_hash"],

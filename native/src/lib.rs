@@ -29,7 +29,7 @@ use std::borrow::Cow;
 use std::fmt::Write as _;
 
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyDateTime, PyTuple, PyTzInfo};
+use pyo3::types::{PyBytes, PyTuple};
 use serde::{Deserialize, Deserializer};
 
 // A member whose every valid value is free of escapes (UUIDs, timestamps, the event type, the
@@ -365,38 +365,39 @@ fn check<'a>(data: &'a [u8], key: Option<&[u8]>, limits: &Limits) -> Option<Chec
 struct Checker {
     limits: Limits,
     view: PyObject,
-    utc: Py<PyTzInfo>,
 }
 
-fn datetime<'py>(
-    py: Python<'py>,
-    at: Instant,
-    utc: &Bound<'py, PyTzInfo>,
-) -> PyResult<Bound<'py, PyDateTime>> {
-    let year = i32::try_from(at.year).unwrap_or(i32::MAX);
-    PyDateTime::new_bound(
-        py,
-        year,
-        at.month,
-        at.day,
-        at.hour,
-        at.minute,
-        at.second,
-        at.micro,
-        Some(utc),
-    )
+/// Days from 1970-01-01 to a date of the proleptic Gregorian calendar (civil to days: the
+/// year shifted to start in March, so a leap day ends it).
+fn days_from_civil(year: u32, month: u8, day: u8) -> i64 {
+    let year = i64::from(year) - i64::from(month <= 2);
+    let era = year.div_euclid(400);
+    let year_of_era = year - era * 400;
+    let month = i64::from(month);
+    let day_of_year =
+        (153 * (if month > 2 { month - 3 } else { month + 9 }) + 2) / 5 + i64::from(day) - 1;
+    let day_of_era = year_of_era * 365 + year_of_era / 4 - year_of_era / 100 + day_of_year;
+    era * 146_097 + day_of_era - 719_468
+}
+
+/// A written instant as whole microseconds since the Unix epoch (UTC).
+fn epoch_micros(at: Instant) -> i64 {
+    let seconds = days_from_civil(at.year, at.month, at.day) * 86_400
+        + i64::from(at.hour) * 3_600
+        + i64::from(at.minute) * 60
+        + i64::from(at.second);
+    seconds * 1_000_000 + i64::from(at.micro)
 }
 
 #[pymethods]
 impl Checker {
     #[new]
-    #[pyo3(signature = (*, view, utc, event_type, severities, max_record_bytes, max_safe_integer,
+    #[pyo3(signature = (*, view, event_type, severities, max_record_bytes, max_safe_integer,
         max_evidence_items, max_summary_chars, max_rule_stub_chars, max_failure_id_chars,
         min_year, max_year))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         view: PyObject,
-        utc: Py<PyTzInfo>,
         event_type: String,
         severities: Vec<String>,
         max_record_bytes: usize,
@@ -420,7 +421,7 @@ impl Checker {
             min_year,
             max_year,
         };
-        Self { limits, view, utc }
+        Self { limits, view }
     }
 
     /// `(view, idempotency_key, event_id)` of a record that passes every check, else None.
@@ -436,7 +437,6 @@ impl Checker {
         };
         let record = &checked.record;
         let payload = &record.payload;
-        let utc = self.utc.bind(py);
         let stub: PyObject = match &payload.suggested_rule_stub {
             Some(Some(stub)) => stub.as_ref().into_py(py),
             _ => py.None(),
@@ -451,8 +451,8 @@ impl Checker {
                 payload.workspace_id.into_py(py),
                 payload.severity.into_py(py),
                 payload.failure_count.into_py(py),
-                datetime(py, checked.first, utc)?.into_py(py),
-                datetime(py, checked.last, utc)?.into_py(py),
+                epoch_micros(checked.first).into_py(py),
+                epoch_micros(checked.last).into_py(py),
                 stub,
                 PyBytes::new_bound(py, &checked.hashed[start..end]).into_py(py),
             ],

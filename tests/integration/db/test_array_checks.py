@@ -85,6 +85,26 @@ CASES: list[tuple[str, str, Any]] = [
         ],
     ),
     (
+        "row tuples of microseconds",
+        "$1::platform.rule_candidate_snapshot_us[]",
+        [
+            (
+                str(UUID(int=1)),
+                "h",
+                UUID(int=2),
+                str(UUID(int=3)),
+                "low",
+                1,
+                0,
+                2**62,
+                None,
+                b"[]",
+                None,
+                True,
+            )
+        ],
+    ),
+    (
         "row mappings",
         "$1::platform.rule_candidate_snapshot[]",
         [_Row(cluster_id=UUID(int=1), severity="high"), {"failure_count": 3}],

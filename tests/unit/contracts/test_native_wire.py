@@ -11,6 +11,7 @@ module fails, it does not skip (``make install`` builds it).
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
 from typing import Any
 
 import orjson
@@ -29,6 +30,7 @@ from contracts.failure_cluster import (
     NATIVE_READ_VIEW,
     _read_view,
 )
+from contracts.fields import epoch_micros, format_utc
 from contracts.wire import MAX_RECORD_BYTES
 from tests.unit.contracts import factories as f
 from tests.unit.contracts.test_schema_agreement import mutated_records
@@ -192,6 +194,26 @@ BOUNDS = [
 def test_every_payload_bound_on_both_sides_of_its_limit(change: dict[str, Any], read: bool) -> None:
     obj, key = f.written_cluster(**change)
     assert same_answer(_rehashed(obj), key) == ("read" if read else "refused")
+
+
+@settings(max_examples=500, deadline=None)
+@given(
+    st.datetimes(
+        min_value=datetime(1970, 1, 1),  # noqa: DTZ001 - hypothesis draws naive bounds
+        max_value=datetime(9998, 12, 31, 23, 59, 59, 999999),  # noqa: DTZ001
+    )
+)
+def test_a_views_times_are_the_written_instants_in_microseconds(moment: datetime) -> None:
+    """The Rust build counts the days of the calendar itself: every written instant of the
+    bound, leap days and centuries included, is the microseconds Python counts for it."""
+    instant = moment.replace(tzinfo=UTC)
+    obj, key = f.written_cluster(**_at(format_utc(instant)))
+    assert same_answer(_rehashed(obj), key) == "read"
+    read = _native()(_rehashed(obj), key)
+    assert read is not None
+    view = read[0]
+    assert view.first_observed_us == view.last_observed_us == epoch_micros(instant)
+    assert view.last_observed_at == instant
 
 
 REF_BOUNDS = [

@@ -7,8 +7,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from consumers.rule_candidates.collapse import Collapsed, OrderKey, collapse, order_key
+from contracts.fields import epoch_micros
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def us(moment: datetime) -> int:
+    return epoch_micros(moment)
 
 
 @dataclass(frozen=True)
@@ -19,7 +24,7 @@ class Snap:
 
 
 def snap(name: str, cluster: str, seconds: int, count: int = 1, digest: str = "a" * 32) -> Snap:
-    return Snap(name, cluster, order_key(T0 + timedelta(seconds=seconds), count, digest))
+    return Snap(name, cluster, order_key(us(T0 + timedelta(seconds=seconds)), count, digest))
 
 
 def run(*snaps: Snap) -> Collapsed[str, Snap]:
@@ -117,17 +122,19 @@ def test_ordered_at_caps_an_observation_from_a_clock_ahead_at_the_record_time_pl
 
     published = T0 + timedelta(hours=1)
     stamp = int(published.timestamp() * 1000)
-    assert ordered_at(T0, stamp, T0) == T0  # observed before it was published: as written
-    within = published + MAX_CLOCK_SKEW
-    assert ordered_at(within, stamp, T0) == within
-    assert ordered_at(published + timedelta(days=1), stamp, T0) == within
+    now = us(T0)
+    assert ordered_at(us(T0), stamp, now) == us(T0)  # observed before it was published: as written
+    within = us(published + MAX_CLOCK_SKEW)
+    assert ordered_at(within, stamp, now) == within
+    assert ordered_at(us(published + timedelta(days=1)), stamp, now) == within
     # no record timestamp (negative or zero): capped by the consumer's clock instead
-    assert ordered_at(T0 + timedelta(days=1), -1, T0) == T0 + MAX_CLOCK_SKEW
+    assert ordered_at(us(T0 + timedelta(days=1)), -1, now) == us(T0 + MAX_CLOCK_SKEW)
+    assert ordered_at(us(T0 + timedelta(days=1)), 0, now) == us(T0 + MAX_CLOCK_SKEW)
 
 
 @given(st.integers(0, 10**6), st.integers(0, 10**6), st.integers(1, 10**12))
 def test_capping_keeps_the_order_of_snapshots_published_together(a: int, b: int, ms: int) -> None:
     from consumers.rule_candidates.collapse import ordered_at  # noqa: PLC0415
 
-    first, second = sorted([T0 + timedelta(seconds=a), T0 + timedelta(seconds=b)])
-    assert ordered_at(first, ms, T0) <= ordered_at(second, ms, T0)
+    first, second = sorted([us(T0 + timedelta(seconds=a)), us(T0 + timedelta(seconds=b))])
+    assert ordered_at(first, ms, us(T0)) <= ordered_at(second, ms, us(T0))
