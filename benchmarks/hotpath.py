@@ -89,7 +89,11 @@ async def _engine_pool(database_url: str, role: str | None) -> tuple[Any, Any]:
     from spectral.db.connect import create_pool  # noqa: PLC0415
     from spectral.engine import transaction  # noqa: PLC0415
 
-    reset = getattr(transaction, "reset_session", None)
+    open_pool = getattr(transaction.PoolConnections, "open", None)
+    if open_pool is not None:
+        connections = await open_pool(database_url, role=role, max_size=1, session={})
+        return connections.pool, connections
+    reset = getattr(transaction, "reset_session", None)  # a checkout from before open()
     if reset is None:
         pool = await create_pool(database_url, role=role, min_size=1, max_size=1, session={})
         return pool, transaction.PoolConnections(pool)

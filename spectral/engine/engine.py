@@ -26,7 +26,6 @@ import structlog
 from prometheus_client import REGISTRY, CollectorRegistry
 
 from contracts import EventRegistry
-from spectral.db.connect import create_pool
 from spectral.engine.dead_letters import DeadLetterSink, KafkaDeadLetters
 from spectral.engine.decode import RecordDecoder
 from spectral.engine.handler import BatchReport, Delivery, Handler, Outcome
@@ -44,7 +43,6 @@ from spectral.engine.transaction import (
     BatchTransaction,
     Connections,
     PoolConnections,
-    reset_session,
 )
 from spectral.faults import Component, component_of, describe, is_transient
 from spectral.kafka.codecs import require_codecs
@@ -402,17 +400,17 @@ class ConsumerEngine:
         require_codecs()
         if self._database_url is not None:
             database_url, role = self._database_url, self.handler.database_role
-            self._pool = await self._retrying(
+            self._connections = await self._retrying(
                 "database",
-                lambda: create_pool(
+                lambda: PoolConnections.open(
                     database_url,
                     role=role,
                     min_size=1,
                     max_size=POOL_SIZE,
                     session=self._session(),
-                    reset=reset_session,
                 ),
             )
+            self._pool = self._connections.pool
         elif self._connections is None:
             msg = "a database URL is needed unless connections are given"
             raise ValueError(msg)
@@ -430,9 +428,7 @@ class ConsumerEngine:
         log.info("consumer started", topics=sorted(self._topics))
 
     def _lender(self) -> Connections:
-        if self._connections is None:
-            assert self._pool is not None  # noqa: S101 - created in _start
-            self._connections = PoolConnections(self._pool, reset_in_commit=True)
+        assert self._connections is not None  # noqa: S101 - given, or opened in _start
         return self._connections
 
     async def _close(self) -> None:

@@ -32,7 +32,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import weakref
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,6 +42,7 @@ import asyncpg
 from asyncpg.transaction import Transaction, TransactionState
 
 from contracts import RefusalReason
+from spectral.db.connect import create_pool
 from spectral.db.queries import load_queries
 from spectral.engine.handler import Delivery, Handler, HandlerResult
 from spectral.engine.keys import dedup_keys
@@ -171,6 +172,35 @@ class PoolConnections:
         self._pool = pool
         self.reset_in_commit = reset_in_commit
         self._releasing: set[asyncio.Task[None]] = set()
+
+    @classmethod
+    async def open(
+        cls,
+        dsn: str,
+        *,
+        role: str | None = None,
+        min_size: int = 1,
+        max_size: int = 4,
+        session: Mapping[str, str] | None = None,
+    ) -> PoolConnections:
+        """A new pool lent batch by batch as the engine lends its own: created with
+        :func:`reset_session` as its reset and lent with ``reset_in_commit``, the two halves of
+        the saving (either alone is correct, and saves nothing); the other arguments are
+        :func:`~spectral.db.connect.create_pool`'s."""
+        pool = await create_pool(
+            dsn,
+            role=role,
+            min_size=min_size,
+            max_size=max_size,
+            session=session,
+            reset=reset_session,
+        )
+        return cls(pool, reset_in_commit=True)
+
+    @property
+    def pool(self) -> asyncpg.Pool:
+        """The pool lent from."""
+        return self._pool
 
     @asynccontextmanager
     async def lend(self) -> AsyncIterator[asyncpg.Connection]:

@@ -26,7 +26,6 @@ from spectral.engine.transaction import (
     BatchTransaction,
     PoolConnections,
     _commit_with,
-    reset_session,
 )
 from spectral.retry import Backoff
 from tests.integration.maintenance.support import PROJECTOR, RULE_CANDIDATES
@@ -115,20 +114,19 @@ async def _batches(
     watch = _Watch()
     loop = asyncio.get_running_loop()
     loop.set_exception_handler(lambda _, context: watch.loop_errors.append(context["message"]))
-    pool = await create_pool(
-        database_url,
-        role=PROJECTOR,
-        min_size=1,
-        max_size=1,
-        reset=reset_session if reset_in_commit else None,
+    connections = (
+        await PoolConnections.open(database_url, role=PROJECTOR, max_size=1)
+        if reset_in_commit
+        else PoolConnections(await create_pool(database_url, role=PROJECTOR, max_size=1))
     )
+    pool = connections.pool
     try:
         async with pool.acquire() as conn:
             conn.add_query_logger(watch.note)
         yield (
             BatchTransaction(
                 handler,
-                PoolConnections(pool, reset_in_commit=reset_in_commit),
+                connections,
                 Retrying(
                     Backoff(base=0.05, cap=0.2),
                     ConsumerMetrics(CollectorRegistry(), "t"),
@@ -447,8 +445,8 @@ async def test_the_engines_pool_resets_a_connection_given_back_without_a_commit(
     """``reset_session`` skips the reset only after a batch's COMMIT carried it: a connection
     lent for anything else (a dead letter's fallback, a probe) and one whose batch failed go
     through asyncpg's reset query."""
-    pool = await create_pool(database_url, min_size=1, max_size=1, reset=reset_session)
-    lender = PoolConnections(pool, reset_in_commit=True)
+    lender = await PoolConnections.open(database_url, max_size=1)
+    pool = lender.pool
     try:
         async with lender.lend() as conn:
             await conn.execute("SET application_name = 'left-behind'")
