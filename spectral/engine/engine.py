@@ -310,6 +310,8 @@ class ConsumerEngine:
             events or installed_registry(),
             views=handler.reads_views,
         )
+        self._given_connections = connections
+        """What lends the batches' connections, when given (a replay's held transaction)."""
         self._connections = connections
         self._sink = dead_letter_sink
         self._pool: asyncpg.Pool | None = None
@@ -400,7 +402,7 @@ class ConsumerEngine:
         require_codecs()
         if self._database_url is not None:
             database_url, role = self._database_url, self.handler.database_role
-            self._connections = await self._retrying(
+            opened = await self._retrying(
                 "database",
                 lambda: PoolConnections.open(
                     database_url,
@@ -410,7 +412,11 @@ class ConsumerEngine:
                     session=self._session(),
                 ),
             )
-            self._pool = self._connections.pool
+            self._pool = opened.pool
+            # given connections (a rebuild's held transaction) lend the batches; the pool
+            # still serves everything else (dead letters' fallback, the probe, the hook)
+            given = self._given_connections
+            self._connections = opened if given is None else given
         elif self._connections is None:
             msg = "a database URL is needed unless connections are given"
             raise ValueError(msg)
