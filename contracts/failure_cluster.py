@@ -358,7 +358,19 @@ def _native_read_view() -> Callable[[bytes, bytes | None], Any] | None:
         from contracts._wire import Checker  # noqa: PLC0415 - optional: a Rust build
     except ImportError:
         return None
-    return Checker(
+    try:
+        return _bound_checker(Checker)
+    except TypeError as exc:  # a build of other sources: its arguments differ
+        msg = (
+            f"contracts._wire was built from other sources than this checkout ({exc}): "
+            "rebuild it (make install)"
+        )
+        raise ImportError(msg) from exc
+
+
+def _bound_checker(checker: Callable[..., Any]) -> Callable[[bytes, bytes | None], Any]:
+    """``contracts._wire.Checker`` bound to this module's view class and limits."""
+    bound: Callable[[bytes, bytes | None], Any] = checker(
         view=FailureClusterView,
         event_type=FAILURE_CLUSTER_DETECTED,
         severities=list(get_args(Severity)),
@@ -371,6 +383,7 @@ def _native_read_view() -> Callable[[bytes, bytes | None], Any] | None:
         min_year=MIN_YEAR,
         max_year=MAX_YEAR,
     )
+    return bound
 
 
 NATIVE_READ_VIEW: Final = _native_read_view()

@@ -47,6 +47,20 @@ def test_the_spec_reads_views_with_the_rust_build() -> None:
     assert FAILURE_CLUSTER_SPEC.read_view is _native()
 
 
+def test_a_build_of_other_sources_is_refused_by_name(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A ``contracts._wire`` left from other sources (its arguments differ: one that still
+    built datetimes took ``utc``) fails the import saying what to do, not with a bare
+    TypeError from deep in the module."""
+    from contracts import _wire, failure_cluster  # noqa: PLC0415
+
+    def stale(*, view: object, utc: object, **limits: object) -> None:
+        raise AssertionError  # pragma: no cover - never reached: utc is missing
+
+    monkeypatch.setattr(_wire, "Checker", stale)
+    with pytest.raises(ImportError, match=r"other sources.*make install"):
+        failure_cluster._native_read_view()
+
+
 def same_answer(value: bytes, key: bytes | None) -> str:
     """Both fast paths give the same answer for the record; returns which."""
     python = _read_view(value, key)
