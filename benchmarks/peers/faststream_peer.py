@@ -37,6 +37,7 @@ from faststream.middlewares import AckPolicy, BaseMiddleware
 from pydantic import BaseModel
 
 from benchmarks.statements import ENGINE_SQL, PROJECTION_SQL
+from contracts.fields import epoch_micros
 from spectral.engine.keys import dedup_keys, key_text
 
 CONSUMER = "rule-candidates"
@@ -44,12 +45,6 @@ ROLE = "spectral_projector"
 MAX_RECORDS = 2000
 SKEW = timedelta(minutes=5)
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-MICROSECOND = timedelta(microseconds=1)
-
-
-def _micros(moment: datetime) -> int:
-    """A time as the projection's statement takes it: microseconds since the Unix epoch."""
-    return (moment - EPOCH) // MICROSECOND
 
 
 class Snapshot(BaseModel):
@@ -171,11 +166,11 @@ async def apply(conn: Any, events: list[ClusterEvent], records: tuple[Any, ...])
                     w[1].payload.workspace_id,
                     w[1].payload.severity,
                     w[1].payload.failure_count,
-                    _micros(w[1].payload.first_observed_at),
-                    _micros(w[1].payload.last_observed_at),
+                    epoch_micros(w[1].payload.first_observed_at),
+                    epoch_micros(w[1].payload.last_observed_at),
                     w[1].payload.suggested_rule_stub,
                     w[2],
-                    _micros(w[0][0]),
+                    epoch_micros(w[0][0]),
                     False,  # the prior snapshot is not read here
                 )
                 for w in winners

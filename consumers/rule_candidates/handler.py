@@ -270,30 +270,19 @@ def _stale_prefix(earlier: list[Delivery], prior: OrderKey, now: int) -> int:
 def _rows(
     winners: dict[str, Delivery],
     newest: dict[str, OrderKey],
-    superseded: Container[str] = (),
+    superseded: Container[str],
 ) -> list[SnapshotRow]:
     """The upsert's rows: each cluster's winner's view, its fields in their order (the row
     type's order, repository.py ``SnapshotRow``), then its ``ordered_us`` (its order key's
     first member, ``newest``: collapse.py) — None when it is the last_observed_us itself (not
-    capped: the order key holds the same object twice), which the database reads as that — and
-    whether the snapshot it replaces is wanted back: only for a cluster with ``superseded``
-    snapshots in the batch (the only ones :func:`_stale_prefix` compares with it)."""
+    capped: the order key holds the same object twice), which the database reads as that (the
+    driver encodes a NULL in less time than an integer: migration
+    ``projection_ordered_at_may_be_null``) — and whether the snapshot it replaces is wanted
+    back: only for a cluster with ``superseded`` snapshots in the batch (the only ones
+    :func:`_stale_prefix` compares with it)."""
     # a tuple concatenated, not unpacked: (*t, x) builds a list first (~150 ns more a row)
     return [
-        astuple(winner.payload)
-        + (
-            (_UNCAPPED_PRIOR if cluster in superseded else _UNCAPPED)
-            if key[0] is key[1]
-            else (key[0], cluster in superseded)
-        )
+        astuple(winner.payload) + (None if key[0] is key[1] else key[0], cluster in superseded)  # noqa: RUF005
         for cluster, winner in winners.items()
         for key in (newest[cluster],)
     ]
-
-
-_UNCAPPED: Final = (None, False)
-"""The ``ordered_us`` and ``prior_wanted`` of a row whose order is its last_observed_us (the
-driver encodes a NULL in less time than an integer: migration
-``projection_ordered_at_may_be_null``) and whose cluster has no superseded snapshot."""
-_UNCAPPED_PRIOR: Final = (None, True)
-"""The same for a cluster with superseded snapshots in its batch."""
