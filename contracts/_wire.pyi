@@ -2,6 +2,9 @@
 
 from typing import Any
 
+SOURCES: str
+"""The digest of the sources this build was made from (native/build.rs)."""
+
 class Checker:
     def __init__(
         self,

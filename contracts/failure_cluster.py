@@ -34,6 +34,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from operator import attrgetter
+from pathlib import Path
 from typing import Annotated, Any, Final, Literal, Self, cast, get_args
 from uuid import UUID
 
@@ -47,7 +48,7 @@ from pydantic import (
     ValidationError,
     model_validator,
 )
-from xxhash import xxh3_128_hexdigest
+from xxhash import xxh3_64, xxh3_128_hexdigest
 
 from contracts.canonical import (
     MAX_SAFE_INTEGER,
@@ -355,17 +356,45 @@ def _native_read_view() -> Callable[[bytes, bytes | None], Any] | None:
     same answers, ~2 us a record less; tests/unit/contracts/test_native_wire.py holds the two
     together), bound to this module's limits; None where the package was built without it."""
     try:
-        from contracts._wire import Checker  # noqa: PLC0415 - optional: a Rust build
+        import contracts._wire as wire  # noqa: PLC0415 - optional: a Rust build
     except ImportError:
         return None
+    # The digest of the sources it was built from (native/build.rs; None: a build from before
+    # builds recorded it).
+    built: str | None = getattr(wire, "SOURCES", None)
+    here = native_sources_digest(NATIVE_DIR)
+    if here is not None and here != built:
+        msg = (
+            f"contracts._wire was built from other sources than this checkout's native/ (built "
+            f"from {built or 'sources it does not record'}, native/src is {here}): rebuild "
+            "it (make install)"
+        )
+        raise ImportError(msg)
     try:
-        return _bound_checker(Checker)
+        return _bound_checker(wire.Checker)
     except TypeError as exc:  # a build of other sources: its arguments differ
         msg = (
             f"contracts._wire was built from other sources than this checkout ({exc}): "
             "rebuild it (make install)"
         )
         raise ImportError(msg) from exc
+
+
+NATIVE_DIR: Final = Path(__file__).resolve().parents[1] / "native"
+"""The Rust sources of ``contracts._wire`` in a checkout (an installed wheel has none)."""
+
+
+def native_sources_digest(native: Path) -> str | None:
+    """The digest native/build.rs records of ``native``'s ``src/`` (xxh3-64, hex: every file
+    sorted by name, each one's name, a NUL, its bytes, a NUL); None where ``native`` is not the
+    crate's folder (an installed package: its build and its Python were made together)."""
+    src = native / "src"
+    if not (native / "Cargo.toml").is_file() or not src.is_dir():
+        return None
+    digest = xxh3_64()
+    for path in sorted(src.iterdir(), key=lambda p: p.name.encode()):
+        digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()
 
 
 def _bound_checker(checker: Callable[..., Any]) -> Callable[[bytes, bytes | None], Any]:

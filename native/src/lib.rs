@@ -472,5 +472,7 @@ impl Checker {
 #[pymodule]
 fn _wire(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_class::<Checker>()?;
+    // The digest of the sources this build was made from (build.rs).
+    module.add("SOURCES", env!("SPECTRAL_WIRE_SOURCES"))?;
     Ok(())
 }

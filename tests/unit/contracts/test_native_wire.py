@@ -11,7 +11,9 @@ module fails, it does not skip (``make install`` builds it).
 from __future__ import annotations
 
 import json
+import shutil
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -59,6 +61,49 @@ def test_a_build_of_other_sources_is_refused_by_name(monkeypatch: pytest.MonkeyP
     monkeypatch.setattr(_wire, "Checker", stale)
     with pytest.raises(ImportError, match=r"other sources.*make install"):
         failure_cluster._native_read_view()
+
+
+def test_the_build_records_the_sources_of_this_checkout() -> None:
+    """``make install`` built ``contracts._wire`` from this checkout's native/src: the digest
+    its build script recorded is the one the import computes."""
+    from contracts import _wire, failure_cluster  # noqa: PLC0415
+
+    assert failure_cluster.native_sources_digest(failure_cluster.NATIVE_DIR) == _wire.SOURCES
+
+
+@pytest.mark.parametrize("change", ["a comment", "a file more", "no record"])
+def test_a_build_of_an_earlier_state_of_the_sources_is_refused_by_name(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, change: str
+) -> None:
+    """An editable install whose Rust side was not rebuilt after native/src changed — any
+    change, one that keeps the arguments too — or a build from before builds recorded their
+    sources: the import fails saying what to do, instead of running the earlier code."""
+    from contracts import _wire, failure_cluster  # noqa: PLC0415
+
+    native = tmp_path / "native"
+    shutil.copytree(failure_cluster.NATIVE_DIR, native, ignore=shutil.ignore_patterns("target"))
+    if change == "a comment":
+        lib = native / "src" / "lib.rs"
+        lib.write_bytes(lib.read_bytes() + b"// one line more\n")
+    elif change == "a file more":
+        (native / "src" / "more.rs").write_text("// a module not built yet\n")
+    else:
+        monkeypatch.delattr(_wire, "SOURCES")
+    monkeypatch.setattr(failure_cluster, "NATIVE_DIR", native)
+    with pytest.raises(ImportError, match=r"other sources.*make install"):
+        failure_cluster._native_read_view()
+
+
+def test_an_installed_package_is_not_compared_with_sources_it_does_not_hold(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """No native/ beside the package (a wheel: its build and its Python were made together):
+    nothing to compare, the build is used."""
+    from contracts import failure_cluster  # noqa: PLC0415
+
+    assert failure_cluster.native_sources_digest(tmp_path / "native") is None
+    monkeypatch.setattr(failure_cluster, "NATIVE_DIR", tmp_path / "native")
+    assert failure_cluster._native_read_view() is not None
 
 
 def same_answer(value: bytes, key: bytes | None) -> str:
