@@ -8,7 +8,9 @@ batch after batch. For each step it measures this process's CPU and the PostgreS
 its own, without Kafka's and the event loop's noise:
 
 * ``decode``: ``RecordDecoder.decode_all`` over the records (best of three);
-* ``transaction``: the first pass (every record new: claim, handler, stale marks, commit);
+* ``transaction``: the first pass (every record new: claim, handler, stale marks, commit),
+  with its wall time per event besides the two CPU figures (work done at once by the two
+  processes counts once there);
 * ``duplicates``: the same records again (every record a duplicate: only the claim).
 
 ``--rounds`` repeats the whole measure (each round into a new database) and prints medians;
@@ -148,30 +150,43 @@ async def _round(database_url: str, events: int, clusters: int, batch: int) -> d
             Retrying(Backoff(base=0.1, cap=1.0), metrics, asyncio.Event()),
         )
         for step in ("transaction", "duplicates"):
-            client = user = kernel = 0.0
-            count = 0
-            wal_before = await _wal_position(database_url)
-            for deliveries in decoded:
-                client_before, (user_before, kernel_before) = (
-                    time.process_time(),
-                    _cpu_split(backend),
-                )
-                await transaction.apply(deliveries)
-                client += time.process_time() - client_before
-                user_after, kernel_after = _cpu_split(backend)
-                user += user_after - user_before
-                kernel += kernel_after - kernel_before
-                count += len(deliveries)
-            wal = await _wal_position(database_url) - wal_before
-            figures[f"{step}_client_us"] = client / count * 1e6
-            figures[f"{step}_postgres_us"] = (user + kernel) / count * 1e6
-            # The backend's share spent in the kernel (writing WAL, extending files), and the
-            # WAL written per event (the whole server's: nothing else writes during a step).
-            figures[f"{step}_postgres_kernel_us"] = kernel / count * 1e6
-            figures[f"{step}_wal_bytes"] = wal / count
+            figures.update(await _step(step, transaction, decoded, backend, database_url))
     finally:
         await pool.close()
     return figures
+
+
+async def _step(
+    step: str, transaction: Any, decoded: list[Any], backend: int, database_url: str
+) -> dict[str, float]:
+    """Every batch through ``transaction``, one after another: this process's CPU, the
+    backend's, the wall time and the WAL written, per event."""
+    client = user = kernel = wall = 0.0
+    count = 0
+    wal_before = await _wal_position(database_url)
+    for deliveries in decoded:
+        client_before, (user_before, kernel_before) = (time.process_time(), _cpu_split(backend))
+        wall_before = time.perf_counter()
+        await transaction.apply(deliveries)
+        wall += time.perf_counter() - wall_before
+        client += time.process_time() - client_before
+        user_after, kernel_after = _cpu_split(backend)
+        user += user_after - user_before
+        kernel += kernel_after - kernel_before
+        count += len(deliveries)
+    wal = await _wal_position(database_url) - wal_before
+    return {
+        f"{step}_client_us": client / count * 1e6,
+        # The batches one after another, as the engine's transactions run: what this process
+        # and the backend did in turn counts twice here, what they did at once (the handler's
+        # work while the claim runs: Handler.ahead) once.
+        f"{step}_wall_us": wall / count * 1e6,
+        f"{step}_postgres_us": (user + kernel) / count * 1e6,
+        # The backend's share spent in the kernel (writing WAL, extending files), and the WAL
+        # written per event (the whole server's: nothing else writes during a step).
+        f"{step}_postgres_kernel_us": kernel / count * 1e6,
+        f"{step}_wal_bytes": wal / count,
+    }
 
 
 async def _wal_position(database_url: str) -> int:

@@ -63,7 +63,7 @@ if TYPE_CHECKING:
     from spectral.outbox.writer import OutboxItem, enqueue
     from spectral.settings import PluginSettings, Settings, load_settings
 
-EXTENSION_API_VERSION: Final = "1.2"
+EXTENSION_API_VERSION: Final = "1.3"
 """MAJOR.MINOR of this module's surface: MINOR adds, MAJOR breaks (see the module docstring).
 1.1 added the plugin declaration (``Plugin`` and its parts, ``PLUGINS_GROUP``), plugin settings
 (``PluginSettings``, ``load_settings``), ``resolve_database_url``, and what a plugin's HTTP
@@ -71,7 +71,8 @@ routes, console pages and MCP tools are built with (``Resources``, ``requires``,
 ``console_requires``, ``Caller``), and the retention of a plugin's tables (``Plugin(retention=
 ...)``, ``RetentionTask``, ``Pruned``, ``Measured``, ``delete_in_batches``). 1.2 added ``connect``:
 a database connection whose failures are spectral's errors (a command of a plugin reports a wrong
-password in one line, exit 2)."""
+password in one line, exit 2). 1.3 added ``Handler.ahead``: a handler's database-free work on a
+batch, done while the engine's dedup claim runs."""
 
 
 def _contracts() -> Any:

@@ -29,7 +29,7 @@ merges them); ``HandlerResult.facts`` keeps the totals the batch log line shows.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Container, Sequence
+from collections.abc import Awaitable, Callable, Container, Sequence
 from datetime import datetime
 from enum import StrEnum
 from operator import attrgetter
@@ -42,7 +42,13 @@ from msgspec.structs import astuple
 from consumers.rule_candidates.churn import BASELINE_WINDOWS, Baseline, ChurnReading, exceeds
 from consumers.rule_candidates.churn import baseline as trailing_baseline
 from consumers.rule_candidates.churn import reading as churn_reading
-from consumers.rule_candidates.collapse import MAX_CLOCK_SKEW_US, OrderKey, collapse, ordered_at
+from consumers.rule_candidates.collapse import (
+    MAX_CLOCK_SKEW_US,
+    Collapsed,
+    OrderKey,
+    collapse,
+    ordered_at,
+)
 from consumers.rule_candidates.metrics import RuleCandidateMetrics
 from consumers.rule_candidates.rebuild import RebuildHooks
 from consumers.rule_candidates.repository import RuleCandidatesRepository, SnapshotRow
@@ -107,7 +113,15 @@ class RuleCandidatesHandler(Handler[Counts]):
     # -- the batch -------------------------------------------------------------------------
 
     async def apply(self, conn: Conn, deliveries: Sequence[Delivery]) -> HandlerResult[Counts]:
-        result: HandlerResult[Counts] = HandlerResult()
+        return await self.ahead(deliveries)(conn, deliveries)
+
+    def ahead(
+        self, deliveries: Sequence[Delivery]
+    ) -> Callable[[Conn, Sequence[Delivery]], Awaitable[HandlerResult[Counts]]]:
+        """The batch's order keys, collapsed to each cluster's newest snapshot, and the
+        upsert's rows: computed while the engine's dedup claim runs (Handler.ahead); what it
+        returns takes the duplicates out (:func:`_without`), writes them and reads the
+        answer."""
         now = time_ns() // 1000  # microseconds, as every time of an order key
         entries: list[tuple[str, OrderKey, Delivery]] = []
         for delivery in deliveries:
@@ -129,13 +143,24 @@ class RuleCandidatesHandler(Handler[Counts]):
                 )
             )
         collapsed = collapse(entries)
-        newest = collapsed.newest
-        written = {
-            row.cluster_id: row
-            for row in await self.repository.upsert(
-                conn, _rows(collapsed.winners, newest, collapsed.superseded)
-            )
-        }
+        rows = _rows(collapsed.winners, collapsed.newest, collapsed.superseded)
+
+        async def written(conn: Conn, fresh: Sequence[Delivery]) -> HandlerResult[Counts]:
+            if len(fresh) == len(deliveries):
+                return await self._written(conn, collapsed, rows, now)
+            less = _without(entries, fresh, collapsed, rows)
+            if less is None:  # not the batch less some of it: worked out again
+                return await self.ahead(fresh)(conn, fresh)
+            return await self._written(conn, *less, now)
+
+        return written
+
+    async def _written(
+        self, conn: Conn, collapsed: Collapsed[str, Delivery], rows: list[SnapshotRow], now: int
+    ) -> HandlerResult[Counts]:
+        """The upsert of ``rows`` (:meth:`ahead`), then the batch's outcomes from its answer."""
+        result: HandlerResult[Counts] = HandlerResult()
+        written = {row.cluster_id: row for row in await self.repository.upsert(conn, rows)}
 
         # Severities gathered in lists and counted once each by Counter (in C): a Counter
         # update per snapshot costs a tuple, a hash and a Python-level __missing__.
@@ -265,6 +290,46 @@ def _stale_prefix(earlier: list[Delivery], prior: OrderKey, now: int) -> int:
         if _order_key(delivery, now) > prior:
             return index
     return len(earlier)
+
+
+def _without(
+    entries: list[tuple[str, OrderKey, Delivery]],
+    fresh: Sequence[Delivery],
+    collapsed: Collapsed[str, Delivery],
+    rows: list[SnapshotRow],
+) -> tuple[Collapsed[str, Delivery], list[SnapshotRow]] | None:
+    """``collapsed`` and ``rows``, worked out from ``entries`` (one per delivery of the batch,
+    in its order), for ``fresh``: the batch's deliveries less the duplicates the claim found (a
+    few, on a live stream). Only the clusters of the duplicates are collapsed again, from their
+    fresh entries, and their rows built again (they then come after the others); ``collapsed``
+    is changed in place (:meth:`RuleCandidatesHandler.ahead` made it for this alone). None
+    when ``fresh`` is not the batch less some of it, in order."""
+    gone: set[int] = set()
+    touched: set[str] = set()
+    remaining = iter(fresh)
+    following = next(remaining, None)
+    for cluster, _, delivery in entries:
+        if delivery is following:
+            following = next(remaining, None)
+        else:
+            gone.add(id(delivery))
+            touched.add(cluster)
+    if following is not None:
+        return None
+    again = collapse(e for e in entries if e[0] in touched and id(e[2]) not in gone)
+    winners, newest, superseded = collapsed.winners, collapsed.newest, collapsed.superseded
+    for cluster in touched:
+        winners.pop(cluster, None)
+        newest.pop(cluster, None)
+        superseded.pop(cluster, None)
+    winners.update(again.winners)
+    newest.update(again.newest)
+    superseded.update(again.superseded)
+    stale = [d for d in collapsed.stale if d.payload.cluster_id not in touched]
+    stale.extend(again.stale)
+    kept = [row for row in rows if row[0] not in touched]  # a row starts with its cluster_id
+    kept.extend(_rows(again.winners, again.newest, again.superseded))
+    return Collapsed(winners, superseded, stale, newest), kept
 
 
 def _rows(

@@ -12,7 +12,7 @@ contract").
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, ClassVar, Generic, TypeVar
@@ -197,6 +197,22 @@ class Handler(ABC, Generic[C]):
         self, conn: asyncpg.Connection, deliveries: Sequence[Delivery]
     ) -> HandlerResult[C]:
         """Apply the new deliveries inside the engine's transaction (set-based SQL)."""
+
+    def ahead(
+        self,
+        deliveries: Sequence[Delivery],  # noqa: ARG002 - the default does nothing ahead
+    ) -> Callable[[asyncpg.Connection, Sequence[Delivery]], Awaitable[HandlerResult[C]]] | None:
+        """Optional: the part of :meth:`apply` that needs no database, done while the batch's
+        dedup claim runs in the database instead of after it. ``deliveries`` is every delivery
+        of the batch, before any is known to be a duplicate; what this returns finishes
+        ``apply`` on the transaction's connection for the new ones (its second argument: the
+        deliveries less the duplicates, in their order — all of them, usually, on a live
+        stream), as ``apply(conn, new)`` would. It must only compute: no I/O, nothing kept on
+        the handler. None (the default): ``apply`` does it all, after the claim. The engine
+        skips it after a claim that found most keys held (a redelivery), and for a subclass
+        that overrides ``apply`` but not ``ahead`` (its own ``apply`` is what it expects to
+        run)."""
+        return None
 
     async def start(self) -> None:
         """Start background work; called once by a live consumer before its first fetch,

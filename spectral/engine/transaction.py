@@ -32,7 +32,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import weakref
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -273,6 +273,47 @@ async def _claim(
     return held
 
 
+def _works_ahead(handler: Handler[Any]) -> bool:
+    """Whether ``handler`` does work ahead of the claim (Handler.ahead): its ``ahead`` is not the
+    default and belongs with its ``apply`` — defined by the class that defines ``apply``, or by
+    a subclass of it. A subclass that overrides only ``apply`` of a handler that works ahead is
+    applied through its own ``apply``, as it expects."""
+    mro = type(handler).__mro__
+    ahead = next(c for c in mro if "ahead" in vars(c))
+    apply = next(c for c in mro if "apply" in vars(c))
+    return ahead is not Handler and issubclass(ahead, apply)
+
+
+async def _claim_ahead(
+    conn: asyncpg.Connection,
+    name: str,
+    stored: list[bytes],
+    batch: list[Delivery],
+    handler: Handler[Any],
+) -> tuple[
+    list[bytes],
+    Callable[[asyncpg.Connection, Sequence[Delivery]], Awaitable[HandlerResult[Any]]] | None,
+]:
+    """The claim (:func:`_claim`), with the handler's database-free work (``ahead``) done while
+    the database runs it: the claim's messages leave first (one pass of the event loop lets its
+    task write them and wait for the answer), then ``ahead`` computes. An exception of
+    ``ahead`` is raised once the claim has answered (the connection is then free, and the
+    transaction is rolled back as after any failure of the handler); a cancellation cancels the
+    claim and waits for it to end first."""
+    claim = asyncio.ensure_future(_claim(conn, name, stored, batch))
+    try:
+        await asyncio.sleep(0)
+        finish = handler.ahead(batch)
+    except BaseException as exc:
+        if not isinstance(exc, Exception):  # cancelled (a stop): the claim is too
+            claim.cancel()
+        await asyncio.wait([claim])  # ended: nothing left running on the connection
+        if not claim.cancelled():
+            claim.exception()  # retrieved: the failure that counts is this one
+        raise
+    return await claim, finish
+
+
 async def _outcome(
     conn: asyncpg.Connection,
     statement: str,
@@ -305,6 +346,8 @@ class BatchTransaction:
         self._handler = handler
         self._connections = connections
         self._retrying = retrying
+        self._works_ahead = _works_ahead(handler)
+        self._ahead = True  # the next claim runs beside the handler's work (Handler.ahead)
 
     async def apply(self, deliveries: Sequence[Delivery]) -> BatchOutcome:
         """Apply the batch in one transaction; fall back to one-by-one on a data error."""
@@ -360,16 +403,29 @@ class BatchTransaction:
     async def _claimed_and_applied(
         self, conn: asyncpg.Connection, name: str, stored: list[bytes], batch: list[Delivery]
     ) -> tuple[list[Delivery], HandlerResult[Any]]:
-        """Inside the transaction: the claim, then the handler on the fresh deliveries."""
-        held = await _claim(conn, name, stored, batch)
+        """Inside the transaction: the claim, then the handler on the fresh deliveries (with
+        what the handler worked out while the claim ran, :meth:`Handler.ahead`, when every
+        delivery is fresh)."""
+        handler = self._handler
+        if self._ahead and self._works_ahead:
+            held, finish = await _claim_ahead(conn, name, stored, batch, handler)
+        else:
+            held, finish = await _claim(conn, name, stored, batch), None
+        # A claim that found most keys held (a redelivery) makes the next batch's likely to as
+        # well: the handler's work ahead of it would mostly be for duplicates.
+        self._ahead = 2 * len(held) <= len(batch)
         if held:
             known = set(held)
             fresh = [d for key, d in zip(stored, batch, strict=True) if key not in known]
         else:
             fresh = batch
-        result: HandlerResult[Any] = (
-            await self._handler.apply(conn, fresh) if fresh else HandlerResult()
-        )
+        result: HandlerResult[Any]
+        if not fresh:
+            result = HandlerResult()
+        elif finish is not None:
+            result = await finish(conn, fresh)
+        else:
+            result = await handler.apply(conn, fresh)
         return fresh, result
 
     async def _committed(

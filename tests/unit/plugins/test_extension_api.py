@@ -64,12 +64,12 @@ STABLE: Final = {
     "enqueue",
     "load_queries",
 }
-"""Version 1.2 (1.0, 1.1: the plugin declaration, 1.2: ``connect``). Adding a name raises the
-minor number; removing or renaming one the major."""
+"""Version 1.3 (1.0, 1.1: the plugin declaration, 1.2: ``connect``, 1.3: ``Handler.ahead``).
+Adding a name or a member raises the minor number; removing or renaming one the major."""
 
 
 def test_the_stable_surface_is_exactly_the_documented_one() -> None:
-    assert spectral.extend.EXTENSION_API_VERSION == "1.2"
+    assert spectral.extend.EXTENSION_API_VERSION == "1.3"
     assert set(spectral.extend.__all__) == STABLE
     for name in STABLE:
         assert getattr(spectral.extend, name) is not None
