@@ -177,9 +177,9 @@ async def _step(
     wal = await _wal_position(database_url) - wal_before
     return {
         f"{step}_client_us": client / count * 1e6,
-        # The batches one after another, as the engine's transactions run: what this process
-        # and the backend did in turn counts twice here, what they did at once (the handler's
-        # work while the claim runs: Handler.ahead) once.
+        # The batches one after another, as the engine's transactions run: the work this
+        # process and the backend do in turn adds up here, the work they do at once (the
+        # handler's while the claim runs: Handler.ahead) overlaps.
         f"{step}_wall_us": wall / count * 1e6,
         f"{step}_postgres_us": (user + kernel) / count * 1e6,
         # The backend's share spent in the kernel (writing WAL, extending files), and the WAL

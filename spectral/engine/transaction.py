@@ -403,9 +403,9 @@ class BatchTransaction:
     async def _claimed_and_applied(
         self, conn: asyncpg.Connection, name: str, stored: list[bytes], batch: list[Delivery]
     ) -> tuple[list[Delivery], HandlerResult[Any]]:
-        """Inside the transaction: the claim, then the handler on the fresh deliveries (with
-        what the handler worked out while the claim ran, :meth:`Handler.ahead`, when every
-        delivery is fresh)."""
+        """Inside the transaction: the claim, then the handler on the fresh deliveries —
+        finishing what it worked out on the whole batch while the claim ran
+        (:meth:`Handler.ahead`), when it did."""
         handler = self._handler
         if self._ahead and self._works_ahead:
             held, finish = await _claim_ahead(conn, name, stored, batch, handler)
