@@ -42,6 +42,7 @@ from spectral.engine.transaction import (
     BatchOutcome,
     BatchTransaction,
     Connections,
+    EarlyClaim,
     PoolConnections,
 )
 from spectral.faults import Component, component_of, describe, is_transient
@@ -107,6 +108,12 @@ class EngineOptions:
     between two transactions. With two, the decoded batch waited for the acknowledgement. A
     batch fetched while the last one handed over has not started its transaction joins it (up
     to ``max_batch`` records): one commit for both."""
+    early_claim: bool = True
+    """Through a backlog (a batch of at least half of ``max_batch`` records waiting), the next
+    batch's transaction opens and claims its keys on a second connection while the batch before
+    it runs its handler and commits (see ``ConsumerEngine._claim_early``): its claim does not
+    wait for that commit. False: each batch's transaction starts once the one before it
+    committed."""
     poll_timeout_ms: int = 200
     commit_interval: float = 0.0
     """Seconds between two offset commits of a live consumer: 0 (the default here) commits each
@@ -181,6 +188,11 @@ class _Waiting:
     records: int
     sealed: bool = False
     """Its transaction started (or it gave up): nothing joins it any more."""
+    keys: frozenset[str] | None = None
+    """The idempotency keys its transaction applies, once it has its turn to apply (the next
+    batch's early claim leaves them out: :meth:`BatchTransaction.claim_early`)."""
+    holds_all: bool = False
+    """Its transaction committed holding every one of ``keys`` (:attr:`BatchOutcome.holds_all`)."""
 
 
 @dataclass
@@ -207,6 +219,9 @@ class _InFlight:
     applied: asyncio.Future[bool]
     task: asyncio.Task[BatchReport]
     waiting: _Waiting
+    turn: asyncio.Future[None]
+    """Resolves once the batch has its turn to apply (the one before it committed), or it
+    ended: the next batch may then claim its keys beside it (``EngineOptions.early_claim``)."""
 
 
 def _failed(task: asyncio.Task[Any]) -> bool:
@@ -513,10 +528,12 @@ class ConsumerEngine:
     def _hand_over(self, decoded: _Decoded) -> None:
         """Start a batch's way: its transaction after the last one's, then its acknowledgement."""
         previous = self._in_flight[-1] if self._in_flight else None
-        applied: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        applied: asyncio.Future[bool] = loop.create_future()
+        turn: asyncio.Future[None] = loop.create_future()
         waiting = _Waiting([decoded], len(decoded.records))
-        task = asyncio.create_task(self._finish(waiting, previous, applied))
-        self._in_flight.append(_InFlight(applied, task, waiting))
+        task = asyncio.create_task(self._finish(waiting, previous, applied, turn))
+        self._in_flight.append(_InFlight(applied, task, waiting, turn))
 
     async def _gather(self, first: Sequence[Any]) -> tuple[list[Any], int]:
         """The batch that starts with the fetch ``first``, and the epoch it belongs to.
@@ -705,7 +722,11 @@ class ConsumerEngine:
         return _Decoded(records, deliveries, dead, busy, epoch, decode_cpu=spent)
 
     async def _finish(
-        self, waiting: _Waiting, previous: _InFlight | None, applied: asyncio.Future[bool]
+        self,
+        waiting: _Waiting,
+        previous: _InFlight | None,
+        applied: asyncio.Future[bool],
+        turn: asyncio.Future[None],
     ) -> BatchReport:
         """Apply a decoded batch (with the batches that joined it meanwhile), then acknowledge
         it (see :class:`_InFlight`).
@@ -713,26 +734,34 @@ class ConsumerEngine:
         Its transaction starts once ``previous``'s committed (``applied`` then tells the next
         batch whether this one's did), under ``batch_lock``: a revocation waits for it, then for
         every batch whose transaction committed to be acknowledged, before it starts a new
-        epoch. Its records of partitions revoked since their fetch are dropped. Its
-        acknowledgement waits for ``previous``'s and happens only if that one
-        succeeded: after a failure, committing this batch's offsets would skip the failed
+        epoch. Its records of partitions revoked since their fetch are dropped. With
+        ``early_claim``, once ``previous`` has its turn to apply, this batch's transaction opens
+        on a second connection and claims its keys beside it (:meth:`_claim_early`); it is
+        finished once ``previous`` committed, or rolled back and the batch applied anew when
+        ``previous`` did not commit holding every key it left out, or a revocation took records
+        of it meanwhile. Its acknowledgement waits for ``previous``'s and happens only if that
+        one succeeded: after a failure, committing this batch's offsets would skip the failed
         batch's records (its own effects, already committed, are deduplicated when they are
         redelivered)."""
+        assert self._transaction is not None  # noqa: S101 - created in _start
         staged: _Staged | None = None
         committed = False
+        early: tuple[EarlyClaim, int] | None = None
         try:
-            if previous is not None and not await asyncio.shield(previous.applied):
-                raise asyncio.CancelledError
+            if previous is not None:
+                early = await self._claim_early(waiting, previous)
+                if not await asyncio.shield(previous.applied):
+                    raise asyncio.CancelledError
             async with self.batch_lock:
-                waiting.sealed = True  # what joined it so far is the batch
-                if previous is not None and _failed(previous.task):
-                    raise asyncio.CancelledError  # its acknowledgement failed meanwhile
-                decoded = _merged([self._current(part) for part in waiting.parts])
-                if decoded.records:
-                    staged = await self._apply(decoded)
+                claimed, early = early, None
+                staged = await self._in_turn(waiting, previous, turn, claimed)
             committed = True
         finally:
+            if early is not None:
+                await self._transaction.abandon(early[0])
             waiting.sealed = True
+            if not turn.done():
+                turn.set_result(None)
             applied.set_result(committed)
         if previous is not None:
             await asyncio.wait([previous.task])
@@ -741,6 +770,72 @@ class ConsumerEngine:
         if staged is None:
             return BatchReport(counts=dict.fromkeys(Outcome, 0), facts={})
         return await self._acknowledge(staged)
+
+    async def _in_turn(
+        self,
+        waiting: _Waiting,
+        previous: _InFlight | None,
+        turn: asyncio.Future[None],
+        early: tuple[EarlyClaim, int] | None,
+    ) -> _Staged | None:
+        """The batch's turn to apply, under ``batch_lock`` (see :meth:`_finish`): ``early``, its
+        transaction claimed early, is finished or rolled back whatever happens."""
+        assert self._transaction is not None  # noqa: S101 - created in _start
+        try:
+            waiting.sealed = True  # what joined it so far is the batch
+            if previous is not None and _failed(previous.task):
+                raise asyncio.CancelledError  # its acknowledgement failed meanwhile
+            decoded = _merged([self._current(part) for part in waiting.parts])
+            if early is not None and (
+                len(decoded.records) != early[1]
+                or previous is None
+                or not previous.waiting.holds_all
+            ):
+                # A revocation took records of it, or the batch before left a key it counted
+                # on unheld: applied anew.
+                dropped, early = early[0], None
+                await self._transaction.abandon(dropped)
+            waiting.keys = frozenset(d.idempotency_key for d in decoded.deliveries)
+            if not turn.done():
+                turn.set_result(None)
+            if not decoded.records:
+                waiting.holds_all = True
+                return None
+            claimed, early = (early[0] if early else None), None
+            staged = await self._apply(decoded, claimed)
+            waiting.holds_all = staged.applied is None or staged.applied.holds_all
+            return staged
+        finally:
+            if early is not None:
+                await self._transaction.abandon(early[0])
+
+    async def _claim_early(
+        self, waiting: _Waiting, previous: _InFlight
+    ) -> tuple[EarlyClaim, int] | None:
+        """With ``early_claim``: once ``previous`` has its turn to apply and while it has not
+        committed, if this batch holds at least half of ``max_batch`` records (a backlog), seal
+        it and claim its keys, less ``previous``'s, on a connection of its own
+        (:meth:`BatchTransaction.claim_early`): the claim and ``previous``'s handler and commit
+        then run in PostgreSQL at once. A smaller batch (the consumer keeps up) is left to
+        join the fetches behind it until ``previous`` commits: one transaction and one commit
+        for them all, where a claim of its own would seal it. The claim, and the number of
+        records it covers (a revocation that takes some before the batch's turn makes it
+        applied anew)."""
+        assert self._transaction is not None  # noqa: S101 - created in _start
+        if not self.options.early_claim:
+            return None
+        await asyncio.shield(previous.turn)
+        keys = previous.waiting.keys
+        if keys is None or previous.applied.done():
+            return None  # it ended, or committed already: nothing to run beside
+        if 2 * waiting.records < self.options.max_batch:
+            return None  # keeping up: it joins the fetches behind it, one commit for all
+        waiting.sealed = True
+        decoded = _merged([self._current(part) for part in waiting.parts])
+        if not decoded.deliveries:
+            return None
+        early = await self._transaction.claim_early(decoded.deliveries, keys)
+        return None if early is None else (early, len(decoded.records))
 
     def _current(self, decoded: _Decoded) -> _Decoded:
         """``decoded`` less its records of partitions revoked since their fetch: their owner now
@@ -760,8 +855,9 @@ class ConsumerEngine:
         if pending:
             await asyncio.wait(pending)
 
-    async def _apply(self, decoded: _Decoded) -> _Staged:
-        """The batch's transaction (dedup + the handler's effect), committed."""
+    async def _apply(self, decoded: _Decoded, early: EarlyClaim | None = None) -> _Staged:
+        """The batch's transaction (dedup + the handler's effect), committed — finishing the
+        transaction ``early`` opened for it when it was claimed early."""
         assert self._transaction is not None  # noqa: S101 - created in _start
         started = time.perf_counter()
         records, deliveries = decoded.records, decoded.deliveries
@@ -774,7 +870,10 @@ class ConsumerEngine:
             decode_cpu=decoded.decode_cpu,
         )
         if deliveries:
-            applied = await self._transaction.apply(deliveries)
+            if early is not None:
+                applied = await self._transaction.apply_claimed(early)
+            else:
+                applied = await self._transaction.apply(deliveries)
             if self.source.live and self._lender().commits:
                 self._observe_freshness(deliveries)
             result = applied.result

@@ -32,7 +32,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import weakref
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -48,7 +48,7 @@ from spectral.engine.handler import Delivery, Handler, HandlerResult
 from spectral.engine.keys import dedup_keys
 from spectral.engine.retrying import Retrying
 from spectral.errors import ConfigurationError, PermanentError, SpectralError, TransientError
-from spectral.faults import is_transient
+from spectral.faults import describe, is_transient
 from spectral.kafka.dlq import DeadLetter
 from spectral.observability.logging import get_logger
 
@@ -241,6 +241,10 @@ class BorrowedConnection:
             yield self.conn
 
 
+_Finish = Callable[[asyncpg.Connection, Sequence[Delivery]], Awaitable[HandlerResult[Any]]]
+"""What a handler's work ahead of the claim returned (:meth:`Handler.ahead`)."""
+
+
 @dataclass(frozen=True, slots=True)
 class BatchOutcome:
     """What became of a batch's deliveries."""
@@ -251,6 +255,27 @@ class BatchOutcome:
     duplicates: int
     failed: tuple[DeadLetter, ...]
     """Dead letters: rejected by the handler, or failing alone (``handler_error``)."""
+
+    @property
+    def holds_all(self) -> bool:
+        """Every key of the batch is held once it committed: none was rejected (a rejected
+        key is forgotten) or failed alone (its transaction rolled back)."""
+        return not self.failed and not self.result.rejected
+
+
+@dataclass(slots=True)
+class EarlyClaim:
+    """A batch's transaction, open on a connection of its own with its keys claimed, while the
+    batch before it is still in its transaction (:meth:`BatchTransaction.claim_early`)."""
+
+    deliveries: Sequence[Delivery]
+    fresh: list[Delivery]
+    """The deliveries the claim found new, less those of the batch before (``assumed``)."""
+    finish: _Finish | None
+    conn: asyncpg.Connection
+    transaction: Transaction
+    lease: contextlib.AsyncExitStack
+    """Gives the connection back (its ``aclose``)."""
 
 
 async def _claim(
@@ -273,6 +298,15 @@ async def _claim(
     return held
 
 
+def _unique(deliveries: Sequence[Delivery]) -> dict[str, Delivery]:
+    """Each delivery by its idempotency key: the first of a key wins inside a batch, later ones
+    are duplicates."""
+    unique: dict[str, Delivery] = {}
+    for delivery in deliveries:
+        unique.setdefault(delivery.idempotency_key, delivery)
+    return unique
+
+
 def _works_ahead(handler: Handler[Any]) -> bool:
     """Whether ``handler`` does work ahead of the claim (Handler.ahead): its ``ahead`` is not the
     default and belongs with its ``apply`` — defined by the class that defines ``apply``, or by
@@ -290,10 +324,7 @@ async def _claim_ahead(
     stored: list[bytes],
     batch: list[Delivery],
     handler: Handler[Any],
-) -> tuple[
-    list[bytes],
-    Callable[[asyncpg.Connection, Sequence[Delivery]], Awaitable[HandlerResult[Any]]] | None,
-]:
+) -> tuple[list[bytes], _Finish | None]:
     """The claim (:func:`_claim`), with the handler's database-free work (``ahead``) done while
     the database runs it: the claim's messages leave first (one pass of the event loop lets its
     task write them and wait for the answer), then ``ahead`` computes. An exception of
@@ -351,10 +382,7 @@ class BatchTransaction:
 
     async def apply(self, deliveries: Sequence[Delivery]) -> BatchOutcome:
         """Apply the batch in one transaction; fall back to one-by-one on a data error."""
-        # First occurrence of each key wins inside a batch; later ones are duplicates.
-        unique: dict[str, Delivery] = {}
-        for delivery in deliveries:
-            unique.setdefault(delivery.idempotency_key, delivery)
+        unique = _unique(deliveries)
         failed: list[DeadLetter] = []
         try:
             result, fresh = await self._retrying("database", lambda: self._run(unique))
@@ -363,6 +391,15 @@ class BatchTransaction:
         except PermanentError as exc:
             log.warning("batch failed for a data reason; applying one by one", error=str(exc))
             result, fresh, failed = await self._one_by_one(unique)
+        return self._outcome(deliveries, result, fresh, failed)
+
+    def _outcome(
+        self,
+        deliveries: Sequence[Delivery],
+        result: HandlerResult[Any],
+        fresh: int,
+        failed: list[DeadLetter],
+    ) -> BatchOutcome:
         duplicates = len(deliveries) - fresh - len(failed)
         failed.extend(
             DeadLetter.of(
@@ -374,6 +411,95 @@ class BatchTransaction:
             for r in result.rejected
         )
         return BatchOutcome(result, fresh, duplicates, tuple(failed))
+
+    async def claim_early(
+        self, deliveries: Sequence[Delivery], before: Collection[str]
+    ) -> EarlyClaim | None:
+        """Open the batch's transaction and claim its keys while the batch before it (whose
+        idempotency keys are ``before``) is still in its own: PostgreSQL runs this claim
+        beside that batch's handler and commit, on a second connection. Its keys that the
+        batch before holds are left out of the claim — they are that batch's, held once it
+        commits (a claim of them would wait for that commit, then fail on the key) — and
+        counted as duplicates by :meth:`apply_claimed`, which the engine calls only after that
+        batch committed holding every key (:attr:`BatchOutcome.holds_all`); otherwise it
+        rolls this back (:meth:`abandon`) and applies the batch anew. Only where batches commit on a
+        pool's connections; None there is nothing to claim early, or the claim failed (the
+        batch is then applied as usual, with its retries, after the batch before)."""
+        connections = self._connections
+        if not isinstance(connections, PoolConnections) or not connections.commits:
+            return None
+        unique = _unique(deliveries)
+        batch = [d for key, d in unique.items() if key not in before]
+        lease = contextlib.AsyncExitStack()
+        try:
+            conn = await lease.enter_async_context(connections.lend())
+            transaction = conn.transaction(isolation="read_committed")
+            await transaction.start()
+            try:
+                stored = dedup_keys([d.idempotency_key for d in batch])
+                fresh, finish = await self._claimed(conn, self._handler.name, stored, batch)
+            except BaseException:
+                with contextlib.suppress(Exception):
+                    await transaction.rollback()
+                raise
+        except Exception as exc:  # noqa: BLE001 - applied as usual after the batch before
+            log.info("claim ahead of the commit before it failed", error=describe(exc))
+            with contextlib.suppress(Exception):
+                await lease.aclose()
+            return None
+        except BaseException:
+            with contextlib.suppress(Exception):
+                await lease.aclose()
+            raise
+        return EarlyClaim(deliveries, fresh, finish, conn, transaction, lease)
+
+    async def apply_claimed(self, early: EarlyClaim) -> BatchOutcome:
+        """Finish a batch claimed early (:meth:`claim_early`) once the batch before it
+        committed holding every key: the handler on the fresh deliveries, the outcome
+        statements, the commit. If that fails in any way the transaction is rolled back and
+        the batch applied as usual (:meth:`apply`: retries, one by one); a commit whose answer
+        was lost is then found by its claim, as a retry finds it."""
+        reset = isinstance(self._connections, PoolConnections) and self._connections.reset_in_commit
+        try:
+            result = await self._finish_claimed(early, reset=reset)
+        except Exception as exc:  # noqa: BLE001 - applied again as usual
+            log.info("batch claimed ahead failed; applying it again", error=describe(exc))
+            return await self.apply(early.deliveries)
+        return self._outcome(early.deliveries, result, len(early.fresh), [])
+
+    async def _finish_claimed(self, early: EarlyClaim, *, reset: bool) -> HandlerResult[Any]:
+        """:meth:`apply_claimed`'s transaction, committed (as :meth:`_committed` does), its
+        connection given back whatever happened."""
+        conn, transaction = early.conn, early.transaction
+        try:
+            try:
+                result = await self._applied(conn, early.fresh, early.finish)
+                ending: list[str] = []
+                await _outcomes(conn, self._handler.name, result, ending)
+            except BaseException:
+                with contextlib.suppress(Exception):  # else the pool's reset rolls it back
+                    await transaction.rollback()
+                raise
+            try:
+                await _commit_with(transaction, "".join(ending), reset=reset)
+            except BaseException:
+                if not conn.is_closed() and conn.is_in_transaction():
+                    with contextlib.suppress(Exception):  # else the pool's reset rolls it back
+                        await conn.execute("ROLLBACK;")
+                raise
+        finally:
+            await early.lease.aclose()
+        return result
+
+    @staticmethod
+    async def abandon(early: EarlyClaim) -> None:
+        """Roll back a batch claimed early and give its connection back."""
+        try:
+            with contextlib.suppress(Exception):  # else the pool's reset rolls it back
+                await early.transaction.rollback()
+        finally:
+            with contextlib.suppress(Exception):
+                await early.lease.aclose()
 
     async def _run(self, unique: dict[str, Delivery]) -> tuple[HandlerResult[Any], int]:
         """One transaction: claim the keys (``unique``: each delivery by its idempotency key),
@@ -406,6 +532,14 @@ class BatchTransaction:
         """Inside the transaction: the claim, then the handler on the fresh deliveries —
         finishing what it worked out on the whole batch while the claim ran
         (:meth:`Handler.ahead`), when it did."""
+        fresh, finish = await self._claimed(conn, name, stored, batch)
+        return fresh, await self._applied(conn, fresh, finish)
+
+    async def _claimed(
+        self, conn: asyncpg.Connection, name: str, stored: list[bytes], batch: list[Delivery]
+    ) -> tuple[list[Delivery], _Finish | None]:
+        """The claim of ``batch`` (``stored``: its keys), with the handler's work ahead of it
+        when it does some: the deliveries it found new, and what finishes the handler's work."""
         handler = self._handler
         if self._ahead and self._works_ahead:
             held, finish = await _claim_ahead(conn, name, stored, batch, handler)
@@ -416,17 +550,18 @@ class BatchTransaction:
         self._ahead = 2 * len(held) <= len(batch)
         if held:
             known = set(held)
-            fresh = [d for key, d in zip(stored, batch, strict=True) if key not in known]
-        else:
-            fresh = batch
-        result: HandlerResult[Any]
+            return [d for key, d in zip(stored, batch, strict=True) if key not in known], finish
+        return batch, finish
+
+    async def _applied(
+        self, conn: asyncpg.Connection, fresh: list[Delivery], finish: _Finish | None
+    ) -> HandlerResult[Any]:
+        """The handler on the deliveries its claim found new."""
         if not fresh:
-            result = HandlerResult()
-        elif finish is not None:
-            result = await finish(conn, fresh)
-        else:
-            result = await handler.apply(conn, fresh)
-        return fresh, result
+            return HandlerResult()
+        if finish is not None:
+            return await finish(conn, fresh)
+        return await self._handler.apply(conn, fresh)
 
     async def _committed(
         self,
