@@ -65,9 +65,10 @@ DECODE_SLICE = 64
 """Records decoded between two yields to the event loop while a batch is in flight (~2 ms:
 each of the in-flight batch's statement replies waits at most that long for the loop)."""
 POOL_SIZE = 4
-"""Connections of the engine's pool: one batch's transaction, beside it the batches before it
-acknowledging (their dead letters fall back to a table when the broker refuses them), and the
-readiness probe's ``SELECT 1``."""
+"""Connections of the engine's pool: one batch's transaction, the next batch's claimed beside it
+through a backlog (``EngineOptions.early_claim``), the batches before it acknowledging (their
+dead letters fall back to a table when the broker refuses them), and the readiness probe's
+``SELECT 1``."""
 IDLE_PROBE_SECONDS = 5.0
 """How long ``stop_when_idle`` waits for the broker and the database to answer before the
 idle time is judged an outage instead (and counted again from zero)."""
