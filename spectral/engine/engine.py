@@ -908,6 +908,7 @@ class ConsumerEngine:
             "batch",
             records=len(records),
             fetches=staged.fetches,
+            claimed_early=applied is not None and applied.claimed_early,
             seconds=round(elapsed, 4),
             decode_cpu=round(staged.decode_cpu, 6),
             **{o.value: n for o, n in counts.items()},

@@ -34,9 +34,9 @@ import contextlib
 import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Final, Protocol, cast
+from typing import Any, Final, Protocol, TypeVar, cast
 
 import asyncpg
 from asyncpg.transaction import Transaction, TransactionState
@@ -55,6 +55,8 @@ from spectral.observability.logging import get_logger
 log = get_logger(__name__)
 
 _SQL: Final = load_queries(Path(__file__).with_name("queries.sql"))
+
+_T = TypeVar("_T")
 
 WITH_COMMIT_KEYS = 64
 """Stale or rejected keys of a batch sent as literals in the message of its COMMIT, at most: a
@@ -138,6 +140,32 @@ async def _commit_with(transaction: Transaction, statements: str, *, reset: bool
     state._state = TransactionState.COMMITTED  # noqa: SLF001
     if query:
         _RESET_BY_COMMIT.add(connection)
+
+
+async def _committed_or_rolled_back(
+    conn: asyncpg.Connection,
+    transaction: Transaction,
+    work: Callable[[], Awaitable[tuple[_T, str]]],
+    *,
+    reset: bool,
+) -> _T:
+    """``work`` in ``transaction`` (started on ``conn``), then its ``COMMIT`` with the statements
+    ``work`` gave sent in the same message (:func:`_commit_with`); rolled back when either
+    fails (else the pool's reset rolls it back)."""
+    try:
+        value, ending = await work()
+    except BaseException:
+        with contextlib.suppress(Exception):
+            await transaction.rollback()
+        raise
+    try:
+        await _commit_with(transaction, ending, reset=reset)
+    except BaseException:
+        if not conn.is_closed() and conn.is_in_transaction():
+            with contextlib.suppress(Exception):
+                await conn.execute("ROLLBACK;")
+        raise
+    return value
 
 
 def _aborted(answer: str) -> str:
@@ -255,6 +283,8 @@ class BatchOutcome:
     duplicates: int
     failed: tuple[DeadLetter, ...]
     """Dead letters: rejected by the handler, or failing alone (``handler_error``)."""
+    claimed_early: bool = False
+    """Its claim ran beside the batch before it (:meth:`BatchTransaction.apply_claimed`)."""
 
     @property
     def holds_all(self) -> bool:
@@ -465,31 +495,24 @@ class BatchTransaction:
         except Exception as exc:  # noqa: BLE001 - applied again as usual
             log.info("batch claimed ahead failed; applying it again", error=describe(exc))
             return await self.apply(early.deliveries)
-        return self._outcome(early.deliveries, result, len(early.fresh), [])
+        outcome = self._outcome(early.deliveries, result, len(early.fresh), [])
+        return replace(outcome, claimed_early=True)
 
     async def _finish_claimed(self, early: EarlyClaim, *, reset: bool) -> HandlerResult[Any]:
         """:meth:`apply_claimed`'s transaction, committed (as :meth:`_committed` does), its
         connection given back whatever happened."""
-        conn, transaction = early.conn, early.transaction
+        conn = early.conn
+
+        async def work() -> tuple[HandlerResult[Any], str]:
+            result = await self._applied(conn, early.fresh, early.finish)
+            ending: list[str] = []
+            await _outcomes(conn, self._handler.name, result, ending)
+            return result, "".join(ending)
+
         try:
-            try:
-                result = await self._applied(conn, early.fresh, early.finish)
-                ending: list[str] = []
-                await _outcomes(conn, self._handler.name, result, ending)
-            except BaseException:
-                with contextlib.suppress(Exception):  # else the pool's reset rolls it back
-                    await transaction.rollback()
-                raise
-            try:
-                await _commit_with(transaction, "".join(ending), reset=reset)
-            except BaseException:
-                if not conn.is_closed() and conn.is_in_transaction():
-                    with contextlib.suppress(Exception):  # else the pool's reset rolls it back
-                        await conn.execute("ROLLBACK;")
-                raise
+            return await _committed_or_rolled_back(conn, early.transaction, work, reset=reset)
         finally:
             await early.lease.aclose()
-        return result
 
     @staticmethod
     async def abandon(early: EarlyClaim) -> None:
@@ -580,22 +603,14 @@ class BatchTransaction:
         # current slot; queries.sql claim_keys), not the transaction's first one.
         transaction = conn.transaction(isolation="read_committed")
         await transaction.start()
-        try:
+
+        async def work() -> tuple[tuple[HandlerResult[Any], int], str]:
             fresh, result = await self._claimed_and_applied(conn, name, stored, batch)
             ending: list[str] = []
             await _outcomes(conn, name, result, ending)
-        except BaseException:
-            with contextlib.suppress(Exception):  # else the pool's reset rolls it back
-                await transaction.rollback()
-            raise
-        try:
-            await _commit_with(transaction, "".join(ending), reset=reset)
-        except BaseException:
-            if not conn.is_closed() and conn.is_in_transaction():
-                with contextlib.suppress(Exception):  # else the pool's reset rolls it back
-                    await conn.execute("ROLLBACK;")
-            raise
-        return result, len(fresh)
+            return (result, len(fresh)), "".join(ending)
+
+        return await _committed_or_rolled_back(conn, transaction, work, reset=reset)
 
     def _refused_privilege(self, exc: asyncpg.InsufficientPrivilegeError) -> ConfigurationError:
         role = self._handler.database_role or "the login's own role"

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 
 import asyncpg
 import pytest
+from structlog.testing import capture_logs
 
 from contracts import RefusalReason
 from spectral.engine.handler import Delivery, HandlerResult, Outcome, Rejection
@@ -116,9 +117,11 @@ async def test_the_next_batch_is_claimed_beside_a_held_commit_and_each_event_app
     for record in first_records:  # the held batch's records again, behind it
         broker.append(topic, record.value, key=record.key, partition=0)
     later.append(_append(broker, topic))
-    await _open_transactions(database_url, 2)  # the held one and the one claimed beside it
-    handler.release.set()
-    summary = await asyncio.wait_for(running, 30)
+    with capture_logs() as logs:
+        await _open_transactions(database_url, 2)  # the held one and the one claimed beside it
+        handler.release.set()
+        summary = await asyncio.wait_for(running, 30)
+    assert [e["claimed_early"] for e in logs if e["event"] == "batch"] == [False, True]
     effects = await _effects(database_url)
     assert set(effects) == {*first, *later}
     assert set(effects.values()) == {1}
@@ -148,9 +151,11 @@ async def test_a_key_the_batch_before_rejected_is_claimed_again(
     behind = [_append(broker, topic)]
     broker.append(topic, encode(event), key=record_key(event), partition=0)
     behind.append(_append(broker, topic))
-    await _open_transactions(database_url, 2)
-    handler.release.set()
-    summary = await asyncio.wait_for(running, 30)
+    with capture_logs() as logs:
+        await _open_transactions(database_url, 2)
+        handler.release.set()
+        summary = await asyncio.wait_for(running, 30)
+    assert [e["claimed_early"] for e in logs if e["event"] == "batch"] == [False, False]
     effects = await _effects(database_url)
     assert effects == dict.fromkeys([*behind, event.idempotency_key], 1)
     assert summary.counts[Outcome.DEAD_LETTERED] == 1
