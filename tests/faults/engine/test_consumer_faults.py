@@ -70,13 +70,18 @@ SESSION_SECONDS = 10
 """The group session of both protocols (aiokafka's and the local broker's consumer protocol)."""
 
 
-def _batch_sizes(log: Path) -> list[int]:
-    """The records of each batch the consumer's log tells of."""
+def _batches(log: Path) -> list[dict[str, Any]]:
+    """The batch lines of the consumer's log."""
     return [
-        int(json.loads(line)["records"])
+        json.loads(line)
         for line in log.read_text(errors="replace").splitlines()
         if line.startswith("{") and '"event": "batch"' in line
     ]
+
+
+def _batch_sizes(log: Path) -> list[int]:
+    """The records of each batch the consumer's log tells of."""
+    return [int(batch["records"]) for batch in _batches(log)]
 
 
 def _tail(log: Path, lines: int = 40) -> str:
@@ -149,7 +154,9 @@ async def test_sigkill_mid_stream_then_restart_gives_exactly_once(  # noqa: PLR0
     or grown with the backlog (``batch_growth`` 4: up to 800 records of what the client holds,
     killed while a grown batch is in flight), offsets committed after each batch or every half
     second (``commit_interval``: a kill loses the offsets of the batches since the last
-    commit, whose records the restarted member reads again and finds handled)."""
+    commit, whose records the restarted member reads again and finds handled). Through the
+    backlog the next batch is claimed beside the commit before it (the log says so), so kills
+    land while two transactions are open."""
     spectral_env = {
         **transported_env,
         "FAULT_BATCH_GROWTH": str(growth),
@@ -188,6 +195,9 @@ async def test_sigkill_mid_stream_then_restart_gives_exactly_once(  # noqa: PLR0
     assert handled == len(expected)
     largest = max(_batch_sizes(log))
     assert (largest > 200) == (growth > 1), largest  # a grown batch took more than one fetch
+    # Through the backlog batches were claimed beside the commit before them (the early claim):
+    # the kills landed among them.
+    assert any(batch["claimed_early"] for batch in _batches(log))
     assert await committed_offsets(
         kafka_bootstrap, topic_prefix + "fault-recorder", topic
     ) == await end_offsets(kafka_bootstrap, topic)
