@@ -208,10 +208,12 @@ class Handler(ABC, Generic[C]):
         ``apply`` on the transaction's connection for the new ones (its second argument: the
         deliveries less the duplicates, in their order — all of them, usually, on a live
         stream), as ``apply(conn, new)`` would. It must only compute: no I/O, nothing kept on
-        the handler. None (the default): ``apply`` does it all, after the claim. The engine
-        skips it after a claim that found most keys held (a redelivery), and for a subclass
-        that overrides ``apply`` but not ``ahead`` (its own ``apply`` is what it expects to
-        run)."""
+        the handler, nothing read that ``apply`` changes on it (through a backlog the next
+        batch's claim, and this with it, runs while the batch before it is applied, between
+        that batch's statements). None (the default): ``apply`` does it all, after the
+        claim. The engine skips it after a claim that found most keys held (a redelivery), and
+        for a subclass that overrides ``apply`` but not ``ahead`` (its own ``apply`` is what it
+        expects to run)."""
         return None
 
     async def start(self) -> None:
