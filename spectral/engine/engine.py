@@ -796,6 +796,7 @@ class ConsumerEngine:
                 # on unheld: applied anew.
                 dropped, early = early[0], None
                 await self._transaction.abandon(dropped)
+                self.metrics.early_claims["applied_anew"].inc()
             waiting.keys = frozenset(d.idempotency_key for d in decoded.deliveries)
             if not turn.done():
                 turn.set_result(None)
@@ -804,6 +805,9 @@ class ConsumerEngine:
                 return None
             claimed, early = (early[0] if early else None), None
             staged = await self._apply(decoded, claimed)
+            if claimed is not None:
+                kept = staged.applied is not None and staged.applied.claimed_early
+                self.metrics.early_claims["kept" if kept else "applied_anew"].inc()
             waiting.holds_all = staged.applied is None or staged.applied.holds_all
             return staged
         finally:

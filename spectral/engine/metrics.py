@@ -2,7 +2,8 @@
 
 Labels: ``consumer`` (one per deployment), ``outcome`` (the four Outcome values), ``reason`` (the
 decode reasons plus the engine's own, folded to ``other`` if unknown), ``component``
-(database | kafka), ``fallback`` (reference | table). Lag per partition is measured by
+(database | kafka), ``fallback`` (reference | table), ``outcome`` of an early claim (kept |
+applied_anew). Lag per partition is measured by
 spectral/observability/progress.py (the engine reports its partitions and commits to an
 ``EngineHook``).
 """
@@ -21,6 +22,8 @@ from spectral.observability.metrics import BatchHistogram, per_member
 FALLBACKS = ("reference", "table")
 """Where a dead letter went when the broker refused it whole: a reference on the dead-letter
 topic, or (refused too) the database table core.dead_letters."""
+EARLY_CLAIM_OUTCOMES = ("kept", "applied_anew")
+"""What became of a batch claimed beside the commit before it (``EngineOptions.early_claim``)."""
 _BATCH_BUCKETS = (1, 10, 50, 100, 250, 500, 1000, 2500, 5000, 10000)
 _DURATION_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
 
@@ -75,6 +78,18 @@ class ConsumerMetrics:
             registry=registry,
         )
         self.fallbacks = {name: fallbacks.labels(consumer, name) for name in FALLBACKS}
+        early_claims = Counter(
+            "spectral_consumer_early_claims_total",
+            "Batches of a backlog whose dedup claim ran beside the commit of the batch before "
+            "them: kept (finished as claimed), or applied_anew (rolled back and applied the "
+            "usual way: the batch before left one of the keys it was counted on unheld, a "
+            "revocation took records of it meanwhile, or its transaction failed).",
+            ["consumer", "outcome"],
+            registry=registry,
+        )
+        self.early_claims = {
+            name: early_claims.labels(consumer, name) for name in EARLY_CLAIM_OUTCOMES
+        }
         self.freshness = BatchHistogram(
             "spectral_consumer_freshness_seconds",
             "End-to-end freshness of each record of a committed batch: from the time its outbox "

@@ -17,6 +17,7 @@ import pytest
 from structlog.testing import capture_logs
 
 from contracts import RefusalReason
+from spectral.engine.engine import ConsumerEngine
 from spectral.engine.handler import Delivery, HandlerResult, Outcome, Rejection
 from spectral.kafka.memory import MemoryBroker
 from spectral.kafka.transport import TopicPartition
@@ -58,6 +59,14 @@ class RejectsOnce(HeldHandler):
         result = await super().apply(conn, rest)
         result.rejected.extend(Rejection(d, "test_refusal", "refused once") for d in refused)
         return result
+
+
+def _early_claims(engine: ConsumerEngine) -> dict[str, int]:
+    """The engine's ``spectral_consumer_early_claims_total``, by outcome."""
+    return {
+        outcome: int(counter._value.get())
+        for outcome, counter in engine.metrics.early_claims.items()
+    }
 
 
 async def _open_transactions(database_url: str, count: int) -> None:
@@ -122,6 +131,7 @@ async def test_the_next_batch_is_claimed_beside_a_held_commit_and_each_event_app
         handler.release.set()
         summary = await asyncio.wait_for(running, 30)
     assert [e["claimed_early"] for e in logs if e["event"] == "batch"] == [False, True]
+    assert _early_claims(engine) == {"kept": 1, "applied_anew": 0}
     effects = await _effects(database_url)
     assert set(effects) == {*first, *later}
     assert set(effects.values()) == {1}
@@ -156,6 +166,7 @@ async def test_a_key_the_batch_before_rejected_is_claimed_again(
         handler.release.set()
         summary = await asyncio.wait_for(running, 30)
     assert [e["claimed_early"] for e in logs if e["event"] == "batch"] == [False, False]
+    assert _early_claims(engine) == {"kept": 0, "applied_anew": 1}
     effects = await _effects(database_url)
     assert effects == dict.fromkeys([*behind, event.idempotency_key], 1)
     assert summary.counts[Outcome.DEAD_LETTERED] == 1
@@ -227,6 +238,7 @@ async def test_a_revocation_after_an_early_claim_applies_the_batch_without_what_
     assert set(effects.values()) == {1}
     applied_by_a = {tp for call in held.calls[1:] for tp in call}
     assert applied_by_a == {(0, 1), (0, 2)}
+    assert _early_claims(a)["applied_anew"] == 1
     assert broker.committed(GROUP) == {
         TopicPartition(topic, 0): 3,
         TopicPartition(topic, 1): 2,
