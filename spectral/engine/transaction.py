@@ -273,6 +273,21 @@ _Finish = Callable[[asyncpg.Connection, Sequence[Delivery]], Awaitable[HandlerRe
 """What a handler's work ahead of the claim returned (:meth:`Handler.ahead`)."""
 
 
+def _resets_in_commit(connections: Connections) -> bool:
+    """Whether a batch's ``COMMIT`` carries the session's reset (:class:`PoolConnections`)."""
+    return isinstance(connections, PoolConnections) and connections.reset_in_commit
+
+
+async def _begun(conn: asyncpg.Connection) -> Transaction:
+    """A batch's transaction, started: READ COMMITTED whatever the session's default, as the
+    claim must read the dedup ring with a snapshot taken after its lock (a claim that waited
+    for a rotation reads the new current slot; queries.sql claim_keys), not the transaction's
+    first one."""
+    transaction = conn.transaction(isolation="read_committed")
+    await transaction.start()
+    return transaction
+
+
 @dataclass(frozen=True, slots=True)
 class BatchOutcome:
     """What became of a batch's deliveries."""
@@ -463,8 +478,7 @@ class BatchTransaction:
         lease = contextlib.AsyncExitStack()
         try:
             conn = await lease.enter_async_context(connections.lend())
-            transaction = conn.transaction(isolation="read_committed")
-            await transaction.start()
+            transaction = await _begun(conn)
             try:
                 stored = dedup_keys([d.idempotency_key for d in batch])
                 fresh, finish = await self._claimed(conn, self._handler.name, stored, batch)
@@ -489,9 +503,8 @@ class BatchTransaction:
         statements, the commit. If that fails in any way the transaction is rolled back and
         the batch applied as usual (:meth:`apply`: retries, one by one); a commit whose answer
         was lost is then found by its claim, as a retry finds it."""
-        reset = isinstance(self._connections, PoolConnections) and self._connections.reset_in_commit
         try:
-            result = await self._finish_claimed(early, reset=reset)
+            result = await self._finish_claimed(early, reset=_resets_in_commit(self._connections))
         except Exception as exc:  # noqa: BLE001 - applied again as usual
             log.info("batch claimed ahead failed; applying it again", error=describe(exc))
             return await self.apply(early.deliveries)
@@ -534,7 +547,7 @@ class BatchTransaction:
             connections = self._connections
             async with connections.lend() as conn:
                 if connections.commits:
-                    reset = isinstance(connections, PoolConnections) and connections.reset_in_commit
+                    reset = _resets_in_commit(connections)
                     return await self._committed(conn, name, stored, batch, reset=reset)
                 async with conn.transaction():
                     fresh, result = await self._claimed_and_applied(conn, name, stored, batch)
@@ -598,11 +611,7 @@ class BatchTransaction:
         """The batch's transaction where it commits: the claim and the handler, then the outcome
         statements, when they are few, and (``reset``) the session's reset in the message of the
         ``COMMIT`` (:func:`_commit_with`)."""
-        # READ COMMITTED whatever the session's default: the claim must read the dedup ring
-        # with a snapshot taken after its lock (a claim that waited for a rotation reads the new
-        # current slot; queries.sql claim_keys), not the transaction's first one.
-        transaction = conn.transaction(isolation="read_committed")
-        await transaction.start()
+        transaction = await _begun(conn)
 
         async def work() -> tuple[tuple[HandlerResult[Any], int], str]:
             fresh, result = await self._claimed_and_applied(conn, name, stored, batch)
