@@ -34,6 +34,7 @@ from tests.integration.engine.test_joined_batches import (
     HeldHandler,
     _append,
     _engine,
+    b_joins_while_held,
 )
 from tests.integration.engine.test_memory_engine import GROUP, _at_end, _topic
 from tests.kafka_support import cluster_event
@@ -69,41 +70,28 @@ def _early_claims(engine: ConsumerEngine) -> dict[str, int]:
     }
 
 
+async def _in_transaction(database_url: str, state: str = "idle in transaction%") -> int:
+    """Sessions of the test's database whose state is like ``state``: by default in a
+    transaction, waiting or aborted."""
+    conn = await asyncpg.connect(database_url)
+    try:
+        n: int = await conn.fetchval(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+            "AND state LIKE $1",
+            state,
+        )
+    finally:
+        await conn.close()
+    return n
+
+
 async def _open_transactions(database_url: str, count: int) -> None:
     """Wait until ``count`` sessions of the test's database are in a transaction, waiting."""
 
     async def there() -> bool:
-        conn = await asyncpg.connect(database_url)
-        try:
-            n: int = await conn.fetchval(
-                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
-                "AND state = 'idle in transaction'"
-            )
-        finally:
-            await conn.close()
-        return n >= count
+        return await _in_transaction(database_url, "idle in transaction") >= count
 
     await eventually(there, timeout=10, interval=0.02)
-
-
-async def _held_then(
-    settings: Settings,
-    *,
-    broker: MemoryBroker,
-    topic: str,
-    database_url: str,
-    handler: HeldHandler,
-    behind: Sequence[str | None],
-) -> tuple[asyncio.Task[object], list[str]]:
-    """An engine (``max_batch`` 4) whose first transaction holds one record; then the
-    records of ``behind`` (their stubs) appended at once, one fetch: the next batch, claimed
-    beside the held one."""
-    engine = _engine(settings, broker, database_url, handler, CountedFetches(), max_batch=4)
-    running: asyncio.Task[object] = asyncio.create_task(engine.run())
-    keys = [_append(broker, topic)]
-    await asyncio.wait_for(handler.holding.wait(), 10)
-    keys += [_append(broker, topic, stub=stub) for stub in behind]
-    return running, keys
 
 
 async def test_the_next_batch_is_claimed_beside_a_held_commit_and_each_event_applied_once(
@@ -215,24 +203,14 @@ async def test_a_revocation_after_an_early_claim_applies_the_batch_without_what_
     broker.create_topic(topic, 2)
     held, hook = HeldHandler(), CountedFetches()
     a = _engine(settings, broker, database_url, held, hook, max_batch=4)
-    runs = [asyncio.create_task(a.run())]
+    a_run = asyncio.create_task(a.run())
     keys = [_append(broker, topic, partition=0)]
     await asyncio.wait_for(held.holding.wait(), 10)
     keys += [_append(broker, topic, partition=p) for p in (0, 1, 0, 1)]
     await _open_transactions(database_url, 2)
-    later = RecordingHandler()
-    b = _engine(settings, broker, database_url, later, EngineHook(), max_batch=4)
-    runs.append(asyncio.create_task(b.run()))
-    await asyncio.wait_for(hook.revoking_started.wait(), 10)
-    held.release.set()
-
-    async def at_end() -> bool:
-        return _at_end(broker, topic)
-
-    await eventually(at_end, timeout=30, interval=0.05)
-    a.stop()
-    b.stop()
-    await asyncio.wait_for(asyncio.gather(*runs), 30)
+    await b_joins_while_held(
+        settings, broker, topic, database_url, a, a_run, held, hook, max_batch=4
+    )
     effects = await _effects(database_url)
     assert set(effects) == set(keys)
     assert set(effects.values()) == {1}
@@ -254,30 +232,25 @@ async def test_a_run_cancelled_after_an_early_claim_rolls_it_back(
     broker, topic = MemoryBroker(), _topic(settings)
     broker.create_topic(topic, 1)
     handler = HeldHandler()
-    running, keys = await _held_then(
-        settings,
-        broker=broker,
-        topic=topic,
-        database_url=database_url,
-        handler=handler,
-        behind=[None, None, None],
-    )
+    engine = _engine(settings, broker, database_url, handler, CountedFetches(), max_batch=4)
+    running = asyncio.create_task(engine.run())
+    keys = [_append(broker, topic)]
+    await asyncio.wait_for(handler.holding.wait(), 10)
+    keys += [_append(broker, topic) for _ in range(3)]  # one fetch: the batch claimed early
     await _open_transactions(database_url, 2)
     running.cancel()
     with pytest.raises(asyncio.CancelledError):
         await asyncio.wait_for(running, 30)
 
     async def none_open() -> bool:
+        if await _in_transaction(database_url):
+            return False
         conn = await asyncpg.connect(database_url)
         try:
-            n: int = await conn.fetchval(
-                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
-                "AND state LIKE 'idle in transaction%'"
-            )
             rows: int = await conn.fetchval("SELECT count(*) FROM core.event_handled")
         finally:
             await conn.close()
-        return n == 0 and rows == 0
+        return rows == 0
 
     await eventually(none_open, timeout=10, interval=0.05)
     assert await _effects(database_url) == {}

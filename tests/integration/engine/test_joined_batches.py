@@ -107,6 +107,37 @@ def _append(
     return event.idempotency_key
 
 
+async def b_joins_while_held(  # noqa: PLR0917 - the scene's parts
+    settings: Settings,
+    broker: MemoryBroker,
+    topic: str,
+    database_url: str,
+    a: ConsumerEngine,
+    a_run: asyncio.Task[Any],
+    held: HeldHandler,
+    hook: CountedFetches,
+    *,
+    max_batch: int,
+) -> None:
+    """Member b joins the group while member a's first transaction is held; a's revocation
+    waits for it, then the hold ends; both run until every record is consumed, and stop."""
+    b = _engine(
+        settings, broker, database_url, RecordingHandler(), EngineHook(), max_batch=max_batch
+    )
+    b_run = asyncio.create_task(b.run())
+    # b joined: a's revocation of the partition that moves waits for the held transaction.
+    await asyncio.wait_for(hook.revoking_started.wait(), 10)
+    held.release.set()
+
+    async def at_end() -> bool:
+        return _at_end(broker, topic)
+
+    await eventually(at_end, timeout=30, interval=0.05)
+    a.stop()
+    b.stop()
+    await asyncio.wait_for(asyncio.gather(a_run, b_run), 30)
+
+
 async def _fetched(hook: CountedFetches, records: int) -> None:
     async def done() -> bool:
         return hook.fetched >= records
@@ -169,26 +200,15 @@ async def test_a_revocation_while_batches_are_joined_drops_only_the_partitions_t
     broker.create_topic(topic, 2)
     held, hook = HeldHandler(), CountedFetches()
     a = _engine(settings, broker, database_url, held, hook, max_batch=50)
-    runs = [asyncio.create_task(a.run())]
+    a_run = asyncio.create_task(a.run())
     keys = [_append(broker, topic, partition=0)]
     await asyncio.wait_for(held.holding.wait(), 10)
     for index in range(1, 9):
         keys.append(_append(broker, topic, partition=index % 2))
         await _fetched(hook, index + 1)
-    later = RecordingHandler()
-    b = _engine(settings, broker, database_url, later, EngineHook(), max_batch=50)
-    runs.append(asyncio.create_task(b.run()))
-    # b joined: a's revocation of partition 1 waits for the held transaction.
-    await asyncio.wait_for(hook.revoking_started.wait(), 10)
-    held.release.set()
-
-    async def at_end() -> bool:
-        return _at_end(broker, topic)
-
-    await eventually(at_end, timeout=30, interval=0.05)
-    a.stop()
-    b.stop()
-    await asyncio.wait_for(asyncio.gather(*runs), 30)
+    await b_joins_while_held(
+        settings, broker, topic, database_url, a, a_run, held, hook, max_batch=50
+    )
     effects = await _effects(database_url)
     assert set(effects) == set(keys)
     assert set(effects.values()) == {1}
